@@ -1,0 +1,57 @@
+# One target per developer habit. Everything runs from the .venv at the repo root.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export CDK_DISABLE_VERSION_CHECK := 1
+
+.PHONY: install test test-fast lint format demo bench synth deploy openapi clean up
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	# torch first and pinned exactly: 2.13.0 is the CPU wheel this machine carries on disk.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e ".[all]"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+test: install
+	$(BIN)/python -m pytest
+
+test-fast: install
+	$(BIN)/python -m pytest -m "not e2e and not slow"
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy schemas functions
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+openapi: install
+	$(BIN)/python -m functions.handlers.openapi > schemas/openapi.json
+
+demo: install
+	$(BIN)/python examples/demo.py
+
+bench: install
+	$(BIN)/python scripts/bench_api.py
+
+synth: install
+	$(BIN)/python infra/app.py --outdir cdk.out
+
+deploy: install
+	npx --yes aws-cdk@2.1148.1 deploy --app "$(BIN)/python infra/app.py" $(DEPLOY_ARGS)
+
+up: install
+	$(BIN)/trainplane up --state-dir .state
+
+clean:
+	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -1,0 +1,1 @@
+"""The Lambda code of trainplane: one bundle, handlers -> service -> adapters."""

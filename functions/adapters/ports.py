@@ -1,0 +1,101 @@
+"""The ports the service layer depends on. adapters/ implements them against AWS; tests use fakes.
+
+Keep these signatures stable: the API, the lifecycle tasks, the scheduler and the retraining
+dispatcher all program against them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from schemas.checkpoint import CheckpointManifest
+from schemas.job import CheckpointRef, Job, Progress, StatusEvent
+from schemas.status import JobStatus
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    owner: str | None  # None: every owner (admins)
+    status: JobStatus | None = None
+    queue: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    name_contains: str | None = None
+    limit: int = 50
+    next_token: str | None = None
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A status change: conditional on the job being in `from_status` at `expected_version`.
+
+    `changes` are other attributes written in the same conditional write (error fields,
+    pending_action, attempt counters, run_handle ...), as Job field names -> new values; a value of
+    None removes the attribute.
+    """
+
+    job_id: str
+    expected_version: int
+    from_status: JobStatus
+    to_status: JobStatus
+    reason: str = ""
+    actor: str = "system"
+    changes: Mapping[str, Any] = field(default_factory=dict)
+
+
+class JobRepository(Protocol):
+    def create(self, job: Job, first_event: StatusEvent) -> None:
+        """Put a new job and its first history entry; ConcurrentModification if the id exists."""
+
+    def get(self, job_id: str) -> Job:
+        """The job; JobNotFound if there is none."""
+
+    def list_jobs(self, query: JobQuery) -> tuple[list[Job], str | None]:
+        """Newest first, filters ANDed, at most query.limit jobs, and an opaque token for the next page."""
+
+    def transition(self, t: Transition) -> Job:
+        """Conditional status change + history entry + status counters, in one transaction.
+
+        IllegalTransition if the table forbids from->to; ConcurrentModification if the stored job is
+        no longer at (from_status, expected_version). Returns the job as written (version + 1).
+        """
+
+    def update(self, job_id: str, expected_version: int, changes: Mapping[str, Any], allowed: frozenset[JobStatus] | None = None) -> Job:
+        """Conditional edit of non-status fields (PATCH, pending_action...); version + 1.
+
+        ConcurrentModification on a version mismatch; IllegalTransition if `allowed` is given and the
+        job's status is not in it.
+        """
+
+    def record_progress(self, job_id: str, progress: Progress) -> None:
+        """Unversioned write of the progress attribute (frequent, last writer wins, never a 409)."""
+
+    def add_checkpoint(self, job_id: str, ref: CheckpointRef, *, best_checkpoint_id: str | None = None, keep: list[str] | None = None) -> Job:
+        """Append a checkpoint (and set latest / best); `keep` drops refs no longer retained. Unversioned."""
+
+    def history(self, job_id: str) -> list[StatusEvent]:
+        """The job's status history, oldest first."""
+
+    def queued(self, queue: str, limit: int = 100) -> list[Job]:
+        """QUEUED jobs of one queue by (priority desc, submitted asc), by Query on the sparse index."""
+
+    def counts(self, owner: str | None) -> dict[JobStatus, int]:
+        """Jobs by status for one owner (None: all), from counters kept by transition()."""
+
+    def delete(self, job_id: str) -> None:
+        """Remove the job, its history and its counters' contribution."""
+
+
+class ArtifactStore(Protocol):
+    """S3 under the artifacts bucket: the job's prefix, its checkpoints (manifests) and metrics."""
+
+    def delete_prefix(self, prefix: str) -> int: ...
+
+    def list_manifests(self, job_id: str) -> list[CheckpointManifest]: ...
+
+    def checkpoint_uri(self, job_id: str, checkpoint_id: str) -> str: ...
+
+    def put_json(self, key: str, document: Mapping[str, Any]) -> str: ...
+
+    def read_lines(self, key: str) -> Iterator[str]: ...

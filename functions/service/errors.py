@@ -1,0 +1,54 @@
+"""Domain errors raised by the service layer; functions/handlers/errors.py maps them to HTTP, once."""
+
+from __future__ import annotations
+
+from schemas.status import JobStatus
+
+
+class DomainError(Exception):
+    """Base of every error the service raises on purpose."""
+
+
+class JobNotFound(DomainError):
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} not found")
+        self.job_id = job_id
+
+
+class CheckpointNotFound(DomainError):
+    def __init__(self, job_id: str, checkpoint_id: str) -> None:
+        super().__init__(f"job {job_id} has no checkpoint {checkpoint_id!r}")
+        self.job_id = job_id
+        self.checkpoint_id = checkpoint_id
+
+
+class IllegalTransition(DomainError):
+    """The job's status does not allow the action (409)."""
+
+    def __init__(self, job_id: str, current: JobStatus, action: str, allowed_from: frozenset[JobStatus] | None = None) -> None:
+        allowed = f"; allowed from {', '.join(sorted(allowed_from))}" if allowed_from else ""
+        super().__init__(f"cannot {action} job {job_id} while it is {current}{allowed}")
+        self.job_id = job_id
+        self.current = current
+        self.action = action
+
+
+class ConcurrentModification(DomainError):
+    """A conditional write lost a race with another writer (409)."""
+
+    def __init__(self, job_id: str, detail: str = "") -> None:
+        super().__init__(f"job {job_id} was changed by another request{': ' + detail if detail else ''}; reload and retry")
+        self.job_id = job_id
+
+
+class InvalidRequest(DomainError):
+    """Input that passed the schema but not the domain rules (422), naming the field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class Unsupported(DomainError):
+    """A feature the control plane cannot offer (yet) in this deployment (422)."""

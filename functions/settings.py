@@ -1,0 +1,50 @@
+"""Settings: one pydantic model, read once from the environment (TRAINPLANE_*), never at import time."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from functions import constants
+
+PREFIX = "TRAINPLANE_"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    region: str = constants.LOCAL_REGION
+    jobs_table: str = constants.JOBS_TABLE
+    idempotency_table: str = constants.IDEMPOTENCY_TABLE
+    artifacts_bucket: str = constants.ARTIFACTS_BUCKET
+    state_machine_arn: str | None = None
+    event_bus_name: str = constants.EVENT_BUS_NAME
+    # Principals (IAM ARNs) that see and act on every job.
+    admin_arns: tuple[str, ...] = ()
+    compute: Literal["local", "sagemaker", "ec2"] = "local"
+    # Endpoint of the (emulated) AWS APIs; None means the real ones.
+    aws_endpoint_url: str | None = None
+    idempotency_ttl_seconds: int = Field(default=3600, ge=60)
+    trainer_image_uri: str | None = None
+    sagemaker_role_arn: str | None = None
+
+    @classmethod
+    def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        values: dict[str, object] = {}
+        for name, field in cls.model_fields.items():
+            raw = env.get(PREFIX + name.upper())
+            if raw is None:
+                continue
+            values[name] = tuple(a for a in raw.split(",") if a) if field.annotation == tuple[str, ...] else raw
+        if "region" not in values and env.get("AWS_REGION"):
+            values["region"] = env["AWS_REGION"]
+        return cls.model_validate(values)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings.from_env()

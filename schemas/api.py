@@ -1,0 +1,120 @@
+"""Request and response bodies of the HTTP API (CONTRACTS.md), beside SubmitJobRequest and Job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
+
+from schemas.configs import Priority, ResourceConfig, Strict, StrMap
+from schemas.job import Job, JobName, StatusEvent
+from schemas.status import JobStatus
+
+
+class CancelRequest(Strict):
+    reason: str = Field(default="", max_length=1024)
+
+
+class PauseRequest(Strict):
+    save_checkpoint: bool = True
+
+
+class ResumeRequest(Strict):
+    checkpoint_id: str = Field(default="", description="Empty resumes from the latest checkpoint.")
+
+
+class RetryRequest(Strict):
+    checkpoint_id: str = Field(default="", description="Empty retries from the latest checkpoint (or from scratch if none).")
+    modify_resources: bool = False
+    new_resource_config: ResourceConfig | None = None
+
+    @model_validator(mode="after")
+    def _resources_when_modified(self) -> RetryRequest:
+        if self.modify_resources and self.new_resource_config is None:
+            raise ValueError("new_resource_config is required when modify_resources is true")
+        return self
+
+
+class PatchJobRequest(Strict):
+    """PATCH edits only PENDING, QUEUED or FAILED jobs; hyperparameters are merged key by key."""
+
+    name: JobName | None = None
+    description: str | None = Field(default=None, max_length=4096)
+    priority: Priority | None = None
+    hyperparameters: StrMap | None = None
+    resource_config: ResourceConfig | None = None
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> PatchJobRequest:
+        if not self.model_fields_set:
+            raise ValueError("nothing to change: give at least one of name, description, priority, hyperparameters, resource_config")
+        return self
+
+
+class JobList(BaseModel):
+    jobs: list[Job]
+    next_token: str | None = None
+
+
+class EventList(BaseModel):
+    events: list[StatusEvent]
+
+
+class MetricsPoint(BaseModel):
+    """One line of metrics.jsonl; extra metric names are kept."""
+
+    model_config = {"extra": "allow"}
+    step: int
+    epoch: float | None = None
+    loss: float | None = None
+    learning_rate: float | None = None
+    grad_norm: float | None = None
+    tokens_per_second: float | None = None
+    eval_loss: float | None = None
+    attempt: int | None = None
+
+
+class MetricsResponse(BaseModel):
+    points: list[MetricsPoint]
+
+
+class LogLine(BaseModel):
+    timestamp: float
+    attempt: int
+    message: str
+
+
+class LogsResponse(BaseModel):
+    lines: list[LogLine]
+    next_token: str | None = None
+
+
+class Summary(BaseModel):
+    """The dashboard's cards: counts by status plus the usual groupings."""
+
+    counts: dict[JobStatus, int]
+    total: int
+    running: int
+    queued: int
+    completed: int
+    failed: int
+    paused: int
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+    type: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    message: str
+    errors: list[FieldError] = Field(default_factory=list)
+
+
+class AcceptedAction(BaseModel):
+    """What a lifecycle verb returns: the job as it now stands and what was requested."""
+
+    job: Job
+    action: str
+    detail: dict[str, Any] = Field(default_factory=dict)

@@ -1,0 +1,217 @@
+"""The five configs of a SubmitJobRequest (seeds/000_*.txt), with their defaults and ranges.
+
+Every model forbids unknown fields: a misspelt option is a 422 naming it, never silently dropped.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, SerializationInfo, field_serializer, model_validator
+
+Priority = Annotated[int, Field(ge=0, le=10, description="0 (lowest) to 10 (highest).")]
+StrMap = dict[str, str]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_enum_values=False)
+
+
+class TrainingType(StrEnum):
+    SFT = "SFT"
+    LORA = "LORA"
+    QLORA = "QLORA"
+    DPO = "DPO"
+    RLHF = "RLHF"
+    CONTINUED_PRETRAIN = "CONTINUED_PRETRAIN"
+    FULL_FINETUNE = "FULL_FINETUNE"
+
+
+class FrameworkType(StrEnum):
+    HF_TRAINER = "HF_TRAINER"
+    DEEPSPEED = "DEEPSPEED"
+    FSDP = "FSDP"
+    MEGATRON = "MEGATRON"
+    CUSTOM = "CUSTOM"
+
+
+# Accepted in the schema (they are part of the seed's API) but refused at submit until the trainer
+# really implements them: a feature we cannot offer is a clear 422, never a fake run.
+UNSUPPORTED_TRAINING_TYPES = {TrainingType.RLHF: "RLHF training is not supported yet; use DPO for preference tuning"}
+UNSUPPORTED_FRAMEWORKS = {FrameworkType.MEGATRON: "the MEGATRON framework is not supported yet; use FSDP or DEEPSPEED"}
+
+
+class ModelSource(StrEnum):
+    HUB = "hub"
+    S3 = "s3"
+    LOCAL = "local"
+    CONFIG = "config"
+
+
+class DType(StrEnum):
+    AUTO = "auto"
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+
+
+class SaveStrategy(StrEnum):
+    STEPS = "steps"
+    EPOCH = "epoch"
+
+
+class ExportFormat(StrEnum):
+    SAFETENSORS = "safetensors"
+    PYTORCH = "pytorch"
+
+
+class BaseModelSpec(Strict):
+    model_id: str = Field(min_length=1, max_length=1024, description="Hub id, s3:// prefix, local path, or a name when source is 'config'.")
+    revision: str | None = None
+    source: ModelSource | None = Field(default=None, description="Inferred from model_id when omitted.")
+    tokenizer_id: str | None = Field(default=None, description="'byte' selects the built-in byte-level tokenizer.")
+    dtype: DType = DType.AUTO
+    trust_remote_code: bool = False
+    model_kwargs: dict[str, str | int | float | bool | list[str] | None] = Field(default_factory=dict)
+
+    def resolved_source(self) -> ModelSource:
+        if self.source is not None:
+            return self.source
+        if self.model_id.startswith("s3://"):
+            return ModelSource.S3
+        if self.model_id.startswith(("/", "./", "../", "file://")):
+            return ModelSource.LOCAL
+        return ModelSource.HUB
+
+    @model_validator(mode="after")
+    def _config_needs_architecture(self) -> BaseModelSpec:
+        if self.source == ModelSource.CONFIG and "architecture" not in self.model_kwargs:
+            raise ValueError("model_kwargs.architecture is required when source is 'config' (e.g. 'llama')")
+        return self
+
+
+class DistributedConfig(Strict):
+    world_size: int = Field(default=1, ge=1, le=4096)
+    backend: str = "nccl"
+    strategy: str | None = None
+    config: StrMap = Field(default_factory=dict)
+
+
+class FrameworkConfig(Strict):
+    type: FrameworkType = FrameworkType.HF_TRAINER
+    config: StrMap = Field(default_factory=dict)
+    distributed: DistributedConfig = Field(default_factory=DistributedConfig)
+    custom_script_path: str | None = None
+
+    @model_validator(mode="after")
+    def _custom_needs_script(self) -> FrameworkConfig:
+        if self.type == FrameworkType.CUSTOM and not self.custom_script_path:
+            raise ValueError("custom_script_path is required when framework.type is CUSTOM")
+        return self
+
+
+class TrainingConfig(Strict):
+    training_type: TrainingType
+    base_model: BaseModelSpec
+    framework: FrameworkConfig = Field(default_factory=FrameworkConfig)
+    hyperparameters: StrMap = Field(default_factory=dict, description="Strings, parsed by the trainer (max_steps, learning_rate, lora_rank...).")
+    environment: StrMap = Field(default_factory=dict)
+    resume_from_checkpoint: str | None = None
+    max_retries: int = Field(default=0, ge=0, le=20, description="Retries for retryable user-code failures.")
+    priority: Priority = 5
+
+
+class Sampling(Strict):
+    fraction: float = Field(default=1.0, gt=0.0, le=1.0)
+    max_samples: int | None = Field(default=None, ge=1)
+    seed: int | None = None
+
+
+class DataSource(Strict):
+    path: str = Field(min_length=1, description="s3://bucket/key, a local path, or a directory of *.jsonl[.gz].")
+    type: Literal["jsonl"] = "jsonl"
+    split: Literal["train", "validation"] = "train"
+    format: Literal["jsonl", "jsonl.gz", "auto"] = "auto"
+    columns: list[str] | None = Field(default=None, description="Column projection: only these fields are read.")
+    filters: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Keep rows whose fields equal these values.")
+    sampling: Sampling | None = None
+
+
+class PreprocessConfig(Strict):
+    tokenizer: str | None = None
+    add_bos: bool = True
+    add_eos: bool = True
+    padding: Literal["longest", "max_length"] = "longest"
+    truncation: bool = True
+    chat_template: str | None = None
+    field_mapping: StrMap = Field(default_factory=dict, description="Our field name -> the data's field name, e.g. {'prompt': 'question'}.")
+
+
+class DataConfig(Strict):
+    sources: list[DataSource] = Field(min_length=1, max_length=64)
+    preprocess: PreprocessConfig = Field(default_factory=PreprocessConfig)
+    max_seq_length: int = Field(default=2048, ge=8, le=1_048_576)
+    batch_size: int = Field(default=8, ge=1, le=65_536)
+    gradient_accumulation_steps: int = Field(default=1, ge=1, le=4096)
+    num_workers: int = Field(default=0, ge=0, le=128)
+    pin_memory: bool = True
+    validation_split: float = Field(default=0.0, ge=0.0, le=1.0)
+    seed: int = 42
+
+
+class ResourceConfig(Strict):
+    gpu_count: int = Field(default=1, ge=0, le=1024, description="GPUs per node; 0 is a CPU-only job.")
+    gpu_type: str | None = Field(default=None, description="e.g. H100, A100-80GB, L4, A10G, T4.")
+    gpu_memory_min_mb: int | None = Field(default=None, ge=1)
+    cpu_cores: int | None = Field(default=None, ge=1)
+    ram_min_mb: int | None = Field(default=None, ge=1)
+    storage_min_mb: int | None = Field(default=None, ge=1)
+    node_count: int = Field(default=1, ge=1, le=256, description="Nodes (instances) for multi-node training.")
+    node_affinity: list[str] = Field(default_factory=list)
+    node_anti_affinity: list[str] = Field(default_factory=list)
+
+
+class CheckpointConfig(Strict):
+    save_strategy: SaveStrategy = SaveStrategy.STEPS
+    save_steps: int = Field(default=500, ge=1)
+    save_total_limit: int | None = Field(default=3, ge=1)
+    metric_for_best_model: str | None = None
+    greater_is_better: bool | None = None
+    save_on_each_node: bool = False
+    resume_from_best: bool = False
+
+
+class OutputConfig(Strict):
+    output_model_name: str | None = None
+    output_path: str | None = None
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    push_to_hub: bool = False
+    hub_repo_id: str | None = None
+    hub_token: SecretStr | None = Field(default=None, description="Write-only: never returned by the API.")
+    export_format: ExportFormat = ExportFormat.SAFETENSORS
+    merge_lora: bool = False
+
+    @field_serializer("hub_token", when_used="json")
+    def _mask_token(self, value: SecretStr | None, info: SerializationInfo) -> str | None:
+        # Storage dumps with context={"reveal_secrets": True}; everything else (API, logs) is masked.
+        if value is None:
+            return None
+        if info.context and info.context.get("reveal_secrets"):
+            return value.get_secret_value()
+        return "**********"
+
+    @model_validator(mode="after")
+    def _hub_needs_repo(self) -> OutputConfig:
+        if self.push_to_hub and not self.hub_repo_id:
+            raise ValueError("hub_repo_id is required when push_to_hub is true")
+        return self
+
+
+class SchedulingConfig(Strict):
+    queue: str = Field(default="default", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
+    priority: Priority = 5
+    preemptible: bool = False
+    max_runtime_seconds: int | None = Field(default=None, ge=1, le=28 * 24 * 3600)
+    required_capabilities: list[str] = Field(default_factory=list)
+    max_cost_usd: float | None = Field(default=None, gt=0, description="Stop (with a checkpoint) before the estimated cost passes this.")

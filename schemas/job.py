@@ -1,0 +1,184 @@
+"""The submit request, the Job record and the job's sub-records (checkpoint refs, progress, history)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from schemas.configs import (
+    UNSUPPORTED_FRAMEWORKS,
+    UNSUPPORTED_TRAINING_TYPES,
+    DataConfig,
+    OutputConfig,
+    ResourceConfig,
+    SchedulingConfig,
+    Strict,
+    TrainingConfig,
+    TrainingType,
+)
+from schemas.status import JobStatus
+
+LabelKey = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_.\-/]+$")]
+JobName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")]
+MAX_LABELS = 32
+
+
+class SubmitJobRequest(Strict):
+    name: JobName
+    description: str | None = Field(default=None, max_length=4096)
+    labels: dict[LabelKey, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
+    training_config: TrainingConfig
+    data_config: DataConfig
+    resource_config: ResourceConfig = Field(default_factory=ResourceConfig)
+    output_config: OutputConfig = Field(default_factory=OutputConfig)
+    scheduling_config: SchedulingConfig = Field(default_factory=SchedulingConfig)
+
+    @model_validator(mode="after")
+    def _supported_and_consistent(self) -> SubmitJobRequest:
+        tc = self.training_config
+        if len(self.labels) > MAX_LABELS:
+            raise ValueError(f"at most {MAX_LABELS} labels")
+        if tc.training_type in UNSUPPORTED_TRAINING_TYPES:
+            raise ValueError(UNSUPPORTED_TRAINING_TYPES[tc.training_type])
+        if tc.framework.type in UNSUPPORTED_FRAMEWORKS:
+            raise ValueError(UNSUPPORTED_FRAMEWORKS[tc.framework.type])
+        if tc.training_type == TrainingType.QLORA and self.resource_config.gpu_count == 0:
+            raise ValueError("QLORA needs a GPU (4-bit kernels are CUDA-only): set resource_config.gpu_count >= 1")
+        return self
+
+    @property
+    def effective_priority(self) -> int:
+        """scheduling_config.priority rules; training_config.priority counts only when it alone was set."""
+        sc, tc = self.scheduling_config, self.training_config
+        if "priority" not in sc.model_fields_set and "priority" in tc.model_fields_set:
+            return tc.priority
+        return sc.priority
+
+
+class ErrorType(StrEnum):
+    USER_ERROR = "USER_ERROR"
+    DATA_ERROR = "DATA_ERROR"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    PREEMPTED = "PREEMPTED"
+    TIMEOUT = "TIMEOUT"
+    CAPACITY = "CAPACITY"
+    BUDGET = "BUDGET"
+    INTERNAL = "INTERNAL"
+
+
+class PendingAction(StrEnum):
+    PAUSE = "pause"
+    CANCEL = "cancel"
+    PREEMPT = "preempt"  # paused by the scheduler for a higher-priority job: goes back to QUEUED
+
+
+class Actor(StrEnum):
+    USER = "user"
+    SYSTEM = "system"
+    SCHEDULER = "scheduler"
+    TRAINER = "trainer"
+
+
+class CheckpointRef(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    checkpoint_id: str
+    step: int
+    epoch: float | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    uri: str
+    attempt: int = 1
+    created_at: datetime | None = None
+
+
+class Progress(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    percent: float = Field(default=0.0, ge=0.0, le=100.0)
+    step: int = 0
+    total_steps: int | None = None
+    epoch: float | None = None
+    loss: float | None = None
+    eta_seconds: float | None = None
+    tokens_per_second: float | None = None
+    updated_at: datetime | None = None
+
+
+class Cost(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    gpu_hours: float = 0.0
+    billable_seconds: float = 0.0
+    estimated_cost_usd: float = 0.0
+    spot_savings_usd: float = 0.0
+    instance_type: str | None = None
+
+
+class StatusEvent(BaseModel):
+    """One entry of a job's history: {"at", "from", "to", "reason", "actor"}."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", serialize_by_alias=True)
+    at: datetime
+    from_status: JobStatus | None = Field(default=None, alias="from")
+    to_status: JobStatus = Field(alias="to")
+    reason: str = ""
+    actor: str = Actor.SYSTEM.value
+
+
+class Job(BaseModel):
+    """The job as stored and as returned by the API (hub_token masked on JSON output)."""
+
+    model_config = ConfigDict(extra="ignore")
+    job_id: str
+    owner: str
+    name: str
+    description: str | None = None
+    status: JobStatus
+    labels: dict[str, str] = Field(default_factory=dict)
+    training_config: TrainingConfig
+    data_config: DataConfig
+    resource_config: ResourceConfig
+    output_config: OutputConfig
+    scheduling_config: SchedulingConfig
+    parent_job_id: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    error_type: ErrorType | None = None
+    error_message: str | None = None
+    checkpoints: list[CheckpointRef] = Field(default_factory=list)
+    latest_checkpoint_id: str | None = None
+    best_checkpoint_id: str | None = None
+    progress: Progress = Field(default_factory=Progress)
+    cost: Cost = Field(default_factory=Cost)
+    # Control-plane bookkeeping
+    version: int = 1
+    attempt: int = 0
+    retries_used: int = 0
+    preemptions: int = 0
+    pending_action: PendingAction | None = None
+    pending_reason: str | None = None
+    resume_checkpoint_id: str | None = None
+    queue_position: int | None = None
+    estimated_wait_seconds: float | None = None
+    execution_arn: str | None = None
+    run_handle: dict[str, str] | None = None
+
+    @property
+    def priority(self) -> int:
+        return self.scheduling_config.priority
+
+    @property
+    def queue(self) -> str:
+        return self.scheduling_config.queue
+
+    def submit_request(self) -> SubmitJobRequest:
+        return SubmitJobRequest(
+            name=self.name,
+            description=self.description,
+            labels=self.labels,
+            training_config=self.training_config,
+            data_config=self.data_config,
+            resource_config=self.resource_config,
+            output_config=self.output_config,
+            scheduling_config=self.scheduling_config,
+        )

@@ -1,0 +1,103 @@
+"""The contract between the control plane (launchers) and the trainer image.
+
+The same contract holds in a SageMaker container, on an EC2 instance and for a LocalLauncher child
+process: the run spec, the environment variables that override SageMaker's /opt/ml paths, the exit
+codes, and the structured event lines the trainer prints on stdout.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.configs import DataConfig, OutputConfig, ResourceConfig, TrainingConfig
+
+# --- Environment (each overrides the SageMaker default path in brackets) -------------------------
+ENV_RUN_SPEC = "TRAINPLANE_RUN_SPEC"  # path or s3:// URI of config/run.json [hyperparameters.json "run_spec"]
+ENV_SM_HYPERPARAMETERS = "SM_HPS_FILE"  # [/opt/ml/input/config/hyperparameters.json]
+ENV_MODEL_DIR = "SM_MODEL_DIR"  # [/opt/ml/model]
+ENV_CHECKPOINT_DIR = "TRAINPLANE_CHECKPOINT_DIR"  # [/opt/ml/checkpoints]
+ENV_OUTPUT_DATA_DIR = "SM_OUTPUT_DATA_DIR"  # [/opt/ml/output/data]
+ENV_FAILURE_FILE = "TRAINPLANE_FAILURE_FILE"  # [/opt/ml/output/failure]
+ENV_INPUT_CONFIG_DIR = "SM_INPUT_CONFIG_DIR"  # [/opt/ml/input/config] (resourceconfig.json: multi-node host list)
+ENV_CHANNEL_PREFIX = "SM_CHANNEL_"  # SM_CHANNEL_<NAME> -> a local directory with that channel's data
+ENV_JOB_ID = "TRAINPLANE_JOB_ID"
+ENV_ATTEMPT = "TRAINPLANE_ATTEMPT"
+ENV_S3_ENDPOINT = "AWS_ENDPOINT_URL_S3"  # local mode: the emulated S3
+ENV_GRACE_SECONDS = "TRAINPLANE_STOP_GRACE_SECONDS"
+
+DEFAULT_STOP_GRACE_SECONDS = 120  # SageMaker's SIGTERM-to-SIGKILL grace on StopTrainingJob
+
+# Lines on stdout that start with this prefix carry one JSON TrainerEvent; everything else is a log.
+EVENT_PREFIX = "TRAINPLANE_EVENT "
+
+
+class ExitCode(IntEnum):
+    COMPLETED = 0
+    USER_ERROR = 1
+    DATA_ERROR = 65  # EX_DATAERR
+    INTERNAL_ERROR = 70  # EX_SOFTWARE
+    OUT_OF_MEMORY = 71
+    STOPPED_WITH_CHECKPOINT = 75  # EX_TEMPFAIL: a graceful stop (SIGTERM) saved a checkpoint
+
+
+class FailureReason(StrEnum):
+    """First word of /opt/ml/output/failure, then ': ' and the message."""
+
+    USER_ERROR = "UserError"
+    DATA_ERROR = "DataError"
+    OUT_OF_MEMORY = "OutOfMemory"
+    PREEMPTED = "Preempted"
+    INTERNAL = "InternalError"
+
+
+class TrainerPhase(StrEnum):
+    PREPARING = "PREPARING"
+    TRAINING = "TRAINING"
+    CHECKPOINTING = "CHECKPOINTING"
+    EVALUATING = "EVALUATING"
+    EXPORTING = "EXPORTING"
+
+
+class TrainerEventKind(StrEnum):
+    PHASE = "phase"  # data: {"phase": TrainerPhase}
+    PROGRESS = "progress"  # data: {"step", "total_steps", "epoch", "percent", "eta_seconds", "loss", "tokens_per_second"}
+    CHECKPOINT = "checkpoint"  # data: CheckpointManifest fields + {"uri"}
+    METRICS = "metrics"  # data: a MetricsPoint
+    FAILURE = "failure"  # data: {"reason": FailureReason, "message"}
+    DONE = "done"  # data: {"exit_code", "stopped": bool}
+
+
+class TrainerEvent(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: TrainerEventKind
+    time: float
+    data: dict[str, Any] = Field(default_factory=dict)
+
+    def to_line(self) -> str:
+        return EVENT_PREFIX + self.model_dump_json()
+
+    @classmethod
+    def from_line(cls, line: str) -> TrainerEvent | None:
+        if not line.startswith(EVENT_PREFIX):
+            return None
+        return cls.model_validate_json(line[len(EVENT_PREFIX) :])
+
+
+class RunSpec(BaseModel):
+    """config/run.json: everything one attempt of a job needs, written by PREPARING."""
+
+    model_config = ConfigDict(extra="forbid")
+    job_id: str
+    attempt: int = Field(ge=1)
+    training_config: TrainingConfig
+    data_config: DataConfig
+    output_config: OutputConfig
+    resource_config: ResourceConfig
+    checkpoint_uri: str = Field(description="s3://bucket/jobs/<id>/checkpoints or a local directory")
+    resume_from: str | None = Field(default=None, description="URI of the checkpoint directory to resume from")
+    metrics_uri: str | None = None
+    output_uri: str | None = None
+    max_runtime_seconds: int | None = None
