@@ -99,3 +99,20 @@ class ArtifactStore(Protocol):
     def put_json(self, key: str, document: Mapping[str, Any]) -> str: ...
 
     def read_lines(self, key: str) -> Iterator[str]: ...
+
+
+class Workflow(Protocol):
+    """The lifecycle engine as the API service sees it (Step Functions in AWS and in local mode).
+
+    The service makes every status decision with a conditional write first; these calls then make
+    the engine act on the decision that won.
+    """
+
+    def start(self, job: Job) -> str:
+        """Start the job's lifecycle execution (named after the job and attempt); returns its ARN."""
+
+    def stop_run(self, job: Job, *, graceful: bool, reason: str) -> None:
+        """Stop the job's running attempt: graceful = SIGTERM with checkpoint (pause, preempt), else cancel."""
+
+    def answer_wait(self, job: Job, decision: str, detail: Mapping[str, Any] | None = None) -> None:
+        """Answer the task token the job's execution waits on (capacity or resume): 'resume', 'cancel', 'go'."""
