@@ -1,0 +1,192 @@
+"""Retraining policies: start a job from a template when data lands, on a schedule, or on any event.
+
+A policy is validated whole when it is created (its template is a full SubmitJobRequest, its mapping
+targets must name real fields, its cron must parse), so it never fails for a reason known in advance
+when it fires.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from schemas.configs import Strict
+from schemas.job import JobName, SubmitJobRequest
+from schemas.schedule_expr import parse_schedule_expression
+
+POLICY_LABEL = "retraining_policy"
+EVENT_LABEL = "trigger_event_id"
+
+
+class S3Trigger(Strict):
+    """New objects under a prefix (EventBridge 'Object Created' from S3)."""
+
+    type: Literal["s3"] = "s3"
+    bucket: str | None = Field(default=None, description="Defaults to the control plane's artifacts bucket.")
+    prefix: str = Field(default="", max_length=1024)
+    suffix: str | None = Field(default=None, max_length=256)
+
+
+class ScheduleTrigger(Strict):
+    type: Literal["schedule"] = "schedule"
+    expression: str = Field(description="EventBridge Scheduler syntax: cron(min hour dom month dow year) or rate(N unit).")
+    timezone: str = "UTC"
+
+    @field_validator("expression")
+    @classmethod
+    def _parses(cls, value: str) -> str:
+        parse_schedule_expression(value)  # raises ValueError with what is wrong
+        return value
+
+
+class EventPatternTrigger(Strict):
+    """Any EventBridge event pattern, e.g. a model-monitor drift alarm's state change."""
+
+    type: Literal["event"] = "event"
+    pattern: dict[str, Any]
+
+    @field_validator("pattern")
+    @classmethod
+    def _valid_pattern(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from schemas.event_pattern import validate_pattern
+
+        validate_pattern(value)
+        return value
+
+
+Trigger = Annotated[S3Trigger | ScheduleTrigger | EventPatternTrigger, Field(discriminator="type")]
+
+
+class ConcurrencyPolicy(StrEnum):
+    SKIP = "skip"  # do not start while one of the policy's jobs is still running
+    QUEUE = "queue"  # start anyway: the new job waits in its queue
+    CANCEL_RUNNING = "cancel_running"  # cancel the running job(s), then start the new one
+
+
+# A mapping target is a dotted path into SubmitJobRequest; list items by [index]; maps (labels,
+# hyperparameters, environment) take any key.
+_TARGET = re.compile(r"^[a-z_]+(\.[A-Za-z0-9_\-/]+|\[\d+\])*$")
+_FREE_KEY_MAPS = ("labels", "training_config.hyperparameters", "training_config.environment")
+
+
+class InputMapping(Strict):
+    source: str = Field(
+        description="Dotted path into the event, e.g. 'detail.object.key'; or use `template` with {dotted.paths}.",
+        default="",
+    )
+    template: str | None = Field(default=None, description="e.g. 's3://{detail.bucket.name}/{detail.object.key}'")
+    target: str = Field(description="Dotted path into the job, e.g. 'data_config.sources[0].path' or 'labels.dataset'.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InputMapping:
+        if bool(self.source) == bool(self.template):
+            raise ValueError("give exactly one of source or template")
+        if not _TARGET.match(self.target):
+            raise ValueError(f"target {self.target!r} is not a dotted path like data_config.sources[0].path")
+        return self
+
+    def source_paths(self) -> list[str]:
+        if self.template is None:
+            return [self.source]
+        return re.findall(r"{([^{}]+)}", self.template)
+
+
+class RetrainingPolicyRequest(Strict):
+    name: JobName
+    description: str | None = Field(default=None, max_length=4096)
+    trigger: Trigger
+    job_template: SubmitJobRequest
+    input_mapping: list[InputMapping] = Field(default_factory=list, max_length=32)
+    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.SKIP
+    min_interval_seconds: int = Field(default=0, ge=0, le=30 * 24 * 3600)
+    daily_cap: int | None = Field(default=None, ge=1, le=10_000)
+    enabled: bool = True
+
+    @model_validator(mode="after")
+    def _mapping_targets_exist(self) -> RetrainingPolicyRequest:
+        template = self.job_template.model_dump(mode="python")
+        for i, mapping in enumerate(self.input_mapping):
+            problem = target_problem(template, mapping.target)
+            if problem:
+                raise ValueError(f"input_mapping[{i}].target {mapping.target!r}: {problem}")
+        return self
+
+
+class RetrainingPolicyPatch(Strict):
+    description: str | None = Field(default=None, max_length=4096)
+    trigger: Trigger | None = None
+    job_template: SubmitJobRequest | None = None
+    input_mapping: list[InputMapping] | None = None
+    concurrency_policy: ConcurrencyPolicy | None = None
+    min_interval_seconds: int | None = Field(default=None, ge=0, le=30 * 24 * 3600)
+    daily_cap: int | None = Field(default=None, ge=1, le=10_000)
+    enabled: bool | None = None
+
+
+class RetrainingPolicy(RetrainingPolicyRequest):
+    model_config = ConfigDict(extra="ignore")
+    policy_id: str
+    owner: str
+    created_at: datetime
+    updated_at: datetime
+    version: int = 1
+    last_fired_at: datetime | None = None
+    last_event_id: str | None = None
+    last_job_id: str | None = None
+    fired_today: int = 0
+    fired_day: str | None = None
+
+
+class PolicyList(BaseModel):
+    policies: list[RetrainingPolicy]
+    next_token: str | None = None
+
+
+class FireResult(BaseModel):
+    """What a dispatch did for one policy: started a job, or why not."""
+
+    policy_id: str
+    outcome: Literal["started", "duplicate", "coalesced", "capped", "skipped_running", "disabled", "invalid"]
+    job_id: str | None = None
+    detail: str = ""
+
+
+def _split_target(target: str) -> list[str | int]:
+    parts: list[str | int] = []
+    for piece in re.findall(r"[^.\[\]]+|\[\d+\]", target):
+        parts.append(int(piece[1:-1]) if piece.startswith("[") else piece)
+    return parts
+
+
+def target_problem(document: dict[str, Any], target: str) -> str | None:
+    """Why `target` does not name a settable field of `document` (None when it does)."""
+    for free in _FREE_KEY_MAPS:
+        if target.startswith(free + "."):
+            return None
+    node: Any = document
+    for part in _split_target(target):
+        if isinstance(part, int):
+            if not isinstance(node, list) or part >= len(node):
+                return f"index [{part}] does not exist in the job template"
+            node = node[part]
+        else:
+            if not isinstance(node, dict) or part not in node:
+                return f"no field {part!r} there in a SubmitJobRequest"
+            node = node[part]
+    if isinstance(node, dict | list):
+        return "points at a whole object, not a field"
+    return None
+
+
+def set_target(document: dict[str, Any], target: str, value: Any) -> None:
+    """Set `target` in a SubmitJobRequest-shaped dict (validated again as a whole afterwards)."""
+    parts = _split_target(target)
+    node: Any = document
+    for part in parts[:-1]:
+        node = node[part] if isinstance(part, int) else node.setdefault(part, {})
+    last = parts[-1]
+    node[last] = value
