@@ -101,3 +101,29 @@ class RunSpec(BaseModel):
     metrics_uri: str | None = None
     output_uri: str | None = None
     max_runtime_seconds: int | None = None
+
+
+# --- Metric lines on stdout (SageMaker MetricDefinitions) ------------------------------------------
+# The trainer prints `metric_line(...)` and the SageMaker launcher declares METRIC_DEFINITIONS: both
+# come from this one table so the regexes can never drift from what is printed.
+_NUMBER = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
+METRIC_LINE_PREFIX = "trainplane_metrics"
+METRIC_LINE_KEYS: dict[str, str] = {
+    # key printed as `key=value` -> SageMaker metric name
+    "train_loss": "train:loss",
+    "eval_loss": "validation:loss",
+    "learning_rate": "train:learning_rate",
+    "grad_norm": "train:grad_norm",
+    "tokens_per_second": "train:tokens_per_second",
+    "epoch": "train:epoch",
+}
+METRIC_DEFINITIONS: list[dict[str, str]] = [{"Name": name, "Regex": rf" {key}={_NUMBER}"} for key, name in METRIC_LINE_KEYS.items()]
+
+
+def metric_line(step: int, values: dict[str, float | None]) -> str:
+    """`trainplane_metrics step=10 train_loss=1.2345 ...`: only keys of METRIC_LINE_KEYS, each after a space."""
+    unknown = set(values) - set(METRIC_LINE_KEYS)
+    if unknown:
+        raise ValueError(f"not a declared metric: {sorted(unknown)}")
+    parts = [f"{key}={value:.6g}" for key, value in values.items() if value is not None]
+    return f"{METRIC_LINE_PREFIX} step={step} " + " ".join(parts)
