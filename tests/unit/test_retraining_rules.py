@@ -155,7 +155,7 @@ def test_mapping_that_points_at_no_field_is_refused(mapping: dict, message: str)
 
 
 def test_invalid_template_and_bad_cron_are_refused_at_creation() -> None:
-    with pytest.raises(ValidationError, match="job_template.training_config.training_type"):
+    with pytest.raises(ValidationError, match=r"job_template\.training_config\.training_type"):
         RetrainingPolicyRequest.model_validate(_policy(job_template={**TEMPLATE, "training_config": {"training_type": "NOPE"}}))
     with pytest.raises(ValidationError, match="hours: 99"):
         RetrainingPolicyRequest.model_validate(_policy(trigger={"type": "schedule", "expression": "cron(0 99 ? * * *)"}))
