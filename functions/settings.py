@@ -30,6 +30,21 @@ class Settings(BaseModel):
     idempotency_ttl_seconds: int = Field(default=3600, ge=60)
     trainer_image_uri: str | None = None
     sagemaker_role_arn: str | None = None
+    # Cloud compute (SageMaker and EC2 launchers). The stack sets these; local mode fills them with
+    # emulated values. Subnets/security groups apply to both engines; empty means no VPC config.
+    vpc_subnet_ids: tuple[str, ...] = ()
+    vpc_security_group_ids: tuple[str, ...] = ()
+    kms_key_id: str | None = None  # output, checkpoint and volume encryption
+    default_max_runtime_seconds: int = Field(default=86_400, ge=60, le=28 * 24 * 3600)
+    # Managed spot waits this long beyond the runtime limit for capacity before giving up (PREEMPTED).
+    spot_extra_wait_seconds: int = Field(default=4 * 3600, ge=0, le=28 * 24 * 3600)
+    sagemaker_keep_alive_seconds: int | None = Field(default=None, ge=0, le=3600)  # warm pool; None = off
+    ec2_launch_template_id: str | None = None
+    ec2_launch_template_name: str | None = None
+    ec2_launch_template_version: str = "$Latest"
+    ec2_instance_profile_arn: str | None = None
+    ec2_root_device_name: str = "/dev/sda1"  # Deep Learning AMI (Ubuntu); only used to size the root volume
+    trainer_log_group: str = "/trainplane/trainer"  # EC2 trainer containers log here (awslogs driver)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
