@@ -64,7 +64,12 @@ class RunDescription:
     error_type: ErrorType | None = None
     message: str | None = None
     secondary_status: str | None = None
-    billable_seconds: float | None = None
+    billable_seconds: float | None = None  # per instance, as AWS bills it (SageMaker: BillableTimeInSeconds)
+    # For the cost record (functions/service/costs.py): what ran, how many, for how long, on spot or not.
+    run_seconds: float | None = None  # wall-clock seconds the instances were held (SageMaker: TrainingTimeInSeconds)
+    instance_type: str | None = None
+    instance_count: int = 1
+    spot: bool = False
 
 
 class Launcher(Protocol):
