@@ -1,0 +1,585 @@
+"""The `trainplane` command line: local mode (`up`) and every job operation, over the SDK.
+
+Errors print the API's message and each field error and exit 1; usage errors exit 2. `--wait` and
+`jobs watch` exit 1 when the job ends FAILED, CANCELLED or PREEMPTED, so scripts can chain on them.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import typer
+import yaml
+from pydantic import BaseModel
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from schemas.api import MetricsPoint
+from schemas.job import Job
+from schemas.status import JobStatus
+from trainplane.client import Client
+from trainplane.endpoint import resolve, state_dir_of
+from trainplane.errors import TrainplaneError, WaitTimeout
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="trainplane: a control plane for ML training jobs.")
+jobs_app = typer.Typer(no_args_is_help=True, help="Submit, inspect and control training jobs.")
+app.add_typer(jobs_app, name="jobs")
+
+out = Console(highlight=False, soft_wrap=False)
+err = Console(stderr=True, highlight=False)
+
+UNSUCCESSFUL = frozenset({JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.PREEMPTED})
+STATUS_STYLE = {
+    JobStatus.COMPLETED: "green",
+    JobStatus.FAILED: "red",
+    JobStatus.CANCELLED: "yellow",
+    JobStatus.PREEMPTED: "yellow",
+    JobStatus.PAUSED: "cyan",
+}
+
+
+class Output(StrEnum):
+    TABLE = "table"
+    JSON = "json"
+
+
+@dataclass
+class Options:
+    endpoint: str | None = None
+    state_dir: Path | None = None
+    principal: str | None = None
+    region: str | None = None
+    output: Output = Output.TABLE
+    _client: Client | None = field(default=None, repr=False)
+
+    def client(self) -> Client:
+        # Built on first use, so `trainplane up` and `--help` never need an endpoint.
+        if self._client is None:
+            self._client = Client(self.endpoint, region=self.region, state_dir=self.state_dir, principal=self.principal)
+        return self._client
+
+    @property
+    def json(self) -> bool:
+        return self.output == Output.JSON
+
+
+def _opts(ctx: typer.Context) -> Options:
+    if not isinstance(ctx.obj, Options):
+        ctx.obj = Options()
+    return ctx.obj
+
+
+def handles_api_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn SDK errors into the API's message + field errors on stderr and exit status 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except TrainplaneError as exc:
+            status = f" {exc.status}" if exc.status is not None else ""
+            err.print(f"[red]error{status}:[/red] {escape(exc.message)}")
+            for fe in exc.errors:
+                err.print(f"  - {fe.field or '(request)'}: {fe.message}", markup=False)
+            raise typer.Exit(1) from exc
+
+    return wrapper
+
+
+@app.callback()
+def _global_options(
+    ctx: typer.Context,
+    endpoint: Annotated[str | None, typer.Option(help="API URL (default: $TRAINPLANE_ENDPOINT, then local mode's endpoint.json).")] = None,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="Local mode's state directory (default: $TRAINPLANE_STATE_DIR or ./.state).")
+    ] = None,
+    principal: Annotated[str | None, typer.Option(help="Sign as this principal of local mode's endpoint.json (e.g. alice).")] = None,
+    region: Annotated[str | None, typer.Option(help="Region for SigV4 (default: endpoint.json, the URL, or the AWS config).")] = None,
+    output: Annotated[Output, typer.Option("--output", "-o", help="table for people, json for scripts.")] = Output.TABLE,
+) -> None:
+    ctx.obj = Options(endpoint=endpoint, state_dir=state_dir, principal=principal, region=region, output=output)
+
+
+# --- local mode ----------------------------------------------------------------------------------
+
+
+class Compute(StrEnum):
+    LOCAL = "local"
+    SAGEMAKER = "sagemaker"
+    EC2 = "ec2"
+
+
+@app.command()
+def up(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port (see endpoint.json).")] = 8080,
+    state_dir: Annotated[Path | None, typer.Option(help="Where jobs, history and bucket objects persist.")] = None,
+    compute: Annotated[Compute, typer.Option(help="Where training runs.")] = Compute.LOCAL,
+) -> None:
+    """Serve the whole control plane on this machine (emulated AWS, no account needed) until Ctrl-C."""
+    directory = state_dir or state_dir_of(_opts(ctx).state_dir)
+    try:
+        from trainplane.local.up import run_up  # the heavy local-mode stack loads only for this command
+    except ImportError as exc:
+        err.print(f"[red]error[/red] local mode is not available: {exc} (install with: pip install 'trainplane[local]')")
+        raise typer.Exit(1) from exc
+    run_up(host, port, directory, compute.value)
+
+
+@app.command()
+@handles_api_errors
+def endpoint(ctx: typer.Context) -> None:
+    """Show which endpoint, region and credentials the other commands would use."""
+    o = _opts(ctx)
+    r = resolve(o.endpoint, region=o.region, state_dir=o.state_dir, principal=o.principal)
+    info = {
+        "url": r.url,
+        "url_source": r.url_source,
+        "region": r.region,
+        "access_key_id": r.credentials.access_key,
+        "credentials_source": r.credentials_source,
+    }
+    if r.local is not None:
+        info["aws_endpoint_url"] = r.local.aws_endpoint_url or ""
+        info["bucket"] = r.local.bucket or ""
+    _print_mapping(o, info)
+
+
+@app.command()
+@handles_api_errors
+def summary(ctx: typer.Context) -> None:
+    """Job counts: the dashboard's cards."""
+    o = _opts(ctx)
+    s = o.client().summary()
+    if o.json:
+        _print_json(s)
+        return
+    table = Table("total", "running", "queued", "completed", "failed", "paused")
+    table.add_row(*(str(v) for v in (s.total, s.running, s.queued, s.completed, s.failed, s.paused)))
+    out.print(table)
+    counts = Table("status", "jobs")
+    for status, n in sorted(s.counts.items()):
+        if n:
+            counts.add_row(_status_text(status), str(n))
+    if counts.row_count:
+        out.print(counts)
+
+
+# --- jobs ----------------------------------------------------------------------------------------
+
+
+@jobs_app.command("submit")
+@handles_api_errors
+def submit(
+    ctx: typer.Context,
+    file: Annotated[str, typer.Argument(help="A SubmitJobRequest as JSON or YAML ('-' reads stdin).")],
+    wait: Annotated[bool, typer.Option("--wait", help="Watch the job until it completes, fails or pauses.")] = False,
+    idempotency_key: Annotated[str | None, typer.Option(help="A repeat with the same key returns the same job.")] = None,
+    timeout: Annotated[float | None, typer.Option(help="With --wait: give up after this many seconds.")] = None,
+) -> None:
+    """Submit a job."""
+    o = _opts(ctx)
+    job = o.client().submit(load_document(file), idempotency_key=idempotency_key)
+    if not wait:
+        _print_job_line(o, job, "submitted")
+        return
+    if not o.json:
+        out.print(f"submitted {job.job_id} ({escape(job.name)})")
+    _watch(o, job.job_id, timeout)
+
+
+@jobs_app.command("list")
+@handles_api_errors
+def list_jobs(
+    ctx: typer.Context,
+    status: Annotated[JobStatus | None, typer.Option(case_sensitive=False, help="Only jobs in this status.")] = None,
+    queue: Annotated[str | None, typer.Option(help="Only jobs of this queue.")] = None,
+    label: Annotated[list[str] | None, typer.Option(help="KEY=VALUE; repeat to AND several.")] = None,
+    name: Annotated[str | None, typer.Option(help="Name contains this text.")] = None,
+    limit: Annotated[int, typer.Option(min=1, help="At most this many jobs (newest first).")] = 50,
+) -> None:
+    """List jobs, newest first."""
+    o = _opts(ctx)
+    labels = parse_pairs(label or [], "--label")
+    jobs: list[Job] = []
+    for job in o.client().list(status=status, queue=queue, labels=labels, name=name, page_size=min(limit, 100)):
+        jobs.append(job)
+        if len(jobs) >= limit:
+            break
+    if o.json:
+        _print_raw({"jobs": [j.model_dump(mode="json") for j in jobs]})
+        return
+    table = Table("JOB ID", "NAME", "STATUS", "TYPE", "QUEUE", "PRIO", "PROGRESS", "CREATED")
+    table.columns[0].no_wrap = True
+    for j in jobs:
+        table.add_row(
+            j.job_id,
+            escape(j.name),
+            _status_text(j.status),
+            j.training_config.training_type.value,
+            j.queue,
+            str(j.priority),
+            f"{j.progress.percent:.0f}%",
+            _when(j.created_at),
+        )
+    out.print(table)
+    if not jobs:
+        err.print("no jobs match")
+
+
+@jobs_app.command("get")
+@handles_api_errors
+def get(
+    ctx: typer.Context,
+    job_id: str,
+    as_json: Annotated[bool, typer.Option("--json", help="The whole job record as JSON.")] = False,
+) -> None:
+    """Show one job."""
+    o = _opts(ctx)
+    job = o.client().get(job_id)
+    if as_json or o.json:
+        _print_json(job)
+        return
+    rows: dict[str, str] = {
+        "job_id": job.job_id,
+        "name": job.name,
+        "status": job.status.value,
+        "owner": job.owner,
+        "training_type": job.training_config.training_type.value,
+        "base_model": job.training_config.base_model.model_id,
+        "queue / priority": f"{job.queue} / {job.priority}",
+        "resources": _resources(job),
+        "progress": _progress_text(job),
+        "created / updated": f"{_when(job.created_at)} / {_when(job.updated_at)}",
+    }
+    if job.labels:
+        rows["labels"] = ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items()))
+    if job.parent_job_id:
+        rows["parent_job_id"] = job.parent_job_id
+    if job.error_type or job.error_message:
+        rows["error"] = f"{job.error_type or ''} {job.error_message or ''}".strip()
+    if job.latest_checkpoint_id:
+        rows["latest / best checkpoint"] = f"{job.latest_checkpoint_id} / {job.best_checkpoint_id or '-'}"
+    _print_mapping(o, rows)
+    if job.checkpoints:
+        table = Table("CHECKPOINT", "STEP", "METRICS", "URI")
+        for c in job.checkpoints:
+            table.add_row(c.checkpoint_id, str(c.step), _metrics_text(c.metrics), escape(c.uri))
+        out.print(table)
+
+
+@jobs_app.command("cancel")
+@handles_api_errors
+def cancel(ctx: typer.Context, job_id: str, reason: Annotated[str, typer.Option(help="Recorded in the job's history.")] = "") -> None:
+    """Stop the job and release its GPUs (from any non-final status)."""
+    o = _opts(ctx)
+    _print_job_line(o, o.client().cancel(job_id, reason=reason), "cancel requested")
+
+
+@jobs_app.command("pause")
+@handles_api_errors
+def pause(
+    ctx: typer.Context,
+    job_id: str,
+    save_checkpoint: Annotated[bool, typer.Option("--save-checkpoint/--no-save-checkpoint", help="Checkpoint before stopping.")] = True,
+) -> None:
+    """Checkpoint, release the GPUs and hold the job in PAUSED."""
+    o = _opts(ctx)
+    _print_job_line(o, o.client().pause(job_id, save_checkpoint=save_checkpoint), "pause requested")
+
+
+@jobs_app.command("resume")
+@handles_api_errors
+def resume(
+    ctx: typer.Context,
+    job_id: str,
+    checkpoint: Annotated[str, typer.Option(help="Checkpoint id to resume from (default: the latest).")] = "",
+) -> None:
+    """Queue a paused job again, from its latest or a named checkpoint."""
+    o = _opts(ctx)
+    _print_job_line(o, o.client().resume(job_id, checkpoint_id=checkpoint), "resumed")
+
+
+@jobs_app.command("retry")
+@handles_api_errors
+def retry(
+    ctx: typer.Context,
+    job_id: str,
+    checkpoint: Annotated[str, typer.Option(help="Checkpoint id to start from (default: the latest).")] = "",
+    resources: Annotated[str | None, typer.Option(help="A ResourceConfig as JSON or YAML for the child job.")] = None,
+    gpu_count: Annotated[int | None, typer.Option(min=0, help="Override the parent's gpu_count.")] = None,
+    gpu_type: Annotated[str | None, typer.Option(help="Override the parent's gpu_type.")] = None,
+    node_count: Annotated[int | None, typer.Option(min=1, help="Override the parent's node_count.")] = None,
+) -> None:
+    """Start a child job from a checkpoint of this one, on the same or new resources."""
+    o = _opts(ctx)
+    client = o.client()
+    new_resources: dict[str, Any] | None = load_document(resources) if resources else None
+    overrides = {k: v for k, v in {"gpu_count": gpu_count, "gpu_type": gpu_type, "node_count": node_count}.items() if v is not None}
+    if overrides:
+        base = new_resources if new_resources is not None else client.get(job_id).resource_config.model_dump(mode="json")
+        new_resources = {**base, **overrides}
+    child = client.retry(job_id, checkpoint_id=checkpoint, new_resource_config=new_resources)
+    _print_job_line(o, child, f"retry of {job_id} submitted as")
+
+
+@jobs_app.command("patch")
+@handles_api_errors
+def patch(
+    ctx: typer.Context,
+    job_id: str,
+    name: Annotated[str | None, typer.Option(help="New name.")] = None,
+    description: Annotated[str | None, typer.Option(help="New description.")] = None,
+    priority: Annotated[int | None, typer.Option(min=0, max=10, help="New priority, 0-10.")] = None,
+    hp: Annotated[list[str] | None, typer.Option("--hp", help="KEY=VALUE hyperparameter, merged; repeatable.")] = None,
+    resources: Annotated[str | None, typer.Option(help="A ResourceConfig as JSON or YAML.")] = None,
+) -> None:
+    """Edit a PENDING, QUEUED or FAILED job."""
+    o = _opts(ctx)
+    changes: dict[str, Any] = {"name": name, "description": description, "priority": priority}
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if hp:
+        changes["hyperparameters"] = parse_pairs(hp, "--hp")
+    if resources:
+        changes["resource_config"] = load_document(resources)
+    if not changes:
+        raise typer.BadParameter("give at least one of --name, --description, --priority, --hp, --resources")
+    _print_job_line(o, o.client().patch(job_id, changes), "updated")
+
+
+@jobs_app.command("delete")
+@handles_api_errors
+def delete(ctx: typer.Context, job_id: str) -> None:
+    """Delete a finished job, its history and its stored artifacts."""
+    o = _opts(ctx)
+    o.client().delete(job_id)
+    if o.json:
+        _print_raw({"job_id": job_id, "deleted": True})
+    else:
+        out.print(f"deleted {job_id}")
+
+
+@jobs_app.command("watch")
+@handles_api_errors
+def watch(
+    ctx: typer.Context,
+    job_id: str,
+    timeout: Annotated[float | None, typer.Option(help="Give up after this many seconds.")] = None,
+    poll: Annotated[float, typer.Option(min=0.1, help="Seconds between polls.")] = 2.0,
+) -> None:
+    """Live status and progress until the job completes, fails or pauses."""
+    _watch(_opts(ctx), job_id, timeout, poll)
+
+
+@jobs_app.command("events")
+@handles_api_errors
+def events(ctx: typer.Context, job_id: str) -> None:
+    """The job's status history."""
+    o = _opts(ctx)
+    history = o.client().events(job_id)
+    if o.json:
+        _print_raw({"events": [e.model_dump(mode="json", by_alias=True) for e in history]})
+        return
+    table = Table("AT", "FROM", "TO", "ACTOR", "REASON")
+    for e in history:
+        table.add_row(_when(e.at), e.from_status.value if e.from_status else "-", _status_text(e.to_status), e.actor, escape(e.reason))
+    out.print(table)
+
+
+@jobs_app.command("metrics")
+@handles_api_errors
+def metrics(
+    ctx: typer.Context,
+    job_id: str,
+    tail: Annotated[int, typer.Option(min=0, help="Table: show the last N points (0: all).")] = 20,
+) -> None:
+    """Training metrics (loss, learning rate, throughput...) by step."""
+    o = _opts(ctx)
+    points = o.client().metrics(job_id)
+    if o.json:
+        _print_raw({"points": [p.model_dump(mode="json", exclude_none=True) for p in points]})
+        return
+    shown = points[-tail:] if tail else points
+    names = _metric_columns(shown)
+    table = Table("STEP", *(n.upper() for n in names))
+    for p in shown:
+        values = p.model_dump(exclude_none=True)
+        table.add_row(str(p.step), *(_fmt(values.get(n)) for n in names))
+    out.print(table)
+    losses = [p.loss for p in points if p.loss is not None]
+    if losses:
+        out.print(f"{len(points)} points; loss {losses[0]:.4f} -> {losses[-1]:.4f} (min {min(losses):.4f})")
+
+
+@jobs_app.command("logs")
+@handles_api_errors
+def logs(
+    ctx: typer.Context,
+    job_id: str,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new lines until the job stops.")] = False,
+    since: Annotated[float | None, typer.Option(help="Only lines after this time (epoch seconds).")] = None,
+) -> None:
+    """The trainer's log lines."""
+    o = _opts(ctx)
+    for line in o.client().logs(job_id, since=since, follow=follow):
+        if o.json:
+            typer.echo(line.model_dump_json())
+        else:
+            typer.echo(f"{datetime.fromtimestamp(line.timestamp).isoformat(timespec='seconds')} [{line.attempt}] {line.message}")
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def load_document(path: str) -> dict[str, Any]:
+    """A JSON or YAML mapping from a file (or stdin for '-'); a clear usage error otherwise."""
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc.strerror or exc}") from exc
+    try:
+        # YAML is a superset of JSON, so one parser covers .yaml, .yml and stdin.
+        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise typer.BadParameter(f"{path} is not valid {'JSON' if path.endswith('.json') else 'YAML/JSON'}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise typer.BadParameter(f"{path} must hold a mapping (an object), not {type(data).__name__}")
+    return data
+
+
+def parse_pairs(items: Iterable[str], option: str) -> dict[str, str]:
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{option} expects KEY=VALUE, got {item!r}")
+        pairs[key] = value
+    return pairs
+
+
+def _watch(o: Options, job_id: str, timeout: float | None, poll: float = 2.0) -> None:
+    client = o.client()
+    if o.json:
+        job = client.wait(job_id, timeout=timeout, poll=poll)
+    else:
+        columns = (
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.percentage:>5.1f}%"),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+        )
+        with Progress(*columns, console=out) as bar:
+            task = bar.add_task(job_id, total=100.0, detail="")
+
+            def show(job: Job) -> None:
+                bar.update(
+                    task,
+                    completed=job.progress.percent,
+                    description=f"{escape(job.name)} [bold]{job.status.value}[/bold]",
+                    detail=_progress_text(job),
+                )
+
+            try:
+                job = client.wait(job_id, timeout=timeout, poll=poll, on_update=show)
+            except WaitTimeout as exc:
+                bar.stop()
+                err.print(f"[yellow]{exc.message}[/yellow]")
+                raise typer.Exit(1) from exc
+    if o.json:
+        _print_json(job)
+    else:
+        out.print(f"{job.job_id} {_status_text(job.status)}" + (f": {escape(job.error_message)}" if job.error_message else ""))
+    if job.status in UNSUCCESSFUL:
+        raise typer.Exit(1)
+
+
+def _print_job_line(o: Options, job: Job, verb: str) -> None:
+    if o.json:
+        _print_json(job)
+    else:
+        out.print(f"{verb} {job.job_id} ({escape(job.name)}): {_status_text(job.status)}")
+
+
+def _print_mapping(o: Options, rows: dict[str, str]) -> None:
+    if o.json:
+        _print_raw(rows)
+        return
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for key, value in rows.items():
+        table.add_row(key, escape(value))
+    out.print(table)
+
+
+def _print_json(model: BaseModel) -> None:
+    typer.echo(model.model_dump_json(indent=2))
+
+
+def _print_raw(data: Any) -> None:
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def _status_text(status: JobStatus) -> str:
+    style = STATUS_STYLE.get(status)
+    return f"[{style}]{status.value}[/{style}]" if style else status.value
+
+
+def _progress_text(job: Job) -> str:
+    p = job.progress
+    parts = [f"step {p.step}/{p.total_steps}" if p.total_steps else f"step {p.step}"]
+    if p.loss is not None:
+        parts.append(f"loss {p.loss:.4f}")
+    if p.eta_seconds:
+        parts.append(f"eta {p.eta_seconds:.0f}s")
+    return f"{p.percent:.0f}% " + ", ".join(parts)
+
+
+def _resources(job: Job) -> str:
+    r = job.resource_config
+    gpus = "cpu only" if r.gpu_count == 0 else f"{r.gpu_count}x {r.gpu_type or 'GPU'}"
+    return gpus + (f" x {r.node_count} nodes" if r.node_count > 1 else "")
+
+
+def _metrics_text(values: dict[str, float]) -> str:
+    return ", ".join(f"{k}={v:.4g}" for k, v in sorted(values.items()))
+
+
+def _metric_columns(points: list[MetricsPoint]) -> list[str]:
+    preferred = ["epoch", "loss", "eval_loss", "learning_rate", "grad_norm", "tokens_per_second"]
+    present = {k for p in points for k in p.model_dump(exclude_none=True) if k not in {"step", "attempt"}}
+    return [n for n in preferred if n in present] + sorted(present - set(preferred))
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _when(value: datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
