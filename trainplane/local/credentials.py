@@ -1,0 +1,77 @@
+"""The local principals: IAM-user-like identities whose keys sign requests to the front door.
+
+They are generated once per state directory and persisted there (0600), so a client configured from
+endpoint.json keeps working across restarts, and a job's owner ARN stays the same principal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import string
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from functions import constants
+
+CREDENTIALS_FILE = "credentials.json"
+DEFAULT_PRINCIPALS = ("admin", "alice")
+ADMIN = "admin"
+
+_UPPER_DIGITS = string.ascii_uppercase + string.digits
+_SECRET_ALPHABET = string.ascii_letters + string.digits + "+/"
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    access_key_id: str
+    secret_access_key: str
+    arn: str
+    # IAM's unique id of the user (AIDA...): API Gateway reports it as identity.user and identity.caller.
+    user_id: str
+
+    def public(self) -> dict[str, str]:
+        """The endpoint.json entry (CONTRACTS.md): name, keys and ARN, nothing else."""
+        return {"name": self.name, "access_key_id": self.access_key_id, "secret_access_key": self.secret_access_key, "arn": self.arn}
+
+
+def new_principal(name: str, account_id: str = constants.LOCAL_ACCOUNT_ID) -> Principal:
+    # Same shapes as IAM's: AKIA + 16, 40-character secret, AIDA + 17.
+    return Principal(
+        name=name,
+        access_key_id="AKIA" + "".join(secrets.choice(_UPPER_DIGITS) for _ in range(16)),
+        secret_access_key="".join(secrets.choice(_SECRET_ALPHABET) for _ in range(40)),
+        arn=f"arn:aws:iam::{account_id}:user/{name}",
+        user_id="AIDA" + "".join(secrets.choice(_UPPER_DIGITS) for _ in range(17)),
+    )
+
+
+def load_or_create(state_dir: Path, names: tuple[str, ...] = DEFAULT_PRINCIPALS) -> list[Principal]:
+    """The principals stored in the state dir, creating (and persisting) any of `names` that is missing."""
+    path = state_dir / CREDENTIALS_FILE
+    principals: list[Principal] = []
+    if path.exists():
+        try:
+            raw = json.loads(path.read_text())
+            principals = [Principal(**entry) for entry in raw["principals"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RuntimeError(f"{path} is not a valid credentials file ({exc}); fix or delete it") from exc
+    known = {p.name for p in principals}
+    missing = [n for n in names if n not in known]
+    if missing:
+        principals += [new_principal(n) for n in missing]
+        _write_private(path, json.dumps({"principals": [asdict(p) for p in principals]}, indent=2))
+    return principals
+
+
+def _write_private(path: Path, text: str) -> None:
+    # Secrets: owner-only from the first byte (no window where the file is world-readable), then rename.
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
