@@ -193,7 +193,10 @@ def submit(
 ) -> None:
     """Submit a job."""
     o = _opts(ctx)
-    job = o.client().submit(load_document(file), idempotency_key=idempotency_key)
+    document = load_document(file)
+    if file != "-":
+        resolve_relative_data_paths(document, Path(file).parent)
+    job = o.client().submit(document, idempotency_key=idempotency_key)
     if not wait:
         _print_job_line(o, job, "submitted")
         return
@@ -459,6 +462,23 @@ def load_document(path: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise typer.BadParameter(f"{path} must hold a mapping (an object), not {type(data).__name__}")
     return data
+
+
+def resolve_relative_data_paths(document: dict[str, Any], base: Path) -> None:
+    """Data paths written relative to the job file are made absolute, as compose files do.
+
+    The trainer runs elsewhere (its own working directory, or another machine), so a relative path
+    means nothing there; only paths that exist next to the job file are rewritten.
+    """
+    data_config = document.get("data_config")
+    sources = data_config.get("sources") if isinstance(data_config, dict) else None
+    for source in sources if isinstance(sources, list) else []:
+        path = source.get("path") if isinstance(source, dict) else None
+        if not isinstance(path, str) or "://" in path or Path(path).is_absolute():
+            continue
+        candidate = (base / path).resolve()
+        if candidate.exists():
+            source["path"] = str(candidate)
 
 
 def parse_pairs(items: Iterable[str], option: str) -> dict[str, str]:
