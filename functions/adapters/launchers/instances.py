@@ -39,6 +39,7 @@ class InstanceSpec:
     gpu_memory_mb: int  # per GPU
     vcpus: int
     ram_mb: int
+    local_storage: bool = False  # local NVMe instance storage (SageMaker then refuses VolumeKmsKeyId)
     sagemaker: bool = True  # offered as ml.<name> for SageMaker training
     ec2: bool = True
 
@@ -50,7 +51,8 @@ class InstanceSpec:
 
 
 def _gpu(name: str, gpu: str, gpus: int, gpu_gib: int, vcpus: int, ram_gib: int, *, sagemaker: bool = True) -> InstanceSpec:
-    return InstanceSpec(name, gpu, gpus, gpu_gib * GIB, vcpus, ram_gib * GIB, sagemaker=sagemaker)
+    # Every GPU family in the table (P5, P4, G6e, G6, G5, G4dn) carries local NVMe storage.
+    return InstanceSpec(name, gpu, gpus, gpu_gib * GIB, vcpus, ram_gib * GIB, local_storage=True, sagemaker=sagemaker)
 
 
 def _cpu(name: str, vcpus: int, ram_gib: int) -> InstanceSpec:
