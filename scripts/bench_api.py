@@ -1,0 +1,288 @@
+"""`make bench`: the figures of issue 2's "Measure" section, printed (never asserted).
+
+(a) Import time of the API handler module against `import boto3`: each imported in a fresh
+    interpreter, timed inside it (interpreter start-up excluded), median of --runs runs, alternating
+    the two so that disk cache and CPU frequency favour neither. Goal: handler <= 1.6x boto3.
+(b) Latency through local mode's front door: starts `trainplane up --port 0` in a subprocess,
+    pre-creates jobs, then --concurrency signed clients (one SDK Client each, one thread each) hammer
+    GET /jobs/{id}, then POST /jobs. Prints p50/p90/p99/max and requests/s. Goal on a 2-core machine:
+    GET p50 <= 15 ms, p99 <= 60 ms.
+
+    python scripts/bench_api.py [--runs 11] [--concurrency 16] [--get-requests 3200] [--post-requests 800]
+                                [--profile-server]   # py-spy/cProfile hints: see docs/BENCHMARKS.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from trainplane import Client  # noqa: E402
+from trainplane.endpoint import ENDPOINT_FILE  # noqa: E402
+
+HANDLER_MODULE = "functions.handlers.api"
+GOAL_IMPORT_RATIO = 1.6
+GOAL_GET_P50_MS = 15.0
+GOAL_GET_P99_MS = 60.0
+
+# A job that is valid everywhere and costs nothing to hold: it waits in a queue nobody drains fast.
+BENCH_JOB: dict[str, Any] = {
+    "name": "bench",
+    "labels": {"purpose": "bench"},
+    "training_config": {
+        "training_type": "LORA",
+        "base_model": {"model_id": "tiny", "source": "config", "tokenizer_id": "byte", "model_kwargs": {"architecture": "llama"}},
+        "hyperparameters": {"max_steps": "1"},
+    },
+    "data_config": {"sources": [{"path": "/nonexistent/bench.jsonl"}]},
+    "resource_config": {"gpu_count": 0},
+    "scheduling_config": {"queue": "bench", "priority": 0},
+}
+
+
+# --- (a) import time -----------------------------------------------------------------------------
+
+
+def import_seconds(module: str, env: dict[str, str]) -> float:
+    code = f"import time; t = time.perf_counter(); import {module}; print(time.perf_counter() - t)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise RuntimeError(f"import {module} failed:\n{out.stderr[-2000:]}")
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def heaviest_imports(module: str, env: dict[str, str], top: int = 8) -> list[tuple[str, float]]:
+    """The packages the module pulls in that cost the most (`python -X importtime`, cumulative ms).
+
+    A package's first (outermost) import carries its whole cost, so the largest cumulative figure
+    seen for each top-level package is what that package costs; the module's own package is left out.
+    """
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", f"import {module}"], cwd=ROOT, env=env, capture_output=True, text=True)
+    baseline = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], cwd=ROOT, env=env, capture_output=True, text=True)
+    startup = {line.split("|")[-1].strip().split(".")[0] for line in baseline.stderr.splitlines() if "|" in line}
+    own = module.split(".")[0]
+    totals: dict[str, float] = {}
+    for line in out.stderr.splitlines():
+        parts = line.removeprefix("import time:").split("|")
+        if len(parts) != 3 or not parts[1].strip().isdigit():
+            continue
+        root = parts[2].strip().split(".")[0]
+        if root != own and root not in startup:
+            totals[root] = max(totals.get(root, 0.0), int(parts[1]) / 1000)
+    return sorted(totals.items(), key=lambda kv: -kv[1])[:top]
+
+
+def bench_imports(runs: int) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "AWS_DEFAULT_REGION": "us-east-1", "PYTHONDONTWRITEBYTECODE": "0"}
+    # Warm the page cache and the .pyc files once, so run 1 is not a cold-disk outlier.
+    import_seconds(HANDLER_MODULE, env)
+    import_seconds("boto3", env)
+    handler, boto = [], []
+    for i in range(runs):
+        pair = [(HANDLER_MODULE, handler), ("boto3", boto)]
+        for module, samples in pair if i % 2 == 0 else reversed(pair):
+            samples.append(import_seconds(module, env))
+    result = {
+        "handler_ms": statistics.median(handler) * 1000,
+        "boto3_ms": statistics.median(boto) * 1000,
+        "runs": runs,
+        "handler_top": heaviest_imports(HANDLER_MODULE, env),
+    }
+    result["ratio"] = result["handler_ms"] / result["boto3_ms"]
+    return result
+
+
+# --- (b) latency through the front door ----------------------------------------------------------
+
+
+@contextmanager
+def local_mode(state_dir: Path, compute: str, timeout: float = 180.0) -> Iterator[subprocess.Popen[bytes]]:
+    log = (state_dir / "bench-up.log").open("w")
+    command = [sys.executable, "-m", "trainplane", "up", "--port", "0", "--state-dir", str(state_dir), "--compute", compute]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + timeout
+        while not (state_dir / ENDPOINT_FILE).exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                tail = (state_dir / "bench-up.log").read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"`trainplane up` did not become ready (exit {process.poll()}):\n{tail}")
+            time.sleep(0.1)
+        yield process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        log.close()
+
+
+@dataclass
+class LoadResult:
+    name: str
+    latencies_ms: list[float] = field(default_factory=list)
+    errors: dict[str, int] = field(default_factory=dict)
+    wall_seconds: float = 0.0
+
+    def percentile(self, q: float) -> float:
+        ordered = sorted(self.latencies_ms)
+        if not ordered:
+            return float("nan")
+        return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
+
+    @property
+    def rps(self) -> float:
+        return len(self.latencies_ms) / self.wall_seconds if self.wall_seconds else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "requests": len(self.latencies_ms),
+            "errors": dict(self.errors),
+            "p50_ms": round(self.percentile(50), 2),
+            "p90_ms": round(self.percentile(90), 2),
+            "p99_ms": round(self.percentile(99), 2),
+            "max_ms": round(max(self.latencies_ms, default=float("nan")), 2),
+            "rps": round(self.rps, 1),
+        }
+
+
+def hammer(name: str, clients: list[Client], total: int, call: Callable[[Client, int], object]) -> LoadResult:
+    """`total` calls spread over one thread per client, all released together."""
+    result = LoadResult(name)
+    lock = threading.Lock()
+    start = threading.Barrier(len(clients) + 1)
+    per_client = [total // len(clients) + (1 if i < total % len(clients) else 0) for i in range(len(clients))]
+
+    def worker(index: int, client: Client) -> None:
+        local: list[float] = []
+        errors: dict[str, int] = {}
+        start.wait()
+        for n in range(per_client[index]):
+            t0 = time.perf_counter()
+            try:
+                call(client, index * 1_000_000 + n)
+            except Exception as exc:  # counted and reported, never hidden in the percentiles
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                continue
+            local.append((time.perf_counter() - t0) * 1000)
+        with lock:
+            result.latencies_ms.extend(local)
+            for k, v in errors.items():
+                result.errors[k] = result.errors.get(k, 0) + v
+
+    threads = [threading.Thread(target=worker, args=(i, c), daemon=True) for i, c in enumerate(clients)]
+    for t in threads:
+        t.start()
+    start.wait()
+    t0 = time.perf_counter()
+    for t in threads:
+        t.join()
+    result.wall_seconds = time.perf_counter() - t0
+    return result
+
+
+def bench_front_door(concurrency: int, get_requests: int, post_requests: int, jobs: int, compute: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="trainplane-bench-") as tmp:
+        state_dir = Path(tmp)
+        started = time.perf_counter()
+        with local_mode(state_dir, compute):
+            startup = time.perf_counter() - started
+            clients = [Client(state_dir=state_dir) for _ in range(concurrency)]
+            ids = [clients[0].submit(BENCH_JOB).job_id for _ in range(jobs)]
+            # Warm every client's connection and the server's code paths before measuring.
+            hammer("warm-up", clients, concurrency * 4, lambda c, n: c.get(ids[n % len(ids)]))
+            get = hammer("GET /jobs/{id}", clients, get_requests, lambda c, n: c.get(ids[n % len(ids)]))
+            post = hammer("POST /jobs", clients, post_requests, lambda c, n: c.submit(BENCH_JOB))
+            for c in clients:
+                c.close()
+        return {"startup_seconds": round(startup, 2), "get": get.summary(), "post": post.summary(), "concurrency": concurrency}
+
+
+# --- output --------------------------------------------------------------------------------------
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=11, help="Import-time runs per module (median).")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--jobs", type=int, default=64, help="Jobs created before the GET phase.")
+    parser.add_argument("--get-requests", type=int, default=3200)
+    parser.add_argument("--post-requests", type=int, default=800)
+    parser.add_argument("--compute", default="local", choices=["local", "sagemaker", "ec2"], help="`trainplane up --compute`.")
+    parser.add_argument("--skip-imports", action="store_true")
+    parser.add_argument("--skip-load", action="store_true")
+    parser.add_argument("--json", action="store_true", help="Print the figures as one JSON document.")
+    args = parser.parse_args(argv)
+
+    figures: dict[str, Any] = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
+    if not args.skip_imports:
+        figures["imports"] = bench_imports(args.runs)
+    if not args.skip_load:
+        figures["front_door"] = bench_front_door(args.concurrency, args.get_requests, args.post_requests, args.jobs, args.compute)
+    if args.json:
+        print(json.dumps(figures, indent=2))
+        return 0
+
+    print(f"trainplane API benchmark, {figures['date']}\nmachine: {figures['machine']}\n")
+    if "imports" in figures:
+        imp = figures["imports"]
+        print(f"(a) import time, median of {imp['runs']} fresh interpreters")
+        print(f"    import {HANDLER_MODULE:<24} {imp['handler_ms']:8.1f} ms")
+        print(f"    import {'boto3':<24} {imp['boto3_ms']:8.1f} ms")
+        print(f"    ratio {imp['ratio']:.2f}x  (goal <= {GOAL_IMPORT_RATIO}x: {verdict(imp['ratio'] <= GOAL_IMPORT_RATIO)})")
+        heaviest = ", ".join(f"{n} {ms:.0f}" for n, ms in imp["handler_top"])
+        print(f"    heaviest packages under the handler (cumulative ms): {heaviest}")
+    if "front_door" in figures:
+        fd = figures["front_door"]
+        print(f"\n(b) local front door, {fd['concurrency']} concurrent signed clients (local mode ready in {fd['startup_seconds']} s)")
+        print(f"    {'route':<16} {'requests':>8} {'errors':>7} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'req/s':>8}")
+        for key, label in (("get", "GET /jobs/{id}"), ("post", "POST /jobs")):
+            s = fd[key]
+            cells = [s["p50_ms"], s["p90_ms"], s["p99_ms"], s["max_ms"], s["rps"]]
+            print(f"    {label:<16} {s['requests']:>8} {sum(s['errors'].values()):>7}" + "".join(f" {c:>8}" for c in cells))
+            if s["errors"]:
+                print(f"      errors: {s['errors']}")
+        g = fd["get"]
+        p50_ok, p99_ok = g["p50_ms"] <= GOAL_GET_P50_MS, g["p99_ms"] <= GOAL_GET_P99_MS
+        print(f"    GET p50 goal <= {GOAL_GET_P50_MS} ms: {verdict(p50_ok)}; p99 goal <= {GOAL_GET_P99_MS} ms: {verdict(p99_ok)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
