@@ -162,6 +162,15 @@ class Job(BaseModel):
     estimated_wait_seconds: float | None = None
     execution_arn: str | None = None
     run_handle: dict[str, str] | None = None
+    # Lifecycle engine bookkeeping (additive): the Step Functions task token the job's execution waits
+    # on now and what for ("capacity" | "run" | "resume"); the capacity pool the job holds a claim in;
+    # when the current run started; and the outcome on_run_finished decided for the current attempt
+    # (the WaitForRun task answers itself with it when the run ended before its token was stored).
+    task_token: str | None = None
+    task_token_kind: str | None = None
+    capacity_pool: str | None = None
+    run_started_at: datetime | None = None
+    run_outcome: str | None = None
 
     @property
     def priority(self) -> int:

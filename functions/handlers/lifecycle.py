@@ -1,0 +1,91 @@
+"""The lifecycle Lambda: one thin entry point for every task of the state machine.
+
+Payload (infra/statemachine/lifecycle.asl.json): {"action", "job_id", "execution", "token"?, "error"?}.
+Returns {"next": ...} for the machine's Choice states. A lost race that keeps losing, or a throttled
+AWS call, is raised as TransientError (the machine retries it with backoff); a job that no longer
+exists ends its execution quietly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from functions.service.errors import ConcurrentModification, JobNotFound
+from functions.service.lifecycle import LifecycleService, TransientError
+
+logger = logging.getLogger(__name__)
+
+_THROTTLING = {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded", "TooManyRequestsException"}
+
+_factory: Callable[[], LifecycleService] | None = None
+_service: LifecycleService | None = None
+_lock = threading.Lock()
+
+
+def use(factory: Callable[[], LifecycleService] | None) -> None:
+    """Wire the service (local mode, tests); None goes back to the composition root's default."""
+    global _factory, _service
+    with _lock:
+        _factory, _service = factory, None
+
+
+def service() -> LifecycleService:
+    global _service
+    if _service is None:
+        with _lock:
+            if _service is None:
+                if _factory is not None:
+                    _service = _factory()
+                else:
+                    from functions import composition  # the composition root wires the real adapters
+
+                    _service = composition.lifecycle_service()  # type: ignore[attr-defined]
+    return _service
+
+
+def _dispatch(svc: LifecycleService, event: Mapping[str, Any]) -> dict[str, Any]:
+    action = event.get("action")
+    job_id = str(event["job_id"])
+    execution = event.get("execution")
+    token = event.get("token")
+    if action == "admit":
+        return svc.admit(job_id, execution)
+    if action == "wait_capacity":
+        return svc.wait_capacity(job_id, execution, str(token))
+    if action == "prepare":
+        return svc.prepare(job_id, execution)
+    if action == "launch":
+        return svc.launch(job_id, execution)
+    if action == "wait_run":
+        return svc.wait_run(job_id, execution, str(token))
+    if action == "wait_resume":
+        return svc.wait_resume(job_id, execution, str(token))
+    if action == "run_timeout":
+        return svc.run_timeout(job_id, execution)
+    if action == "crash":
+        return svc.crash(job_id, execution, event.get("error"))
+    raise ValueError(f"unknown lifecycle action {action!r}")
+
+
+ACTIONS = frozenset({"admit", "wait_capacity", "prepare", "launch", "wait_run", "wait_resume", "run_timeout", "crash"})
+
+
+def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
+    svc = service()
+    try:
+        return _dispatch(svc, event)
+    except JobNotFound:
+        logger.warning("job %s no longer exists; ending its execution", event.get("job_id"))
+        if event.get("token"):
+            svc.tokens.send_success(str(event["token"]), {"next": "ended"})
+        return {"next": "ended"}
+    except ConcurrentModification as exc:
+        raise TransientError(str(exc)) from exc
+    except Exception as exc:
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code") if hasattr(exc, "response") else None
+        if code in _THROTTLING:
+            raise TransientError(f"{code}: {exc}") from exc
+        raise

@@ -1,0 +1,513 @@
+"""The lifecycle use cases behind the state machine's tasks and the trainer's reports.
+
+The state machine (infra/statemachine/lifecycle.asl.json) only routes: every status change is made
+here with a conditional write (repository.transition) that checks the transition table and the job's
+version, so a race (pause vs completion, cancel vs launch, resume vs cancel) is decided exactly once,
+by whichever write lands first; the loser re-reads the job and follows what the winner decided.
+
+Each task returns {"next": ...}, the value the machine's Choice states route on. Waiting tasks store
+their token on the job and, if the job has already moved on (the answer came before the token was
+stored), answer their own token at once, so no wait is ever left without someone to end it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from functions import constants
+from functions.adapters.launchers.base import Launcher, LaunchHandle, LaunchRequest, RunDescription, RunState
+from functions.adapters.ports import ArtifactStore, JobRepository, Transition
+from functions.service.errors import ConcurrentModification, IllegalTransition
+from functions.service.lifecycle_outcomes import decide_run_end
+from functions.service.scheduler import WAIT_CAPACITY, NeverFits, Scheduler
+from schemas.checkpoint import step_of
+from schemas.job import Actor, CheckpointRef, ErrorType, Job, Progress
+from schemas.status import PAUSABLE, RUNNING, TERMINAL, JobStatus
+from schemas.trainer import RunSpec, TrainerEvent, TrainerEventKind, TrainerPhase
+
+logger = logging.getLogger(__name__)
+
+S = JobStatus
+WAIT_RUN = "run"
+WAIT_RESUME = "resume"
+# Phases the trainer reports while it runs; the machine itself never waits in them.
+RUN_PHASES = frozenset({S.TRAINING, S.CHECKPOINTING, S.EVALUATING, S.EXPORTING})
+_PHASE_STATUS = {
+    TrainerPhase.TRAINING: S.TRAINING,
+    TrainerPhase.CHECKPOINTING: S.CHECKPOINTING,
+    TrainerPhase.EVALUATING: S.EVALUATING,
+    TrainerPhase.EXPORTING: S.EXPORTING,
+}
+_RACE_RETRIES = 8  # re-read-and-redecide rounds after a lost conditional write before giving up
+
+
+class TransientError(Exception):
+    """A lost race that kept losing, or a throttled AWS call: the state machine retries the task."""
+
+
+class TaskTokens(Protocol):
+    def send_success(self, token: str, output: Mapping[str, Any]) -> bool:
+        """Answer a task token; False if it is no longer valid (already answered, execution gone)."""
+
+    def send_heartbeat(self, token: str) -> bool: ...
+
+
+class RunControl(Protocol):
+    def stop_run(self, job: Job, *, graceful: bool, reason: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class LifecycleConfig:
+    bucket: str
+    launcher: str = "local"  # which launcher starts new runs (settings.compute)
+    heartbeat_seconds: int = 600
+    stop_grace_seconds: int = 120
+    max_preemptions: int = 3
+    timeout_margin_seconds: int = 300
+    no_timeout_seconds: int = 99_999_999  # Step Functions' own "no limit" for a task
+
+
+class LifecycleService:
+    def __init__(
+        self,
+        repository: JobRepository,
+        artifacts: ArtifactStore,
+        launchers: Mapping[str, Launcher],
+        tokens: TaskTokens,
+        runs: RunControl,
+        scheduler: Scheduler,
+        config: LifecycleConfig,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.repository = repository
+        self.artifacts = artifacts
+        self.launchers = launchers
+        self.tokens = tokens
+        self.runs = runs
+        self.scheduler = scheduler
+        self.config = config
+        self.clock = clock
+        self._last_heartbeat: dict[str, float] = {}
+        self._heartbeat_lock = threading.Lock()
+
+    # ================================================================ state-machine tasks
+    def admit(self, job_id: str, execution: str | None) -> dict[str, Any]:
+        for _ in range(_RACE_RETRIES):
+            job = self.repository.get(job_id)
+            if self._superseded(job, execution):
+                return {"next": "ended"}
+            self.scheduler.ledger.register_queue(job.queue)
+            if job.status == S.QUEUED:
+                return {"next": "wait_capacity"}
+            if job.status == S.PAUSED:
+                return {"next": "paused"}  # a new execution for a paused job (after a restart) waits for resume
+            if job.status == S.PENDING:
+                changes: dict[str, Any] = {}
+                reason, actor = "admitted", Actor.SYSTEM
+            elif job.status == S.PREEMPTED:
+                if job.preemptions > self.config.max_preemptions:
+                    return {"next": "ended"}
+                changes = {"error_type": None, "error_message": None, "resume_checkpoint_id": None}
+                reason, actor = f"resuming after preemption from {job.latest_checkpoint_id or 'the start'}", Actor.SYSTEM
+            else:
+                return {"next": "ended"}  # terminal, or a running job owned by another execution
+            if self._move(job, S.QUEUED, reason, actor, changes) is not None:
+                return {"next": "wait_capacity"}
+        raise TransientError(f"admit {job_id}: kept losing races")
+
+    def wait_capacity(self, job_id: str, execution: str | None, token: str) -> dict[str, Any]:
+        job = self._store_token(job_id, execution, token, WAIT_CAPACITY, waiting_in=frozenset({S.QUEUED}))
+        if job is None:
+            return {"next": "answered"}
+        try:
+            self.scheduler.capacity.demand(job)
+        except NeverFits as exc:
+            failed = self._move(job, S.FAILED, str(exc), Actor.SCHEDULER, {"error_type": ErrorType.CAPACITY, "error_message": str(exc)})
+            self.tokens.send_success(token, {"next": "failed" if failed else "ended"})
+            return {"next": "answered"}
+        self.scheduler.run_pass([job.queue])
+        return {"next": "waiting"}
+
+    def prepare(self, job_id: str, execution: str | None) -> dict[str, Any]:
+        for _ in range(_RACE_RETRIES):
+            job = self.repository.get(job_id)
+            if self._superseded(job, execution) or job.status != S.SCHEDULING:
+                return self._left_run(job)
+            attempt = job.attempt + 1
+            try:
+                resume_from = self._resolve_checkpoint(job, attempt)
+            except ValueError as exc:
+                return self._fail(job, ErrorType.USER_ERROR, str(exc))
+            spec = self._run_spec(job, attempt, resume_from)
+            uri = self.artifacts.put_json(
+                constants.run_spec_key(job.job_id, attempt), spec.model_dump(mode="json", context={"reveal_secrets": True})
+            )
+            changes = {"attempt": attempt, "run_handle": None, "run_outcome": None, "run_started_at": None, "pending_action": None}
+            reason = f"attempt {attempt}: run spec {uri}" + (f", resuming from {resume_from}" if resume_from else "")
+            if self._move(job, S.PREPARING, reason, Actor.SYSTEM, changes) is not None:
+                return {"next": "launch"}
+        raise TransientError(f"prepare {job_id}: kept losing races")
+
+    def launch(self, job_id: str, execution: str | None) -> dict[str, Any]:
+        job = self.repository.get(job_id)
+        if self._superseded(job, execution):
+            return self._left_run(job)
+        if job.status == S.PREPARING:
+            # TRAINING is written before the run exists: a run that ends before its handle is stored
+            # still finds its job in a running status (cancel vs launch is decided by this write).
+            moved = self._move(job, S.TRAINING, "launching", Actor.SYSTEM, {"run_started_at": self.clock()})
+            if moved is None:
+                return self._left_run(self.repository.get(job_id))
+            job = moved
+        if job.status not in RUNNING or job.run_handle:
+            return self._left_run(job) if job.status not in RUNNING else self._wait_instructions(job)
+        request = LaunchRequest(
+            job_id=job.job_id,
+            attempt=job.attempt,
+            owner=job.owner,
+            run_spec=self._run_spec(job, job.attempt, None),
+            run_spec_uri=self._s3_uri(constants.run_spec_key(job.job_id, job.attempt)),
+            labels=dict(job.labels),
+            preemptible=job.scheduling_config.preemptible,
+            max_runtime_seconds=job.scheduling_config.max_runtime_seconds,
+        )
+        launcher = self.launchers[self.config.launcher]
+        try:
+            handle = launcher.launch(request)
+        except Exception as exc:
+            logger.exception("launch failed", extra={"job_id": job_id})
+            return self._after_end(
+                job.job_id,
+                job.attempt,
+                RunDescription(state=RunState.FAILED, error_type=ErrorType.CAPACITY, message=f"launch failed: {exc}"),
+            )
+        for _ in range(_RACE_RETRIES):
+            current = self.repository.get(job_id)
+            if current.status not in RUNNING or current.attempt != job.attempt:
+                # Cancel (or the run's own end) won the race: stop what was just launched.
+                launcher.stop(handle, graceful=False)
+                return self._left_run(current)
+            try:
+                job = self.repository.update(job_id, current.version, {"run_handle": handle.to_dict()}, allowed=RUNNING, action="launch")
+                break
+            except ConcurrentModification:
+                continue
+            except IllegalTransition:
+                launcher.stop(handle, graceful=False)
+                return self._left_run(self.repository.get(job_id))
+        else:
+            raise TransientError(f"launch {job_id}: kept losing races")
+        if job.pending_action is not None:
+            # A pause or preemption landed while launching: act on it now that there is a run to stop.
+            self.runs.stop_run(job, graceful=True, reason=job.pending_reason or str(job.pending_action))
+        return self._wait_instructions(job)
+
+    def wait_run(self, job_id: str, execution: str | None, token: str) -> dict[str, Any]:
+        for _ in range(_RACE_RETRIES):
+            job = self.repository.get(job_id)
+            if self._superseded(job, execution):
+                self.tokens.send_success(token, {"next": "ended"})
+                return {"next": "answered"}
+            if job.run_outcome:
+                # on_run_finished decided before this token existed: deliver its decision now.
+                self.tokens.send_success(token, {"next": job.run_outcome})
+                return {"next": "answered"}
+            if job.status not in RUNNING:
+                self.tokens.send_success(token, self._left_run(job))
+                return {"next": "answered"}
+            try:
+                self.repository.update(job_id, job.version, {"task_token": token, "task_token_kind": WAIT_RUN})
+                return {"next": "waiting"}
+            except ConcurrentModification:
+                continue
+        raise TransientError(f"wait_run {job_id}: kept losing races")
+
+    def wait_resume(self, job_id: str, execution: str | None, token: str) -> dict[str, Any]:
+        job = self._store_token(job_id, execution, token, WAIT_RESUME, waiting_in=frozenset({S.PAUSED}))
+        return {"next": "answered" if job is None else "waiting"}
+
+    def run_timeout(self, job_id: str, execution: str | None) -> dict[str, Any]:
+        """WaitForRun timed out (no heartbeat, or max runtime passed): find out where the run stands."""
+        job = self.repository.get(job_id)
+        if self._superseded(job, execution):
+            return {"next": "ended"}
+        if job.run_outcome:
+            return {"next": job.run_outcome}
+        if job.status not in RUNNING:
+            return self._left_run(job)
+        limit = job.scheduling_config.max_runtime_seconds
+        if limit and job.run_started_at and (self.clock() - job.run_started_at).total_seconds() >= limit:
+            self.runs.stop_run(job, graceful=True, reason="max_runtime_seconds reached")
+            message = f"the run exceeded scheduling_config.max_runtime_seconds={limit}"
+            return self._after_end(
+                job_id, job.attempt, RunDescription(state=RunState.FAILED, error_type=ErrorType.TIMEOUT, message=message)
+            )
+        description = self._describe(job)
+        if description.state in {RunState.STARTING, RunState.RUNNING, RunState.STOPPING}:
+            return self._wait_instructions(job)
+        return self._after_end(job_id, job.attempt, description)
+
+    def crash(self, job_id: str, execution: str | None, error: Mapping[str, Any] | None) -> dict[str, Any]:
+        job = self.repository.get(job_id)
+        if self._superseded(job, execution):
+            return {"next": "ended"}
+        message = f"lifecycle error: {(error or {}).get('Error', 'unknown')}: {str((error or {}).get('Cause', ''))[:500]}"
+        if job.run_handle and job.status in RUNNING:
+            self.runs.stop_run(job, graceful=False, reason=message)
+        if job.status not in TERMINAL and job.status != S.PAUSED:
+            self._move(job, S.FAILED, message, Actor.SYSTEM, {"error_type": ErrorType.INTERNAL, "error_message": message})
+        self._release(self.repository.get(job_id))
+        return {"next": "failed"}
+
+    # ================================================================ reports from the run
+    def on_trainer_event(self, job_id: str, attempt: int, event: TrainerEvent) -> None:
+        """A phase, progress, checkpoint... line from the trainer; stale or late ones change nothing."""
+        job = self.repository.get(job_id)
+        if attempt != job.attempt or job.status not in RUN_PHASES:
+            return
+        if event.kind == TrainerEventKind.PHASE:
+            self._on_phase(job, event)
+        elif event.kind == TrainerEventKind.PROGRESS:
+            self.repository.record_progress(job_id, _progress(event.data, self.clock()))
+            self._heartbeat(job)
+        elif event.kind == TrainerEventKind.CHECKPOINT:
+            self._on_checkpoint(job, event)
+            self._heartbeat(job)
+
+    def on_run_alive(self, job_id: str, attempt: int) -> None:
+        """The launcher sees the run alive: keep the WaitForRun heartbeat fresh between trainer reports."""
+        job = self.repository.get(job_id)
+        if attempt == job.attempt and job.status in RUNNING:
+            self._heartbeat(job)
+
+    def on_run_finished(self, job_id: str, attempt: int, run: RunDescription) -> None:
+        """The run of `attempt` ended (launcher monitor, EventBridge, reconciler): decide and answer the wait."""
+        outcome = self._after_end(job_id, attempt, run)
+        job = self.repository.get(job_id)
+        if job.attempt == attempt and job.task_token and job.task_token_kind == WAIT_RUN and outcome.get("next") != "ignored":
+            self.tokens.send_success(job.task_token, outcome)
+
+    # ================================================================ internals
+    def _after_end(self, job_id: str, attempt: int, run: RunDescription) -> dict[str, Any]:
+        for _ in range(_RACE_RETRIES):
+            job = self.repository.get(job_id)
+            if job.attempt != attempt:
+                return {"next": "ignored"}
+            if job.run_outcome:
+                return {"next": job.run_outcome}  # already decided (duplicate report)
+            if job.status not in RUNNING:
+                released = self._left_run(job)
+                return released
+            decision = decide_run_end(job, run, max_preemptions=self.config.max_preemptions)
+            changes = {**decision.changes, "run_outcome": decision.next, "pending_action": None, "pending_reason": None}
+            if self._move(job, decision.status, decision.reason, decision.actor, changes) is not None:
+                self._release(self.repository.get(job_id))
+                return {"next": decision.next}
+        raise TransientError(f"run end of {job_id}: kept losing races")
+
+    def _on_phase(self, job: Job, event: TrainerEvent) -> None:
+        try:
+            target = _PHASE_STATUS[TrainerPhase(event.data.get("phase"))]
+        except (KeyError, ValueError):
+            return  # PREPARING or unknown: nothing the job record tracks
+        attempt = job.attempt
+        for _ in range(3):
+            if job.status == target or job.status not in RUN_PHASES or job.attempt != attempt:
+                return
+            if job.pending_action is not None and target not in PAUSABLE:
+                return  # a pause/preemption is pending: stay where it can land (PAUSED is entered from TRAINING)
+            if self._move(job, target, f"trainer reported {target.value}", Actor.TRAINER, {}, quiet=True) is not None:
+                return
+            job = self.repository.get(job.job_id)
+
+    def _on_checkpoint(self, job: Job, event: TrainerEvent) -> None:
+        data = event.data
+        checkpoint_id = str(data.get("checkpoint_id") or "")
+        try:
+            step = int(data.get("step", step_of(checkpoint_id)))
+        except ValueError:
+            return
+        metrics = {k: float(v) for k, v in (data.get("metrics") or {}).items() if isinstance(v, int | float)}
+        uri = str(data.get("uri") or self._s3_uri(f"{constants.checkpoints_prefix(job.job_id)}{checkpoint_id}"))
+        ref = CheckpointRef(
+            checkpoint_id=checkpoint_id,
+            step=step,
+            epoch=data.get("epoch"),
+            metrics=metrics,
+            uri=uri,
+            attempt=job.attempt,
+            created_at=self.clock(),
+        )
+        refs = [r for r in job.checkpoints if r.checkpoint_id != checkpoint_id] + [ref]
+        best = _best(refs, job.output_config.checkpoint.metric_for_best_model, job.output_config.checkpoint.greater_is_better)
+        limit = job.output_config.checkpoint.save_total_limit
+        newest = sorted(refs, key=lambda r: r.step)
+        keep = {r.checkpoint_id for r in (newest[-limit:] if limit else newest)}
+        if best:
+            keep.add(best)
+        self.repository.add_checkpoint(job.job_id, ref, best_checkpoint_id=best, keep=sorted(keep))
+
+    def _heartbeat(self, job: Job) -> None:
+        if not job.task_token or job.task_token_kind != WAIT_RUN:
+            return
+        now = time.monotonic()
+        with self._heartbeat_lock:
+            if now - self._last_heartbeat.get(job.job_id, 0.0) < self.config.heartbeat_seconds / 4:
+                return
+            self._last_heartbeat[job.job_id] = now
+        self.tokens.send_heartbeat(job.task_token)
+
+    def _store_token(self, job_id: str, execution: str | None, token: str, kind: str, *, waiting_in: frozenset[JobStatus]) -> Job | None:
+        """Store a wait's token while the job is still where it waits; else answer the token now (None)."""
+        for _ in range(_RACE_RETRIES):
+            job = self.repository.get(job_id)
+            if self._superseded(job, execution) or job.status not in waiting_in:
+                self.tokens.send_success(token, {"next": self._answer_for(job, kind)})
+                return None
+            try:
+                return self.repository.update(
+                    job_id, job.version, {"task_token": token, "task_token_kind": kind}, allowed=waiting_in, action=f"wait for {kind}"
+                )
+            except (ConcurrentModification, IllegalTransition):
+                continue
+        raise TransientError(f"storing the {kind} token of {job_id}: kept losing races")
+
+    def _answer_for(self, job: Job, kind: str) -> str:
+        if kind == WAIT_RESUME and job.status == S.QUEUED:
+            return "resume"  # resumed before the wait began
+        if kind == WAIT_CAPACITY and job.status in RUNNING:
+            return "go"
+        return "failed" if job.status == S.FAILED else "ended"
+
+    def _left_run(self, job: Job) -> dict[str, Any]:
+        """The job is no longer where this task expected it (cancelled, failed...): tidy up and stop routing."""
+        self._release(job)
+        if job.status == S.FAILED:
+            return {"next": "failed"}
+        if job.status == S.PAUSED:
+            return {"next": "paused"}
+        return {"next": "ended"}
+
+    def _release(self, job: Job) -> None:
+        if job.status in RUNNING or not job.capacity_pool:
+            return
+        if self.scheduler.release(job):
+            self.repository.annotate(job.job_id, {"capacity_pool": None})
+            self.scheduler.run_pass()
+
+    def _fail(self, job: Job, error_type: ErrorType, message: str) -> dict[str, Any]:
+        moved = self._move(job, S.FAILED, message, Actor.SYSTEM, {"error_type": error_type, "error_message": message})
+        self._release(moved or self.repository.get(job.job_id))
+        return {"next": "failed"}
+
+    def _move(self, job: Job, to: JobStatus, reason: str, actor: Actor, changes: Mapping[str, Any], *, quiet: bool = False) -> Job | None:
+        """One conditional transition; None if another writer got there first (the caller re-reads)."""
+        try:
+            return self.repository.transition(
+                Transition(
+                    job_id=job.job_id,
+                    expected_version=job.version,
+                    from_status=job.status,
+                    to_status=to,
+                    reason=reason,
+                    actor=actor.value,
+                    changes=dict(changes),
+                )
+            )
+        except (ConcurrentModification, IllegalTransition) as exc:
+            if not quiet:
+                logger.info("transition lost its race", extra={"job_id": job.job_id, "to": to.value, "error": str(exc)})
+            return None
+
+    def _superseded(self, job: Job, execution: str | None) -> bool:
+        """A task of an execution that is no longer the job's (the reconciler started a newer one)."""
+        if not execution:
+            return False
+        if job.execution_arn is None:
+            self.repository.annotate(job.job_id, {"execution_arn": execution})
+            return False
+        return job.execution_arn != execution
+
+    def _describe(self, job: Job) -> RunDescription:
+        if not job.run_handle:
+            return RunDescription(state=RunState.UNKNOWN, message="no run was recorded for this attempt")
+        handle = LaunchHandle.from_dict(job.run_handle)
+        launcher = self.launchers.get(handle.launcher)
+        if launcher is None:
+            return RunDescription(state=RunState.UNKNOWN, message=f"no {handle.launcher} launcher in this deployment")
+        return launcher.describe(handle)
+
+    def _wait_instructions(self, job: Job) -> dict[str, Any]:
+        limit = job.scheduling_config.max_runtime_seconds
+        if limit:
+            elapsed = (self.clock() - job.run_started_at).total_seconds() if job.run_started_at else 0.0
+            timeout = int(max(limit - elapsed, 0)) + self.config.stop_grace_seconds + self.config.timeout_margin_seconds
+        else:
+            timeout = self.config.no_timeout_seconds
+        heartbeat = min(self.config.heartbeat_seconds, timeout - 1)
+        return {"next": "wait", "timeout_seconds": timeout, "heartbeat_seconds": heartbeat}
+
+    def _resolve_checkpoint(self, job: Job, attempt: int) -> str | None:
+        """The URI to resume from: a named checkpoint (resume / retry), the latest (auto-resume), or none."""
+        own = {ref.checkpoint_id: ref for ref in job.checkpoints}
+        if job.resume_checkpoint_id:
+            return self._checkpoint_uri(job, own, job.resume_checkpoint_id, "resume checkpoint_id")
+        if attempt > 1 and job.latest_checkpoint_id:
+            return None  # the trainer resumes from the latest checkpoint under its own checkpoint_uri
+        named = job.training_config.resume_from_checkpoint
+        if named:
+            if "://" in named or named.startswith("/"):
+                return named
+            return self._checkpoint_uri(job, own, named, "training_config.resume_from_checkpoint")
+        return None
+
+    def _checkpoint_uri(self, job: Job, own: Mapping[str, CheckpointRef], checkpoint_id: str, field: str) -> str:
+        if checkpoint_id in own:
+            return own[checkpoint_id].uri
+        for manifest in self.artifacts.list_manifests(job.job_id):
+            if manifest.checkpoint_id == checkpoint_id:
+                return self._s3_uri(f"{constants.checkpoints_prefix(job.job_id)}{checkpoint_id}")
+        raise ValueError(f"{field}: job {job.job_id} has no checkpoint {checkpoint_id!r}")
+
+    def _run_spec(self, job: Job, attempt: int, resume_from: str | None) -> RunSpec:
+        return RunSpec(
+            job_id=job.job_id,
+            attempt=attempt,
+            training_config=job.training_config,
+            data_config=job.data_config,
+            output_config=job.output_config,
+            resource_config=job.resource_config,
+            checkpoint_uri=self._s3_uri(constants.checkpoints_prefix(job.job_id).rstrip("/")),
+            resume_from=resume_from,
+            metrics_uri=self._s3_uri(constants.metrics_key(job.job_id)),
+            output_uri=job.output_config.output_path or self._s3_uri(f"{constants.job_prefix(job.job_id)}model"),
+            max_runtime_seconds=job.scheduling_config.max_runtime_seconds,
+        )
+
+    def _s3_uri(self, key: str) -> str:
+        return f"s3://{self.config.bucket}/{key}"
+
+
+def _progress(data: Mapping[str, Any], now: datetime) -> Progress:
+    fields = {k: data[k] for k in ("step", "total_steps", "epoch", "loss", "eta_seconds", "tokens_per_second") if data.get(k) is not None}
+    percent = data.get("percent")
+    if percent is None and data.get("total_steps"):
+        percent = 100.0 * float(data.get("step", 0)) / float(data["total_steps"])
+    return Progress(percent=min(max(float(percent or 0.0), 0.0), 100.0), updated_at=now, **fields)
+
+
+def _best(refs: list[CheckpointRef], metric: str | None, greater: bool | None) -> str | None:
+    if not metric:
+        return None
+    scored = [r for r in refs if metric in r.metrics]
+    if not scored:
+        return None
+    higher = greater if greater is not None else not metric.endswith("loss")
+    chosen = max(scored, key=lambda r: (r.metrics[metric], -r.step)) if higher else min(scored, key=lambda r: (r.metrics[metric], r.step))
+    return chosen.checkpoint_id

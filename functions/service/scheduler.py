@@ -1,0 +1,295 @@
+"""The scheduler: who gets capacity next, per queue by priority then FIFO, with slot claims that cannot double-book.
+
+A job waiting for capacity is QUEUED with a "capacity" task token stored on it (the WaitForCapacity
+state). A pass reads each queue's head by Query on the sparse by-queue index (repository.queued, no
+Scan), claims the job's demand in its capacity pool with one conditional write (the ledger), moves the
+job QUEUED -> SCHEDULING with a conditional transition and then answers its token "go". Losing either
+conditional write undoes the claim, so two passes racing never book one slot twice nor one job twice.
+
+Within a pool the order is strict (no backfill): a big job at the head is not starved by small ones
+behind it. When the head cannot fit, running `preemptible` jobs of lower priority in that pool are
+asked to stop gracefully with a checkpoint (pending_action "preempt"); they go back to the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from functions.adapters.ports import JobRepository, Transition
+from functions.service.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
+from schemas.job import Actor, Job, PendingAction
+from schemas.status import PAUSABLE, JobStatus
+
+logger = logging.getLogger(__name__)
+
+UNLIMITED = 1_000_000
+WAIT_CAPACITY = "capacity"
+_QUEUE_READ_LIMIT = 100  # how deep one pass looks into a queue; the head is all a strict order needs
+
+
+@dataclass(frozen=True)
+class Demand:
+    pool: str
+    units: int
+
+
+class CapacityLedger(Protocol):
+    """Capacity claims per pool, each a conditional write (DynamoDB in AWS and local mode)."""
+
+    def claim(self, pool: str, job_id: str, units: int, capacity: int) -> bool:
+        """Hold `units` of `pool` for the job if that keeps the pool within `capacity`; idempotent per job."""
+
+    def release(self, pool: str, job_id: str) -> bool:
+        """Give the job's units back; False if it held none (idempotent)."""
+
+    def holders(self, pool: str) -> dict[str, int]: ...
+
+    def pools(self) -> list[str]: ...
+
+    def register_queue(self, queue: str) -> None: ...
+
+    def queues(self) -> list[str]: ...
+
+
+class CapacityModel(Protocol):
+    def demand(self, job: Job) -> Demand: ...
+
+    def capacity(self, pool: str) -> int: ...
+
+
+class NeverFits(DomainError):
+    """The job asks for more than its pool will ever have (e.g. a GPU job on a machine without GPUs)."""
+
+
+def detect_local_gpus() -> int:
+    """GPUs on this machine without importing torch (Lambda code never does): nvidia-smi -L, else 0."""
+    exe = shutil.which("nvidia-smi")
+    if not exe:
+        return 0
+    try:
+        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.splitlines() if line.startswith("GPU "))
+
+
+@dataclass(frozen=True)
+class LocalCapacity:
+    """One machine: its GPUs as one pool, and CPU slots for gpu_count = 0 jobs, shared by every queue."""
+
+    gpu_slots: int
+    cpu_slots: int = 1
+
+    def demand(self, job: Job) -> Demand:
+        rc = job.resource_config
+        if rc.gpu_count == 0:
+            return Demand("local/cpu", rc.node_count)
+        units = rc.gpu_count * rc.node_count
+        if units > self.gpu_slots:
+            raise NeverFits(
+                f"resource_config asks for {units} GPU(s) but this machine has {self.gpu_slots}; "
+                "set resource_config.gpu_count to 0 to train on the CPU"
+            )
+        return Demand("local/gpu", units)
+
+    def capacity(self, pool: str) -> int:
+        return self.cpu_slots if pool == "local/cpu" else self.gpu_slots
+
+
+def parse_quotas(spec: str) -> dict[tuple[str, str], int]:
+    """'default:H100=8, research:*=4, *:cpu=32' -> {(queue, gpu type or '*' or 'cpu'): count}."""
+    quotas: dict[tuple[str, str], int] = {}
+    for raw in spec.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        try:
+            key, count = item.split("=")
+            queue, gpu_type = key.split(":")
+            quotas[(queue.strip(), gpu_type.strip())] = int(count)
+        except ValueError as exc:
+            raise ValueError(f"gpu_quotas: {item!r} is not 'queue:gpu_type=count'") from exc
+    return quotas
+
+
+@dataclass(frozen=True)
+class CloudCapacity:
+    """Per-queue quotas by GPU type (settings.gpu_quotas); unlisted combinations fall back to wildcards."""
+
+    quotas: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+    def demand(self, job: Job) -> Demand:
+        rc = job.resource_config
+        kind = "cpu" if rc.gpu_count == 0 else (rc.gpu_type or "any")
+        units = rc.node_count * max(rc.gpu_count, 1)
+        pool = f"{job.queue}/{kind}"
+        if units > self.capacity(pool):
+            raise NeverFits(f"resource_config asks for {units} {kind} unit(s) but queue {job.queue!r} has a quota of {self.capacity(pool)}")
+        return Demand(pool, units)
+
+    def capacity(self, pool: str) -> int:
+        queue, _, kind = pool.partition("/")
+        for key in ((queue, kind), (queue, "*"), ("*", kind), ("*", "*")):
+            if key in self.quotas:
+                return self.quotas[key]
+        # No quota configured: the AWS account's own service quotas are the limit.
+        return UNLIMITED
+
+
+class TokenAnswerer(Protocol):
+    def send_success(self, token: str, output: Mapping[str, Any]) -> bool:
+        """Answer a task token; False if the token is no longer valid (the wait is over)."""
+
+
+class RunStopper(Protocol):
+    def stop_run(self, job: Job, *, graceful: bool, reason: str) -> None: ...
+
+
+@dataclass
+class PassResult:
+    started: list[str] = field(default_factory=list)
+    preempting: list[str] = field(default_factory=list)
+    waiting: int = 0
+
+
+class Scheduler:
+    def __init__(
+        self, repository: JobRepository, ledger: CapacityLedger, capacity: CapacityModel, tokens: TokenAnswerer, stopper: RunStopper
+    ) -> None:
+        self.repository = repository
+        self.ledger = ledger
+        self.capacity = capacity
+        self.tokens = tokens
+        self.stopper = stopper
+
+    # --- claims -------------------------------------------------------------------------------
+    def release(self, job: Job) -> bool:
+        pool = job.capacity_pool
+        if not pool:
+            return False
+        released = self.ledger.release(pool, job.job_id)
+        if released:
+            logger.info("released capacity", extra={"job_id": job.job_id, "pool": pool})
+        return released
+
+    # --- the pass -----------------------------------------------------------------------------
+    def run_pass(self, queues: Iterable[str] | None = None) -> PassResult:
+        """Give capacity to waiting jobs in order; ask lower-priority preemptible jobs to make room."""
+        result = PassResult()
+        names = sorted(set(queues) if queues is not None else set(self.ledger.queues()))
+        by_pool: dict[str, list[Job]] = {}
+        for queue in names:
+            for job in self.repository.queued(queue, limit=_QUEUE_READ_LIMIT):
+                if job.task_token_kind != WAIT_CAPACITY or not job.task_token:
+                    continue  # admitted but its WaitForCapacity has not stored a token yet: it runs its own pass
+                try:
+                    demand = self.capacity.demand(job)
+                except NeverFits:
+                    continue  # its own WaitForCapacity task fails it with the reason
+                by_pool.setdefault(demand.pool, []).append(job)
+        for pool, jobs in by_pool.items():
+            # Several queues may share a pool (local mode): one order over all of them.
+            jobs.sort(key=lambda j: (-j.priority, j.created_at, j.job_id))
+            self._serve_pool(pool, jobs, result)
+        return result
+
+    def _serve_pool(self, pool: str, jobs: list[Job], result: PassResult) -> None:
+        capacity = self.capacity.capacity(pool)
+        for index, job in enumerate(jobs):
+            demand = self.capacity.demand(job)
+            if not self.ledger.claim(pool, job.job_id, demand.units, capacity):
+                self._make_room(pool, job, demand, capacity, result)
+                result.waiting += len(jobs) - index
+                return
+            if self._start(job, pool):
+                result.started.append(job.job_id)
+            else:
+                self.ledger.release(pool, job.job_id)
+
+    def _start(self, job: Job, pool: str) -> bool:
+        try:
+            moved = self.repository.transition(
+                Transition(
+                    job_id=job.job_id,
+                    expected_version=job.version,
+                    from_status=JobStatus.QUEUED,
+                    to_status=JobStatus.SCHEDULING,
+                    reason=f"capacity granted in {pool}",
+                    actor=Actor.SCHEDULER.value,
+                    changes={"task_token": None, "task_token_kind": None, "capacity_pool": pool, "run_outcome": None},
+                )
+            )
+        except (ConcurrentModification, IllegalTransition, JobNotFound):
+            return False  # cancelled, edited or taken by a concurrent pass: that writer decided
+        assert job.task_token is not None
+        if not self.tokens.send_success(job.task_token, {"next": "go"}):
+            logger.warning("capacity token no longer valid; the reconciler will recover the job", extra={"job_id": moved.job_id})
+        return True
+
+    def _make_room(self, pool: str, waiting: Job, demand: Demand, capacity: int, result: PassResult) -> None:
+        holders = self.ledger.holders(pool)
+        free = capacity - sum(holders.values())
+        victims: list[tuple[Job, int]] = []
+        for job_id, units in holders.items():
+            try:
+                job = self.repository.get(job_id)
+            except JobNotFound:
+                continue
+            if job.scheduling_config.preemptible and job.priority < waiting.priority and job.status in PAUSABLE:
+                victims.append((job, units))
+        # Already stopping for us (or anyone): their units are on the way back.
+        incoming = sum(units for job, units in victims if job.pending_action is not None)
+        candidates = sorted(
+            ((j, u) for j, u in victims if j.pending_action is None), key=lambda v: (v[0].priority, -v[0].created_at.timestamp())
+        )
+        needed = demand.units - free - incoming
+        if needed <= 0 or sum(u for _, u in candidates) < needed:
+            return  # room is coming, or preempting everything allowed would still not fit: do not stop anyone
+        for job, units in candidates:
+            if needed <= 0:
+                break
+            if self._preempt(job, waiting):
+                result.preempting.append(job.job_id)
+                needed -= units
+
+    def _preempt(self, victim: Job, waiting: Job) -> bool:
+        reason = f"preempted by higher-priority job {waiting.job_id} (priority {waiting.priority} > {victim.priority})"
+        try:
+            job = self.repository.update(
+                victim.job_id,
+                victim.version,
+                {"pending_action": PendingAction.PREEMPT, "pending_reason": reason},
+                allowed=PAUSABLE,
+                action="preempt",
+            )
+        except (ConcurrentModification, IllegalTransition, JobNotFound):
+            return False
+        self.stopper.stop_run(job, graceful=True, reason=reason)
+        return True
+
+    # --- queue position -----------------------------------------------------------------------
+    def position(self, job: Job, *, default_runtime_seconds: float = 3600.0) -> tuple[int | None, float | None]:
+        """(jobs ahead of this one in its queue, estimated seconds until it starts); None when not queued."""
+        if job.status != JobStatus.QUEUED:
+            return None, None
+        ahead = 0
+        runtimes: list[float] = []
+        for other in self.repository.queued(job.queue, limit=1000):
+            if other.job_id == job.job_id:
+                break
+            ahead += 1
+            runtimes.append(float(other.scheduling_config.max_runtime_seconds or default_runtime_seconds))
+        try:
+            pool = self.capacity.demand(job).pool
+        except NeverFits:
+            return ahead, None
+        slots = max(1, min(self.capacity.capacity(pool), 64))
+        # Each wave of `slots` jobs ahead takes about one (mean) runtime; a rough, honest upper-ish bound.
+        mean = sum(runtimes) / len(runtimes) if runtimes else 0.0
+        return ahead, math.ceil(ahead / slots) * mean if ahead else 0.0
