@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainer.sources import ENV_CACHE_DIR, reset_s3_client
 from trainer.tokenizer import ByteTokenizer
 
 from schemas.configs import BaseModelSpec, DataConfig, DataSource, DType, ModelSource, TrainingConfig, TrainingType
@@ -143,15 +144,22 @@ def make_data_config() -> Callable[..., DataConfig]:
 
 
 @pytest.fixture
-def s3_bucket(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, str]]:
-    """A moto S3 bucket: yields (boto3 s3 client, bucket name). No real AWS is reachable from it."""
+def s3_bucket(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[tuple[Any, str]]:
+    """A moto S3 bucket: yields (boto3 s3 client, bucket name). No real AWS is reachable from it.
+
+    Downloads from S3 land in tmp_path/cache, and the trainer's cached S3 client is dropped before and
+    after, so each test talks to its own moto backend.
+    """
     import boto3
     from moto import mock_aws
 
     # An endpoint override in the developer's shell would send our clients past moto.
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv(ENV_CACHE_DIR, str(tmp_path / "cache"))
+    reset_s3_client()
     with mock_aws():
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket="trainplane-test")
         yield client, "trainplane-test"
+    reset_s3_client()
