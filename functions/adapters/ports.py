@@ -61,12 +61,32 @@ class JobRepository(Protocol):
         no longer at (from_status, expected_version). Returns the job as written (version + 1).
         """
 
-    def update(self, job_id: str, expected_version: int, changes: Mapping[str, Any], allowed: frozenset[JobStatus] | None = None) -> Job:
+    def update(
+        self,
+        job_id: str,
+        expected_version: int,
+        changes: Mapping[str, Any],
+        allowed: frozenset[JobStatus] | None = None,
+        *,
+        event: StatusEvent | None = None,
+        action: str = "update",
+    ) -> Job:
         """Conditional edit of non-status fields (PATCH, pending_action...); version + 1.
 
-        ConcurrentModification on a version mismatch; IllegalTransition if `allowed` is given and the
-        job's status is not in it.
+        ConcurrentModification on a version mismatch; IllegalTransition (naming `action`) if `allowed`
+        is given and the job's status is not in it. `event`, when given, is appended to the history in
+        the same transaction (a verb that records a request without changing the status).
         """
+
+    def annotate(self, job_id: str, changes: Mapping[str, Any]) -> None:
+        """Unversioned write of bookkeeping fields no status decision reads (execution_arn, queue_position...).
+
+        Never a 409 and never bumps the version, so it cannot make a concurrent transition lose its race.
+        JobNotFound if there is no such job.
+        """
+
+    def append_event(self, job_id: str, event: StatusEvent) -> None:
+        """Append a history entry without touching the job (e.g. "retried as job X" on a terminal job)."""
 
     def record_progress(self, job_id: str, progress: Progress) -> None:
         """Unversioned write of the progress attribute (frequent, last writer wins, never a 409)."""
@@ -83,8 +103,11 @@ class JobRepository(Protocol):
     def counts(self, owner: str | None) -> dict[JobStatus, int]:
         """Jobs by status for one owner (None: all), from counters kept by transition()."""
 
-    def delete(self, job_id: str) -> None:
-        """Remove the job, its history and its counters' contribution."""
+    def delete(self, job_id: str, expected_version: int | None = None) -> None:
+        """Remove the job, its history and its counters' contribution.
+
+        With `expected_version`, ConcurrentModification if the job changed since it was read.
+        """
 
 
 class ArtifactStore(Protocol):
@@ -99,6 +122,10 @@ class ArtifactStore(Protocol):
     def put_json(self, key: str, document: Mapping[str, Any]) -> str: ...
 
     def read_lines(self, key: str) -> Iterator[str]: ...
+
+    def list_keys(self, prefix: str) -> list[str]:
+        """Every key under the prefix, in key order (e.g. a job's log files, one per attempt)."""
+        ...
 
 
 class Workflow(Protocol):

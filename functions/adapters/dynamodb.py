@@ -1,0 +1,501 @@
+"""The JobRepository on one DynamoDB table (key design: TABLE_DESIGN.md). Query only, never Scan.
+
+Every status change is one TransactWriteItems: the job's conditional update (status AND version,
+checked against TRANSITIONS first), its history entry and the status counters. A lost race is a
+ConcurrentModification, a move the table forbids an IllegalTransition; the stored item that made the
+condition fail (ReturnValuesOnConditionCheckFailure) tells the two apart.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import random
+import time
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from functions import constants as c
+from functions.adapters import dynamodb_items as items
+from functions.adapters.aws import AwsClients
+from functions.adapters.ports import JobQuery, Transition
+from functions.service.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
+from schemas.job import CheckpointRef, Job, Progress, StatusEvent
+from schemas.status import TRANSITIONS, JobStatus, sources_of
+
+# Fields a caller may not change through `changes`: they are the item's identity or owned by transition().
+_PROTECTED = frozenset({"job_id", "owner", "status", "version", "created_at", "updated_at"})
+_JOB_FIELDS = frozenset(Job.model_fields)
+# A job item must stay under DynamoDB's 400 KB: keep at most this many checkpoint refs (newest
+# first wins). The manifests on S3 remain the full record.
+MAX_CHECKPOINT_REFS = 200
+# A filtered listing stops after reading this many items and hands back a token, so a selective
+# filter over a large history costs a bounded time per request (the client just asks again).
+MAX_EVALUATED_PER_LIST = 5000
+_TRANSACTION_ATTEMPTS = 6
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class DynamoJobRepository:
+    def __init__(self, clients: AwsClients, table_name: str = c.JOBS_TABLE, *, clock: Callable[[], datetime] = _utcnow) -> None:
+        self._clients = clients
+        self.table = table_name
+        self._clock = clock
+
+    @property
+    def _ddb(self) -> Any:
+        return self._clients.dynamodb()
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        item = self._get_item(job_id)
+        if item is None:
+            raise JobNotFound(job_id)
+        return items.job_from_item(item)
+
+    def _get_item(self, job_id: str) -> dict[str, Any] | None:
+        key = {c.PK: {"S": items.job_pk(job_id)}, c.SK: {"S": items.META}}
+        return self._ddb.get_item(TableName=self.table, Key=key, ConsistentRead=True).get("Item")
+
+    def history(self, job_id: str) -> list[StatusEvent]:
+        rows = self._query_all(
+            KeyConditionExpression="#pk = :pk AND begins_with(#sk, :ev)",
+            ExpressionAttributeNames={"#pk": c.PK, "#sk": c.SK},
+            ExpressionAttributeValues={":pk": {"S": items.job_pk(job_id)}, ":ev": {"S": items.EVENT_PREFIX}},
+            ConsistentRead=True,
+        )
+        return [items.event_from_item(r) for r in rows]
+
+    def queued(self, queue: str, limit: int = 100) -> list[Job]:
+        # The sparse index holds only QUEUED jobs; it is eventually consistent, so the scheduler's
+        # conditional transition (QUEUED at version v) remains the decision.
+        rows = self._query_all(
+            IndexName=c.GSI_QUEUE,
+            KeyConditionExpression="#pk = :pk",
+            ExpressionAttributeNames={"#pk": c.GSI_QUEUE_PK},
+            ExpressionAttributeValues={":pk": {"S": items.queue_pk(queue)}},
+            ScanIndexForward=True,
+            max_items=limit,
+        )
+        return [items.job_from_item(r) for r in rows]
+
+    def counts(self, owner: str | None) -> dict[JobStatus, int]:
+        keys = [items.owner_counter_key(owner)] if owner is not None else items.all_counter_keys()
+        response = self._ddb.batch_get_item(RequestItems={self.table: {"Keys": keys, "ConsistentRead": True}})
+        rows = list(response.get("Responses", {}).get(self.table, []))
+        pending = response.get("UnprocessedKeys") or {}
+        while pending:
+            response = self._ddb.batch_get_item(RequestItems=pending)
+            rows.extend(response.get("Responses", {}).get(self.table, []))
+            pending = response.get("UnprocessedKeys") or {}
+        totals = dict.fromkeys(JobStatus, 0)
+        for row in rows:
+            for status in JobStatus:
+                if status.value in row:
+                    totals[status] += int(row[status.value]["N"])
+        return totals
+
+    def list_jobs(self, query: JobQuery) -> tuple[list[Job], str | None]:
+        if not 1 <= query.limit <= 1000:
+            raise InvalidRequest("limit", "must be between 1 and 1000")
+        if query.owner is None:
+            index, pk_attr, sk_attr, pk_value = c.GSI_ALL, c.GSI_ALL_PK, c.GSI_ALL_SK, items.ALL_JOBS
+        else:
+            index, pk_attr, sk_attr, pk_value = c.GSI_OWNER, c.GSI_OWNER_PK, c.GSI_OWNER_SK, items.owner_pk(query.owner)
+        names: dict[str, str] = {"#ipk": pk_attr}
+        values: dict[str, Any] = {":ipk": {"S": pk_value}}
+        filters = _list_filters(query, names, values)
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": index,
+            "KeyConditionExpression": "#ipk = :ipk",
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ScanIndexForward": False,
+            # Without filters one page is exactly what we need; with filters read ahead.
+            "Limit": query.limit if not filters else min(1000, max(4 * query.limit, 100)),
+        }
+        if filters:
+            kwargs["FilterExpression"] = " AND ".join(filters)
+        start = _decode_token(query.next_token, pk_attr, sk_attr, pk_value) if query.next_token else None
+
+        found: list[dict[str, Any]] = []
+        evaluated = 0
+        while True:
+            if start:
+                kwargs["ExclusiveStartKey"] = start
+            page = self._ddb.query(**kwargs)
+            evaluated += page.get("ScannedCount", 0)
+            last = page.get("LastEvaluatedKey")
+            page_items = page.get("Items", [])
+            for i, row in enumerate(page_items):
+                found.append(row)
+                if len(found) == query.limit:
+                    more = i < len(page_items) - 1 or last is not None
+                    token = _encode_token(_key_of(row, pk_attr, sk_attr)) if more else None
+                    return [items.job_from_item(r) for r in found], token
+            if last is None:
+                return [items.job_from_item(r) for r in found], None
+            if evaluated >= MAX_EVALUATED_PER_LIST:
+                return [items.job_from_item(r) for r in found], _encode_token(last)
+            start = last
+
+    def _query_all(self, *, max_items: int | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = []
+        kwargs["TableName"] = self.table
+        if max_items is not None:
+            kwargs["Limit"] = max_items
+        while True:
+            page = self._ddb.query(**kwargs)
+            rows.extend(page.get("Items", []))
+            if max_items is not None and len(rows) >= max_items:
+                return rows[:max_items]
+            if "LastEvaluatedKey" not in page:
+                return rows
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    # --- writes ----------------------------------------------------------------------------------
+
+    def create(self, job: Job, first_event: StatusEvent) -> None:
+        writes = [
+            {
+                "Put": {
+                    "TableName": self.table,
+                    "Item": items.job_item(job),
+                    "ConditionExpression": "attribute_not_exists(#pk)",
+                    "ExpressionAttributeNames": {"#pk": c.PK},
+                }
+            },
+            {"Put": {"TableName": self.table, "Item": items.event_item(job.job_id, first_event, job.version)}},
+            *self._counter_updates(job, add=job.status),
+        ]
+        reasons = self._transact(writes)
+        if reasons is not None:
+            raise ConcurrentModification(job.job_id, "a job with this id already exists")
+
+    def transition(self, t: Transition) -> Job:
+        if t.to_status not in TRANSITIONS[t.from_status]:
+            raise IllegalTransition(t.job_id, t.from_status, f"move to {t.to_status}", sources_of(t.to_status))
+        _check_changes(t.changes)
+        current = self.get(t.job_id)
+        if current.status != t.from_status or current.version != t.expected_version:
+            raise _lost(t, current)
+        now = self._clock()
+        new = _apply(current, {**t.changes, "status": t.to_status, "version": current.version + 1, "updated_at": now})
+        event = StatusEvent(at=now, from_status=t.from_status, to_status=t.to_status, reason=t.reason, actor=t.actor)
+        update = _update_expression(new, [*t.changes, "status", "version", "updated_at"], reindex=True)
+        update.update(
+            TableName=self.table,
+            Key=_meta_key(t.job_id),
+            ConditionExpression="#status = :from AND #version = :expected",
+            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+        )
+        update["ExpressionAttributeNames"].update({"#status": "status", "#version": "version"})
+        update["ExpressionAttributeValues"].update({":from": {"S": t.from_status.value}, ":expected": {"N": str(t.expected_version)}})
+        writes = [
+            {"Update": update},
+            {"Put": {"TableName": self.table, "Item": items.event_item(t.job_id, event, new.version)}},
+            *self._counter_updates(current, add=t.to_status, remove=t.from_status),
+        ]
+        reasons = self._transact(writes)
+        if reasons is not None:
+            stored = reasons[0].get("Item")
+            if stored is None:
+                raise JobNotFound(t.job_id)
+            raise _lost(t, items.job_from_item(stored))
+        return new
+
+    def update(
+        self,
+        job_id: str,
+        expected_version: int,
+        changes: Mapping[str, Any],
+        allowed: frozenset[JobStatus] | None = None,
+        *,
+        event: StatusEvent | None = None,
+        action: str = "update",
+    ) -> Job:
+        _check_changes(changes)
+        current = self.get(job_id)
+        if allowed is not None and current.status not in allowed:
+            raise IllegalTransition(job_id, current.status, action, allowed)
+        if current.version != expected_version:
+            raise ConcurrentModification(job_id, f"expected version {expected_version}, found {current.version}")
+        now = self._clock()
+        new = _apply(current, {**changes, "version": current.version + 1, "updated_at": now})
+        update = _update_expression(new, [*changes, "version", "updated_at"], reindex=True)
+        update.update(TableName=self.table, Key=_meta_key(job_id), ConditionExpression="#version = :expected")
+        update["ExpressionAttributeNames"]["#version"] = "version"
+        update["ExpressionAttributeValues"][":expected"] = {"N": str(expected_version)}
+        if event is None:
+            try:
+                self._ddb.update_item(**update)
+            except self._ddb.exceptions.ConditionalCheckFailedException as exc:
+                raise ConcurrentModification(job_id, "changed while being edited") from exc
+            return new
+        update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+        writes = [{"Update": update}, {"Put": {"TableName": self.table, "Item": items.event_item(job_id, event, new.version)}}]
+        reasons = self._transact(writes)
+        if reasons is not None:
+            stored = reasons[0].get("Item")
+            if stored is None:
+                raise JobNotFound(job_id)
+            status = items.job_from_item(stored).status
+            if allowed is not None and status not in allowed:
+                raise IllegalTransition(job_id, status, action, allowed)
+            raise ConcurrentModification(job_id, "changed while being edited")
+        return new
+
+    def annotate(self, job_id: str, changes: Mapping[str, Any]) -> None:
+        _check_changes(changes)
+        if not changes:
+            return
+        current = self.get(job_id)
+        new = _apply(current, changes)
+        update = _update_expression(new, list(changes), reindex=False)
+        update.update(TableName=self.table, Key=_meta_key(job_id), ConditionExpression="attribute_exists(#pk)")
+        update["ExpressionAttributeNames"]["#pk"] = c.PK
+        self._update_existing(job_id, update)
+
+    def record_progress(self, job_id: str, progress: Progress) -> None:
+        self._update_existing(
+            job_id,
+            {
+                "TableName": self.table,
+                "Key": _meta_key(job_id),
+                "UpdateExpression": "SET #progress = :p",
+                "ConditionExpression": "attribute_exists(#pk)",
+                "ExpressionAttributeNames": {"#progress": "progress", "#pk": c.PK},
+                "ExpressionAttributeValues": {":p": items.to_attr(progress.model_dump(mode="json", exclude_none=True))},
+            },
+        )
+
+    def add_checkpoint(
+        self, job_id: str, ref: CheckpointRef, *, best_checkpoint_id: str | None = None, keep: list[str] | None = None
+    ) -> Job:
+        # Unversioned (never a 409 for the engine), but still no lost append: the write is conditional
+        # on the list it was computed from, and recomputed if another append got there first.
+        for _attempt in range(_TRANSACTION_ATTEMPTS):
+            current = self.get(job_id)
+            refs = [r for r in current.checkpoints if r.checkpoint_id != ref.checkpoint_id and (keep is None or r.checkpoint_id in keep)]
+            refs.append(ref)
+            best = best_checkpoint_id or current.best_checkpoint_id
+            if best is not None and best not in {r.checkpoint_id for r in refs}:
+                best = None
+            if len(refs) > MAX_CHECKPOINT_REFS:
+                others = [r for r in refs if r.checkpoint_id != best][-(MAX_CHECKPOINT_REFS - 1) :]
+                refs = [r for r in refs if r.checkpoint_id == best] + others
+            new = _apply(current, {"checkpoints": refs, "latest_checkpoint_id": ref.checkpoint_id, "best_checkpoint_id": best})
+            update = _update_expression(new, ["checkpoints", "latest_checkpoint_id", "best_checkpoint_id"], reindex=False)
+            old_refs = items.job_document(current).get("checkpoints", [])
+            update.update(TableName=self.table, Key=_meta_key(job_id), ConditionExpression="#checkpoints = :old")
+            update["ExpressionAttributeNames"]["#checkpoints"] = "checkpoints"
+            update["ExpressionAttributeValues"][":old"] = items.to_attr(old_refs)
+            try:
+                self._ddb.update_item(**update)
+                return new
+            except self._ddb.exceptions.ConditionalCheckFailedException:
+                continue
+        raise ConcurrentModification(job_id, "checkpoint list kept changing")
+
+    def append_event(self, job_id: str, event: StatusEvent) -> None:
+        # A sequence number nobody else uses for this job: the microseconds since the epoch.
+        seq = int(time.time() * 1_000_000) % 1_000_000_000
+        self._ddb.put_item(TableName=self.table, Item=items.event_item(job_id, event, seq))
+
+    def delete(self, job_id: str, expected_version: int | None = None) -> None:
+        current = self.get(job_id)
+        if expected_version is not None and current.version != expected_version:
+            raise ConcurrentModification(job_id, f"expected version {expected_version}, found {current.version}")
+        # The job item and its counter contribution go together; history items follow. If we die in
+        # between, the orphaned history is unreachable (no job item) and harmless.
+        writes = [
+            {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": _meta_key(job_id),
+                    "ConditionExpression": "#version = :v",
+                    "ExpressionAttributeNames": {"#version": "version"},
+                    "ExpressionAttributeValues": {":v": {"N": str(current.version)}},
+                }
+            },
+            *self._counter_updates(current, remove=current.status),
+        ]
+        if self._transact(writes) is not None:
+            raise ConcurrentModification(job_id, "changed while being deleted")
+        rest = self._query_all(
+            KeyConditionExpression="#pk = :pk",
+            ExpressionAttributeNames={"#pk": c.PK},
+            ExpressionAttributeValues={":pk": {"S": items.job_pk(job_id)}},
+            ProjectionExpression="#pk, sk",
+        )
+        self._batch_delete([{c.PK: r[c.PK], c.SK: r[c.SK]} for r in rest])
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _counter_updates(self, job: Job, *, add: JobStatus | None = None, remove: JobStatus | None = None) -> list[dict[str, Any]]:
+        parts, names, values = [], {}, {}
+        if add is not None:
+            parts.append("#add :one")
+            names["#add"] = add.value
+            values[":one"] = {"N": "1"}
+        if remove is not None:
+            parts.append("#rm :minus")
+            names["#rm"] = remove.value
+            values[":minus"] = {"N": "-1"}
+        return [
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": key,
+                    "UpdateExpression": "ADD " + ", ".join(parts),
+                    "ExpressionAttributeNames": names,
+                    "ExpressionAttributeValues": values,
+                }
+            }
+            for key in items.counter_keys(job.owner, job.job_id)
+        ]
+
+    def _transact(self, writes: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        """Run the transaction; None on success, else the cancellation reasons of a failed condition.
+
+        TransactionConflict (another transaction on one of our items, e.g. a counter shard) is
+        retried with jittered backoff: the conditions are re-evaluated, so no decision is made twice.
+        """
+        for attempt in range(_TRANSACTION_ATTEMPTS):
+            try:
+                self._ddb.transact_write_items(TransactItems=writes)
+                return None
+            except self._ddb.exceptions.TransactionCanceledException as exc:
+                reasons = exc.response.get("CancellationReasons", [])
+                codes = {r.get("Code") for r in reasons}
+                if "ConditionalCheckFailed" in codes:
+                    return reasons
+                if "TransactionConflict" in codes and attempt < _TRANSACTION_ATTEMPTS - 1:
+                    time.sleep(random.uniform(0, 0.02 * 2**attempt))
+                    continue
+                raise
+        raise AssertionError("unreachable")
+
+    def _update_existing(self, job_id: str, update: dict[str, Any]) -> None:
+        try:
+            self._ddb.update_item(**update)
+        except self._ddb.exceptions.ConditionalCheckFailedException as exc:
+            raise JobNotFound(job_id) from exc
+
+    def _batch_delete(self, keys: list[dict[str, Any]]) -> None:
+        for i in range(0, len(keys), 25):  # BatchWriteItem takes at most 25 requests
+            request = {self.table: [{"DeleteRequest": {"Key": k}} for k in keys[i : i + 25]]}
+            for attempt in range(_TRANSACTION_ATTEMPTS):
+                response = self._ddb.batch_write_item(RequestItems=request)
+                request = response.get("UnprocessedItems") or {}
+                if not request:
+                    break
+                time.sleep(0.05 * 2**attempt)
+            if request:
+                raise RuntimeError(f"could not delete {len(request.get(self.table, []))} history items of a job")
+
+
+def _meta_key(job_id: str) -> dict[str, Any]:
+    return {c.PK: {"S": items.job_pk(job_id)}, c.SK: {"S": items.META}}
+
+
+def _check_changes(changes: Mapping[str, Any]) -> None:
+    unknown = set(changes) - _JOB_FIELDS
+    if unknown:
+        raise ValueError(f"not fields of a Job: {sorted(unknown)}")
+    protected = set(changes) & _PROTECTED
+    if protected:
+        raise ValueError(f"cannot be changed this way: {sorted(protected)}")
+
+
+def _apply(job: Job, changes: Mapping[str, Any]) -> Job:
+    """The job with `changes` applied, validated as a whole (a bad value fails here, before writing)."""
+    document = job.model_dump()
+    document.update(changes)
+    return Job.model_validate(document)
+
+
+def _update_expression(new: Job, fields: list[str], *, reindex: bool) -> dict[str, Any]:
+    """SET the named fields to their values in `new` (REMOVE those that are None), plus index keys."""
+    doc = items.job_document(new)
+    sets, removes, names, values = [], [], {}, {}
+    for i, name in enumerate(dict.fromkeys(fields)):
+        names[f"#f{i}"] = name
+        if name in doc:
+            sets.append(f"#f{i} = :f{i}")
+            values[f":f{i}"] = items.to_attr(doc[name])
+        else:
+            removes.append(f"#f{i}")
+    if reindex:
+        # The sparse queue index follows the status; its sort key follows priority/queue (PATCH).
+        index = items.index_attrs(new)
+        for attr in (c.GSI_QUEUE_PK, c.GSI_QUEUE_SK):
+            names[f"#{attr}"] = attr
+            if attr in index:
+                sets.append(f"#{attr} = :{attr}")
+                values[f":{attr}"] = index[attr]
+            else:
+                removes.append(f"#{attr}")
+    expression = ("SET " + ", ".join(sets) if sets else "") + (" REMOVE " + ", ".join(removes) if removes else "")
+    result: dict[str, Any] = {"UpdateExpression": expression.strip(), "ExpressionAttributeNames": names}
+    result["ExpressionAttributeValues"] = values
+    return result
+
+
+def _lost(t: Transition, stored: Job) -> Exception:
+    """Why a transition's condition failed: the stored status forbids the move, or a newer write won."""
+    if t.to_status not in TRANSITIONS[stored.status]:
+        return IllegalTransition(t.job_id, stored.status, f"move to {t.to_status}", sources_of(t.to_status))
+    found = f"expected {t.from_status} at version {t.expected_version}, found {stored.status} at {stored.version}"
+    return ConcurrentModification(t.job_id, found)
+
+
+def _list_filters(query: JobQuery, names: dict[str, str], values: dict[str, Any]) -> list[str]:
+    filters = []
+    if query.status is not None:
+        names["#status"] = "status"
+        values[":status"] = {"S": JobStatus(query.status).value}
+        filters.append("#status = :status")
+    if query.queue:
+        names.update({"#sc": "scheduling_config", "#queue": "queue"})
+        values[":queue"] = {"S": query.queue}
+        filters.append("#sc.#queue = :queue")
+    for i, (key, value) in enumerate(sorted(query.labels.items())):
+        names.update({"#labels": "labels", f"#lk{i}": key})
+        values[f":lv{i}"] = {"S": value}
+        filters.append(f"#labels.#lk{i} = :lv{i}")
+    if query.name_contains:
+        names["#name"] = "name"
+        values[":name"] = {"S": query.name_contains}
+        filters.append("contains(#name, :name)")
+    return filters
+
+
+def _key_of(row: Mapping[str, Any], pk_attr: str, sk_attr: str) -> dict[str, Any]:
+    return {a: row[a] for a in (c.PK, c.SK, pk_attr, sk_attr)}
+
+
+def _encode_token(key: Mapping[str, Any]) -> str:
+    plain = {k: v["S"] for k, v in key.items()}
+    return base64.urlsafe_b64encode(json.dumps(plain, separators=(",", ":")).encode()).decode().rstrip("=")
+
+
+def _decode_token(token: str, pk_attr: str, sk_attr: str, pk_value: str) -> dict[str, Any]:
+    """The ExclusiveStartKey of a token; refused unless it came from this very listing (same partition)."""
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        plain = json.loads(raw)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidRequest("next_token", "is not a token this API returned") from exc
+    if not isinstance(plain, dict) or plain.get(pk_attr) != pk_value or not all(isinstance(v, str) for v in plain.values()):
+        raise InvalidRequest("next_token", "belongs to another listing (another caller or scope)")
+    if set(plain) != {c.PK, c.SK, pk_attr, sk_attr}:
+        raise InvalidRequest("next_token", "is not a token this API returned")
+    return {k: {"S": v} for k, v in plain.items()}

@@ -1,0 +1,211 @@
+"""How jobs, history entries and counters look as DynamoDB items (TABLE_DESIGN.md), and the tables.
+
+Kept apart from the repository so that local mode, the CDK stack and the tests build the very same
+tables from `jobs_table_definition()` and read the same key formats.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from functions import constants as c
+from schemas.job import Job, StatusEvent
+from schemas.status import JobStatus
+
+JOB_PREFIX = "JOB#"
+META = "META"
+EVENT_PREFIX = "EVENT#"
+OWNER_PREFIX = "OWNER#"
+QUEUE_PREFIX = "QUEUE#"
+ALL_JOBS = "JOBS"
+COUNTS_SK = "COUNTS"
+COUNTS_OWNER_PREFIX = "COUNTS#OWNER#"
+COUNTS_ALL_PREFIX = "COUNTS#ALL#"
+# The global counter is split over shards so that concurrent transitions of different jobs rarely
+# touch the same item (two transactions on one item conflict: TransactionConflict).
+COUNTER_SHARDS = 8
+MAX_PRIORITY = 10
+
+KEY_ATTRS = frozenset({c.PK, c.SK, *(a for pair in c.GSIS.values() for a in pair), "entity"})
+
+
+def time_key(at: datetime) -> str:
+    """Fixed-width UTC timestamp: sorts as a string exactly as it sorts as a time."""
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def job_pk(job_id: str) -> str:
+    return JOB_PREFIX + job_id
+
+
+def owner_pk(owner: str) -> str:
+    return OWNER_PREFIX + owner
+
+
+def queue_pk(queue: str) -> str:
+    return QUEUE_PREFIX + queue
+
+
+def created_sk(job: Job) -> str:
+    return f"{time_key(job.created_at)}#{job.job_id}"
+
+
+def queue_sk(job: Job) -> str:
+    # Priority descending first (10 -> "00"), then submission time ascending, then the id as tiebreak.
+    return f"{MAX_PRIORITY - job.priority:02d}#{created_sk(job)}"
+
+
+def owner_counter_key(owner: str) -> dict[str, Any]:
+    return {c.PK: {"S": COUNTS_OWNER_PREFIX + owner}, c.SK: {"S": COUNTS_SK}}
+
+
+def counter_keys(owner: str, job_id: str) -> list[dict[str, Any]]:
+    """The owner's counter item and the global shard this job counts in."""
+    shard = int(hashlib.sha256(job_id.encode()).hexdigest(), 16) % COUNTER_SHARDS
+    return [owner_counter_key(owner), {c.PK: {"S": f"{COUNTS_ALL_PREFIX}{shard}"}, c.SK: {"S": COUNTS_SK}}]
+
+
+def all_counter_keys() -> list[dict[str, Any]]:
+    return [{c.PK: {"S": f"{COUNTS_ALL_PREFIX}{i}"}, c.SK: {"S": COUNTS_SK}} for i in range(COUNTER_SHARDS)]
+
+
+# --- attribute values ----------------------------------------------------------------------------
+
+
+def _json_safe(document: Any) -> Any:
+    # DynamoDB numbers are Decimals; NaN/Infinity (a diverged loss) cannot be stored and become null.
+    return json.loads(json.dumps(document), parse_float=Decimal, parse_constant=lambda _: None)
+
+
+def _serializer() -> Any:
+    from boto3.dynamodb.types import TypeSerializer
+
+    return TypeSerializer()
+
+
+def _deserializer() -> Any:
+    from boto3.dynamodb.types import TypeDeserializer
+
+    return TypeDeserializer()
+
+
+def to_attr(value: Any) -> dict[str, Any]:
+    """A JSON-compatible Python value as a DynamoDB attribute value."""
+    return _serializer().serialize(_json_safe(value))
+
+
+def from_item(item: Mapping[str, Any]) -> dict[str, Any]:
+    deserializer = _deserializer()
+    return {k: _plain(deserializer.deserialize(v)) for k, v in item.items()}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        # A number written as 1.5 comes back a float, 3 an int (pydantic coerces either way per field).
+        exponent = value.as_tuple().exponent
+        return int(value) if isinstance(exponent, int) and exponent >= 0 else float(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | set | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def job_document(job: Job) -> dict[str, Any]:
+    """The job as stored: JSON mode, secrets revealed (hub_token must survive storage, never the API)."""
+    return job.model_dump(mode="json", context={"reveal_secrets": True}, exclude_none=True)
+
+
+def job_item(job: Job) -> dict[str, Any]:
+    doc = job_document(job)
+    item = {k: to_attr(v) for k, v in doc.items()}
+    item.update(index_attrs(job))
+    item[c.PK] = {"S": job_pk(job.job_id)}
+    item[c.SK] = {"S": META}
+    item["entity"] = {"S": "JOB"}
+    return item
+
+
+def index_attrs(job: Job) -> dict[str, dict[str, str]]:
+    """The GSI key attributes of a job; the queue index is sparse (present only while QUEUED)."""
+    attrs = {
+        c.GSI_OWNER_PK: {"S": owner_pk(job.owner)},
+        c.GSI_OWNER_SK: {"S": created_sk(job)},
+        c.GSI_ALL_PK: {"S": ALL_JOBS},
+        c.GSI_ALL_SK: {"S": created_sk(job)},
+    }
+    if job.status == JobStatus.QUEUED:
+        attrs[c.GSI_QUEUE_PK] = {"S": queue_pk(job.queue)}
+        attrs[c.GSI_QUEUE_SK] = {"S": queue_sk(job)}
+    return attrs
+
+
+def job_from_item(item: Mapping[str, Any]) -> Job:
+    doc = {k: v for k, v in from_item(item).items() if k not in KEY_ATTRS}
+    return Job.model_validate(doc)
+
+
+def event_item(job_id: str, event: StatusEvent, seq: int) -> dict[str, Any]:
+    doc = event.model_dump(mode="json", by_alias=True, exclude_none=True)
+    item = {k: to_attr(v) for k, v in doc.items()}
+    item[c.PK] = {"S": job_pk(job_id)}
+    item[c.SK] = {"S": f"{EVENT_PREFIX}{time_key(event.at)}#{seq:09d}"}
+    item["entity"] = {"S": "EVENT"}
+    return item
+
+
+def event_from_item(item: Mapping[str, Any]) -> StatusEvent:
+    doc = {k: v for k, v in from_item(item).items() if k not in KEY_ATTRS}
+    return StatusEvent.model_validate(doc)
+
+
+# --- tables --------------------------------------------------------------------------------------
+
+
+def jobs_table_definition(table_name: str = c.JOBS_TABLE) -> dict[str, Any]:
+    """CreateTable arguments of the jobs table (local mode and tests; the CDK stack mirrors them)."""
+    attrs = [c.PK, c.SK, *(a for pair in c.GSIS.values() for a in pair)]
+    return {
+        "TableName": table_name,
+        "BillingMode": "PAY_PER_REQUEST",
+        "AttributeDefinitions": [{"AttributeName": a, "AttributeType": "S"} for a in attrs],
+        "KeySchema": [{"AttributeName": c.PK, "KeyType": "HASH"}, {"AttributeName": c.SK, "KeyType": "RANGE"}],
+        "GlobalSecondaryIndexes": [
+            {
+                "IndexName": name,
+                "KeySchema": [{"AttributeName": pk, "KeyType": "HASH"}, {"AttributeName": sk, "KeyType": "RANGE"}],
+                "Projection": {"ProjectionType": "ALL"},
+            }
+            for name, (pk, sk) in c.GSIS.items()
+        ],
+    }
+
+
+def idempotency_table_definition(table_name: str = c.IDEMPOTENCY_TABLE) -> dict[str, Any]:
+    """Powertools' DynamoDBPersistenceLayer layout: partition key `id`, TTL on `expiration`."""
+    return {
+        "TableName": table_name,
+        "BillingMode": "PAY_PER_REQUEST",
+        "AttributeDefinitions": [{"AttributeName": c.IDEMPOTENCY_KEY_ATTR, "AttributeType": "S"}],
+        "KeySchema": [{"AttributeName": c.IDEMPOTENCY_KEY_ATTR, "KeyType": "HASH"}],
+    }
+
+
+def create_tables(dynamodb_client: Any, jobs_table: str = c.JOBS_TABLE, idempotency_table: str = c.IDEMPOTENCY_TABLE) -> None:
+    """Create both tables if missing (local mode, tests); the cloud stack creates them with CDK."""
+    existing = set(dynamodb_client.list_tables().get("TableNames", []))
+    if jobs_table not in existing:
+        dynamodb_client.create_table(**jobs_table_definition(jobs_table))
+    if idempotency_table not in existing:
+        dynamodb_client.create_table(**idempotency_table_definition(idempotency_table))
+        dynamodb_client.update_time_to_live(
+            TableName=idempotency_table,
+            TimeToLiveSpecification={"Enabled": True, "AttributeName": c.IDEMPOTENCY_TTL_ATTR},
+        )

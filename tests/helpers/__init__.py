@@ -1,0 +1,1 @@
+"""Shared test helpers: recorded API Gateway events (events.py) and job builders (jobs.py)."""
