@@ -21,14 +21,21 @@ class StopRequest:
         self.max_runtime_seconds = max_runtime_seconds
         self.reason: str | None = None
         self.signal_time: float | None = None
+        self._previous: dict[int, object] = {}
 
     def install(self) -> StopRequest:
         # Signal handlers can only be installed from the main thread; a trainer run from a worker
         # thread (tests) relies on request() instead.
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, self._on_signal)
-            signal.signal(signal.SIGINT, self._on_signal)
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._on_signal)
         return self
+
+    def uninstall(self) -> None:
+        """Give the handlers back (the trainer also runs in-process, in tests)."""
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)  # type: ignore[arg-type]
+        self._previous.clear()
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._event.is_set() and signum == signal.SIGINT:

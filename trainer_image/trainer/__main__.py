@@ -1,0 +1,265 @@
+"""The trainer's one entry point: `python -m trainer`, the `trainplane-trainer` console script, and the
+image's ENTRYPOINT (SageMaker runs the image as `<entrypoint> train`).
+
+PREPARING (run spec, hyperparameters, data, model) -> TRAINING <-> CHECKPOINTING -> EVALUATING ->
+EXPORTING -> exit 0. SIGTERM or max_runtime_seconds: checkpoint, exit 75. Every failure: a classified
+/opt/ml/output/failure, a FAILURE event, a DONE event, and the matching exit code (schemas/trainer.py).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from schemas.configs import FrameworkType, TrainingType
+from schemas.trainer import ENV_RUN_SPEC, ExitCode, FailureReason, RunSpec, TrainerPhase
+from trainer import storage
+from trainer.contract import ContainerPaths, load_run_spec
+from trainer.events import Events, log
+from trainer.failures import UserError, classify, write_failure
+from trainer.hyper import Hyper
+from trainer.signals import StopRequest
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one attempt; returns the exit code (the console script exits with it)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "train":
+        args = args[1:]  # SageMaker appends "train" to the ENTRYPOINT
+    paths = ContainerPaths.from_env()
+    events = Events()
+    stop = StopRequest()
+    stop.install()
+    try:
+        events.set_phase(TrainerPhase.PREPARING)
+        spec = load_run_spec(paths)
+        stop.max_runtime_seconds = spec.max_runtime_seconds
+        os.environ.update(spec.training_config.environment)
+        if spec.training_config.framework.type == FrameworkType.CUSTOM:
+            return _finish(events, run_custom_script(spec, paths, stop, args), None)
+        return _train(spec, paths, events, stop, args)
+    except BaseException as exc:
+        if isinstance(exc, KeyboardInterrupt):
+            exc = UserError("interrupted")
+        classified = classify(exc)
+        if classified.reason == FailureReason.INTERNAL:
+            import traceback
+
+            traceback.print_exc()
+        log(classified.failure_text())
+        # SageMaker reads one failure file per host: rank 0 writes it, another worker only if rank 0 did not.
+        if events.enabled or not paths.failure_file.exists():
+            write_failure(paths.failure_file, classified)
+        events.failure(classified.reason.value, classified.message)
+        return _finish(events, int(classified.exit_code), None)
+    finally:
+        stop.uninstall()
+
+
+def _finish(events: Events, code: int, checkpoint_uri: str | None) -> int:
+    events.done(code, stopped=code == ExitCode.STOPPED_WITH_CHECKPOINT, checkpoint_uri=checkpoint_uri)
+    return code
+
+
+def _device(spec: RunSpec) -> Any:
+    import torch
+
+    if spec.resource_config.gpu_count > 0 and torch.cuda.is_available():
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        return torch.device("cuda", local_rank)
+    if spec.resource_config.gpu_count > 0:
+        log(f"resource_config.gpu_count={spec.resource_config.gpu_count} but no CUDA device is visible: training on the CPU")
+    return torch.device("cpu")
+
+
+def _train(spec: RunSpec, paths: ContainerPaths, events: Events, stop: StopRequest, argv: list[str]) -> int:
+    tc = spec.training_config
+    hyper = Hyper.from_strings(tc.hyperparameters, tc.training_type)  # bad hyperparameters fail first
+    import torch
+
+    from trainer import distributed
+
+    distributed.validate_framework(spec, cuda_available=torch.cuda.is_available(), device_count=torch.cuda.device_count())
+    device = _device(spec)
+    if tc.training_type == TrainingType.QLORA and device.type != "cuda":
+        # Decided before reading data or building the model: QLoRA's 4-bit kernels exist only for CUDA.
+        raise UserError(f"QLORA needs a CUDA GPU (bitsandbytes 4-bit kernels); this host has none (device {device}). Use LORA on a CPU.")
+    plan = distributed.plan_launch(spec, paths)
+    if plan is not None:
+        events.enabled = False  # the workers report; this supervisor only returns their exit code
+        return distributed.spawn_workers(plan, argv, grace_seconds=paths.stop_grace_seconds())
+
+    runtime = distributed.make_runtime(spec, device)
+    events.enabled = runtime.is_main
+    try:
+        return _train_worker(spec, hyper, paths, events, stop, runtime)
+    finally:
+        runtime.close()
+
+
+def _seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Events, stop: StopRequest, runtime: Any) -> int:
+    from trainer import data, export, models
+    from trainer.checkpoint import CheckpointManager
+    from trainer.loop import TrainingLoop, TrainInputs, emit_checkpoint_event
+    from trainer.metrics import MetricsLog
+
+    tc, dc, oc = spec.training_config, spec.data_config, spec.output_config
+    seed = hyper.seed if hyper.seed is not None else dc.seed
+    _seed_everything(seed)
+    train_records, validation_records = data.load_splits(dc, paths.channels(), tc.training_type)
+    if stop.requested:
+        return _finish(events, ExitCode.STOPPED_WITH_CHECKPOINT, None)
+    loaded = models.load_model_and_tokenizer(tc, hyper, runtime.device, seed=seed)
+    train_examples = data.build_examples(train_records, loaded.tokenizer, tc.training_type, dc, hyper)
+    validation_examples = (
+        data.build_examples(validation_records, loaded.tokenizer, tc.training_type, dc, hyper) if validation_records else []
+    )
+    if stop.requested:
+        return _finish(events, ExitCode.STOPPED_WITH_CHECKPOINT, None)
+    pad_id = loaded.tokenizer.pad_token_id if loaded.tokenizer.pad_token_id is not None else loaded.tokenizer.eos_token_id
+    max_length = dc.max_seq_length if dc.preprocess.padding == "max_length" else None
+    inputs = TrainInputs(
+        model=loaded.model,
+        is_adapter=loaded.is_adapter,
+        train=train_examples,
+        validation=validation_examples,
+        collate=partial(data.collate, pad_id=pad_id, max_length=max_length),
+        reference_model=loaded.reference_model,
+        extra_files=_config_files(loaded.model, loaded.is_adapter),
+    )
+    checkpoints = CheckpointManager(
+        spec.checkpoint_uri,
+        paths.checkpoint_dir,
+        oc.checkpoint,
+        job_id=spec.job_id,
+        attempt=spec.attempt,
+        training_type=tc.training_type.value,
+        on_saved=emit_checkpoint_event(events),
+        asynchronous=hyper.async_checkpoint,
+    )
+    metrics = MetricsLog(paths.output_data_dir / "metrics.jsonl", spec.metrics_uri, attempt=spec.attempt, enabled=runtime.is_main)
+    loop = TrainingLoop(spec, hyper, inputs, runtime=runtime, checkpoints=checkpoints, events=events, metrics=metrics, stop=stop)
+    result = loop.run(_resume_uri(spec))
+    if result.stopped:
+        log(f"stopped ({stop.reason}) at step {result.step}/{result.total_steps}; checkpoint {result.checkpoint_uri}")
+        return _finish(events, ExitCode.STOPPED_WITH_CHECKPOINT, result.checkpoint_uri)
+
+    events.set_phase(TrainerPhase.EXPORTING)
+    model = _exportable_model(loop.final_model, runtime, spec, hyper, loaded, inputs, models)
+    if runtime.is_main:
+        export.export_model(
+            model,
+            loaded.tokenizer,
+            is_adapter=loaded.is_adapter,
+            output=oc,
+            model_dir=paths.model_dir,
+            output_uri=spec.output_uri,
+            info={"job_id": spec.job_id, "attempt": spec.attempt, "step": result.step, "eval": result.eval_metrics},
+        )
+    runtime.barrier()
+    return _finish(events, ExitCode.COMPLETED, result.checkpoint_uri)
+
+
+def _resume_uri(spec: RunSpec) -> str | None:
+    if spec.resume_from:
+        return spec.resume_from
+    if spec.training_config.resume_from_checkpoint:
+        # A checkpoint id ("step-000500") names a checkpoint of this job; a URI names any.
+        ref = spec.training_config.resume_from_checkpoint
+        return ref if "/" in ref else storage.join(spec.checkpoint_uri, ref)
+    return None
+
+
+def _config_files(model: Any, is_adapter: bool) -> dict[str, bytes]:
+    """config.json / adapter_config.json in every checkpoint: a checkpoint describes its own weights."""
+    files: dict[str, bytes] = {}
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "to_json_string"):
+        files["config.json"] = config.to_json_string().encode("utf-8")
+    peft_config = getattr(model, "peft_config", None)
+    if is_adapter and peft_config:
+        import json
+
+        adapter = next(iter(peft_config.values()))
+        files["adapter_config.json"] = json.dumps(adapter.to_dict(), default=str, indent=1).encode("utf-8")
+    return files
+
+
+def _exportable_model(trained: Any, runtime: Any, spec: RunSpec, hyper: Hyper, loaded: Any, inputs: Any, models: Any) -> Any:
+    """The trained model as one plain module on rank 0. FSDP shards it: gather the full weights into a
+    fresh copy (collective, every rank takes part)."""
+    if spec.training_config.framework.type != FrameworkType.FSDP or runtime.world_size == 1:
+        return runtime.unwrap(trained)
+    import torch
+
+    tensors = runtime.model_state(trained, loaded.is_adapter)
+    if not runtime.is_main:
+        return None
+    fresh = models.load_model_and_tokenizer(spec.training_config, hyper, torch.device("cpu"), seed=0).model
+    if loaded.is_adapter:
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(fresh, tensors)
+    else:
+        fresh.load_state_dict(tensors, strict=True)
+    return fresh
+
+
+# --- CUSTOM: the user's script with the same contract ---------------------------------------------
+
+
+def run_custom_script(spec: RunSpec, paths: ContainerPaths, stop: StopRequest, argv: list[str]) -> int:
+    """Run framework.custom_script_path; its exit code is ours. The script gets the same environment
+    (paths, TRAINPLANE_RUN_SPEC as a local file) and the hyperparameters as `--key value` arguments,
+    as SageMaker script mode passes them. SIGTERM is forwarded: the script owns its graceful stop."""
+    script_ref = spec.training_config.framework.custom_script_path or ""
+    work = paths.output_data_dir / "custom"
+    work.mkdir(parents=True, exist_ok=True)
+    if storage.is_s3(script_ref):
+        script = work / Path(storage.split_s3(script_ref)[1]).name
+        storage.download_file(script_ref, script)
+    else:
+        script = storage.local_path(script_ref)
+    if not script.is_file():
+        raise UserError(f"framework.custom_script_path not found: {script_ref}")
+    spec_file = work / "run.json"
+    spec_file.write_text(spec.model_dump_json(context={"reveal_secrets": True}), encoding="utf-8")
+    command = [sys.executable, str(script)] if script.suffix == ".py" else ["/bin/sh", str(script)]
+    for key, value in sorted(spec.training_config.hyperparameters.items()):
+        command += [f"--{key}", value]
+    env = {**os.environ, ENV_RUN_SPEC: str(spec_file)}
+    log(f"CUSTOM: running {script}")
+    child = subprocess.Popen([*command, *argv], env=env)
+
+    def forward(signum: int, _frame: Any) -> None:
+        stop.request(signal.Signals(signum).name)
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = signal.signal(signal.SIGTERM, forward)
+    try:
+        code = child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if code < 0:
+        return int(ExitCode.STOPPED_WITH_CHECKPOINT) if stop.requested and code == -signal.SIGTERM else int(ExitCode.INTERNAL_ERROR)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

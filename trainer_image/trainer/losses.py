@@ -1,0 +1,110 @@
+"""The training-type losses.
+
+Causal LM (FULL_FINETUNE, CONTINUED_PRETRAIN, SFT, LORA, QLORA): next-token cross-entropy on the
+positions whose label is not -100 (SFT masks the prompt). Losses are returned as a SUM with the count
+it is over, so the loop can normalise by the tokens of the whole optimizer step (all micro-batches):
+a step's loss is then the same whatever the micro-batch split, which exact resume and gradient
+accumulation both need.
+
+DPO: -log sigmoid(beta * ((log pi(chosen) - log ref(chosen)) - (log pi(rejected) - log ref(rejected)))),
+with sequence log-probabilities summed over the completion tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+IGNORE_INDEX = -100
+DPO_KEYS = ("chosen_input_ids", "chosen_labels", "rejected_input_ids", "rejected_labels")
+
+
+@dataclass
+class LossSum:
+    total: Tensor  # summed loss (carries the graph)
+    count: int  # tokens (causal LM) or pairs (DPO) the sum is over
+    tokens: int  # input tokens processed (attention mask), for tokens/s
+    extra: dict[str, float] | None = None
+
+
+def is_dpo_batch(batch: dict[str, Tensor]) -> bool:
+    return "chosen_input_ids" in batch
+
+
+def count_targets(batch: dict[str, Tensor]) -> int:
+    """Loss denominators of a micro-batch, computable before the forward pass."""
+    if is_dpo_batch(batch):
+        return int(batch["chosen_input_ids"].shape[0])
+    return int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+
+
+def _logits(model: nn.Module, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
+    return model(input_ids=input_ids, attention_mask=attention_mask).logits
+
+
+def causal_lm_sum(model: nn.Module, batch: dict[str, Tensor]) -> LossSum:
+    input_ids, labels = batch["input_ids"], batch["labels"]
+    attention_mask = batch.get("attention_mask")
+    logits = _logits(model, input_ids, attention_mask)
+    shift_logits = logits[:, :-1, :].float()
+    shift_labels = labels[:, 1:]
+    total = F.cross_entropy(
+        shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    count = int((shift_labels != IGNORE_INDEX).sum())
+    tokens = int(attention_mask.sum()) if attention_mask is not None else input_ids.numel()
+    return LossSum(total=total, count=count, tokens=tokens)
+
+
+def sequence_logprob(model: nn.Module, input_ids: Tensor, labels: Tensor, attention_mask: Tensor | None) -> Tensor:
+    """Sum of log p(label_t | <t) over the labelled positions, one value per row."""
+    logits = _logits(model, input_ids, attention_mask)[:, :-1, :].float()
+    targets = labels[:, 1:]
+    mask = targets != IGNORE_INDEX
+    safe = targets.masked_fill(~mask, 0)
+    logps = torch.gather(F.log_softmax(logits, dim=-1), 2, safe.unsqueeze(-1)).squeeze(-1)
+    return (logps * mask).sum(-1)
+
+
+@contextlib.contextmanager
+def reference_mode(model: nn.Module, reference_model: nn.Module | None) -> Iterator[nn.Module]:
+    """The reference policy: a frozen copy, or the adapter model with its adapter switched off."""
+    if reference_model is not None:
+        yield reference_model
+        return
+    inner = getattr(model, "module", model)  # DDP wraps the peft model
+    disable = getattr(inner, "disable_adapter", None)
+    if disable is None:
+        raise RuntimeError("DPO needs a reference model: the model loader returned none and the model has no adapter to disable")
+    with disable():
+        yield inner
+
+
+def dpo_sum(model: nn.Module, reference_model: nn.Module | None, batch: dict[str, Tensor], beta: float) -> LossSum:
+    chosen_mask = batch.get("chosen_attention_mask")
+    rejected_mask = batch.get("rejected_attention_mask")
+    policy_chosen = sequence_logprob(model, batch["chosen_input_ids"], batch["chosen_labels"], chosen_mask)
+    policy_rejected = sequence_logprob(model, batch["rejected_input_ids"], batch["rejected_labels"], rejected_mask)
+    with torch.no_grad(), reference_mode(model, reference_model) as ref:
+        ref_chosen = sequence_logprob(ref, batch["chosen_input_ids"], batch["chosen_labels"], chosen_mask)
+        ref_rejected = sequence_logprob(ref, batch["rejected_input_ids"], batch["rejected_labels"], rejected_mask)
+    chosen_reward = beta * (policy_chosen - ref_chosen)
+    rejected_reward = beta * (policy_rejected - ref_rejected)
+    losses = -F.logsigmoid(chosen_reward - rejected_reward)
+    tokens = sum(
+        int(m.sum()) if m is not None else batch[k].numel()
+        for m, k in ((chosen_mask, "chosen_input_ids"), (rejected_mask, "rejected_input_ids"))
+    )
+    accuracy = float((chosen_reward > rejected_reward).float().sum())
+    return LossSum(total=losses.sum(), count=int(losses.shape[0]), tokens=tokens, extra={"reward_accuracy_sum": accuracy})
+
+
+def loss_sum(model: nn.Module, reference_model: nn.Module | None, batch: dict[str, Tensor], *, dpo_beta: float) -> LossSum:
+    if is_dpo_batch(batch):
+        return dpo_sum(model, reference_model, batch, dpo_beta)
+    return causal_lm_sum(model, batch)
