@@ -1,0 +1,26 @@
+"""`python -m trainplane.local`: local mode without the CLI's dependencies (typer/rich); same as `trainplane up`."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from trainplane.local.up import COMPUTE_CHOICES, DEFAULT_API_HANDLER, run_up
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m trainplane.local", description="Serve the trainplane control plane locally.")
+    parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8080, help="0 picks a free port (see endpoint.json)")
+    parser.add_argument("--state-dir", type=Path, default=Path(".state"), help="where jobs, history and objects persist")
+    parser.add_argument("--compute", choices=COMPUTE_CHOICES, default="local", help="where training runs")
+    # For tests of the front door itself, before/without the real API: module:function.
+    parser.add_argument("--api-handler", default=DEFAULT_API_HANDLER, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error("--port: must be between 0 and 65535")
+    run_up(args.host, args.port, args.state_dir, args.compute, api_handler=args.api_handler)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,239 @@
+"""`trainplane up`: the whole control plane on this machine, until SIGINT/SIGTERM.
+
+Start-up, in this order (each step needs the previous one):
+1. lock the state dir (one `up` per state dir: two would interleave one journal), load the principals;
+2. moto's server on loopback, with the lock + journal hooks installed (journaling still off);
+3. the deployers (infra/local): tables, buckets, state machine ... as the cloud stack has them;
+4. the journal folded, replayed into moto, compacted; from here every write is journaled;
+5. the deployers' background threads; the in-process API handler, imported after its TRAINPLANE_*
+   environment is set; the front door; and last endpoint.json, atomically: it appears only when all
+   of the above serves. Shutdown undoes it in reverse, endpoint.json first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import IO, Any
+
+from functions import constants
+from functions.settings import PREFIX
+from trainplane.local import moto_hooks
+from trainplane.local.credentials import ADMIN, Principal, load_or_create
+from trainplane.local.frontdoor import FrontDoor, Handler
+from trainplane.local.journal import Journal
+from trainplane.local.server import LOOPBACK, EmulatedAws
+
+logger = logging.getLogger("trainplane.local")
+
+DEFAULT_API_HANDLER = "functions.handlers.api:lambda_handler"
+ENDPOINT_FILE = "endpoint.json"
+LOCK_FILE = ".lock"
+JOURNAL_DIR = "journal"
+COMPUTE_CHOICES = ("local", "sagemaker", "ec2")
+# The control plane's own identity towards the emulated AWS (moto accepts any key; never a user's).
+_CONTROL_PLANE_KEY = "local-control-plane"
+
+
+def run_up(host: str, port: int, state_dir: Path, compute: str = "local", *, api_handler: str = DEFAULT_API_HANDLER) -> None:
+    """Serve until SIGINT/SIGTERM. `port=0` picks a free port (endpoint.json tells which)."""
+    _configure_logging()
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        logger.info("received %s, shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    plane = LocalPlane(host, port, Path(state_dir), compute=compute, api_handler=api_handler)
+    try:
+        plane.start()
+        print(f"trainplane local mode: API {plane.api_url}  AWS {plane.aws_endpoint_url}  state {plane.state_dir}", flush=True)
+        print(f"endpoint and credentials: {plane.endpoint_path}  (Ctrl-C to stop)", flush=True)
+        while not stop.wait(0.5):
+            pass
+    finally:
+        plane.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class LocalPlane:
+    """Local mode's parts, started and stopped in order. run_up() drives one per process."""
+
+    def __init__(self, host: str, port: int, state_dir: Path, *, compute: str = "local", api_handler: str = DEFAULT_API_HANDLER) -> None:
+        if compute not in COMPUTE_CHOICES:
+            raise ValueError(f"compute: must be one of {', '.join(COMPUTE_CHOICES)}, not {compute!r}")
+        self.host = host
+        self.port = port
+        self.state_dir = state_dir.resolve()
+        self.compute = compute
+        self.api_handler = api_handler
+        self.endpoint_path = self.state_dir / ENDPOINT_FILE
+        self.principals: list[Principal] = []
+        self.aws = EmulatedAws()
+        self.journal: Journal | None = None
+        self.front_door: FrontDoor | None = None
+        self.ctx: Any = None
+        self._lock_file: IO[str] | None = None
+        self._started: list[str] = []
+
+    @property
+    def api_url(self) -> str:
+        assert self.front_door is not None
+        shown = LOOPBACK if self.host in ("", "0.0.0.0", "::") else self.host
+        if ":" in shown:
+            shown = f"[{shown}]"
+        return f"http://{shown}:{self.front_door.port}"
+
+    @property
+    def aws_endpoint_url(self) -> str:
+        return self.aws.endpoint_url
+
+    def start(self) -> None:
+        from infra.local import LocalContext, deploy_all  # infra/local: local-mode-only, loads with it
+
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_state_dir()
+        self.principals = load_or_create(self.state_dir)
+        admin = next(p for p in self.principals if p.name == ADMIN)
+
+        moto_hooks.install()
+        self.aws.start()
+        self._started.append("aws")
+        _set_aws_environment(self.aws.endpoint_url)
+
+        self.ctx = LocalContext(
+            endpoint_url=self.aws.endpoint_url,
+            state_dir=self.state_dir,
+            compute=self.compute,
+            env={k: v for k, v in os.environ.items() if k.startswith(PREFIX)},
+        )
+        deploy_all(self.ctx)
+
+        self.journal = Journal(self.state_dir / JOURNAL_DIR)
+        state = self.journal.fold()
+        self.ctx.restored = moto_hooks.restore(state, self.journal)
+        self.journal.compact(state)
+        moto_hooks.attach(self.journal)
+        self._started.append("journal")
+        logger.info("restored from %s: %s", self.journal.path, self.ctx.restored)
+
+        self.ctx.start_background()
+        self._started.append("background")
+
+        admins = [a for a in self.ctx.env.get(PREFIX + "ADMIN_ARNS", "").split(",") if a]
+        self.ctx.env[PREFIX + "ADMIN_ARNS"] = ",".join(dict.fromkeys([admin.arn, *admins]))
+        self.ctx.env.setdefault(PREFIX + "COMPUTE", self.compute)
+        os.environ.update(self.ctx.env)
+        handler = _import_handler(self.api_handler)
+
+        self.front_door = FrontDoor(
+            self.host, self.port, principals=self.principals, handler=handler, region=self.ctx.region, account_id=self.ctx.account_id
+        )
+        self.front_door.start()
+        self._started.append("front_door")
+        self._write_endpoint()
+        self._started.append("endpoint")
+
+    def stop(self) -> None:
+        """Reverse order of start; safe after a partial start."""
+        if "endpoint" in self._started:
+            self.endpoint_path.unlink(missing_ok=True)
+        if "front_door" in self._started and self.front_door is not None:
+            self.front_door.stop()
+        if "background" in self._started:
+            self.ctx.shutdown()
+        if "journal" in self._started:
+            moto_hooks.detach()
+        if self.journal is not None:
+            self.journal.close()
+        if "aws" in self._started:
+            self.aws.stop()
+        self._started.clear()
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the flock
+            self._lock_file = None
+
+    def endpoint_document(self) -> dict[str, Any]:
+        """endpoint.json, exactly CONTRACTS.md's shape."""
+        return {
+            "api_url": self.api_url,
+            "region": self.ctx.region,
+            "aws_endpoint_url": self.aws.endpoint_url,
+            "bucket": self.ctx.settings().artifacts_bucket,
+            "credentials": [p.public() for p in self.principals],
+        }
+
+    def _write_endpoint(self) -> None:
+        tmp = self.endpoint_path.with_name(ENDPOINT_FILE + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the secret keys
+        with os.fdopen(fd, "w") as fh:
+            json.dump(self.endpoint_document(), fh, indent=2)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.endpoint_path)
+
+    def _lock_state_dir(self) -> None:
+        self._lock_file = open(self.state_dir / LOCK_FILE, "a+")  # noqa: SIM115 (held for the process's life)
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock_file.seek(0)
+            holder = self._lock_file.read().strip() or "another process"
+            self._lock_file.close()
+            self._lock_file = None
+            raise RuntimeError(f"state dir {self.state_dir} is in use by a running `trainplane up` (pid {holder})") from None
+        self._lock_file.seek(0)
+        self._lock_file.truncate()
+        self._lock_file.write(str(os.getpid()))
+        self._lock_file.flush()
+
+
+def _set_aws_environment(endpoint_url: str) -> None:
+    """Every boto3 client this process creates talks to the emulated AWS, never to a real account."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
+        os.environ.pop(name, None)
+    os.environ.update(
+        {
+            "AWS_ACCESS_KEY_ID": _CONTROL_PLANE_KEY,
+            "AWS_SECRET_ACCESS_KEY": _CONTROL_PLANE_KEY,
+            "AWS_DEFAULT_REGION": constants.LOCAL_REGION,
+            "AWS_REGION": constants.LOCAL_REGION,
+            "AWS_ENDPOINT_URL": endpoint_url,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "POWERTOOLS_SERVICE_NAME": constants.SERVICE_NAME,
+            "POWERTOOLS_METRICS_NAMESPACE": constants.METRICS_NAMESPACE,
+            # No X-Ray daemon here.
+            "POWERTOOLS_TRACE_DISABLED": "true",
+        }
+    )
+
+
+def _import_handler(spec: str) -> Handler:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+        handler = getattr(module, attr or "lambda_handler")
+    except (ImportError, AttributeError) as exc:
+        raise RuntimeError(f"the API handler {spec!r} cannot be loaded: {exc}") from exc
+    if not callable(handler):
+        raise RuntimeError(f"the API handler {spec!r} is not callable")
+    return handler  # type: ignore[no-any-return]
+
+
+def _configure_logging() -> None:
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    with contextlib.suppress(Exception):
+        logging.getLogger("botocore").setLevel(logging.WARNING)
