@@ -1,0 +1,80 @@
+"""The CDK app: `python infra/app.py` (what cdk.json runs) synthesizes the stack for one stage.
+
+Context: `-c stage=dev|prod` plus the fields of infra.config.StageConfig (see docs/DEPLOY.md).
+Checks run during synthesis: cdk-nag's AwsSolutions pack, where any finding without an
+acknowledgment (its reason beside the resource) fails the synth.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+# Run as a script (cdk.json, make synth): the repository root holds the packages we import.
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+import json  # noqa: E402
+
+import aws_cdk as cdk  # noqa: E402
+from cdk_nag import AwsSolutionsChecks  # noqa: E402
+
+from infra.bundling import build_bundle  # noqa: E402
+from infra.config import StageConfig  # noqa: E402
+from infra.stack import TrainplaneStack  # noqa: E402
+
+
+def stack_name(config: StageConfig) -> str:
+    return f"Trainplane-{config.stage}"
+
+
+def cdk_json_context() -> dict[str, object]:
+    """cdk.json's context, for runs without the CDK CLI (which would otherwise pass it in CDK_CONTEXT_JSON)."""
+    if os.environ.get("CDK_CONTEXT_JSON"):
+        return {}
+    return dict(json.loads((ROOT / "cdk.json").read_text(encoding="utf-8")).get("context", {}))
+
+
+def build_app(context: dict[str, object] | None = None, outdir: str | None = None) -> tuple[cdk.App, TrainplaneStack]:
+    """The app with its one stack and the nag checks registered; `app.synth()` runs them."""
+    app = cdk.App(context={**cdk_json_context(), **(context or {})}, outdir=outdir)
+    config = StageConfig.from_context(app.node.try_get_context)
+    bundle = build_bundle()
+    print(bundle.report(), file=sys.stderr)
+    account = config.account or os.environ.get("CDK_DEFAULT_ACCOUNT")
+    region = config.region or os.environ.get("CDK_DEFAULT_REGION")
+    env = cdk.Environment(account=account, region=region) if account or region else None
+    stack = TrainplaneStack(app, stack_name(config), config=config, bundle=bundle, env=env)
+    cdk.Tags.of(stack).add("application", "trainplane")
+    cdk.Tags.of(stack).add("stage", config.stage)
+    cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app, stack
+
+
+def parse_args(argv: list[str]) -> tuple[dict[str, object], str | None]:
+    """`--outdir DIR` and `-c key=value` (as the CDK CLI takes them) for runs without the CLI."""
+    context: dict[str, object] = {}
+    outdir = None
+    args = iter(argv)
+    for arg in args:
+        if arg == "--outdir":
+            outdir = next(args)
+        elif arg in ("-c", "--context"):
+            key, _, value = next(args).partition("=")
+            context[key] = value
+        else:
+            raise SystemExit(f"unknown argument {arg!r}: use --outdir DIR and -c key=value")
+    return context, outdir
+
+
+def main(argv: list[str] | None = None) -> None:
+    context, outdir = parse_args(sys.argv[1:] if argv is None else argv)
+    app, _ = build_app(context, outdir=outdir)
+    app.synth()
+
+
+if __name__ == "__main__":
+    main()

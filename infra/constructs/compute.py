@@ -1,0 +1,340 @@
+"""Where training runs: the trainer image, SageMaker's execution role, the EC2 launch template and profile.
+
+Both engines run the same image with the same contract (schemas/trainer.py). The roles the trainer
+runs under may read and write only the jobs/ prefix of the artifacts bucket, read training data from
+datasets/ (and the extra locations the stage config names), pull the trainer image and write their logs.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from aws_cdk import Acknowledgment, Stack, Validations
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr as ecr
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from functions import constants
+from infra.config import ConfigError, StageConfig
+from infra.constructs.common import allow, arn, log_retention, removal_policy
+from infra.constructs.storage import DATASETS_PREFIX, Storage
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+# The image's build context is the repository root because the trainer imports schemas/; only
+# these paths are sent to `docker build` (the rest, .venv and cdk.out above all, stays out).
+TRAINER_DOCKERFILE = "trainer_image/Dockerfile"
+TRAINER_BUILD_CONTEXT = ("trainer_image", "schemas", "pyproject.toml", "README.md")
+SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+# The Deep Learning AMI (Ubuntu) boots from /dev/sda1; Settings.ec2_root_device_name says the same.
+ROOT_DEVICE = "/dev/sda1"
+_ECR_URI = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repo>[a-z0-9._/-]+)[:@]")
+
+
+class Compute(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, storage: Storage) -> None:
+        super().__init__(scope, construct_id)
+        self.config = config
+        self.storage = storage
+        self.image_uri, self._grant_pull = self._trainer_image(config)
+        self.trainer_log_group = logs.LogGroup(
+            self,
+            "TrainerLogs",
+            log_group_name=f"/trainplane/{config.stage}/trainer",
+            retention=log_retention(config),
+            removal_policy=removal_policy(config),
+        )
+        self.security_group_ids, self.subnet_ids = self._network(config)
+        self.sagemaker_role = iam.Role(
+            self,
+            "SageMakerExecutionRole",
+            assumed_by=iam.ServicePrincipal(
+                "sagemaker.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}}
+            ),
+            description=f"trainplane {config.stage}: SageMaker training jobs run the trainer image as this role",
+        )
+        self._trainer_access(self.sagemaker_role, "sagemaker")
+        allow(
+            self.sagemaker_role,
+            ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            [arn(self, "logs", f"log-group:{SAGEMAKER_LOG_GROUP}"), arn(self, "logs", f"log-group:{SAGEMAKER_LOG_GROUP}:log-stream:*")],
+            why="SageMaker writes one log stream per training job and host into its own log group; stream names are made at run time.",
+        )
+        allow(
+            self.sagemaker_role,
+            ["cloudwatch:PutMetricData"],
+            ["*"],
+            why="cloudwatch:PutMetricData has no resource type; the cloudwatch:namespace condition keeps it to SageMaker training metrics.",
+            conditions={"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/TrainingJobs"}},
+        )
+        if self.subnet_ids:
+            self._sagemaker_vpc_access()
+        self.instance_role = iam.Role(
+            self,
+            "InstanceRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"trainplane {config.stage}: EC2 GPU instances run the trainer image as this role",
+        )
+        self._trainer_access(self.instance_role, "ec2")
+        allow(
+            self.instance_role,
+            ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            [self.trainer_log_group.log_group_arn],
+            why="The trainer log group's streams (one per instance and attempt, named at run time), that group only.",
+        )
+        self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.instance_role)
+        self.launch_template = self._launch_template(config)
+
+    # --- the image ------------------------------------------------------------------------------
+
+    def _trainer_image(self, config: StageConfig) -> tuple[str, ecr.IRepository]:
+        if config.trainer_image_uri:
+            match = _ECR_URI.match(config.trainer_image_uri)
+            if not match:
+                raise ConfigError(
+                    f"trainer_image_uri: {config.trainer_image_uri!r} is not an ECR image URI "
+                    f"(<account>.dkr.ecr.<region>.amazonaws.com/<repo>:<tag>)"
+                )
+            repository = ecr.Repository.from_repository_attributes(
+                self,
+                "TrainerRepository",
+                repository_name=match["repo"],
+                repository_arn=f"arn:{Stack.of(self).partition}:ecr:{match['region']}:{match['account']}:repository/{match['repo']}",
+            )
+            return config.trainer_image_uri, repository
+        if not (REPO_ROOT / TRAINER_DOCKERFILE).exists():
+            raise ConfigError(
+                f"{TRAINER_DOCKERFILE} not found: the trainer image is built from it at deploy time "
+                "(or pass -c trainer_image_uri=<ECR URI> to deploy a prebuilt image)"
+            )
+        asset = ecr_assets.DockerImageAsset(
+            self,
+            "TrainerImage",
+            directory=str(REPO_ROOT),
+            file=TRAINER_DOCKERFILE,
+            platform=ecr_assets.Platform.LINUX_AMD64,  # GPU instances and SageMaker's ml.* GPU types are x86_64
+            ignore_mode=ecr_assets.IgnoreMode.DOCKER,
+            exclude=["*", *(f"!{path}" for path in TRAINER_BUILD_CONTEXT), "**/__pycache__", "**/*.pyc"],
+        )
+        return asset.image_uri, asset.repository
+
+    # --- networking -----------------------------------------------------------------------------
+
+    def _network(self, config: StageConfig) -> tuple[list[str], list[str]]:
+        if not config.vpc_id:
+            return [], []
+        group = ec2.CfnSecurityGroup(
+            self,
+            "TrainerSecurityGroup",
+            vpc_id=config.vpc_id,
+            group_description=f"trainplane {config.stage} trainers: no inbound except between the nodes of one job",
+            security_group_egress=[
+                ec2.CfnSecurityGroup.EgressProperty(ip_protocol="-1", cidr_ip="0.0.0.0/0", description="image pulls, S3, model hubs")
+            ],
+        )
+        # Multi-node jobs talk to each other (NCCL, torch.distributed): members of the group only.
+        ec2.CfnSecurityGroupIngress(
+            self,
+            "TrainerNodesIngress",
+            group_id=group.attr_group_id,
+            ip_protocol="-1",
+            source_security_group_id=group.attr_group_id,
+            description="between the nodes of a multi-node job",
+        )
+        return [group.attr_group_id], list(config.subnet_ids)
+
+    def _sagemaker_vpc_access(self) -> None:
+        # SageMaker creates the job's network interfaces as the execution role; these EC2 actions
+        # have no resource-level permissions, so the VPC and subnets are pinned by condition.
+        allow(
+            self.sagemaker_role,
+            [
+                "ec2:CreateNetworkInterface",
+                "ec2:CreateNetworkInterfacePermission",
+                "ec2:DeleteNetworkInterface",
+                "ec2:DeleteNetworkInterfacePermission",
+            ],
+            ["*"],
+            why="SageMaker's VPC network-interface calls accept no resource ARN; the ec2:Vpc condition pins them to the configured VPC.",
+            conditions={"ArnEquals": {"ec2:Vpc": arn(self, "ec2", f"vpc/{self.config.vpc_id}")}},
+        )
+        allow(
+            self.sagemaker_role,
+            [
+                "ec2:DescribeNetworkInterfaces",
+                "ec2:DescribeVpcs",
+                "ec2:DescribeSubnets",
+                "ec2:DescribeSecurityGroups",
+                "ec2:DescribeDhcpOptions",
+            ],
+            ["*"],
+            why="EC2 Describe* calls support no resource-level permissions.",
+        )
+
+    # --- the launch template --------------------------------------------------------------------
+
+    def _launch_template(self, config: StageConfig) -> ec2.LaunchTemplate:
+        security_groups = [ec2.SecurityGroup.from_security_group_id(self, "TrainerSecurityGroupRef", sg) for sg in self.security_group_ids]
+        template = ec2.LaunchTemplate(
+            self,
+            "TrainerLaunchTemplate",
+            launch_template_name=config.name("trainer"),
+            # Resolved from AWS's public parameter at deploy time: the current GPU Deep Learning AMI.
+            machine_image=ec2.MachineImage.from_ssm_parameter(config.ec2_ami_ssm_parameter, os=ec2.OperatingSystemType.LINUX),
+            instance_profile=self.instance_profile,
+            require_imdsv2=True,
+            # The trainer runs in a container: one more network hop to reach the instance metadata.
+            http_put_response_hop_limit=2,
+            instance_initiated_shutdown_behavior=ec2.InstanceInitiatedShutdownBehavior.TERMINATE,
+            block_devices=[
+                ec2.BlockDevice(
+                    device_name=ROOT_DEVICE,
+                    volume=ec2.BlockDeviceVolume.ebs(
+                        config.ec2_root_volume_gb,
+                        volume_type=ec2.EbsDeviceVolumeType.GP3,
+                        encrypted=True,
+                        kms_key=self.storage.key,
+                        delete_on_termination=True,
+                    ),
+                )
+            ],
+            security_group=security_groups[0] if security_groups else None,
+            detailed_monitoring=True,
+        )
+        return template
+
+    # --- roles the trainer runs as --------------------------------------------------------------
+
+    def _trainer_access(self, role: iam.Role, via: str) -> None:
+        self.storage.grant_artifacts(
+            role, prefixes=[f"{constants.JOBS_PREFIX}/"], write=True, delete=True
+        )  # checkpoints, retention, metrics
+        self.storage.grant_artifacts(role, prefixes=[f"{DATASETS_PREFIX}/"])
+        partition = Stack.of(self).partition
+        for uri in self.config.training_data_uris:
+            name, _, prefix = uri.removeprefix("s3://").partition("/")
+            allow(
+                role,
+                ["s3:GetObject"],
+                [f"arn:{partition}:s3:::{name}/{prefix}*"],
+                why=f"Read-only training data under {uri}, a location the stage config names (training_data_uris).",
+            )
+            allow(role, ["s3:ListBucket"], [f"arn:{partition}:s3:::{name}"], conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}})
+        self.storage.grant_key(role, "s3", via)
+        self._grant_pull.grant_pull(role)
+        Validations.of(role).acknowledge(
+            Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="ecr:GetAuthorizationToken (image pulls) supports no resource-level permissions.",
+            )
+        )
+
+    # --- grants for the control plane's functions ------------------------------------------------
+
+    def grant_launch(self, role: iam.IRole) -> None:
+        """Start, stop and describe runs on both engines (the lifecycle tasks)."""
+        stack = Stack.of(self)
+        allow(
+            role,
+            [
+                "sagemaker:CreateTrainingJob",
+                "sagemaker:DescribeTrainingJob",
+                "sagemaker:StopTrainingJob",
+                "sagemaker:AddTags",
+                "sagemaker:UpdateTrainingJob",
+            ],
+            [arn(self, "sagemaker", "training-job/*")],
+            why=TRAINING_JOBS_WHY,
+        )
+        allow(
+            role,
+            ["iam:PassRole"],
+            [self.sagemaker_role.role_arn],
+            conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
+        )
+
+        template_arn = arn(self, "ec2", f"launch-template/{self.launch_template.launch_template_id}")
+        allow(role, ["ec2:RunInstances"], [template_arn])
+        created = [arn(self, "ec2", f"{kind}/*") for kind in ("instance", "volume", "network-interface", "spot-instances-request")]
+        allow(
+            role,
+            ["ec2:RunInstances"],
+            created,
+            why=(
+                "What RunInstances creates gets its id at launch; the ec2:LaunchTemplate "
+                "condition allows it only via the trainer's template."
+            ),
+            conditions={"ArnEquals": {"ec2:LaunchTemplate": template_arn}},
+        )
+        # What the instance refers to: the AMI (owned by AWS) and where it is placed.
+        if self.subnet_ids:
+            placement = [arn(self, "ec2", f"subnet/{s}") for s in self.subnet_ids] + [
+                arn(self, "ec2", f"security-group/{g}") for g in self.security_group_ids
+            ]
+            placement_why = "The Deep Learning AMI is AWS-owned and its id changes with each release (resolved from SSM at deploy)."
+        else:
+            placement = [arn(self, "ec2", "subnet/*"), arn(self, "ec2", "security-group/*")]
+            placement_why = (
+                "Without a configured VPC, instances go to the account's default VPC, whose subnet and security-group ids the stack "
+                "does not know; the Deep Learning AMI is AWS-owned and changes with each release."
+            )
+        allow(role, ["ec2:RunInstances"], [f"arn:{stack.partition}:ec2:{stack.region}::image/*", *placement], why=placement_why)
+        allow(
+            role,
+            ["ec2:CreateTags"],
+            created,
+            why="Tags are set on the instance and volumes while RunInstances creates them (ec2:CreateAction condition), never afterwards.",
+            conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+        )
+        allow(
+            role,
+            ["ec2:TerminateInstances", "ec2:StopInstances"],
+            [arn(self, "ec2", "instance/*")],
+            why=(
+                "Instance ids are known at run time only; the ec2:InstanceProfile "
+                "condition limits this to instances of the trainer profile."
+            ),
+            conditions={"ArnEquals": {"ec2:InstanceProfile": self.instance_profile.instance_profile_arn}},
+        )
+        allow(
+            role, ["iam:PassRole"], [self.instance_role.role_arn], conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+        )
+        # Encrypted volumes (the EBS root volume, SageMaker's training volume) with our key: the
+        # engine creates a grant on the caller's behalf.
+        allow(
+            role,
+            ["kms:CreateGrant"],
+            [self.storage.key.key_arn],
+            conditions={
+                "Bool": {"kms:GrantIsForAWSResource": "true"},
+                "StringEquals": {"kms:ViaService": [f"ec2.{stack.region}.amazonaws.com", f"sagemaker.{stack.region}.amazonaws.com"]},
+            },
+        )
+        self.storage.grant_key(role, "ec2", "sagemaker")
+        self.grant_describe(role)
+
+    def grant_describe(self, role: iam.IRole) -> None:
+        """Where runs stand (the events handler's reconciler): read-only."""
+        allow(role, ["sagemaker:DescribeTrainingJob"], [arn(self, "sagemaker", "training-job/*")], why=TRAINING_JOBS_WHY)
+        allow(
+            role,
+            ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus"],
+            ["*"],
+            why="EC2 Describe* calls support no resource-level permissions.",
+        )
+
+    def grant_read_logs(self, role: iam.IRole) -> None:
+        """The trainer's logs on both engines (GET /jobs/{id}/logs)."""
+        sagemaker_group = arn(self, "logs", f"log-group:{SAGEMAKER_LOG_GROUP}")
+        allow(
+            role,
+            ["logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:GetLogEvents"],
+            [sagemaker_group, f"{sagemaker_group}:log-stream:*", self.trainer_log_group.log_group_arn],
+            why="The streams of SageMaker's training-job log group and of the trainer log group (named per job and host at run time).",
+        )
+
+
+TRAINING_JOBS_WHY = "SageMaker training job names are made per job attempt at run time; this account and region only."

@@ -1,0 +1,87 @@
+"""The control plane in one stack. It only composes constructs and states its outputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aws_cdk import AssetHashType, CfnOutput, Stack
+from aws_cdk import aws_lambda as lambda_
+from constructs import Construct
+
+from functions import constants
+from infra.bundling import LambdaBundle
+from infra.config import StageConfig
+from infra.constructs.api import Api
+from infra.constructs.compute import ROOT_DEVICE, Compute
+from infra.constructs.events import Events
+from infra.constructs.function import settings_environment
+from infra.constructs.lifecycle import Lifecycle, state_machine_arn
+from infra.constructs.observability import Observability
+from infra.constructs.retraining import Retraining
+from infra.constructs.storage import Storage
+
+
+class TrainplaneStack(Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, bundle: LambdaBundle, **kwargs: Any) -> None:
+        super().__init__(scope, construct_id, description=f"trainplane control plane ({config.stage})", **kwargs)
+        self.config = config
+        # One asset for every function: the hash is the bundle's own, so CDK need not re-hash 1000 files.
+        code = lambda_.Code.from_asset(str(bundle.path), asset_hash=bundle.asset_hash, asset_hash_type=AssetHashType.CUSTOM)
+
+        storage = Storage(self, "Storage", config=config)
+        compute = Compute(self, "Compute", config=config, storage=storage)
+        environment = settings_environment(
+            {
+                "jobs_table": storage.jobs_table.table_name,
+                "idempotency_table": storage.idempotency_table.table_name,
+                "artifacts_bucket": storage.artifacts_bucket.bucket_name,
+                "state_machine_arn": state_machine_arn(self, config),
+                "event_bus_name": constants.EVENT_BUS_NAME,
+                "admin_arns": ",".join(config.admin_arns) or None,
+                "compute": config.compute,
+                "trainer_image_uri": compute.image_uri,
+                "sagemaker_role_arn": compute.sagemaker_role.role_arn,
+                "vpc_subnet_ids": ",".join(compute.subnet_ids) or None,
+                "vpc_security_group_ids": ",".join(compute.security_group_ids) or None,
+                "kms_key_id": storage.key.key_arn,
+                "ec2_launch_template_id": compute.launch_template.launch_template_id,
+                "ec2_instance_profile_arn": compute.instance_profile.instance_profile_arn,
+                "ec2_root_device_name": ROOT_DEVICE,
+                "trainer_log_group": compute.trainer_log_group.log_group_name,
+            }
+        )
+        lifecycle = Lifecycle(self, "Lifecycle", config=config, storage=storage, compute=compute, code=code, environment=environment)
+        api = Api(self, "Api", config=config, storage=storage, compute=compute, lifecycle=lifecycle, code=code, environment=environment)
+        events = Events(
+            self, "Events", config=config, storage=storage, compute=compute, lifecycle=lifecycle, code=code, environment=environment
+        )
+        retraining = Retraining(
+            self,
+            "Retraining",
+            config=config,
+            storage=storage,
+            lifecycle=lifecycle,
+            dead_letter_queue=events.dead_letter_queue,
+            code=code,
+            environment=environment,
+        )
+        retraining.grant_manage_schedules(api.handler.role)  # policies are created through the API
+        Observability(
+            self,
+            "Observability",
+            config=config,
+            storage=storage,
+            api=api,
+            lifecycle=lifecycle,
+            dead_letter_queue=events.dead_letter_queue,
+            functions=[api.handler, lifecycle.tasks, events.handler, retraining.dispatcher],
+        )
+
+        CfnOutput(self, "ApiUrl", value=api.url, description="Base URL of the jobs API (SigV4, service execute-api)")
+        CfnOutput(self, "ArtifactsBucketName", value=storage.artifacts_bucket.bucket_name)
+        CfnOutput(self, "JobsTableName", value=storage.jobs_table.table_name)
+        CfnOutput(self, "TrainerImageUri", value=compute.image_uri)
+        CfnOutput(self, "StateMachineArn", value=lifecycle.state_machine.state_machine_arn)
+        CfnOutput(self, "SageMakerRoleArn", value=compute.sagemaker_role.role_arn)
+        CfnOutput(self, "LaunchTemplateId", value=compute.launch_template.launch_template_id or "")
+        CfnOutput(self, "DeadLetterQueueUrl", value=events.dead_letter_queue.queue_url)
