@@ -1,0 +1,188 @@
+"""The lifecycle verbs: cancel, pause, resume, retry.
+
+Each verb checks the job's status (409 naming the states it is allowed from), then decides with ONE
+conditional write that also records the request in the history (actor "user", with the reason), and
+only then tells the lifecycle engine. Twenty identical requests racing therefore have exactly one
+winner; the others get 409. Without a workflow (workflow=None) the verbs still validate and record.
+
+When the engine cannot be told after the decision was stored, the decision stands (it is the truth
+the engine's reconciler acts on) and the failure is logged; only pause, whose decision is a request
+that nothing else would act on, is undone and reported as 503.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from functions.adapters.ports import ArtifactStore, JobRepository, Transition, Workflow
+from functions.service.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest
+from functions.service.principal import Principal
+from schemas.api import RetryRequest
+from schemas.job import Actor, CheckpointRef, Job, PendingAction, StatusEvent, SubmitJobRequest
+from schemas.status import PAUSABLE, RUNNING, TERMINAL, JobStatus
+
+logger = logging.getLogger(__name__)
+
+NON_TERMINAL = frozenset(JobStatus) - TERMINAL
+PAUSED_ONLY = frozenset({JobStatus.PAUSED})
+USER = Actor.USER.value
+
+
+class WorkflowUnavailable(DomainError):
+    """The lifecycle engine could not be told about a decision that needs it now (503, retry later)."""
+
+
+class LifecycleControls:
+    """Mixed into JobService; relies on its repo, store, workflow, clock, get() and submit()."""
+
+    repo: JobRepository
+    store: ArtifactStore
+    workflow: Workflow | None
+    clock: Callable[[], datetime]
+
+    def get(self, job_id: str, principal: Principal) -> Job:  # pragma: no cover - provided by JobService
+        raise NotImplementedError
+
+    def submit(  # pragma: no cover - provided by JobService
+        self,
+        request: SubmitJobRequest,
+        principal: Principal,
+        *,
+        owner: str | None = None,
+        parent_job_id: str | None = None,
+        reason: str = "",
+    ) -> Job:
+        raise NotImplementedError
+
+    # --- cancel ----------------------------------------------------------------------------------
+
+    def cancel(self, job_id: str, principal: Principal, reason: str = "") -> Job:
+        job = self.get(job_id, principal)
+        if job.status in TERMINAL:
+            raise IllegalTransition(job_id, job.status, "cancel", NON_TERMINAL)
+        why = reason or "cancelled by request"
+        cancelled = self.repo.transition(
+            Transition(job_id, job.version, job.status, JobStatus.CANCELLED, why, USER, {"pending_action": None, "pending_reason": None})
+        )
+        if self.workflow is not None:
+            try:
+                if job.status in RUNNING:
+                    self.workflow.stop_run(cancelled, graceful=False, reason=why)
+                # Also answer whatever wait the execution is in (capacity, resume, or the run itself).
+                self.workflow.answer_wait(cancelled, "cancel", {"reason": why})
+            except Exception:
+                logger.exception("job %s is CANCELLED but the engine was not told; its reconciler will stop it", job_id)
+        return cancelled
+
+    # --- pause -----------------------------------------------------------------------------------
+
+    def pause(self, job_id: str, principal: Principal, save_checkpoint: bool = True) -> Job:
+        job = self.get(job_id, principal)
+        if job.status not in PAUSABLE:
+            raise IllegalTransition(job_id, job.status, "pause", PAUSABLE)
+        if job.pending_action is not None:
+            raise ConcurrentModification(job_id, f"a {job.pending_action} is already in progress")
+        why = "pause requested" + ("" if save_checkpoint else " without a checkpoint")
+        event = StatusEvent(at=self.clock(), from_status=job.status, to_status=job.status, reason=why, actor=USER)
+        paused = self.repo.update(
+            job_id,
+            job.version,
+            {"pending_action": PendingAction.PAUSE, "pending_reason": why},
+            PAUSABLE,
+            event=event,
+            action="pause",
+        )
+        if self.workflow is not None:
+            try:
+                # graceful: SIGTERM, the trainer saves a checkpoint within the grace period; the engine
+                # moves the job to PAUSED once it is saved (status stays until then).
+                self.workflow.stop_run(paused, graceful=save_checkpoint, reason=why)
+            except Exception as exc:
+                logger.exception("pause of %s could not reach the run; withdrawing the request", job_id)
+                self._withdraw_pause(paused)
+                raise WorkflowUnavailable(f"could not reach the run of job {job_id} to pause it; try again") from exc
+        return paused
+
+    def _withdraw_pause(self, job: Job) -> None:
+        try:
+            event = StatusEvent(at=self.clock(), from_status=job.status, to_status=job.status, reason="pause withdrawn", actor="system")
+            self.repo.update(
+                job.job_id, job.version, {"pending_action": None, "pending_reason": None}, event=event, action="withdraw pause"
+            )
+        except DomainError:
+            logger.exception("pause request of %s could not be withdrawn", job.job_id)
+
+    # --- resume ----------------------------------------------------------------------------------
+
+    def resume(self, job_id: str, principal: Principal, checkpoint_id: str = "") -> Job:
+        job = self.get(job_id, principal)
+        if job.status != JobStatus.PAUSED:
+            raise IllegalTransition(job_id, job.status, "resume", PAUSED_ONLY)
+        ref = _checkpoint(job, checkpoint_id)
+        chosen = ref.checkpoint_id if ref else None
+        why = f"resumed from {chosen}" if chosen else "resumed (no checkpoint: from the start)"
+        changes: dict[str, Any] = {"resume_checkpoint_id": chosen, "pending_action": None, "pending_reason": None}
+        resumed = self.repo.transition(Transition(job_id, job.version, JobStatus.PAUSED, JobStatus.QUEUED, why, USER, changes))
+        if self.workflow is not None:
+            try:
+                self.workflow.answer_wait(resumed, "resume", {"checkpoint_id": chosen or ""})
+            except Exception:
+                logger.exception("job %s is QUEUED again but its execution was not told; the reconciler will", job_id)
+        return resumed
+
+    # --- retry -----------------------------------------------------------------------------------
+
+    def retry(self, job_id: str, principal: Principal, request: RetryRequest) -> Job:
+        parent = self.get(job_id, principal)
+        if parent.status not in TERMINAL:
+            raise IllegalTransition(job_id, parent.status, "retry", TERMINAL)
+        ref = _checkpoint(parent, request.checkpoint_id)
+        submission = parent.submit_request()
+        training = submission.training_config
+        if ref is not None:
+            # A URI, not an id: the id would be resolved against the child's own (empty) checkpoints.
+            training = training.model_copy(update={"resume_from_checkpoint": ref.uri})
+        updates: dict[str, Any] = {"training_config": training}
+        if request.modify_resources and request.new_resource_config is not None:
+            updates["resource_config"] = request.new_resource_config
+        child_request = _validated(submission, updates)
+        why = f"retry of {job_id}" + (f" from {ref.checkpoint_id}" if ref else "")
+        # The child belongs to the parent's owner: an admin retrying alice's job retries it for alice.
+        child = self.submit(child_request, principal, owner=parent.owner, parent_job_id=job_id, reason=why)
+        try:
+            note = StatusEvent(
+                at=self.clock(), from_status=parent.status, to_status=parent.status, reason=f"retried as {child.job_id}", actor=USER
+            )
+            self.repo.append_event(job_id, note)
+        except Exception:
+            logger.exception("retry of %s created %s but the parent's history was not updated", job_id, child.job_id)
+        return child
+
+
+def _checkpoint(job: Job, checkpoint_id: str) -> CheckpointRef | None:
+    """The named checkpoint (422 naming checkpoint_id if the job has none such), else the latest, else None."""
+    by_id = {c.checkpoint_id: c for c in job.checkpoints}
+    if checkpoint_id:
+        if checkpoint_id not in by_id:
+            known = ", ".join(sorted(by_id)) or "none"
+            raise InvalidRequest("checkpoint_id", f"job {job.job_id} has no checkpoint {checkpoint_id!r} (it has: {known})")
+        return by_id[checkpoint_id]
+    if job.latest_checkpoint_id and job.latest_checkpoint_id in by_id:
+        return by_id[job.latest_checkpoint_id]
+    return max(job.checkpoints, key=lambda c: c.step) if job.checkpoints else None
+
+
+def _validated(submission: SubmitJobRequest, updates: dict[str, Any]) -> SubmitJobRequest:
+    document = submission.model_dump()
+    for name, value in updates.items():
+        document[name] = value.model_dump()
+    try:
+        return SubmitJobRequest.model_validate(document)
+    except ValueError as exc:
+        field = "new_resource_config" if "resource_config" in updates else "checkpoint_id"
+        errors = getattr(exc, "errors", None)
+        message = str(errors()[0].get("msg")) if callable(errors) else str(exc)
+        raise InvalidRequest(field, message.removeprefix("Value error, ")) from exc

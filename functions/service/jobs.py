@@ -1,0 +1,321 @@
+"""Job use cases behind the HTTP API: submit, read, list, edit, delete, summary, history, metrics, logs.
+
+The lifecycle verbs (cancel, pause, resume, retry) live in controls.py and are mixed into JobService.
+Every decision about a job is a conditional write in the repository; the Workflow (the lifecycle
+engine) is told afterwards, and only about a decision that won.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import re
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from functions import constants
+from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, Transition, Workflow
+from functions.service.controls import LifecycleControls, WorkflowUnavailable
+from functions.service.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
+from functions.service.principal import Principal
+from functions.settings import Settings
+from schemas.api import EventList, JobList, LogLine, LogsResponse, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
+from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest
+from schemas.status import EDITABLE, RUNNING, TERMINAL, JobStatus
+from schemas.trainer import EVENT_PREFIX
+
+logger = logging.getLogger(__name__)
+
+MAX_LIST_LIMIT = 200
+DEFAULT_LOG_LINES = 1000
+MAX_LOG_LINES = 5000
+_LOG_FILE = re.compile(r"attempt-(\d+)\.log$")
+
+
+def new_job_id() -> str:
+    """Sortable by creation day, unique enough that create()'s existence check never fires in practice."""
+    return f"job-{datetime.now(UTC):%Y%m%d}-{uuid.uuid4().hex[:12]}"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class JobService(LifecycleControls):
+    def __init__(
+        self,
+        repo: JobRepository,
+        store: ArtifactStore,
+        workflow: Workflow | None,
+        settings: Settings,
+        clock: Callable[[], datetime] = _utcnow,
+        ids: Callable[[], str] = new_job_id,
+    ) -> None:
+        self.repo = repo
+        self.store = store
+        self.workflow = workflow
+        self.settings = settings
+        self.clock = clock
+        self.ids = ids
+
+    def principal(self, arn: str) -> Principal:
+        return Principal.from_arn(arn, self.settings.admin_arns)
+
+    # --- submit ----------------------------------------------------------------------------------
+
+    def submit(
+        self,
+        request: SubmitJobRequest,
+        principal: Principal,
+        *,
+        owner: str | None = None,
+        parent_job_id: str | None = None,
+        reason: str = "submitted",
+    ) -> Job:
+        """Create the job PENDING (with its first history entry), then start its lifecycle if wired."""
+        now = self.clock()
+        priority = request.effective_priority
+        job = Job(
+            job_id=self.ids(),
+            owner=owner or principal.arn,
+            name=request.name,
+            description=request.description,
+            status=JobStatus.PENDING,
+            labels=request.labels,
+            training_config=request.training_config.model_copy(update={"priority": priority}),
+            data_config=request.data_config,
+            resource_config=request.resource_config,
+            output_config=request.output_config,
+            scheduling_config=request.scheduling_config.model_copy(update={"priority": priority}),
+            parent_job_id=parent_job_id,
+            created_at=now,
+            updated_at=now,
+        )
+        self.repo.create(job, StatusEvent(at=now, from_status=None, to_status=JobStatus.PENDING, reason=reason, actor=Actor.USER.value))
+        if self.workflow is None:
+            return job
+        try:
+            execution_arn = self.workflow.start(job)
+        except Exception as exc:
+            logger.exception("could not start the lifecycle of %s", job.job_id)
+            self._fail_unstarted(job, exc)
+            raise WorkflowUnavailable(f"could not start the lifecycle of job {job.job_id}; it is recorded as FAILED, submit again") from exc
+        self.repo.annotate(job.job_id, {"execution_arn": execution_arn})
+        # Re-read: the execution may already have moved the job on (PENDING -> QUEUED).
+        return self.repo.get(job.job_id)
+
+    def _fail_unstarted(self, job: Job, exc: Exception) -> None:
+        try:
+            changes = {"error_type": ErrorType.INTERNAL, "error_message": f"lifecycle not started: {type(exc).__name__}"}
+            self.repo.transition(
+                Transition(job.job_id, job.version, job.status, JobStatus.FAILED, "lifecycle not started", "system", changes)
+            )
+        except DomainError:
+            logger.exception("could not mark %s FAILED after its lifecycle failed to start", job.job_id)
+
+    # --- reads -----------------------------------------------------------------------------------
+
+    def get(self, job_id: str, principal: Principal) -> Job:
+        job = self.repo.get(job_id)
+        if not principal.can_see(job):
+            raise JobNotFound(job_id)  # never 403: another principal's job ids are not disclosed
+        return job
+
+    def list_jobs(
+        self,
+        principal: Principal,
+        *,
+        status: JobStatus | None = None,
+        queue: str | None = None,
+        labels: Mapping[str, str] | None = None,
+        name: str | None = None,
+        limit: int = 50,
+        next_token: str | None = None,
+    ) -> JobList:
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise InvalidRequest("limit", f"must be between 1 and {MAX_LIST_LIMIT}")
+        query = JobQuery(
+            owner=principal.owner_scope,
+            status=status,
+            queue=queue or None,
+            labels=dict(labels or {}),
+            name_contains=name or None,
+            limit=limit,
+            next_token=next_token or None,
+        )
+        jobs, token = self.repo.list_jobs(query)
+        return JobList(jobs=jobs, next_token=token)
+
+    def events(self, job_id: str, principal: Principal) -> EventList:
+        self.get(job_id, principal)
+        return EventList(events=self.repo.history(job_id))
+
+    def summary(self, principal: Principal) -> Summary:
+        counts = self.repo.counts(principal.owner_scope)
+        full = {status: max(0, counts.get(status, 0)) for status in JobStatus}
+        return Summary(
+            counts=full,
+            total=sum(full.values()),
+            running=sum(full[s] for s in RUNNING),
+            queued=full[JobStatus.PENDING] + full[JobStatus.QUEUED],
+            completed=full[JobStatus.COMPLETED],
+            failed=full[JobStatus.FAILED],
+            paused=full[JobStatus.PAUSED],
+        )
+
+    def metrics(self, job_id: str, principal: Principal) -> MetricsResponse:
+        self.get(job_id, principal)
+        points = []
+        for n, line in enumerate(self.store.read_lines(constants.metrics_key(job_id)), start=1):
+            if not line.strip():
+                continue
+            try:
+                points.append(MetricsPoint.model_validate_json(line))
+            except ValueError:
+                # One torn line (a run killed mid-write) must not hide the others.
+                logger.warning("metrics line %d of %s is not a metrics point; skipped", n, job_id)
+        return MetricsResponse(points=points)
+
+    def logs(
+        self,
+        job_id: str,
+        principal: Principal,
+        *,
+        since: float | None = None,
+        next_token: str | None = None,
+        limit: int = DEFAULT_LOG_LINES,
+    ) -> LogsResponse:
+        """Log lines of every attempt in order, after `since` (epoch seconds, exclusive), `limit` per page."""
+        self.get(job_id, principal)
+        if not 1 <= limit <= MAX_LOG_LINES:
+            raise InvalidRequest("limit", f"must be between 1 and {MAX_LOG_LINES}")
+        start_attempt, start_line = _decode_log_token(next_token) if next_token else (0, 0)
+        files = sorted(
+            (int(m.group(1)), key)
+            for key in self.store.list_keys(constants.logs_prefix(job_id))
+            if (m := _LOG_FILE.search(key)) is not None
+        )
+        lines: list[LogLine] = []
+        last_stamp = 0.0
+        for attempt, key in files:
+            for index, (stamp, message) in enumerate(_stamped(self.store.read_lines(key), last_stamp)):
+                last_stamp = stamp
+                if (attempt, index) < (start_attempt, start_line) or (since is not None and stamp <= since):
+                    continue
+                if len(lines) == limit:
+                    return LogsResponse(lines=lines, next_token=_encode_log_token(attempt, index))
+                lines.append(LogLine(timestamp=stamp, attempt=attempt, message=message))
+        return LogsResponse(lines=lines, next_token=None)
+
+    # --- edit and delete -------------------------------------------------------------------------
+
+    def patch(self, job_id: str, principal: Principal, request: PatchJobRequest) -> Job:
+        job = self.get(job_id, principal)
+        if job.status not in EDITABLE:
+            raise IllegalTransition(job_id, job.status, "edit", EDITABLE)
+        changes: dict[str, Any] = {}
+        given = request.model_fields_set
+        if "name" in given and request.name is not None:
+            changes["name"] = request.name
+        if "description" in given:
+            changes["description"] = request.description
+        training = job.training_config
+        if "hyperparameters" in given and request.hyperparameters is not None:
+            training = training.model_copy(update={"hyperparameters": {**training.hyperparameters, **request.hyperparameters}})
+        if "priority" in given and request.priority is not None:
+            # scheduling_config.priority is the one the scheduler reads; the repository re-keys the
+            # queue index from it. training_config.priority follows so the two never disagree.
+            training = training.model_copy(update={"priority": request.priority})
+            changes["scheduling_config"] = job.scheduling_config.model_copy(update={"priority": request.priority})
+        if training is not job.training_config:
+            changes["training_config"] = training
+        if "resource_config" in given and request.resource_config is not None:
+            changes["resource_config"] = request.resource_config
+        if not changes:
+            raise InvalidRequest("body", "nothing to change")
+        _revalidate(job, changes)
+        return self.repo.update(job_id, job.version, changes, EDITABLE, action="edit")
+
+    def delete(self, job_id: str, principal: Principal) -> None:
+        job = self.get(job_id, principal)
+        if job.status not in TERMINAL:
+            raise IllegalTransition(job_id, job.status, "delete", TERMINAL)
+        # Items first, conditional on the version we checked: a PREEMPTED job that the engine resumes
+        # meanwhile is not deleted, and its checkpoints on S3 are still there for it.
+        self.repo.delete(job_id, expected_version=job.version)
+        removed = self.store.delete_prefix(constants.job_prefix(job_id))
+        logger.info("deleted job %s and %d objects", job_id, removed)
+
+
+def _revalidate(job: Job, changes: Mapping[str, Any]) -> None:
+    """The edited job must still be a valid submission (e.g. QLORA cannot move to gpu_count 0)."""
+    request = job.submit_request().model_dump()
+    for name, value in changes.items():
+        if name in request:
+            request[name] = value.model_dump() if hasattr(value, "model_dump") else value
+    try:
+        SubmitJobRequest.model_validate(request)
+    except ValueError as exc:
+        field = "resource_config" if "resource_config" in changes else next(iter(changes))
+        raise InvalidRequest(field, _first_error(exc)) from exc
+
+
+def _first_error(exc: ValueError) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        return str(first.get("msg", exc)).removeprefix("Value error, ")
+    return str(exc)
+
+
+# --- logs ----------------------------------------------------------------------------------------
+
+_EPOCH_PREFIX = re.compile(r"^\[?(\d{9,11}(?:\.\d+)?)\]?\s")
+_ISO_PREFIX = re.compile(r"^\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?\s?")
+_TICK = 1e-6  # lines without a time of their own follow the previous one by a microsecond
+
+
+def _stamped(lines: Iterator[str], previous: float) -> Iterator[tuple[float, str]]:
+    """Each line with a timestamp: its own (epoch, ISO, JSON or trainer event) or just after the one before.
+
+    Stamps never go backwards, so `since=<last timestamp seen>` resumes exactly after that line.
+    """
+    for line in lines:
+        stamp = _stamp_of(line)
+        previous = stamp if stamp is not None and stamp > previous else previous + _TICK
+        yield previous, line
+
+
+def _stamp_of(line: str) -> float | None:
+    if line.startswith(EVENT_PREFIX) or line.startswith("{"):
+        try:
+            doc = json.loads(line.removeprefix(EVENT_PREFIX))
+            value = doc.get("time", doc.get("timestamp")) if isinstance(doc, dict) else None
+            return float(value) if isinstance(value, int | float) else None
+        except ValueError:
+            return None
+    if m := _EPOCH_PREFIX.match(line):
+        return float(m.group(1))
+    if m := _ISO_PREFIX.match(line):
+        try:
+            at = datetime.fromisoformat(m.group(1).replace(",", ".").replace(" ", "T"))
+        except ValueError:
+            return None
+        return (at if at.tzinfo else at.replace(tzinfo=UTC)).timestamp()
+    return None
+
+
+def _encode_log_token(attempt: int, line: int) -> str:
+    return base64.urlsafe_b64encode(json.dumps([attempt, line]).encode()).decode().rstrip("=")
+
+
+def _decode_log_token(token: str) -> tuple[int, int]:
+    try:
+        attempt, line = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        return int(attempt), int(line)
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise InvalidRequest("next_token", "is not a token this API returned") from exc

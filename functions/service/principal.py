@@ -1,0 +1,44 @@
+"""Who is calling: the IAM principal from API Gateway's request context, and whether it is an admin.
+
+A non-admin sees only its own jobs; another principal's job is "not found" (404), never 403, so job
+ids cannot be probed for existence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from schemas.job import Job
+
+
+def role_arn_of(arn: str) -> str:
+    """An assumed-role session ARN as its role's ARN; any other ARN unchanged.
+
+    arn:aws:sts::123:assumed-role/Admin/alice-session -> arn:aws:iam::123:role/Admin, so that admins can
+    be listed by role (sessions get new names every time).
+    """
+    parts = arn.split(":", 5)
+    if len(parts) == 6 and parts[2] == "sts" and parts[5].startswith("assumed-role/"):
+        role = parts[5].split("/")[1]
+        return f"arn:{parts[1]}:iam::{parts[4]}:role/{role}"
+    return arn
+
+
+@dataclass(frozen=True)
+class Principal:
+    arn: str
+    is_admin: bool = False
+
+    @classmethod
+    def from_arn(cls, arn: str, admin_arns: Iterable[str] = ()) -> Principal:
+        admins = set(admin_arns)
+        return cls(arn=arn, is_admin=arn in admins or role_arn_of(arn) in admins)
+
+    @property
+    def owner_scope(self) -> str | None:
+        """The owner a listing is limited to; None for admins (every owner)."""
+        return None if self.is_admin else self.arn
+
+    def can_see(self, job: Job) -> bool:
+        return self.is_admin or job.owner == self.arn
