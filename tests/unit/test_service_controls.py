@@ -236,7 +236,7 @@ def test_resume_with_an_unknown_checkpoint_is_a_422_naming_checkpoint_id(wired: 
 def test_resume_of_a_job_that_is_not_paused_is_a_409(wired: tuple[JobService, InMemoryJobRepository]) -> None:
     service, repo = wired
     job = job_in(service, repo, *TO_TRAINING)
-    with pytest.raises(IllegalTransition, match="cannot resume .* while it is TRAINING; allowed from PAUSED"):
+    with pytest.raises(IllegalTransition, match=r"cannot resume .* while it is TRAINING; allowed from PAUSED"):
         service.resume(job.job_id, alice)
 
 

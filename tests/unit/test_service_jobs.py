@@ -208,7 +208,7 @@ def test_patch_edits_name_priority_merged_hyperparameters_and_resources(service:
 def test_patch_outside_editable_states_is_a_409_naming_them(service: JobService, repo: Any) -> None:
     job = service.submit(submit_request(), alice)
     force(repo, job.job_id, S.QUEUED, S.SCHEDULING)
-    with pytest.raises(IllegalTransition, match="cannot edit .* while it is SCHEDULING; allowed from FAILED, PENDING, QUEUED"):
+    with pytest.raises(IllegalTransition, match=r"cannot edit .* while it is SCHEDULING; allowed from FAILED, PENDING, QUEUED"):
         service.patch(job.job_id, alice, PatchJobRequest(name="late"))
 
 
