@@ -79,8 +79,7 @@ def load_model_and_tokenizer(tc: TrainingConfig, hyper: Hyper, device: torch.dev
         lora_dpo = training_type == TrainingType.DPO and any(key.startswith("lora_") for key in tc.hyperparameters)
         is_adapter = training_type in _ADAPTER_TYPES or lora_dpo
         if hyper.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            model.config.use_cache = False
+            _enable_activation_checkpointing(model)
         reference = None
         if training_type == TrainingType.DPO and not lora_dpo:
             reference = _frozen_copy(model)
@@ -334,6 +333,16 @@ def _cover_tokenizer(model: nn.Module, tokenizer: Any) -> None:
     if embeddings is not None and len(tokenizer) > embeddings.num_embeddings:
         logger.warning("resizing the model's embeddings from %d to the tokenizer's %d tokens", embeddings.num_embeddings, len(tokenizer))
         model.resize_token_embeddings(len(tokenizer))
+
+
+def _enable_activation_checkpointing(model: nn.Module) -> None:
+    # transformers 5 renamed gradient_checkpointing_enable (deprecated, removed in v6).
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.config.use_cache = False
 
 
 def _frozen_copy(model: nn.Module) -> nn.Module:
