@@ -170,7 +170,8 @@ class FrontDoor:
         return int(self._server.server_address[1])
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="front-door", daemon=True)
+        # A short poll interval: shutdown() waits for the serve loop to notice.
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,), name="front-door", daemon=True)
         self._thread.start()
 
     def stop(self, drain_seconds: float = 10.0) -> None:

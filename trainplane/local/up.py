@@ -59,7 +59,7 @@ def run_up(host: str, port: int, state_dir: Path, compute: str = "local", *, api
         plane.start()
         print(f"trainplane local mode: API {plane.api_url}  AWS {plane.aws_endpoint_url}  state {plane.state_dir}", flush=True)
         print(f"endpoint and credentials: {plane.endpoint_path}  (Ctrl-C to stop)", flush=True)
-        while not stop.wait(0.5):
+        while not stop.wait(0.2):
             pass
     finally:
         plane.stop()

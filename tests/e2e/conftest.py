@@ -1,0 +1,178 @@
+"""e2e fixtures: a real `trainplane up --port 0` in a subprocess, with its own state dir.
+
+- `local_plane` (session): one shared plane serving the real API. Use it for anything that does not
+  restart or kill the process; create your own jobs (other tests share it), e.g.
+      r = local_plane.request("POST", "/jobs", json=spec)            # signed as alice
+      r = local_plane.request("GET", f"/jobs/{job_id}", principal="admin")
+      s3 = local_plane.client("s3")                                   # the emulated AWS
+- `local_plane_factory` (session): `make(api_handler=None, state_dir=None)` starts a plane of your own
+  (restarts, kill -9, a stand-in handler); every plane it made is stopped at the end of the session.
+
+A plane: `api_url`, `aws_endpoint_url`, `region`, `bucket`, `credentials` (endpoint.json's list),
+`state_dir`, `endpoint` (the parsed endpoint.json); `auth(name)`, `request(...)`, `client(service)`;
+`stop()` (SIGTERM, waits), `kill()` (SIGKILL), `start()`, `restart()` (stop + start, same state dir).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+import requests
+from requests_aws4auth import AWS4Auth
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 30.0
+
+
+class LocalPlane:
+    def __init__(self, state_dir: Path, api_handler: str | None = None) -> None:
+        self.state_dir = state_dir
+        self.api_handler = api_handler
+        self.log_path = state_dir.parent / f"{state_dir.name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+        self.endpoint: dict[str, Any] = {}
+        self._session = requests.Session()
+
+    # --- what endpoint.json says ---------------------------------------------------------------
+
+    @property
+    def endpoint_path(self) -> Path:
+        return self.state_dir / "endpoint.json"
+
+    @property
+    def api_url(self) -> str:
+        return str(self.endpoint["api_url"])
+
+    @property
+    def aws_endpoint_url(self) -> str:
+        return str(self.endpoint["aws_endpoint_url"])
+
+    @property
+    def region(self) -> str:
+        return str(self.endpoint["region"])
+
+    @property
+    def bucket(self) -> str:
+        return str(self.endpoint["bucket"])
+
+    @property
+    def credentials(self) -> list[dict[str, str]]:
+        return list(self.endpoint["credentials"])
+
+    def principal(self, name: str) -> dict[str, str]:
+        return next(c for c in self.credentials if c["name"] == name)
+
+    # --- talking to it -------------------------------------------------------------------------
+
+    def auth(self, name: str = "alice") -> AWS4Auth:
+        p = self.principal(name)
+        return AWS4Auth(p["access_key_id"], p["secret_access_key"], self.region, "execute-api")
+
+    def request(self, method: str, path: str, *, principal: str | None = "alice", timeout: float = 30, **kwargs: Any) -> requests.Response:
+        """A request to the API, SigV4-signed as `principal` (None: unsigned)."""
+        auth = self.auth(principal) if principal else None
+        return self._session.request(method, self.api_url + path, auth=auth, timeout=timeout, **kwargs)
+
+    def client(self, service: str) -> Any:
+        p = self.principal("admin")
+        return boto3.client(
+            service,
+            endpoint_url=self.aws_endpoint_url,
+            region_name=self.region,
+            aws_access_key_id=p["access_key_id"],
+            aws_secret_access_key=p["secret_access_key"],
+        )
+
+    # --- its life ------------------------------------------------------------------------------
+
+    def command(self) -> list[str]:
+        common = ["--port", "0", "--state-dir", str(self.state_dir)]
+        if self.api_handler is None:
+            return [sys.executable, "-m", "trainplane", "up", *common]  # the real CLI, the real API
+        return [sys.executable, "-m", "trainplane.local", *common, "--api-handler", self.api_handler]
+
+    def start(self) -> LocalPlane:
+        assert self.process is None or self.process.poll() is not None, "already running"
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        # A kill -9 leaves the old endpoint.json behind: only a new one (new ports) means "ready".
+        stale = self.endpoint_path.read_bytes() if self.endpoint_path.exists() else None
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINPLANE_", "AWS_", "MOTO_"))}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        log = open(self.log_path, "ab")  # noqa: SIM115 (the child writes it; a pipe nobody reads would fill up)
+        self.process = subprocess.Popen(self.command(), cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        log.close()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"trainplane up exited with {self.process.returncode} before it was ready:\n{self.log_tail()}")
+            if self.endpoint_path.exists() and (current := self.endpoint_path.read_bytes()) != stale:
+                self.endpoint = json.loads(current)
+                return self
+            time.sleep(0.1)
+        self.kill()
+        raise RuntimeError(f"trainplane up was not ready within {START_TIMEOUT_S:.0f}s:\n{self.log_tail()}")
+
+    def stop(self) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise RuntimeError(f"trainplane up did not stop within {STOP_TIMEOUT_S:.0f}s of SIGTERM:\n{self.log_tail()}") from None
+
+    def kill(self) -> None:
+        """kill -9: no shutdown code runs."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait()
+
+    def restart(self) -> LocalPlane:
+        self.stop()
+        return self.start()
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+
+PlaneFactory = Callable[..., LocalPlane]
+
+
+@pytest.fixture(scope="session")
+def local_plane_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlaneFactory]:
+    planes: list[LocalPlane] = []
+
+    def make(api_handler: str | None = None, state_dir: Path | None = None) -> LocalPlane:
+        plane = LocalPlane(state_dir or tmp_path_factory.mktemp("plane") / "state", api_handler)
+        planes.append(plane)
+        return plane.start()
+
+    yield make
+    for plane in planes:
+        try:
+            plane.stop()
+        except RuntimeError:
+            plane.kill()
+
+
+@pytest.fixture(scope="session")
+def local_plane(local_plane_factory: PlaneFactory) -> LocalPlane:
+    """The shared plane with the real API (functions.handlers.api)."""
+    return local_plane_factory()
