@@ -59,7 +59,7 @@ def make_records(kind: str, n: int) -> list[dict[str, Any]]:
                 messages += [{"role": "user", "content": f"and {a}+{a}?"}, {"role": "assistant", "content": f"{a + a}"}]
             records.append({"id": i, "messages": messages})
         elif kind == "dpo":
-            records.append({"id": i, "prompt": f"{a}+{b}=", "chosen": f"{a + b}", "rejected": f"{a + b + 1}"})
+            records.append({"id": i, "prompt": f"{a}+{b}=", "chosen": f"{a + b}", "rejected": "I do not know."})
         else:
             raise ValueError(f"unknown dataset kind {kind!r}; one of {DATASET_KINDS}")
     return records
