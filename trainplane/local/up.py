@@ -5,9 +5,9 @@ Start-up, in this order (each step needs the previous one):
 2. moto's server on loopback, with the lock + journal hooks installed (journaling still off);
 3. the deployers (infra/local): tables, buckets, state machine ... as the cloud stack has them;
 4. the journal folded, replayed into moto, compacted; from here every write is journaled;
-5. the deployers' background threads; the in-process API handler, imported after its TRAINPLANE_*
-   environment is set; the front door; and last endpoint.json, atomically: it appears only when all
-   of the above serves. Shutdown undoes it in reverse, endpoint.json first.
+5. the handlers' TRAINPLANE_* environment exported; the deployers' background threads; the in-process
+   API handler; the front door; and last endpoint.json, atomically: it appears only when all of the
+   above serves. Shutdown undoes it in reverse, endpoint.json first.
 """
 
 from __future__ import annotations
@@ -128,13 +128,14 @@ class LocalPlane:
         self._started.append("journal")
         logger.info("restored from %s: %s", self.journal.path, self.ctx.restored)
 
-        self.ctx.start_background()
-        self._started.append("background")
-
+        # The handlers' environment, complete before anything in-process can read settings (once).
         admins = [a for a in self.ctx.env.get(PREFIX + "ADMIN_ARNS", "").split(",") if a]
         self.ctx.env[PREFIX + "ADMIN_ARNS"] = ",".join(dict.fromkeys([admin.arn, *admins]))
         self.ctx.env.setdefault(PREFIX + "COMPUTE", self.compute)
         os.environ.update(self.ctx.env)
+
+        self.ctx.start_background()
+        self._started.append("background")
         handler = _import_handler(self.api_handler)
 
         self.front_door = FrontDoor(

@@ -1,0 +1,149 @@
+"""The front door in-process (real HTTP on loopback, a stand-in handler): what API Gateway would do."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import requests
+from requests_aws4auth import AWS4Auth
+
+from trainplane.local.credentials import new_principal
+from trainplane.local.frontdoor import FrontDoor
+
+REGION = "us-east-1"
+ALICE = new_principal("alice")
+
+
+class Recorder:
+    """A handler that records its events and how many invocations overlapped."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.active = 0
+        self.max_active = 0
+        self.guard = threading.Lock()
+
+    def __call__(self, event: dict[str, Any], context: Any) -> dict[str, Any]:
+        with self.guard:
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            if event["path"] == "/slow":
+                time.sleep(0.05)
+            self.events.append(event)
+            return {"statusCode": 201, "headers": {"X-Seen": event["httpMethod"]}, "body": json.dumps({"ok": True})}
+        finally:
+            with self.guard:
+                self.active -= 1
+
+
+@pytest.fixture
+def door() -> Iterator[tuple[FrontDoor, Recorder]]:
+    recorder = Recorder()
+    front = FrontDoor("127.0.0.1", 0, principals=[ALICE], handler=recorder, region=REGION, account_id="123456789012")
+    front.start()
+    yield front, recorder
+    front.stop()
+
+
+def url(front: FrontDoor, path: str) -> str:
+    return f"http://127.0.0.1:{front.port}{path}"
+
+
+AUTH = AWS4Auth(ALICE.access_key_id, ALICE.secret_access_key, REGION, "execute-api")
+
+
+def test_signed_request_is_handed_over_and_the_result_returned(door) -> None:
+    front, recorder = door
+    # When alice POSTs a JSON body
+    response = requests.post(url(front, "/jobs?a=1"), json={"x": 1}, auth=AUTH, timeout=10)
+    # Then the handler's status, headers and body come back, with API Gateway's request id and default type
+    assert response.status_code == 201
+    assert response.json() == {"ok": True}
+    assert response.headers["X-Seen"] == "POST"
+    assert response.headers["Content-Type"] == "application/json"
+    event = recorder.events[0]
+    assert event["requestContext"]["requestId"] == response.headers["x-amzn-RequestId"]
+    assert event["requestContext"]["identity"]["userArn"] == ALICE.arn
+    assert event["queryStringParameters"] == {"a": "1"}
+    assert event["headers"]["X-Forwarded-Proto"] == "http"
+
+
+def test_root_path_has_no_proxy_parameter(door) -> None:
+    front, recorder = door
+    requests.get(url(front, "/"), auth=AUTH, timeout=10)
+    event = recorder.events[0]
+    assert (event["resource"], event["pathParameters"], event["body"], event["queryStringParameters"]) == ("/", None, None, None)
+
+
+def test_percent_encoded_path_is_decoded_for_the_handler(door) -> None:
+    front, recorder = door
+    assert requests.get(url(front, "/jobs/a%20b"), auth=AUTH, timeout=10).status_code == 201
+    assert recorder.events[0]["path"] == "/jobs/a b"
+
+
+def test_unsigned_request_never_reaches_the_handler(door) -> None:
+    front, recorder = door
+    response = requests.get(url(front, "/jobs"), timeout=10)
+    assert (response.status_code, response.json()) == (403, {"message": "Missing Authentication Token"})
+    assert recorder.events == []
+
+
+def test_invocations_never_overlap_but_connections_do(door) -> None:
+    # Given 8 clients at once on a handler that takes a while
+    front, recorder = door
+    results: list[int] = []
+
+    def call() -> None:
+        results.append(requests.get(url(front, "/slow"), auth=AUTH, timeout=30).status_code)
+
+    threads = [threading.Thread(target=call) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # Then all are served, one invocation at a time (one Lambda execution environment)
+    assert results == [201] * 8
+    assert recorder.max_active == 1
+
+
+def test_chunked_body_is_read_whole(door) -> None:
+    # Given a body sent with Transfer-Encoding: chunked (requests does that for a generator)
+    front, recorder = door
+    payload = b'{"chunked": true}'
+    prepared = requests.Request("POST", url(front, "/jobs"), data=payload, auth=AUTH).prepare()
+    with socket.create_connection(("127.0.0.1", front.port), timeout=10) as sock:
+        head = f"POST /jobs HTTP/1.1\r\nHost: 127.0.0.1:{front.port}\r\nTransfer-Encoding: chunked\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in prepared.headers.items() if k.lower() not in ("content-length", "host"))
+        body = (
+            f"{len(payload[:5]):x}\r\n".encode()
+            + payload[:5]
+            + b"\r\n"
+            + f"{len(payload[5:]):x}\r\n".encode()
+            + payload[5:]
+            + b"\r\n0\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b"\r\n" + body)
+        reply = sock.recv(4096)
+    # Then the handler got the whole body, and the signature (over the whole body) verified
+    assert reply.startswith(b"HTTP/1.1 201")
+    assert json.loads(recorder.events[0]["body"]) == {"chunked": True}
+
+
+def test_head_gets_headers_only(door) -> None:
+    front, _ = door
+    response = requests.head(url(front, "/jobs"), auth=AUTH, timeout=10)
+    assert response.status_code == 201 and response.content == b""
+
+
+def test_bad_content_length_is_400(door) -> None:
+    front, _ = door
+    with socket.create_connection(("127.0.0.1", front.port), timeout=10) as sock:
+        sock.sendall(b"POST /jobs HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n")
+        assert sock.recv(4096).startswith(b"HTTP/1.1 400")
