@@ -85,21 +85,29 @@ def reference_mode(model: nn.Module, reference_model: nn.Module | None) -> Itera
         yield inner
 
 
+def _pair_logprobs(model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, Tensor]:
+    """log p(chosen), log p(rejected); one forward pass over both when collate padded them alike."""
+    chosen = (batch["chosen_input_ids"], batch["chosen_labels"], batch.get("chosen_attention_mask"))
+    rejected = (batch["rejected_input_ids"], batch["rejected_labels"], batch.get("rejected_attention_mask"))
+    if chosen[0].shape == rejected[0].shape and (chosen[2] is None) == (rejected[2] is None):
+        rows = chosen[0].shape[0]
+        mask = None if chosen[2] is None else torch.cat([chosen[2], rejected[2]])
+        both = sequence_logprob(model, torch.cat([chosen[0], rejected[0]]), torch.cat([chosen[1], rejected[1]]), mask)
+        return both[:rows], both[rows:]
+    return sequence_logprob(model, *chosen), sequence_logprob(model, *rejected)
+
+
 def dpo_sum(model: nn.Module, reference_model: nn.Module | None, batch: dict[str, Tensor], beta: float) -> LossSum:
-    chosen_mask = batch.get("chosen_attention_mask")
-    rejected_mask = batch.get("rejected_attention_mask")
-    policy_chosen = sequence_logprob(model, batch["chosen_input_ids"], batch["chosen_labels"], chosen_mask)
-    policy_rejected = sequence_logprob(model, batch["rejected_input_ids"], batch["rejected_labels"], rejected_mask)
+    policy_chosen, policy_rejected = _pair_logprobs(model, batch)
     with torch.no_grad(), reference_mode(model, reference_model) as ref:
-        ref_chosen = sequence_logprob(ref, batch["chosen_input_ids"], batch["chosen_labels"], chosen_mask)
-        ref_rejected = sequence_logprob(ref, batch["rejected_input_ids"], batch["rejected_labels"], rejected_mask)
+        ref_chosen, ref_rejected = _pair_logprobs(ref, batch)
     chosen_reward = beta * (policy_chosen - ref_chosen)
     rejected_reward = beta * (policy_rejected - ref_rejected)
     losses = -F.logsigmoid(chosen_reward - rejected_reward)
-    tokens = sum(
-        int(m.sum()) if m is not None else batch[k].numel()
-        for m, k in ((chosen_mask, "chosen_input_ids"), (rejected_mask, "rejected_input_ids"))
-    )
+    tokens = 0
+    for prefix in ("chosen_", "rejected_"):
+        mask = batch.get(f"{prefix}attention_mask")
+        tokens += int(mask.sum()) if mask is not None else batch[f"{prefix}input_ids"].numel()
     accuracy = float((chosen_reward > rejected_reward).float().sum())
     return LossSum(total=losses.sum(), count=int(losses.shape[0]), tokens=tokens, extra={"reward_accuracy_sum": accuracy})
 
