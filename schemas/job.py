@@ -105,13 +105,31 @@ class Progress(BaseModel):
     updated_at: datetime | None = None
 
 
+class AttemptCost(BaseModel):
+    """One attempt's share of the job's cost (functions/service/costs.py); recorded once per attempt."""
+
+    model_config = ConfigDict(extra="ignore")
+    attempt: int
+    instance_type: str | None = None
+    instance_count: int = 1
+    spot: bool = False
+    run_seconds: float = 0.0
+    billable_seconds: float = 0.0  # instance-seconds billed (per-instance billable time x instance count)
+    gpu_hours: float = 0.0
+    estimated_cost_usd: float = 0.0
+    spot_savings_usd: float = 0.0
+
+
 class Cost(BaseModel):
+    """Totals over the job's attempts (pause/resume, preemption, retries within the job)."""
+
     model_config = ConfigDict(extra="ignore")
     gpu_hours: float = 0.0
     billable_seconds: float = 0.0
     estimated_cost_usd: float = 0.0
     spot_savings_usd: float = 0.0
     instance_type: str | None = None
+    attempts: list[AttemptCost] = Field(default_factory=list)
 
 
 class StatusEvent(BaseModel):

@@ -13,7 +13,7 @@ import hashlib
 import logging
 import re
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants
@@ -286,7 +286,7 @@ class SageMakerLauncher:
                 "instance_type": choice.instance_type,
                 "instance_count": str(choice.instance_count),
                 "spot": str(request.preemptible).lower(),
-                "launched_at": f"{datetime.now().timestamp():.3f}",
+                "launched_at": f"{datetime.now(UTC).timestamp():.3f}",
             },
         )
 
