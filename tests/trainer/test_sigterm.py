@@ -1,0 +1,64 @@
+"""SIGTERM to the real entry point, as SageMaker's StopTrainingJob and the LocalLauncher send it."""
+
+from __future__ import annotations
+
+import hashlib
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
+from schemas.trainer import ExitCode, TrainerEvent, TrainerEventKind
+from tests.trainer.runs import make_spec, start_subprocess
+
+
+@pytest.mark.slow
+def test_sigterm_mid_run_leaves_a_complete_checkpoint_and_exits_75(tmp_path: Path) -> None:
+    # Given a trainer process on a job far too long to finish
+    spec = make_spec(
+        tmp_path, hyperparameters={"max_steps": "100000", "learning_rate": "1e-3"}, output_config={"checkpoint": {"save_steps": 2}}
+    )
+    proc = start_subprocess(tmp_path, spec)
+    events: list[TrainerEvent] = []
+    try:
+        # When it has trained a few steps and gets SIGTERM
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 240
+        for line in proc.stdout:
+            event = TrainerEvent.from_line(line.rstrip("\n"))
+            if event is not None:
+                events.append(event)
+                if event.kind == TrainerEventKind.PROGRESS and event.data["step"] >= 3:
+                    break
+            assert time.monotonic() < deadline, "the trainer never reached step 3"
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=120)
+        took = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    events += [e for line in rest.splitlines() if (e := TrainerEvent.from_line(line)) is not None]
+
+    # Then it exits "stopped with checkpoint" well inside SageMaker's 120 s grace
+    assert proc.returncode == ExitCode.STOPPED_WITH_CHECKPOINT, err[-3000:]
+    assert took < 60
+    done = [e for e in events if e.kind == TrainerEventKind.DONE]
+    assert len(done) == 1 and done[0].data["stopped"] is True and done[0].data["exit_code"] == 75
+    # and the checkpoint it names is the last step it trained, complete: every file matches the manifest
+    last_step = max(e.data["step"] for e in events if e.kind == TrainerEventKind.PROGRESS)
+    folder = Path(done[0].data["checkpoint_uri"])
+    assert folder.name == f"step-{last_step:06d}"
+    manifest = CheckpointManifest.model_validate_json((folder / MANIFEST_NAME).read_text())
+    assert manifest.step == last_step
+    names = {f.path for f in manifest.files}
+    assert {"model.safetensors", "optimizer.pt", "scheduler.pt", "rng.pt", "trainer_state.json"} <= names
+    for entry in manifest.files:
+        data = (folder / entry.path).read_bytes()
+        assert len(data) == entry.size and hashlib.sha256(data).hexdigest() == entry.sha256
+    # and the checkpoint event came out before DONE, with the same manifest
+    announced = [e for e in events if e.kind == TrainerEventKind.CHECKPOINT and e.data["step"] == last_step]
+    assert announced and announced[-1].data["uri"] == str(folder)
+    assert not (tmp_path / "output" / "failure").exists()
