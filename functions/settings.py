@@ -45,6 +45,17 @@ class Settings(BaseModel):
     ec2_instance_profile_arn: str | None = None
     ec2_root_device_name: str = "/dev/sda1"  # Deep Learning AMI (Ubuntu); only used to size the root volume
     trainer_log_group: str = "/trainplane/trainer"  # EC2 trainer containers log here (awslogs driver)
+    # Lifecycle engine (functions/service/lifecycle.py, scheduler.py). Capacity: local mode has one pool
+    # of GPUs (None: counted with nvidia-smi) and CPU slots for gpu_count = 0 jobs; the cloud has
+    # per-queue quotas by GPU type, "queue:gpu_type=count,..." with * wildcards ("" = AWS's own quotas).
+    local_cpu_slots: int = Field(default=1, ge=1, le=256)
+    local_gpu_slots: int | None = Field(default=None, ge=0, le=1024)
+    gpu_quotas: str = ""
+    max_preemptions: int = Field(default=3, ge=0, le=100)  # automatic resumes after preemption, per job
+    run_heartbeat_seconds: int = Field(default=900, ge=10, le=86_400)  # a run silent this long is checked
+    stop_grace_seconds: int = Field(default=120, ge=1, le=3600)  # SIGTERM -> SIGKILL (SageMaker's is 120 s)
+    reconcile_interval_seconds: int = Field(default=30, ge=1, le=3600)  # local mode's reconciler timer
+    trainer_command: str | None = None  # local mode: the trainer's command line (default: python -m trainer)
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:

@@ -6,7 +6,7 @@ steps of `fake_step_seconds`, writes a checkpoint (files, then manifest.json las
 `output_config.checkpoint.save_steps` steps, prints TRAINPLANE_EVENT lines, and exits with the
 contract's codes. On SIGTERM it saves a checkpoint and exits 75. Hyperparameters (strings):
   max_steps, fake_step_seconds, fake_fail_at_step + fake_exit_code (+ fake_failure "Reason: message"),
-  fake_hang_at_step (stops reporting and sleeps: a stuck trainer).
+  fake_hang_at_step (stops reporting and sleeps: a stuck trainer), fake_ignore_sigterm ("true").
 """
 
 from __future__ import annotations
@@ -113,6 +113,8 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _on_term)
     spec = RunSpec.model_validate_json(read_text(os.environ[ENV_RUN_SPEC]))
     hp = spec.training_config.hyperparameters
+    if hp.get("fake_ignore_sigterm") == "true":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a trainer that never honours a graceful stop
     max_steps = int(hp.get("max_steps", "5"))
     step_seconds = float(hp.get("fake_step_seconds", "0.05"))
     fail_at = int(hp.get("fake_fail_at_step", "-1"))

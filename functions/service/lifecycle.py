@@ -397,9 +397,13 @@ class LifecycleService:
     def _release(self, job: Job) -> None:
         if job.status in RUNNING or not job.capacity_pool:
             return
-        if self.scheduler.release(job):
-            self.repository.annotate(job.job_id, {"capacity_pool": None})
-            self.scheduler.run_pass()
+        # capacity_pool stays on the job as a record of where it ran; the ledger is what holds capacity.
+        try:
+            if self.scheduler.release(job):
+                self.scheduler.run_pass()
+        except Exception:
+            # Never let bookkeeping block the decision already written: the reconciler frees orphan claims.
+            logger.exception("releasing the capacity of %s failed", job.job_id)
 
     def _fail(self, job: Job, error_type: ErrorType, message: str) -> dict[str, Any]:
         moved = self._move(job, S.FAILED, message, Actor.SYSTEM, {"error_type": error_type, "error_message": message})
@@ -511,3 +515,32 @@ def _best(refs: list[CheckpointRef], metric: str | None, greater: bool | None) -
     higher = greater if greater is not None else not metric.endswith("loss")
     chosen = max(scored, key=lambda r: (r.metrics[metric], -r.step)) if higher else min(scored, key=lambda r: (r.metrics[metric], r.step))
     return chosen.checkpoint_id
+
+
+def build_service(root: Any) -> LifecycleService:
+    """The composition root's default lifecycle (functions/composition.py: DEFAULT_LIFECYCLE_FACTORY).
+
+    `root` is the Composition: its settings, clients, repository, artifact store, launchers and
+    workflow (the Step Functions adapter, which also answers task tokens).
+    """
+    from functions.adapters.capacity import DynamoDBCapacityLedger
+    from functions.service.scheduler import CloudCapacity, LocalCapacity, detect_local_gpus, parse_quotas
+
+    settings = root.settings
+    workflow = root.workflow
+    if workflow is None:
+        raise RuntimeError("settings.state_machine_arn is not set: the lifecycle engine needs its state machine")
+    if settings.compute == "local":
+        gpus = settings.local_gpu_slots if settings.local_gpu_slots is not None else detect_local_gpus()
+        capacity: Any = LocalCapacity(gpu_slots=gpus, cpu_slots=settings.local_cpu_slots)
+    else:
+        capacity = CloudCapacity(parse_quotas(settings.gpu_quotas))
+    scheduler = Scheduler(root.repository, DynamoDBCapacityLedger(root.clients, settings.jobs_table), capacity, workflow, workflow)
+    config = LifecycleConfig(
+        bucket=settings.artifacts_bucket,
+        launcher=settings.compute,
+        heartbeat_seconds=settings.run_heartbeat_seconds,
+        stop_grace_seconds=settings.stop_grace_seconds,
+        max_preemptions=settings.max_preemptions,
+    )
+    return LifecycleService(root.repository, root.artifacts, root.launchers, workflow, workflow, scheduler, config)

@@ -28,7 +28,7 @@ from typing import Any
 
 from functions import constants
 from functions.settings import PREFIX, Settings
-from infra.local import storage
+from infra.local import lifecycle, storage
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ BackgroundTarget = Callable[[threading.Event], None]
 # Order matters: storage first (everything else refers to its tables and bucket).
 DEPLOYERS: list[Deployer] = [
     storage.deploy,
+    lifecycle.deploy,
 ]
 
 

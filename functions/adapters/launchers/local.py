@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -41,6 +42,7 @@ from schemas.trainer import (
     ExitCode,
     FailureReason,
     TrainerEvent,
+    TrainerEventKind,
 )
 
 logger = logging.getLogger(__name__)
@@ -208,20 +210,23 @@ class LocalLauncher:
             _signal_group(run.process, signal.SIGKILL)
 
     def _monitor(self, run: _Run) -> None:
+        """Reads the child's output; a second thread delivers the events, so a slow control plane never
+        slows the trainer down (a full pipe would block its prints) and a backlog is coalesced."""
         request = run.request
         assert run.process.stdout is not None
+        pending: queue.SimpleQueue[TrainerEvent | None] = queue.SimpleQueue()
+        deliverer = threading.Thread(target=self._deliver, args=(run, pending), name=f"events-{request.job_id}", daemon=True)
+        deliverer.start()
         with run.log_path.open("a", encoding="utf-8") as log:
             for line in run.process.stdout:
                 log.write(line)
                 log.flush()
                 event = _parse_event(line.rstrip("\n"))
-                observer = self.observer
-                if event is not None and observer is not None:
-                    try:
-                        observer.on_trainer_event(request.job_id, request.attempt, event)
-                    except Exception:
-                        logger.exception("trainer event of %s not recorded", request.job_id)
+                if event is not None:
+                    pending.put(event)
         code = run.process.wait()
+        pending.put(None)
+        deliverer.join()  # every event of the run is delivered before its end
         run.description = self._describe_exit(run, code)
         self._upload_log(run)
         run.done.set()
@@ -231,6 +236,26 @@ class LocalLauncher:
                 observer.on_run_finished(request.job_id, request.attempt, run.description)
             except Exception:
                 logger.exception("end of run of %s not recorded; the reconciler will retry", request.job_id)
+
+    def _deliver(self, run: _Run, pending: queue.SimpleQueue[TrainerEvent | None]) -> None:
+        request = run.request
+        finished = False
+        while not finished:
+            batch = [pending.get()]
+            while True:
+                try:
+                    batch.append(pending.get_nowait())
+                except queue.Empty:
+                    break
+            finished = batch[-1] is None
+            for event in coalesce([e for e in batch if e is not None]):
+                observer = self.observer
+                if observer is None:
+                    continue
+                try:
+                    observer.on_trainer_event(request.job_id, request.attempt, event)
+                except Exception:
+                    logger.exception("trainer event of %s not recorded", request.job_id)
 
     def _ticker(self, run: _Run) -> None:
         """Uploads the log now and then, keeps the run's wait alive, enforces max_runtime_seconds."""
@@ -279,6 +304,21 @@ class LocalLauncher:
         error_type = failure_type or _EXIT_ERRORS.get(code, ErrorType.USER_ERROR)  # type: ignore[call-overload]
         message = failure_message or f"the trainer exited with code {code}"
         return RunDescription(state=RunState.FAILED, error_type=error_type, message=message, run_seconds=seconds)
+
+
+def coalesce(events: list[TrainerEvent]) -> list[TrainerEvent]:
+    """A backlog of events, minus what later ones make moot: only the last progress report, and only the
+    last of consecutive phase changes. Checkpoints, metrics and failures are all kept, in order."""
+    last_progress = max((i for i, e in enumerate(events) if e.kind == TrainerEventKind.PROGRESS), default=-1)
+    kept: list[TrainerEvent] = []
+    for i, event in enumerate(events):
+        if event.kind == TrainerEventKind.PROGRESS and i != last_progress:
+            continue
+        if event.kind == TrainerEventKind.PHASE and kept and kept[-1].kind == TrainerEventKind.PHASE:
+            kept[-1] = event
+            continue
+        kept.append(event)
+    return kept
 
 
 def _key(job_id: str, pid: int) -> str:

@@ -1,0 +1,148 @@
+"""Local deployer: the lifecycle Lambda and state machine in moto, the LocalLauncher, the reconciler timer.
+
+The state machine is created from THE definition (infra/statemachine) with the same substitutions as
+the cloud stack; the Lambda function's Handler is run in-process by trainplane.local.moto_lambda. The
+composition root gets the LocalLauncher (so that the API's cancel and pause can stop local runs). The
+reconciler sweeps once at start-up (executions do not survive a restart: every job that was running
+or waiting gets a new one, running ones as PREEMPTED so they resume from their latest checkpoint) and
+then on a timer. On shutdown every trainer is stopped with a checkpoint, before moto goes away.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import threading
+from typing import TYPE_CHECKING, Any
+
+from functions import constants
+from functions.adapters.launchers.base import RunDescription
+from functions.adapters.launchers.local import DEFAULT_COMMAND, LocalLauncher
+from functions.settings import PREFIX
+from infra.statemachine import render
+from schemas.trainer import TrainerEvent
+
+if TYPE_CHECKING:
+    from infra.local import LocalContext
+
+logger = logging.getLogger(__name__)
+
+FUNCTION_NAME = "trainplane-lifecycle"
+HANDLER = "functions.handlers.lifecycle.handler"
+LOCAL_HEARTBEAT_SECONDS = "60"  # the launcher's monitor heartbeats every few seconds; a minute is plenty
+LOCAL_STOP_GRACE_SECONDS = "30"
+
+
+class _ServiceObserver:
+    """Forwards the launcher's reports to the lifecycle service, resolved when the first report arrives."""
+
+    def _service(self) -> Any:
+        from functions import composition
+
+        return composition.lifecycle_service()
+
+    def on_trainer_event(self, job_id: str, attempt: int, event: TrainerEvent) -> None:
+        self._service().on_trainer_event(job_id, attempt, event)
+
+    def on_run_finished(self, job_id: str, attempt: int, run: RunDescription) -> None:
+        self._service().on_run_finished(job_id, attempt, run)
+
+    def on_run_alive(self, job_id: str, attempt: int) -> None:
+        self._service().on_run_alive(job_id, attempt)
+
+
+def deploy(ctx: LocalContext) -> None:
+    from trainplane.local import moto_lambda
+
+    moto_lambda.install()
+    ctx.env.setdefault("TRAINPLANE_RUN_HEARTBEAT_SECONDS", LOCAL_HEARTBEAT_SECONDS)
+    ctx.env.setdefault("TRAINPLANE_STOP_GRACE_SECONDS", LOCAL_STOP_GRACE_SECONDS)
+    settings = ctx.settings()
+    role = ctx.client("iam").create_role(
+        RoleName="trainplane-lifecycle",
+        AssumeRolePolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"Service": ["lambda.amazonaws.com", "states.amazonaws.com"]},
+                        "Action": "sts:AssumeRole",
+                    }
+                ],
+            }
+        ),
+    )["Role"]["Arn"]
+    function_arn = ctx.client("lambda").create_function(
+        FunctionName=FUNCTION_NAME,
+        Runtime="python3.12",
+        Role=role,
+        Handler=HANDLER,
+        Code={"ZipFile": b"run in-process by trainplane.local.moto_lambda"},
+        Timeout=900,
+    )["FunctionArn"]
+    definition = render(
+        {
+            "LifecycleFunctionArn": function_arn,
+            "JobsTableName": settings.jobs_table,
+            "ArtifactsBucketName": settings.artifacts_bucket,
+            "EventBusName": settings.event_bus_name,
+        }
+    )
+    machine = ctx.client("stepfunctions").create_state_machine(name=constants.STATE_MACHINE_NAME, definition=definition, roleArn=role)
+    ctx.set_setting("state_machine_arn", machine["stateMachineArn"])
+
+    s3 = ctx.client("s3")
+    bucket = settings.artifacts_bucket
+    launcher = LocalLauncher(
+        ctx.state_dir / "runs",
+        command=shlex.split(settings.trainer_command) if settings.trainer_command else DEFAULT_COMMAND,
+        s3_endpoint_url=ctx.endpoint_url,
+        upload_log=lambda key, body: s3.put_object(Bucket=bucket, Key=key, Body=body),
+        stop_grace_seconds=float(ctx.settings().stop_grace_seconds),
+    )
+    launcher.observer = _ServiceObserver()
+    _wire(launcher)
+    arn = machine["stateMachineArn"]
+    ctx.add_background("reconciler", lambda stop: _reconcile_forever(stop, arn, ctx.settings().reconcile_interval_seconds))
+    ctx.on_shutdown(lambda: launcher.shutdown())
+
+
+def _wire(launcher: LocalLauncher) -> None:
+    """The composition root, with the local launcher beside whatever cloud launcher --compute names."""
+    from functions import composition
+
+    def launchers(root: Any) -> dict[str, Any]:
+        found: dict[str, Any] = {"local": launcher}
+        compute = root.settings.compute
+        if compute in composition.CLOUD_LAUNCHERS:
+            found[compute] = composition._load(composition.CLOUD_LAUNCHERS[compute])(root.settings, root.clients)
+        return found
+
+    composition.configure(launchers=launchers)
+
+
+def _reconcile_forever(stop: threading.Event, state_machine_arn: str, interval: float) -> None:
+    from functions import composition
+    from functions.service.reconciler import Reconciler
+
+    # Background threads start before `trainplane up` exports the handlers' TRAINPLANE_* environment;
+    # the composition reads settings once, so it must not be touched before that.
+    while not stop.is_set() and os.environ.get(PREFIX + "STATE_MACHINE_ARN") != state_machine_arn:
+        stop.wait(0.05)
+    if stop.is_set():
+        return
+    root = composition.current()
+    reconciler = Reconciler(root.repository, root.lifecycle, root.workflow, root.launchers)
+    startup = True
+    while not stop.is_set():
+        try:
+            report = reconciler.run_once(startup=startup)
+            if report.preempted or report.restarted or report.reported_ends or report.released:
+                logger.info("reconciler: %s", report)
+        except Exception:
+            logger.exception("reconciler sweep failed; next one in %.0fs", interval)
+        startup = False
+        stop.wait(interval)
