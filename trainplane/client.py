@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -152,24 +153,36 @@ class Client:
         return [MetricsPoint.model_validate(p) for p in self._call("GET", _job_path(job_id, "metrics")).get("points", [])]
 
     def logs(self, job_id: str, since: float | None = None, follow: bool = False, poll: float = 2.0) -> Iterator[LogLine]:
-        """Log lines (oldest first) from `since` (epoch seconds); with follow, keeps polling until the job stops."""
-        token: str | None = None
-        params: dict[str, str | int | float | None] = {"since": since}
+        """Log lines, oldest first, stamped after `since` (epoch seconds); with follow, polls until the job stops.
+
+        The API pages with next_token while lines remain and ends a page without one, so a follower
+        asks again from the newest stamp it has seen. Stamps never decrease, but several lines may
+        share one: the next round starts just below that stamp and skips the lines already given.
+        """
+        boundary: float | None = None  # newest stamp yielded so far
+        at_boundary = 0  # how many yielded lines carry exactly that stamp
         while True:
+            # Read the status before the lines: whatever was written before the job stopped is fetched.
             stopped = follow and self.get(job_id).status in DEFAULT_UNTIL
+            round_since = since if boundary is None else math.nextafter(boundary, -math.inf)
+            round_boundary, to_skip = boundary, at_boundary
+            token: str | None = None
             while True:
-                body = self._call("GET", _job_path(job_id, "logs"), params={**params, "next_token": token})
-                lines = [LogLine.model_validate(line) for line in body.get("lines", [])]
-                yield from lines
-                if body.get("next_token"):
-                    token = body["next_token"]
-                elif lines:
-                    # No continuation token: carry on after the newest line we have seen.
-                    params = {"since": lines[-1].timestamp}
-                    token = None
-                if not lines or not body.get("next_token"):
+                body = self._call("GET", _job_path(job_id, "logs"), params={"since": round_since, "next_token": token})
+                for raw in body.get("lines", []):
+                    line = LogLine.model_validate(raw)
+                    if round_boundary is not None:
+                        if line.timestamp < round_boundary:
+                            continue
+                        if line.timestamp == round_boundary and to_skip > 0:
+                            to_skip -= 1
+                            continue
+                    at_boundary = at_boundary + 1 if line.timestamp == boundary else 1
+                    boundary = line.timestamp
+                    yield line
+                token = body.get("next_token")
+                if not token:
                     break
-            # The status was read before this last fetch, so nothing written before the stop is missed.
             if not follow or stopped:
                 return
             time.sleep(poll)

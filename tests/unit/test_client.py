@@ -328,3 +328,17 @@ def test_job_ids_cannot_escape_the_jobs_path(standin: StandInApi) -> None:
     with pytest.raises(ValueError, match="not a job id"):
         client_for(standin).get("../summary")
     assert standin.requests == []
+
+
+def test_follow_picks_up_new_lines_once_even_when_stamps_repeat(standin: StandInApi) -> None:
+    # Given a training job with three lines, two sharing a stamp
+    job = standin.add_job(status=JobStatus.TRAINING)
+    standin.logs[job.job_id] = [{"timestamp": t, "attempt": 1, "message": m} for t, m in [(1.0, "a"), (2.0, "b"), (2.0, "c")]]
+    follower = client_for(standin).logs(job.job_id, follow=True, poll=0.01)
+    # When the follower has read them, more lines arrive (one with the same stamp) and the job completes
+    first = [next(follower).message for _ in range(3)]
+    standin.logs[job.job_id] += [{"timestamp": 2.0, "attempt": 1, "message": "d"}, {"timestamp": 3.0, "attempt": 2, "message": "e"}]
+    standin.set_status(job.job_id, JobStatus.COMPLETED)
+    rest = [line.message for line in follower]
+    # Then every line came exactly once, in order, and the follower ended with the job
+    assert first + rest == ["a", "b", "c", "d", "e"]

@@ -267,8 +267,9 @@ def _verb(api: StandInApi, job: Job, method: str, action: str, query: dict[str, 
         return _Reply(200, {"points": api.metrics.get(job.job_id, [])})
     if method == "GET" and action == "logs":
         lines = api.logs.get(job.job_id, [])
+        # As the real API: `since` is exclusive and applies to every page; the token is a position.
         start = int(query.get("next_token") or 0)
-        if "since" in query and not query.get("next_token"):
+        if "since" in query:
             lines = [line for line in lines if line["timestamp"] > float(query["since"])]
         page = lines[start : start + 2]
         token = str(start + 2) if start + 2 < len(lines) else None
