@@ -12,6 +12,7 @@ import pytest
 from trainer.data import load_splits
 from trainer.failures import DataError, UserError
 from trainer.formatting import Record
+from trainer.sources import reset_s3_client, s3_client
 
 from schemas.configs import DataConfig, DataSource, Sampling, TrainingType
 from tests.trainer.conftest import make_records, write_jsonl
@@ -107,6 +108,17 @@ def test_s3_download_is_reused_until_an_object_changes(s3_bucket: tuple[Any, str
     train, _ = load_splits(make_data_config(f"s3://{bucket}/d/"), {})
     # Then the new content is read, not the stale cached copy
     assert ids(train) == [2]
+
+
+def test_the_s3_client_honours_aws_endpoint_url_s3(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given local mode's emulated S3 endpoint in the environment
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "http://127.0.0.1:4566")
+    reset_s3_client()
+    try:
+        # When the trainer's S3 client is created, Then it talks to that endpoint
+        assert s3_client().meta.endpoint_url == "http://127.0.0.1:4566"
+    finally:
+        reset_s3_client()
 
 
 def test_a_missing_s3_prefix_is_a_clear_error(s3_bucket: tuple[Any, str], make_data_config: MakeDataConfig) -> None:

@@ -345,19 +345,23 @@ def test_a_hub_model_without_network_is_a_clear_error(
 def test_a_cached_hub_model_is_used_when_the_hub_is_offline(
     make_training_config: MakeTC, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Given a model in the Hugging Face cache layout and the hub switched off
-    commit = "0" * 40
-    snapshot = tmp_path / "hub" / "models--some-org--tiny" / "snapshots" / commit
-    saved = save_tiny(make_training_config(), snapshot)
-    (tmp_path / "hub" / "models--some-org--tiny" / "refs").mkdir()
-    (tmp_path / "hub" / "models--some-org--tiny" / "refs" / "main").write_text(commit)
+    # Given two revisions of a model in the Hugging Face cache layout (main and v1), and the hub switched off
+    repo = tmp_path / "hub" / "models--some-org--tiny"
+    saved = {}
+    for ref, commit, seed in (("main", "0" * 40, "1"), ("v1", "1" * 40, "2")):
+        saved[ref] = save_tiny(make_training_config(hyperparameters={"seed": seed}), repo / "snapshots" / commit)
+        (repo / "refs").mkdir(exist_ok=True)
+        (repo / "refs" / ref).write_text(commit)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    # When the hub id is loaded
-    loaded = load(with_model(make_training_config(), model_id="some-org/tiny", source="hub", tokenizer_id=None))
-    # Then the cached snapshot is used
-    assert same_weights(loaded.model, saved.model)
-    assert loaded.tokenizer.encode("hi", add_special_tokens=False) == [104, 105]
+    # When the hub id is loaded without and with a revision
+    default = load(with_model(make_training_config(), model_id="some-org/tiny", source="hub", tokenizer_id=None))
+    pinned = load(with_model(make_training_config(), model_id="some-org/tiny", source="hub", tokenizer_id=None, revision="v1"))
+    # Then each gets its cached snapshot, tokenizer included
+    assert same_weights(default.model, saved["main"].model)
+    assert same_weights(pinned.model, saved["v1"].model)
+    assert not same_weights(pinned.model, default.model)
+    assert default.tokenizer.encode("hi", add_special_tokens=False) == [104, 105]
 
 
 @pytest.mark.gpu

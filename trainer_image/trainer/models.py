@@ -328,14 +328,14 @@ def _quantized(loader: Any, location: str, device: torch.device, **kwargs: Any) 
     return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
 
 
-def _cover_tokenizer(model: nn.Module, tokenizer: Any) -> None:
+def _cover_tokenizer(model: Any, tokenizer: Any) -> None:
     embeddings = model.get_input_embeddings()
     if embeddings is not None and len(tokenizer) > embeddings.num_embeddings:
         logger.warning("resizing the model's embeddings from %d to the tokenizer's %d tokens", embeddings.num_embeddings, len(tokenizer))
         model.resize_token_embeddings(len(tokenizer))
 
 
-def _enable_activation_checkpointing(model: nn.Module) -> None:
+def _enable_activation_checkpointing(model: Any) -> None:
     # transformers 5 renamed gradient_checkpointing_enable (deprecated, removed in v6).
     kwargs = {"use_reentrant": False}
     if hasattr(model, "activation_checkpointing_enable"):
@@ -364,7 +364,7 @@ def default_lora_targets(model: nn.Module) -> list[str] | str:
     return list(targets) if targets else "all-linear"
 
 
-def apply_lora(model: nn.Module, hyper: Hyper, *, quantized: bool = False) -> nn.Module:
+def apply_lora(model: Any, hyper: Hyper, *, quantized: bool = False) -> nn.Module:
     """Wrap `model` with a LoRA adapter; afterwards only the adapter's parameters are trainable."""
     from peft import LoraConfig, TaskType, get_peft_model
 

@@ -70,7 +70,7 @@ class ByteTokenizer(PreTrainedTokenizerFast):
         kwargs.setdefault("model_max_length", 1_000_000)
         super().__init__(**kwargs)
 
-    def save_pretrained(self, save_directory: Any, *args: Any, **kwargs: Any) -> tuple[str, ...]:  # type: ignore[override]
+    def save_pretrained(self, save_directory: Any, *args: Any, **kwargs: Any) -> tuple[str, ...]:
         files = super().save_pretrained(save_directory, *args, **kwargs)
         # transformers records the class name; a generic fast tokenizer class keeps the export loadable with
         # plain AutoTokenizer, and the marker lets load_tokenizer give back a ByteTokenizer here.
