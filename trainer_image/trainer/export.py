@@ -59,7 +59,12 @@ def export_model(
         # SageMaker's model dir starts empty; a local rerun may find an older export there.
         shutil.rmtree(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(model_dir), safe_serialization=safe)
+    if is_adapter and not merged:
+        model.save_pretrained(str(model_dir), safe_serialization=safe)  # peft still offers both formats
+    else:
+        model.save_pretrained(str(model_dir))
+        if not safe:
+            _to_pytorch_bin(model, model_dir)
     if tokenizer is not None:
         tokenizer.save_pretrained(str(model_dir))
     exported_is_adapter = is_adapter and not merged
@@ -73,6 +78,16 @@ def export_model(
     if output.push_to_hub:
         result.hub_commit_url = push_to_hub(model_dir, output)
     return result
+
+
+def _to_pytorch_bin(model: nn.Module, model_dir: Path) -> None:
+    """transformers 5 writes only safetensors; export_format "pytorch" asks for pytorch_model.bin."""
+    import torch
+
+    for path in list(model_dir.glob("*.safetensors")) + list(model_dir.glob("*.safetensors.index.json")):
+        path.unlink()
+    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    torch.save(state, model_dir / "pytorch_model.bin")
 
 
 def push_to_hub(folder: Path, output: OutputConfig) -> str:
