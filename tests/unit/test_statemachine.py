@@ -68,7 +68,7 @@ def test_render_substitutes_and_escapes(definition: dict) -> None:
 def test_render_refuses_unknown_and_missing_names() -> None:
     with pytest.raises(sm.DefinitionError, match="unknown substitution name"):
         sm.render({**SUBS, "Typo": "x"})
-    with pytest.raises(sm.DefinitionError, match="missing substitution.*LifecycleFunctionArn"):
+    with pytest.raises(sm.DefinitionError, match=r"missing substitution.*LifecycleFunctionArn"):
         sm.render({})
 
 
