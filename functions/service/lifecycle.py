@@ -524,18 +524,14 @@ def build_service(root: Any) -> LifecycleService:
     workflow (the Step Functions adapter, which also answers task tokens).
     """
     from functions.adapters.capacity import DynamoDBCapacityLedger
-    from functions.service.scheduler import CloudCapacity, LocalCapacity, detect_local_gpus, parse_quotas
+    from functions.service.scheduler import capacity_model
 
     settings = root.settings
     workflow = root.workflow
     if workflow is None:
         raise RuntimeError("settings.state_machine_arn is not set: the lifecycle engine needs its state machine")
-    if settings.compute == "local":
-        gpus = settings.local_gpu_slots if settings.local_gpu_slots is not None else detect_local_gpus()
-        capacity: Any = LocalCapacity(gpu_slots=gpus, cpu_slots=settings.local_cpu_slots)
-    else:
-        capacity = CloudCapacity(parse_quotas(settings.gpu_quotas))
-    scheduler = Scheduler(root.repository, DynamoDBCapacityLedger(root.clients, settings.jobs_table), capacity, workflow, workflow)
+    ledger = DynamoDBCapacityLedger(root.clients, settings.jobs_table)
+    scheduler = Scheduler(root.repository, ledger, capacity_model(settings), workflow, workflow)
     config = LifecycleConfig(
         bucket=settings.artifacts_bucket,
         launcher=settings.compute,
