@@ -38,6 +38,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+from functions.constants import job_prefix  # noqa: E402
 from schemas.job import Job  # noqa: E402
 from schemas.status import JobStatus  # noqa: E402
 from trainplane import Client  # noqa: E402
@@ -156,21 +157,18 @@ def report(client: Client, job: Job) -> None:
         console.print(table)
     else:
         console.print("[yellow]no checkpoints were recorded[/yellow]")
-    console.print(f"[bold]exported model[/bold] {export_location(job)}")
+    console.print(f"[bold]exported model[/bold] {export_location(client, job)}")
 
 
-def export_location(job: Job) -> str:
-    """Where EXPORTING put the model: the job's output_config, else the run's handle, else its S3 prefix."""
-    oc = job.output_config
-    if oc.output_path:
-        return oc.output_path
-    handle = job.run_handle or {}
-    for key in ("model_uri", "output_uri", "export_uri"):
-        if handle.get(key):
-            return handle[key]
-    checkpoint_uri = job.checkpoints[-1].uri if job.checkpoints else ""
-    prefix = checkpoint_uri.split("/checkpoints/", 1)[0] if "/checkpoints/" in checkpoint_uri else f"jobs/{job.job_id}"
-    return f"{prefix}/model/ (under the job's prefix in the artifacts bucket)"
+def export_location(client: Client, job: Job) -> str:
+    """Where EXPORTING put the model: what the trainer said it did, else the lifecycle's rule for it."""
+    for line in client.logs(job.job_id):
+        if "exported the model to " in line.message:
+            return line.message.split("exported the model to ", 1)[1].strip()
+    if job.output_config.output_path:
+        return job.output_config.output_path
+    bucket = client.resolved.local.bucket if client.resolved.local else None
+    return f"s3://{bucket}/{job_prefix(job.job_id)}model" if bucket else f"{job_prefix(job.job_id)}model"
 
 
 def main(argv: list[str] | None = None) -> int:

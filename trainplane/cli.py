@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -41,6 +42,7 @@ app.add_typer(jobs_app, name="jobs")
 out = Console(highlight=False, soft_wrap=False)
 err = Console(stderr=True, highlight=False)
 
+PIPED_WIDTH = 200
 UNSUCCESSFUL = frozenset({JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.PREEMPTED})
 STATUS_STYLE = {
     JobStatus.COMPLETED: "green",
@@ -170,13 +172,13 @@ def summary(ctx: typer.Context) -> None:
         return
     table = Table("total", "running", "queued", "completed", "failed", "paused")
     table.add_row(*(str(v) for v in (s.total, s.running, s.queued, s.completed, s.failed, s.paused)))
-    out.print(table)
+    _print_table(table)
     counts = Table("status", "jobs")
     for status, n in sorted(s.counts.items()):
         if n:
             counts.add_row(_status_text(status), str(n))
     if counts.row_count:
-        out.print(counts)
+        _print_table(counts)
 
 
 # --- jobs ----------------------------------------------------------------------------------------
@@ -227,7 +229,8 @@ def list_jobs(
         _print_raw({"jobs": [j.model_dump(mode="json") for j in jobs]})
         return
     table = Table("JOB ID", "NAME", "STATUS", "TYPE", "QUEUE", "PRIO", "PROGRESS", "CREATED")
-    table.columns[0].no_wrap = True
+    for column in table.columns:
+        column.no_wrap = column.header != "NAME"  # ids, statuses and times stay whole; long names fold
     for j in jobs:
         table.add_row(
             j.job_id,
@@ -239,7 +242,7 @@ def list_jobs(
             f"{j.progress.percent:.0f}%",
             _when(j.created_at),
         )
-    out.print(table)
+    _print_table(table)
     if not jobs:
         err.print("no jobs match")
 
@@ -282,7 +285,7 @@ def get(
         table = Table("CHECKPOINT", "STEP", "METRICS", "URI")
         for c in job.checkpoints:
             table.add_row(c.checkpoint_id, str(c.step), _metrics_text(c.metrics), escape(c.uri))
-        out.print(table)
+        _print_table(table)
 
 
 @jobs_app.command("cancel")
@@ -398,9 +401,11 @@ def events(ctx: typer.Context, job_id: str) -> None:
         _print_raw({"events": [e.model_dump(mode="json", by_alias=True) for e in history]})
         return
     table = Table("AT", "FROM", "TO", "ACTOR", "REASON")
+    for column in table.columns[:4]:
+        column.no_wrap = True
     for e in history:
         table.add_row(_when(e.at), e.from_status.value if e.from_status else "-", _status_text(e.to_status), e.actor, escape(e.reason))
-    out.print(table)
+    _print_table(table)
 
 
 @jobs_app.command("metrics")
@@ -422,7 +427,7 @@ def metrics(
     for p in shown:
         values = p.model_dump(exclude_none=True)
         table.add_row(str(p.step), *(_fmt(values.get(n)) for n in names))
-    out.print(table)
+    _print_table(table)
     losses = [p.loss for p in points if p.loss is not None]
     if losses:
         out.print(f"{len(points)} points; loss {losses[0]:.4f} -> {losses[-1]:.4f} (min {min(losses):.4f})")
@@ -545,7 +550,15 @@ def _print_mapping(o: Options, rows: dict[str, str]) -> None:
     table.add_column(overflow="fold")
     for key, value in rows.items():
         table.add_row(key, escape(value))
-    out.print(table)
+    _print_table(table)
+
+
+def _print_table(table: Table) -> None:
+    # Piped into a file or grep there is no terminal width to respect; 80 columns would cut job ids.
+    if out.is_terminal or "COLUMNS" in os.environ:
+        out.print(table)
+    else:
+        Console(highlight=False, width=PIPED_WIDTH).print(table)
 
 
 def _print_json(model: BaseModel) -> None:
