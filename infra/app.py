@@ -22,7 +22,7 @@ import json  # noqa: E402
 import aws_cdk as cdk  # noqa: E402
 from cdk_nag import AwsSolutionsChecks  # noqa: E402
 
-from infra.bundling import build_bundle  # noqa: E402
+from infra.bundling import LambdaBundle, build_bundle  # noqa: E402
 from infra.config import StageConfig  # noqa: E402
 from infra.stack import TrainplaneStack  # noqa: E402
 
@@ -38,19 +38,29 @@ def cdk_json_context() -> dict[str, object]:
     return dict(json.loads((ROOT / "cdk.json").read_text(encoding="utf-8")).get("context", {}))
 
 
-def build_app(context: dict[str, object] | None = None, outdir: str | None = None) -> tuple[cdk.App, TrainplaneStack]:
-    """The app with its one stack and the nag checks registered; `app.synth()` runs them."""
-    app = cdk.App(context={**cdk_json_context(), **(context or {})}, outdir=outdir)
-    config = StageConfig.from_context(app.node.try_get_context)
-    bundle = build_bundle()
-    print(bundle.report(), file=sys.stderr)
+def add_stack(app: cdk.App, config: StageConfig, bundle: LambdaBundle) -> TrainplaneStack:
     account = config.account or os.environ.get("CDK_DEFAULT_ACCOUNT")
     region = config.region or os.environ.get("CDK_DEFAULT_REGION")
     env = cdk.Environment(account=account, region=region) if account or region else None
     stack = TrainplaneStack(app, stack_name(config), config=config, bundle=bundle, env=env)
     cdk.Tags.of(stack).add("application", "trainplane")
     cdk.Tags.of(stack).add("stage", config.stage)
+    return stack
+
+
+def check(app: cdk.App) -> None:
+    """cdk-nag's AwsSolutions pack: any finding without an acknowledgment fails `app.synth()`."""
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+
+
+def build_app(context: dict[str, object] | None = None, outdir: str | None = None) -> tuple[cdk.App, TrainplaneStack]:
+    """The app with its one stack (the stage named by the context) and the checks registered."""
+    app = cdk.App(context={**cdk_json_context(), **(context or {})}, outdir=outdir)
+    config = StageConfig.from_context(app.node.try_get_context)
+    bundle = build_bundle()
+    print(bundle.report(), file=sys.stderr)
+    stack = add_stack(app, config, bundle)
+    check(app)
     return app, stack
 
 

@@ -99,7 +99,7 @@ def lock_pins(lock: Path = LOCK_FILE) -> dict[str, str]:
 
 def check_lock(lock: Path = LOCK_FILE, pyproject: Path = REPO_ROOT / "pyproject.toml") -> None:
     if not lock.exists():
-        raise BundlingError(f"{lock.relative_to(REPO_ROOT)} is missing: run `python -m infra.bundling lock`")
+        raise BundlingError(f"{lock} is missing: run `python -m infra.bundling lock`")
     locked = lock_pins(lock)
     drift = [
         f"{name}: pyproject {version}, lock {locked.get(name, 'absent')}"
@@ -192,10 +192,12 @@ def ensure_dependencies(lock: Path = LOCK_FILE, cache: Path | None = None) -> Pa
     check_lock(lock)
     root = cache or cache_root()
     target = root / "deps" / dependencies_key(lock)
-    if (target / ".complete").exists():
+    # The marker sits beside the tree, not in it: the tree is copied into the Lambda bundle as is.
+    marker = target.with_name(target.name + ".complete")
+    if marker.exists():
         return target
     with _locked(root / "deps.lock"):
-        if (target / ".complete").exists():
+        if marker.exists():
             return target
         staging = Path(tempfile.mkdtemp(prefix="deps-", dir=root))
         try:
@@ -213,11 +215,11 @@ def ensure_dependencies(lock: Path = LOCK_FILE, cache: Path | None = None) -> Pa
                 ]
             )
             prune(staging)
-            (staging / ".complete").write_text(json.dumps({"lock": str(lock), "platform": PLATFORM, "python": PYTHON_VERSION}))
             target.parent.mkdir(parents=True, exist_ok=True)
             if target.exists():
                 shutil.rmtree(target)
-            staging.rename(target)  # atomic: a reader sees no tree or a whole one
+            staging.rename(target)  # then the marker: a reader sees no tree or a whole one
+            marker.write_text(json.dumps({"lock": str(lock), "platform": PLATFORM, "python": PYTHON_VERSION}))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return target
@@ -254,7 +256,7 @@ def _source_files(root: Path) -> Iterable[Path]:
 def _tree_size(tree: Path) -> tuple[int, int]:
     size = count = 0
     for path in tree.rglob("*"):
-        if path.is_file() and path.name != ".complete":
+        if path.is_file():
             size += path.stat().st_size
             count += 1
     return size, count
@@ -271,23 +273,23 @@ def build_bundle(root: Path = REPO_ROOT, cache: Path | None = None) -> LambdaBun
     asset_hash = digest.hexdigest()
     bundles = cache / "bundles"
     target = bundles / asset_hash[:20]
+    marker = target.with_name(target.name + ".complete")
     with _locked(cache / "bundles.lock"):
-        if not (target / ".complete").exists():
+        if not marker.exists():
             staging = Path(tempfile.mkdtemp(prefix="bundle-", dir=cache))
             try:
                 # Hard links: the dependency tree is shared by every bundle built from this lock.
                 shutil.copytree(deps, staging, dirs_exist_ok=True, copy_function=_link_or_copy)
-                (staging / ".complete").unlink()
                 for path in sources:
                     destination = staging / path.relative_to(root)
                     destination.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copy2(path, destination)
                 _check_forbidden(staging)
-                (staging / ".complete").write_text(asset_hash)
                 bundles.mkdir(parents=True, exist_ok=True)
                 if target.exists():
                     shutil.rmtree(target)
                 staging.rename(target)
+                marker.write_text(asset_hash)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
         _drop_old_bundles(bundles, keep=target)
@@ -309,9 +311,10 @@ def _check_forbidden(tree: Path) -> None:
 
 
 def _drop_old_bundles(bundles: Path, keep: Path, spare: int = 3) -> None:
-    """Keep the newest few bundles (two worktrees may alternate); delete the rest."""
+    """Keep the newest few bundles (two worktrees or a running synth may still use them); delete the rest."""
     others = sorted((p for p in bundles.iterdir() if p.is_dir() and p != keep), key=lambda p: p.stat().st_mtime, reverse=True)
     for old in others[spare:]:
+        old.with_name(old.name + ".complete").unlink(missing_ok=True)  # first: a half-deleted tree is never "complete"
         shutil.rmtree(old, ignore_errors=True)
 
 

@@ -121,6 +121,7 @@ class Api(Construct):
         storage.grant_artifacts(role, prefixes=[f"{constants.JOBS_PREFIX}/"], write=True, delete=True)
         lifecycle.grant_start(role)
         lifecycle.grant_answer_tasks(role)
+        compute.grant_stop(role)  # pause and cancel stop the run directly (Workflow.stop_run)
         compute.grant_read_logs(role)
 
         self.access_logs = logs.LogGroup(self, "AccessLogs", retention=log_retention(config), removal_policy=removal_policy(config))
@@ -172,7 +173,7 @@ class Api(Construct):
         )
         # One integration, one invoke permission for the whole API (instead of one per method,
         # which would grow the function's resource policy towards its 20 KB limit).
-        integration = apigw.LambdaIntegration(self.handler.function, proxy=True, allow_test_invoke=False, scope_permission_to_method=False)
+        integration = apigw.LambdaIntegration(self.handler.function, proxy=True, scope_permission_to_method=False)
         for route in routes:
             resource = self.rest_api.root.resource_for_path(route.path) if route.path != "/" else self.rest_api.root
             resource.add_method(
@@ -246,7 +247,12 @@ class Api(Construct):
             [arn(self, "logs", "log-group:API-Gateway-Execution-Logs_*")],
             why="API Gateway names its execution-log groups API-Gateway-Execution-Logs_<api id>/<stage>; the id is known after deploy.",
         )
-        allow(role, ["logs:DescribeLogGroups"], ["*"], why="logs:DescribeLogGroups supports no resource-level permissions.")
+        allow(
+            role,
+            ["logs:DescribeLogGroups"],
+            ["*"],
+            why="logs:DescribeLogGroups (listing groups in the console) supports no resource-level permissions.",
+        )
         self._account = apigw.CfnAccount(self, "Account", cloud_watch_role_arn=role.role_arn)
 
     def _waf(self, config: StageConfig) -> None:

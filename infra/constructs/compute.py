@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from aws_cdk import Acknowledgment, Stack, Validations
+from aws_cdk import Acknowledgment, IgnoreMode, Stack, Validations
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr as ecr
 from aws_cdk import aws_ecr_assets as ecr_assets
@@ -81,9 +81,9 @@ class Compute(Construct):
         self._trainer_access(self.instance_role, "ec2")
         allow(
             self.instance_role,
-            ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
+            # CreateLogGroup: docker's awslogs driver runs with awslogs-create-group (user_data.sh).
+            ["logs:CreateLogGroup", "logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogStreams"],
             [self.trainer_log_group.log_group_arn],
-            why="The trainer log group's streams (one per instance and attempt, named at run time), that group only.",
         )
         self.instance_profile = iam.InstanceProfile(self, "InstanceProfile", role=self.instance_role)
         self.launch_template = self._launch_template(config)
@@ -116,7 +116,7 @@ class Compute(Construct):
             directory=str(REPO_ROOT),
             file=TRAINER_DOCKERFILE,
             platform=ecr_assets.Platform.LINUX_AMD64,  # GPU instances and SageMaker's ml.* GPU types are x86_64
-            ignore_mode=ecr_assets.IgnoreMode.DOCKER,
+            ignore_mode=IgnoreMode.DOCKER,
             exclude=["*", *(f"!{path}" for path in TRAINER_BUILD_CONTEXT), "**/__pycache__", "**/*.pyc"],
         )
         return asset.image_uri, asset.repository
@@ -186,6 +186,8 @@ class Compute(Construct):
             machine_image=ec2.MachineImage.from_ssm_parameter(config.ec2_ami_ssm_parameter, os=ec2.OperatingSystemType.LINUX),
             instance_profile=self.instance_profile,
             require_imdsv2=True,
+            # The user data's watcher reads the trainplane:stop tag from instance metadata.
+            instance_metadata_tags=True,
             # The trainer runs in a container: one more network hop to reach the instance metadata.
             http_put_response_hop_limit=2,
             instance_initiated_shutdown_behavior=ec2.InstanceInitiatedShutdownBehavior.TERMINATE,
@@ -234,107 +236,112 @@ class Compute(Construct):
 
     # --- grants for the control plane's functions ------------------------------------------------
 
-    def grant_launch(self, role: iam.IRole) -> None:
-        """Start, stop and describe runs on both engines (the lifecycle tasks)."""
-        stack = Stack.of(self)
-        allow(
-            role,
-            [
-                "sagemaker:CreateTrainingJob",
-                "sagemaker:DescribeTrainingJob",
-                "sagemaker:StopTrainingJob",
-                "sagemaker:AddTags",
-                "sagemaker:UpdateTrainingJob",
-            ],
-            [arn(self, "sagemaker", "training-job/*")],
-            why=TRAINING_JOBS_WHY,
-        )
-        allow(
-            role,
-            ["iam:PassRole"],
-            [self.sagemaker_role.role_arn],
-            conditions={"StringEquals": {"iam:PassedToService": "sagemaker.amazonaws.com"}},
-        )
+    # Grants follow the stage's engine (config.compute): the control plane runs every job there, so a
+    # role never holds the other engine's launch rights. Switching engines is a redeploy; drain first.
 
-        template_arn = arn(self, "ec2", f"launch-template/{self.launch_template.launch_template_id}")
-        allow(role, ["ec2:RunInstances"], [template_arn])
-        created = [arn(self, "ec2", f"{kind}/*") for kind in ("instance", "volume", "network-interface", "spot-instances-request")]
-        allow(
-            role,
-            ["ec2:RunInstances"],
-            created,
-            why=(
-                "What RunInstances creates gets its id at launch; the ec2:LaunchTemplate "
-                "condition allows it only via the trainer's template."
-            ),
-            conditions={"ArnEquals": {"ec2:LaunchTemplate": template_arn}},
-        )
-        # What the instance refers to: the AMI (owned by AWS) and where it is placed.
-        if self.subnet_ids:
-            placement = [arn(self, "ec2", f"subnet/{s}") for s in self.subnet_ids] + [
-                arn(self, "ec2", f"security-group/{g}") for g in self.security_group_ids
-            ]
-            placement_why = "The Deep Learning AMI is AWS-owned and its id changes with each release (resolved from SSM at deploy)."
+    def grant_launch(self, role: iam.IRole) -> None:
+        """Start runs (the lifecycle tasks), and stop and describe them."""
+        if self.config.compute == "sagemaker":
+            # AddTags: CreateTrainingJob with Tags needs it.
+            allow(role, ["sagemaker:CreateTrainingJob", "sagemaker:AddTags"], [self._training_jobs], why=TRAINING_JOBS_WHY)
+            allow(role, ["iam:PassRole"], [self.sagemaker_role.role_arn], conditions=_passed_to("sagemaker"))
         else:
-            placement = [arn(self, "ec2", "subnet/*"), arn(self, "ec2", "security-group/*")]
-            placement_why = (
-                "Without a configured VPC, instances go to the account's default VPC, whose subnet and security-group ids the stack "
-                "does not know; the Deep Learning AMI is AWS-owned and changes with each release."
-            )
-        allow(role, ["ec2:RunInstances"], [f"arn:{stack.partition}:ec2:{stack.region}::image/*", *placement], why=placement_why)
-        allow(
-            role,
-            ["ec2:CreateTags"],
-            created,
-            why="Tags are set on the instance and volumes while RunInstances creates them (ec2:CreateAction condition), never afterwards.",
-            conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}},
-        )
-        allow(
-            role,
-            ["ec2:TerminateInstances", "ec2:StopInstances"],
-            [arn(self, "ec2", "instance/*")],
-            why=(
-                "Instance ids are known at run time only; the ec2:InstanceProfile "
-                "condition limits this to instances of the trainer profile."
-            ),
-            conditions={"ArnEquals": {"ec2:InstanceProfile": self.instance_profile.instance_profile_arn}},
-        )
-        allow(
-            role, ["iam:PassRole"], [self.instance_role.role_arn], conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
-        )
-        # Encrypted volumes (the EBS root volume, SageMaker's training volume) with our key: the
+            self._grant_run_instances(role)
+        # Encrypted volumes (SageMaker's training volume, the EBS root volume) with our key: the
         # engine creates a grant on the caller's behalf.
+        service = self.config.compute
         allow(
             role,
             ["kms:CreateGrant"],
             [self.storage.key.key_arn],
             conditions={
                 "Bool": {"kms:GrantIsForAWSResource": "true"},
-                "StringEquals": {"kms:ViaService": [f"ec2.{stack.region}.amazonaws.com", f"sagemaker.{stack.region}.amazonaws.com"]},
+                "StringEquals": {"kms:ViaService": f"{service}.{Stack.of(self).region}.amazonaws.com"},
             },
         )
-        self.storage.grant_key(role, "ec2", "sagemaker")
+        self.storage.grant_key(role, service)
+        self.grant_stop(role)
         self.grant_describe(role)
 
-    def grant_describe(self, role: iam.IRole) -> None:
-        """Where runs stand (the events handler's reconciler): read-only."""
-        allow(role, ["sagemaker:DescribeTrainingJob"], [arn(self, "sagemaker", "training-job/*")], why=TRAINING_JOBS_WHY)
+    def _grant_run_instances(self, role: iam.IRole) -> None:
+        stack = Stack.of(self)
+        template_arn = arn(self, "ec2", f"launch-template/{self.launch_template.launch_template_id}")
+        allow(role, ["ec2:RunInstances"], [template_arn])
+        # The instance only through the trainer's launch template (RunInstances needs every
+        # resource of the call allowed, so this gates the whole call).
         allow(
             role,
-            ["ec2:DescribeInstances", "ec2:DescribeInstanceStatus"],
-            ["*"],
-            why="EC2 Describe* calls support no resource-level permissions.",
+            ["ec2:RunInstances"],
+            [arn(self, "ec2", "instance/*")],
+            why="Instance ids are made at launch; the ec2:LaunchTemplate condition allows instances only from the trainer's template.",
+            conditions={"ArnEquals": {"ec2:LaunchTemplate": template_arn}},
         )
+        created = [arn(self, "ec2", f"{kind}/*") for kind in ("volume", "network-interface", "spot-instances-request")]
+        # What the instance refers to: the AMI (owned by AWS) and where it is placed.
+        if self.subnet_ids:
+            placement = [arn(self, "ec2", f"subnet/{s}") for s in self.subnet_ids]
+            placement += [arn(self, "ec2", f"security-group/{g}") for g in self.security_group_ids]
+            why = "Root volume, network interface and spot request ids are made at launch; the AWS-owned AMI changes per release."
+        else:
+            placement = [arn(self, "ec2", "subnet/*"), arn(self, "ec2", "security-group/*")]
+            why = (
+                "Volume, network interface and spot request ids are made at launch; without a configured VPC instances go to the "
+                "default VPC, whose subnet and security-group ids the stack does not know; the AWS-owned AMI changes per release."
+            )
+        allow(role, ["ec2:RunInstances"], [*created, f"arn:{stack.partition}:ec2:{stack.region}::image/*", *placement], why=why)
+        allow(
+            role,
+            ["ec2:CreateTags"],
+            [arn(self, "ec2", "instance/*"), arn(self, "ec2", "volume/*")],
+            why="Tags set on the instance and its volume while RunInstances creates them (ec2:CreateAction condition), not afterwards.",
+            conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+        )
+        allow(role, ["iam:PassRole"], [self.instance_role.role_arn], conditions=_passed_to("ec2"))
+
+    def grant_stop(self, role: iam.IRole) -> None:
+        """Stop runs: StopTrainingJob, or on EC2 the trainplane:stop / interrupted tags and termination."""
+        if self.config.compute == "sagemaker":
+            allow(role, ["sagemaker:StopTrainingJob"], [self._training_jobs], why=TRAINING_JOBS_WHY)
+            return
+        allow(
+            role,
+            ["ec2:CreateTags", "ec2:TerminateInstances"],
+            [arn(self, "ec2", "instance/*")],
+            why="Instance ids are known at run time only; the ec2:InstanceProfile condition keeps it to instances of the trainer profile.",
+            conditions={"ArnEquals": {"ec2:InstanceProfile": self.instance_profile.instance_profile_arn}},
+        )
+
+    def grant_describe(self, role: iam.IRole) -> None:
+        """Where runs stand (events, reconciler): read-only."""
+        if self.config.compute == "sagemaker":
+            # ListTags: a training job whose name cannot carry its job id is matched by its tags.
+            allow(role, ["sagemaker:DescribeTrainingJob", "sagemaker:ListTags"], [self._training_jobs], why=TRAINING_JOBS_WHY)
+        else:
+            allow(role, ["ec2:DescribeInstances"], ["*"], why="EC2 Describe* calls support no resource-level permissions.")
+
+    @property
+    def _training_jobs(self) -> str:
+        return arn(self, "sagemaker", f"training-job/{TRAINING_JOB_NAMES}")
 
     def grant_read_logs(self, role: iam.IRole) -> None:
-        """The trainer's logs on both engines (GET /jobs/{id}/logs)."""
-        sagemaker_group = arn(self, "logs", f"log-group:{SAGEMAKER_LOG_GROUP}")
-        allow(
-            role,
-            ["logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:GetLogEvents"],
-            [sagemaker_group, f"{sagemaker_group}:log-stream:*", self.trainer_log_group.log_group_arn],
-            why="The streams of SageMaker's training-job log group and of the trainer log group (named per job and host at run time).",
-        )
+        """The trainer's logs on the stage's engine (GET /jobs/{id}/logs)."""
+        if self.config.compute == "sagemaker":
+            group = arn(self, "logs", f"log-group:{SAGEMAKER_LOG_GROUP}")
+            allow(
+                role,
+                ["logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:GetLogEvents"],
+                [group, f"{group}:log-stream:*"],
+                why="The streams of SageMaker's training-job log group, one per training job and host, named at run time.",
+            )
+        else:
+            allow(role, ["logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:GetLogEvents"], [self.trainer_log_group.log_group_arn])
 
 
-TRAINING_JOBS_WHY = "SageMaker training job names are made per job attempt at run time; this account and region only."
+# functions/adapters/launchers/sagemaker.py names training jobs tp-<job id>-a<attempt> (or tpx-<digest>...);
+# tests/infra check the two agree.
+TRAINING_JOB_NAMES = "tp*"
+TRAINING_JOBS_WHY = "Training jobs named tp-<job id>-a<attempt> per attempt at run time; this account and region only."
+
+
+def _passed_to(service: str) -> dict[str, dict[str, str]]:
+    return {"StringEquals": {"iam:PassedToService": f"{service}.amazonaws.com"}}

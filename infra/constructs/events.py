@@ -87,6 +87,7 @@ class Events(Construct):
         lifecycle.grant_answer_tasks(role)
         lifecycle.grant_start(role)  # the reconciler checks executions and restarts lost ones
         compute.grant_describe(role)
+        compute.grant_stop(role)  # spot warnings tag the instance; the reconciler stops orphaned runs
 
         target = lambda_target(self.handler.function, self.dead_letter_queue)
         self.rules = [

@@ -149,7 +149,7 @@ class Storage(Construct):
             role,
             actions,
             [bucket.arn_for_objects(f"{p}*") for p in prefixes],
-            why=f"Objects under {', '.join(prefixes)} of the artifacts bucket only; object keys carry job ids known at run time.",
+            why=f"Objects under {', '.join(prefixes)} of the artifacts bucket only; their keys (job ids, steps) are made at run time.",
         )
         allow(role, ["s3:ListBucket"], [bucket.bucket_arn], conditions={"StringLike": {"s3:prefix": [f"{p}*" for p in prefixes]}})
         self.grant_key(role, "s3")

@@ -1,0 +1,80 @@
+"""Synthesize once per session: two stacks (dev defaults, and a prod stage with every option on) in one
+app, with cdk-nag's AwsSolutions checks, into a temporary cloud assembly the tests read."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+os.environ.setdefault("CDK_DISABLE_VERSION_CHECK", "1")
+
+PROD_ACCOUNT = "111122223333"
+PROD = {
+    "stage": "prod",
+    "account": PROD_ACCOUNT,
+    "region": "eu-west-1",
+    "admin_arns": ("arn:aws:iam::111122223333:role/platform-admin",),
+    "api_allowed_account_ids": ("444455556666",),
+    "api_allowed_org_id": "o-abcdefghij",
+    "cors_origin": "https://dashboard.example.com",
+    "waf_web_acl_arn": "arn:aws:wafv2:eu-west-1:111122223333:regional/webacl/trainplane/0123",
+    "trainer_image_uri": "111122223333.dkr.ecr.eu-west-1.amazonaws.com/trainplane-trainer:1.0",
+    "training_data_uris": ("s3://team-datasets/llm/",),
+    "vpc_id": "vpc-0123456789abcdef0",
+    "subnet_ids": ("subnet-0123456789abcdef0", "subnet-0fedcba9876543210"),
+    "alarm_email": "oncall@example.com",
+    "compute": "ec2",
+    "log_retention_days": 365,
+}
+
+
+@dataclass
+class Synth:
+    outdir: Path
+    templates: dict[str, dict[str, Any]]  # stage -> CloudFormation template
+    metadata: dict[str, dict[str, Any]]  # stage -> construct path -> metadata entries
+    bundle: Any
+
+    def resources(self, stage: str, kind: str) -> dict[str, dict[str, Any]]:
+        return {k: v for k, v in self.templates[stage]["Resources"].items() if v["Type"] == kind}
+
+
+@pytest.fixture(scope="session")
+def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    import aws_cdk as cdk
+
+    from infra.app import add_stack, cdk_json_context, check, stack_name
+    from infra.bundling import build_bundle
+    from infra.config import StageConfig
+
+    outdir = tmp_path_factory.mktemp("cdk.out")
+    # cdk.json's feature flags, as `make synth` and `cdk deploy` see them.
+    app = cdk.App(context=cdk_json_context(), outdir=str(outdir))
+    bundle = build_bundle()
+    configs = {"dev": StageConfig(), "prod": StageConfig.parse(PROD)}
+    for config in configs.values():
+        add_stack(app, config, bundle)
+    check(app)
+    app.synth()  # raises on any unacknowledged cdk-nag finding
+    templates, metadata = {}, {}
+    for stage, config in configs.items():
+        name = stack_name(config)
+        templates[stage] = json.loads((outdir / f"{name}.template.json").read_text())
+        metadata[stage] = json.loads((outdir / f"{name}.metadata.json").read_text())
+    return Synth(outdir=outdir, templates=templates, metadata=metadata, bundle=bundle)
+
+
+def resolve_ref(value: Any) -> str | None:
+    """The logical id a {"Ref"} or {"Fn::GetAtt"} points at."""
+    if isinstance(value, dict):
+        if "Ref" in value:
+            return str(value["Ref"])
+        if "Fn::GetAtt" in value:
+            return str(value["Fn::GetAtt"][0])
+    return None
