@@ -56,6 +56,14 @@ class Settings(BaseModel):
     stop_grace_seconds: int = Field(default=120, ge=1, le=3600)  # SIGTERM -> SIGKILL (SageMaker's is 120 s)
     reconcile_interval_seconds: int = Field(default=30, ge=1, le=3600)  # local mode's reconciler timer
     trainer_command: str | None = None  # local mode: the trainer's command line (default: python -m trainer)
+    # Set by the cloud stack (infra/). A dashboard origin the API answers CORS for (None: no CORS);
+    # the gateway answers preflights, the API handler adds the header to its own responses.
+    cors_origin: str | None = None
+    # Retraining in AWS (infra/constructs/retraining.py): schedule-triggered policies get an EventBridge
+    # Scheduler schedule in this group, run as this role, invoking this function (the dispatcher).
+    retraining_schedule_group: str | None = None
+    retraining_scheduler_role_arn: str | None = None
+    retraining_function_arn: str | None = None
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
