@@ -83,6 +83,8 @@ class StageConfig(BaseModel):
     alarm_email: str | None = Field(default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$")
     api_5xx_alarm_threshold: int = Field(default=5, ge=1)
     reconcile_every_minutes: int = Field(default=5, ge=1, le=60)
+    # Per-queue GPU quotas by type for the scheduler: "queue:gpu_type=count,..." (Settings.gpu_quotas).
+    gpu_quotas: str = ""
 
     @property
     def is_dev(self) -> bool:
@@ -144,6 +146,14 @@ class StageConfig(BaseModel):
         bad = [s for s in value if not re.match(r"^subnet-[0-9a-f]{8,17}$", s)]
         if bad:
             raise ValueError(f"not subnet ids: {', '.join(bad)}")
+        return value
+
+    @field_validator("gpu_quotas")
+    @classmethod
+    def _quotas(cls, value: str) -> str:
+        from functions.service.scheduler import parse_quotas  # the scheduler's own parser: one grammar
+
+        parse_quotas(value)
         return value
 
     @model_validator(mode="after")

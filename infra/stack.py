@@ -30,8 +30,10 @@ class TrainplaneStack(Stack):
 
         storage = Storage(self, "Storage", config=config)
         compute = Compute(self, "Compute", config=config, storage=storage)
+        retraining = Retraining(self, "Retraining", config=config)
         environment = settings_environment(
             {
+                **retraining.settings(),
                 "jobs_table": storage.jobs_table.table_name,
                 "idempotency_table": storage.idempotency_table.table_name,
                 "artifacts_bucket": storage.artifacts_bucket.bucket_name,
@@ -48,6 +50,8 @@ class TrainplaneStack(Stack):
                 "ec2_instance_profile_arn": compute.instance_profile.instance_profile_arn,
                 "ec2_root_device_name": ROOT_DEVICE,
                 "trainer_log_group": compute.trainer_log_group.log_group_name,
+                "gpu_quotas": config.gpu_quotas or None,
+                "cors_origin": config.cors_origin,
             }
         )
         lifecycle = Lifecycle(self, "Lifecycle", config=config, storage=storage, compute=compute, code=code, environment=environment)
@@ -55,15 +59,8 @@ class TrainplaneStack(Stack):
         events = Events(
             self, "Events", config=config, storage=storage, compute=compute, lifecycle=lifecycle, code=code, environment=environment
         )
-        retraining = Retraining(
-            self,
-            "Retraining",
-            config=config,
-            storage=storage,
-            lifecycle=lifecycle,
-            dead_letter_queue=events.dead_letter_queue,
-            code=code,
-            environment=environment,
+        dispatcher = retraining.add_dispatcher(
+            storage=storage, lifecycle=lifecycle, dead_letter_queue=events.dead_letter_queue, code=code, environment=environment
         )
         retraining.grant_manage_schedules(api.handler.role)  # policies are created through the API
         Observability(
@@ -74,7 +71,7 @@ class TrainplaneStack(Stack):
             api=api,
             lifecycle=lifecycle,
             dead_letter_queue=events.dead_letter_queue,
-            functions=[api.handler, lifecycle.tasks, events.handler, retraining.dispatcher],
+            functions=[api.handler, lifecycle.tasks, events.handler, dispatcher],
         )
 
         CfnOutput(self, "ApiUrl", value=api.url, description="Base URL of the jobs API (SigV4, service execute-api)")

@@ -35,19 +35,43 @@ CUSTOM_EVENT_SOURCE = "trainplane.retraining"
 
 
 class Retraining(Construct):
-    def __init__(
+    """Built in two steps: the schedule group and the scheduler's role first (their names go into
+    every function's settings: the API creates schedules), then the dispatcher and its rules."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig) -> None:
+        super().__init__(scope, construct_id)
+        self.config = config
+        self.schedule_group_name = config.name("retraining")
+        self.schedule_group = scheduler.CfnScheduleGroup(self, "ScheduleGroup", name=self.schedule_group_name)
+        # From the name, not the resource: the dispatcher's own settings carry it too.
+        self.dispatcher_arn = arn(self, "lambda", f"function:{config.name(RETRAINING.name)}")
+        self.scheduler_role = iam.Role(
+            self,
+            "SchedulerRole",
+            assumed_by=iam.ServicePrincipal(
+                "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}}
+            ),
+            description=f"trainplane {config.stage}: EventBridge Scheduler invokes the retraining dispatcher",
+        )
+        allow(self.scheduler_role, ["lambda:InvokeFunction"], [self.dispatcher_arn])
+
+    def settings(self) -> dict[str, str]:
+        return {
+            "retraining_schedule_group": self.schedule_group_name,
+            "retraining_scheduler_role_arn": self.scheduler_role.role_arn,
+            "retraining_function_arn": self.dispatcher_arn,
+        }
+
+    def add_dispatcher(
         self,
-        scope: Construct,
-        construct_id: str,
         *,
-        config: StageConfig,
         storage: Storage,
         lifecycle: Lifecycle,
         dead_letter_queue: sqs.IQueue,
         code: lambda_.Code,
         environment: Mapping[str, str],
-    ) -> None:
-        super().__init__(scope, construct_id)
+    ) -> TrainplaneFunction:
+        config = self.config
         self.dispatcher = TrainplaneFunction(
             self,
             "Dispatcher",
@@ -62,6 +86,8 @@ class Retraining(Construct):
         storage.grant_jobs(role, write=True)  # policies and the jobs they submit
         storage.grant_idempotency(role)  # the same event delivered twice starts one job
         lifecycle.grant_start(role)
+        # Schedules whose invocation fails land in the same dead-letter queue as failed event deliveries.
+        allow(self.scheduler_role, ["sqs:SendMessage"], [dead_letter_queue.queue_arn])
 
         bucket = storage.artifacts_bucket.bucket_name
         target = lambda_target(self.dispatcher.function, dead_letter_queue)
@@ -103,24 +129,14 @@ class Retraining(Construct):
             ),
         ]
 
-        self.schedule_group = scheduler.CfnScheduleGroup(self, "ScheduleGroup", name=config.name("retraining"))
-        self.scheduler_role = iam.Role(
-            self,
-            "SchedulerRole",
-            assumed_by=iam.ServicePrincipal(
-                "scheduler.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": Stack.of(self).account}}
-            ),
-            description=f"trainplane {config.stage}: EventBridge Scheduler invokes the retraining dispatcher",
-        )
-        allow(self.scheduler_role, ["lambda:InvokeFunction"], [self.dispatcher.function.function_arn])
-        allow(self.scheduler_role, ["sqs:SendMessage"], [dead_letter_queue.queue_arn])
+        return self.dispatcher
 
     def grant_manage_schedules(self, role: iam.IRole) -> None:
         """Create, change and delete the schedules of schedule-triggered policies (the API does, on policy CRUD)."""
         allow(
             role,
             ["scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule", "scheduler:GetSchedule"],
-            [arn(self, "scheduler", f"schedule/{self.schedule_group.name}/*")],
+            [arn(self, "scheduler", f"schedule/{self.schedule_group_name}/*")],
             why="Schedules of this stage's retraining schedule group only; one per policy, named at run time.",
         )
         allow(

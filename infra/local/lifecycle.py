@@ -33,6 +33,7 @@ FUNCTION_NAME = "trainplane-lifecycle"
 HANDLER = "functions.handlers.lifecycle.handler"
 LOCAL_HEARTBEAT_SECONDS = "60"  # the launcher's monitor heartbeats every few seconds; a minute is plenty
 LOCAL_STOP_GRACE_SECONDS = "30"
+SHUTDOWN_GRACE_SECONDS = 15.0
 
 
 class _ServiceObserver:
@@ -107,7 +108,9 @@ def deploy(ctx: LocalContext) -> None:
     _wire(launcher)
     arn = machine["stateMachineArn"]
     ctx.add_background("reconciler", lambda stop: _reconcile_forever(stop, arn, ctx.settings().reconcile_interval_seconds))
-    ctx.on_shutdown(lambda: launcher.shutdown())
+    # Bounded: `trainplane up` must exit promptly on SIGTERM; a trainer still saving after this is killed
+    # and resumes from its previous checkpoint.
+    ctx.on_shutdown(lambda: launcher.shutdown(timeout=min(float(ctx.settings().stop_grace_seconds), SHUTDOWN_GRACE_SECONDS)))
 
 
 def _wire(launcher: LocalLauncher) -> None:

@@ -31,6 +31,7 @@ PROD = {
     "alarm_email": "oncall@example.com",
     "compute": "ec2",
     "log_retention_days": 365,
+    "gpu_quotas": "default:H100=16, research:*=8",
 }
 
 

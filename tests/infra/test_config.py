@@ -69,6 +69,7 @@ def test_command_line_strings_become_lists_and_objects() -> None:
         ("api_allowed_org_id", "org-1", "api_allowed_org_id"),
         ("training_data_uris", "s3://bucket/*", "no wildcards"),
         ("compute", "k8s", "compute"),
+        ("gpu_quotas", "H100=8", "queue:gpu_type=count"),
         ("stage", "Prod!", "stage"),
         ("no_such_field", "1", "no_such_field"),
     ],

@@ -174,6 +174,20 @@ def test_function_settings_are_fields_settings_reads(synth: Synth, stage: str) -
     prod_env = next(iter(synth.resources("prod", "AWS::Lambda::Function").values()))["Properties"]["Environment"]["Variables"]
     assert prod_env[PREFIX + "ADMIN_ARNS"] == "arn:aws:iam::111122223333:role/platform-admin"
     assert prod_env[PREFIX + "VPC_SUBNET_IDS"] == "subnet-0123456789abcdef0,subnet-0fedcba9876543210"
+    assert prod_env[PREFIX + "GPU_QUOTAS"] == "default:H100=16, research:*=8"
+    assert prod_env[PREFIX + "CORS_ORIGIN"] == "https://dashboard.example.com"
+    # The retraining pieces the API needs to create schedules: this stack's group, role and dispatcher
+    assert prod_env[PREFIX + "RETRAINING_SCHEDULE_GROUP"] == _one(synth, "prod", "AWS::Scheduler::ScheduleGroup")["Name"]
+    assert resolve_ref(prod_env[PREFIX + "RETRAINING_SCHEDULER_ROLE_ARN"]) in synth.resources("prod", "AWS::IAM::Role")
+    dispatcher = next(
+        f
+        for f in synth.resources("prod", "AWS::Lambda::Function").values()
+        if f["Properties"]["Handler"].endswith("retraining.lambda_handler")
+    )
+    assert (
+        prod_env[PREFIX + "RETRAINING_FUNCTION_ARN"]
+        == f"arn:aws:lambda:eu-west-1:{PROD_ACCOUNT}:function:{dispatcher['Properties']['FunctionName']}"
+    )
 
 
 def test_functions_have_bounded_concurrency_in_prod(synth: Synth) -> None:
