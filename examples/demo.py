@@ -151,6 +151,7 @@ def report(client: Client, job: Job) -> None:
         console.print("[bold]eval_loss[/bold] " + ", ".join(f"{v:.3f}@{s}" for s, v in evals))
     if job.checkpoints:
         table = Table("checkpoint", "step", "metrics", "uri", title="checkpoints")
+        table.columns[3].overflow = "fold"  # a URI cut short is useless
         for c in job.checkpoints:
             marks = " (best)" if c.checkpoint_id == job.best_checkpoint_id else ""
             table.add_row(c.checkpoint_id + marks, str(c.step), ", ".join(f"{k}={v:.3f}" for k, v in c.metrics.items()), c.uri)
@@ -158,6 +159,21 @@ def report(client: Client, job: Job) -> None:
     else:
         console.print("[yellow]no checkpoints were recorded[/yellow]")
     console.print(f"[bold]exported model[/bold] {export_location(client, job)}")
+
+
+def lifecycle_text(statuses: list[JobStatus]) -> str:
+    """The status path, with each TRAINING -> CHECKPOINTING -> TRAINING round trip counted, not repeated."""
+    parts: list[str] = []
+    checkpoints = 0
+    for status in statuses:
+        in_training = bool(parts) and parts[-1].startswith(JobStatus.TRAINING.value)
+        if status == JobStatus.CHECKPOINTING and in_training:
+            checkpoints += 1
+            parts[-1] = f"{JobStatus.TRAINING.value} ({checkpoints} checkpoint{'s' if checkpoints > 1 else ''})"
+        elif not (status == JobStatus.TRAINING and in_training):
+            checkpoints = 0
+            parts.append(status.value)
+    return " -> ".join(parts)
 
 
 def export_location(client: Client, job: Job) -> str:
@@ -193,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"{job.job_id} finished {job.status.value}" + (f": {job.error_message}" if job.error_message else ""))
             report(client, job)
             events = client.events(job.job_id)
-            console.print("[bold]lifecycle[/bold] " + " -> ".join(e.to_status.value for e in events))
+            console.print("[bold]lifecycle[/bold] " + lifecycle_text([e.to_status for e in events]))
             return 0 if job.status == JobStatus.COMPLETED else 1
     except Exception as exc:  # the demo's last word must say what went wrong, not a bare traceback
         console.print(f"[red]demo failed:[/red] {exc}")
