@@ -12,21 +12,27 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from schemas.configs import Strict
-from schemas.job import JobName, SubmitJobRequest
+from schemas.job import MAX_LABELS, JobName, SubmitJobRequest
 from schemas.schedule_expr import parse_schedule_expression
 
 POLICY_LABEL = "retraining_policy"
 EVENT_LABEL = "trigger_event_id"
+RESERVED_LABELS = frozenset({POLICY_LABEL, EVENT_LABEL})
+_LABEL_KEY = re.compile(r"^[A-Za-z0-9_.\-/]{1,63}$")
 
 
 class S3Trigger(Strict):
     """New objects under a prefix (EventBridge 'Object Created' from S3)."""
 
     type: Literal["s3"] = "s3"
-    bucket: str | None = Field(default=None, description="Defaults to the control plane's artifacts bucket.")
+    bucket: str | None = Field(
+        default=None,
+        pattern=r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$",
+        description="Defaults to the control plane's artifacts bucket (where only datasets/ triggers).",
+    )
     prefix: str = Field(default="", max_length=1024)
     suffix: str | None = Field(default=None, max_length=256)
 
@@ -34,12 +40,23 @@ class S3Trigger(Strict):
 class ScheduleTrigger(Strict):
     type: Literal["schedule"] = "schedule"
     expression: str = Field(description="EventBridge Scheduler syntax: cron(min hour dom month dow year) or rate(N unit).")
-    timezone: str = "UTC"
+    timezone: str = Field(default="UTC", description="IANA time zone the cron fields are read in (ScheduleExpressionTimezone).")
 
     @field_validator("expression")
     @classmethod
     def _parses(cls, value: str) -> str:
         parse_schedule_expression(value)  # raises ValueError with what is wrong
+        return value
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, value: str) -> str:
+        from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError) as exc:
+            raise ValueError(f"{value!r} is not an IANA time zone (e.g. UTC, Europe/Paris)") from exc
         return value
 
 
@@ -106,14 +123,41 @@ class RetrainingPolicyRequest(Strict):
     daily_cap: int | None = Field(default=None, ge=1, le=10_000)
     enabled: bool = True
 
-    @model_validator(mode="after")
-    def _mapping_targets_exist(self) -> RetrainingPolicyRequest:
-        template = self.job_template.model_dump(mode="python")
-        for i, mapping in enumerate(self.input_mapping):
+    @field_validator("job_template")
+    @classmethod
+    def _no_reserved_labels(cls, template: SubmitJobRequest) -> SubmitJobRequest:
+        reserved = sorted(set(template.labels) & RESERVED_LABELS)
+        if reserved:
+            raise ValueError(f"labels {', '.join(reserved)} are set by the policy on every job it starts")
+        return template
+
+    # A field validator (not a model validator) so that a bad target is reported at `input_mapping`,
+    # the field to fix; job_template is declared before it, so it is in info.data once it is valid.
+    @field_validator("input_mapping")
+    @classmethod
+    def _mapping_targets_exist(cls, mappings: list[InputMapping], info: ValidationInfo) -> list[InputMapping]:
+        template_model = info.data.get("job_template")
+        if not isinstance(template_model, SubmitJobRequest):
+            return mappings  # the template itself is invalid and reported on its own
+        template = template_model.model_dump(mode="python")
+        mapped_labels: set[str] = set()
+        for i, mapping in enumerate(mappings):
             problem = target_problem(template, mapping.target)
             if problem:
                 raise ValueError(f"input_mapping[{i}].target {mapping.target!r}: {problem}")
-        return self
+            if mapping.target.startswith("labels."):
+                key = mapping.target.removeprefix("labels.")
+                if key in RESERVED_LABELS:
+                    raise ValueError(f"input_mapping[{i}].target {mapping.target!r}: the policy sets this label itself")
+                if not _LABEL_KEY.match(key):
+                    raise ValueError(f"input_mapping[{i}].target {mapping.target!r}: not a label key (1-63 of A-Z a-z 0-9 _ . - /)")
+                mapped_labels.add(key)
+        total = len(set(template_model.labels) | mapped_labels) + len(RESERVED_LABELS)
+        if total > MAX_LABELS:
+            raise ValueError(
+                f"jobs would carry {total} labels (template, mapped, and the policy's {len(RESERVED_LABELS)}); at most {MAX_LABELS}"
+            )
+        return mappings
 
 
 class RetrainingPolicyPatch(Strict):
@@ -146,13 +190,18 @@ class PolicyList(BaseModel):
     next_token: str | None = None
 
 
+FireOutcome = Literal["started", "duplicate", "coalesced", "capped", "skipped_running", "disabled", "invalid"]
+
+
 class FireResult(BaseModel):
     """What a dispatch did for one policy: started a job, or why not."""
 
     policy_id: str
-    outcome: Literal["started", "duplicate", "coalesced", "capped", "skipped_running", "disabled", "invalid"]
+    outcome: FireOutcome
     job_id: str | None = None
     detail: str = ""
+    event_id: str = ""
+    cancelled_job_ids: list[str] = Field(default_factory=list)  # cancel_running: the jobs the new one replaced
 
 
 def _split_target(target: str) -> list[str | int]:

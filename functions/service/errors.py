@@ -52,3 +52,22 @@ class InvalidRequest(DomainError):
 
 class Unsupported(DomainError):
     """A feature the control plane cannot offer (yet) in this deployment (422)."""
+
+
+class PolicyNotFound(DomainError):
+    """No such retraining policy, or another principal's (404: policy ids are not disclosed either)."""
+
+    def __init__(self, policy_id: str) -> None:
+        super().__init__(f"retraining policy {policy_id} not found")
+        self.policy_id = policy_id
+
+
+class PolicyConflict(ConcurrentModification):
+    """A policy was changed by another request between read and write (409)."""
+
+    def __init__(self, policy_id: str, detail: str = "") -> None:
+        DomainError.__init__(
+            self, f"retraining policy {policy_id} was changed by another request{': ' + detail if detail else ''}; reload and retry"
+        )
+        self.job_id = policy_id  # ConcurrentModification's attribute, for handlers that read it
+        self.policy_id = policy_id
