@@ -29,6 +29,7 @@ from typing import Any
 from functions import constants
 from functions.settings import PREFIX, Settings
 from infra.local import lifecycle, storage
+from trainplane.local import emulated_compute
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ BackgroundTarget = Callable[[threading.Event], None]
 DEPLOYERS: list[Deployer] = [
     storage.deploy,
     lifecycle.deploy,
+    emulated_compute.deploy,  # --compute sagemaker|ec2: the launchers' resources and the compute behind them
 ]
 
 
