@@ -424,3 +424,46 @@ def test_concurrent_conditional_updates_have_exactly_one_winner_per_version(plan
     # And the journal tells the same story after a restart
     plane.restart()
     assert plane.client("dynamodb").get_item(TableName=JOBS, Key=key, ConsistentRead=True)["Item"] == item
+
+
+def test_a_cancelled_transaction_changes_nothing(plane: Plane) -> None:
+    # moto's own rollback (a deep copy of every table per transaction) is replaced by an item-level
+    # undo log (moto_hooks); this is the behaviour it must keep.
+    ddb = plane.client("dynamodb")
+    # Given a few items, one of them with a range of attribute types
+    ddb.put_item(TableName=JOBS, Item=job_item("j1", "alice", doc={"M": {"a": {"L": [{"N": "1"}]}}}))
+    ddb.put_item(TableName=JOBS, Item=job_item("j2", "alice"))
+    ddb.put_item(TableName=constants.IDEMPOTENCY_TABLE, Item={"id": {"S": "idem"}, "n": {"N": "1"}})
+    before = (table_snapshot(ddb), table_snapshot(ddb, constants.IDEMPOTENCY_TABLE))
+    # When a transaction puts, updates (in place), deletes, and then fails its last condition
+    j1, j2 = ({"pk": {"S": f"JOB#{j}"}, "sk": {"S": "JOB"}} for j in ("j1", "j2"))
+    idem = {"id": {"S": "idem"}}
+    missing = {"pk": {"S": "JOB#none"}, "sk": {"S": "JOB"}}
+    in_place = {"UpdateExpression": "SET doc.a[0] = :x, version = :x", "ExpressionAttributeValues": {":x": {"N": "7"}}}
+    with pytest.raises(ClientError, match="TransactionCanceled"):
+        ddb.transact_write_items(
+            TransactItems=[
+                {"Put": {"TableName": JOBS, "Item": job_item("j3", "bob")}},
+                {"Update": {"TableName": JOBS, "Key": j1, **in_place}},
+                {"Delete": {"TableName": JOBS, "Key": j2}},
+                {
+                    "Update": {
+                        "TableName": constants.IDEMPOTENCY_TABLE,
+                        "Key": idem,
+                        "UpdateExpression": "ADD n :one",
+                        "ExpressionAttributeValues": {":one": {"N": "1"}},
+                    }
+                },
+                {"ConditionCheck": {"TableName": JOBS, "Key": missing, "ConditionExpression": "attribute_exists(pk)"}},
+            ]
+        )
+    # Then every table is exactly as it was, and so is the journal after a restart
+    assert (table_snapshot(ddb), table_snapshot(ddb, constants.IDEMPOTENCY_TABLE)) == before
+    plane.restart()
+    ddb = plane.client("dynamodb")
+    assert (table_snapshot(ddb), table_snapshot(ddb, constants.IDEMPOTENCY_TABLE)) == before
+    # And a successful transaction still commits all of its writes
+    ddb.transact_write_items(
+        TransactItems=[{"Put": {"TableName": JOBS, "Item": job_item("j3", "bob")}}, {"Delete": {"TableName": JOBS, "Key": j2}}]
+    )
+    assert by_owner(ddb, "bob") == ["JOB#j3"] and by_owner(ddb, "alice") == ["JOB#j1"]
