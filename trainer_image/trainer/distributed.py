@@ -225,12 +225,13 @@ class Runtime:
         return torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else float("inf"))
 
     def model_state(self, model: nn.Module, is_adapter: bool) -> dict[str, torch.Tensor]:
+        """The live tensors (no copy: checkpoint.HostCopier copies them off before training goes on)."""
         inner = self.unwrap(model)
         if is_adapter:
             from peft import get_peft_model_state_dict
 
-            return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in get_peft_model_state_dict(inner).items()}
-        return {k: v.detach().to("cpu", copy=True).contiguous() for k, v in inner.state_dict().items()}
+            return {k: v.detach() for k, v in get_peft_model_state_dict(inner).items()}
+        return {k: v.detach() for k, v in inner.state_dict().items()}
 
     def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor], is_adapter: bool) -> None:
         inner = self.unwrap(model)
@@ -245,9 +246,7 @@ class Runtime:
         inner.load_state_dict(tensors, strict=True)
 
     def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        from trainer.checkpoint import to_cpu
-
-        return to_cpu(optimizer.state_dict())
+        return optimizer.state_dict()  # live tensors, like model_state
 
     def load_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         optimizer.load_state_dict(state)
@@ -326,7 +325,7 @@ class DistributedRuntime(Runtime):
             # The same key names as peft's get_peft_model_state_dict (single process), so either kind
             # of run can resume the other's checkpoint.
             full = {_ADAPTER_NAME_RE.sub("", k): v for k, v in full.items() if "lora_" in k}
-        return {k: v.clone().contiguous() for k, v in full.items()}
+        return full  # cpu_offload: already fresh host tensors on rank 0
 
     def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor], is_adapter: bool) -> None:
         if self.framework != FrameworkType.FSDP:
@@ -347,9 +346,7 @@ class DistributedRuntime(Runtime):
             return super().optimizer_state(model, optimizer)
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-        from trainer.checkpoint import to_cpu
-
-        return to_cpu(get_optimizer_state_dict(model, optimizer, options=self._options()))
+        return get_optimizer_state_dict(model, optimizer, options=self._options())
 
     def load_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
         if self.framework != FrameworkType.FSDP:
