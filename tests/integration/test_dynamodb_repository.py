@@ -12,33 +12,36 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from moto import mock_aws
 
 from functions import constants as c
 from functions.adapters.aws import AwsClients
 from functions.adapters.dynamodb import DynamoJobRepository
-from functions.adapters.dynamodb_items import create_tables, job_item
+from functions.adapters.dynamodb_items import job_item
 from functions.adapters.ports import JobQuery, Transition
 from functions.service.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
 from schemas.job import CheckpointRef, Job, PendingAction, Progress, StatusEvent
 from schemas.status import JobStatus
 from tests.fakes import InMemoryJobRepository
+from tests.helpers.aws import emulated_aws, fresh_resources
 from tests.helpers.jobs import ALICE, BOB, T0, make_job
 
 S = JobStatus
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def aws() -> Iterator[AwsClients]:
-    with mock_aws():
-        clients = AwsClients(region=c.LOCAL_REGION)
-        create_tables(clients.dynamodb())
+    with emulated_aws() as clients:
         yield clients
 
 
 @pytest.fixture
-def dynamo(aws: AwsClients) -> DynamoJobRepository:
-    return DynamoJobRepository(aws, c.JOBS_TABLE)
+def table(aws: AwsClients) -> str:
+    return fresh_resources(aws).jobs_table
+
+
+@pytest.fixture
+def dynamo(aws: AwsClients, table: str) -> DynamoJobRepository:
+    return DynamoJobRepository(aws, table)
 
 
 @pytest.fixture(params=["dynamodb", "fake"])
@@ -266,8 +269,8 @@ def test_patching_priority_reorders_the_queue(repo: Any) -> None:
 
 
 def test_list_filters_and_pages_newest_first(repo: Any) -> None:
-    # Given 30 jobs of alice with labels and statuses, and some of bob
-    for i in range(30):
+    # Given 18 jobs of alice with labels and statuses, and some of bob
+    for i in range(18):
         labels = {"team": "a" if i % 2 else "b", "exp": "x" if i % 3 == 0 else "y"}
         job = _created(repo, created_at=T0 + timedelta(minutes=i), request={"name": f"run-{i:02d}", "labels": labels})
         if i % 5 == 0:
@@ -283,18 +286,18 @@ def test_list_filters_and_pages_newest_first(repo: Any) -> None:
         if token is None:
             break
     # Then exactly the matching jobs come back, newest first, none twice
-    expected = [f"run-{i:02d}" for i in reversed(range(30)) if i % 2 and i % 3 == 0]
+    expected = [f"run-{i:02d}" for i in reversed(range(18)) if i % 2 and i % 3 == 0]
     assert [j.name for j in seen] == expected
     # And status, name and queue filters work, alone and together
     queued, _ = repo.list_jobs(JobQuery(owner=ALICE, status=S.QUEUED, limit=50))
-    assert sorted(j.name for j in queued) == [f"run-{i:02d}" for i in range(0, 30, 5)]
-    named, _ = repo.list_jobs(JobQuery(owner=ALICE, name_contains="run-2", queue="default", limit=50))
-    assert len(named) == 10
+    assert sorted(j.name for j in queued) == [f"run-{i:02d}" for i in range(0, 18, 5)]
+    named, _ = repo.list_jobs(JobQuery(owner=ALICE, name_contains="run-1", queue="default", limit=50))
+    assert len(named) == 8
     assert repo.list_jobs(JobQuery(owner=ALICE, queue="gpu", limit=50)) == ([], None)
     # And bob sees only his, an admin (owner None) sees all
     assert len(repo.list_jobs(JobQuery(owner=BOB, limit=50))[0]) == 3
     everyone, _ = repo.list_jobs(JobQuery(owner=None, limit=100))
-    assert len(everyone) == 33 and everyone[0].owner == BOB
+    assert len(everyone) == 21 and everyone[0].owner == BOB
 
 
 def test_an_exactly_full_last_page_has_no_token(repo: Any) -> None:
@@ -341,7 +344,7 @@ def test_delete_removes_the_job_history_and_counts(repo: Any) -> None:
         repo.delete(job.job_id)
 
 
-def _serialize_moto_calls(repo: Any) -> None:
+def _serialize_moto_calls(repo: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # moto's DynamoDB backend is not thread-safe (LOCAL_AWS.md); DynamoDB itself applies each call
     # atomically. One lock per API call restores that, and keeps the read-then-conditional-write race.
     if isinstance(repo, DynamoJobRepository):
@@ -353,12 +356,12 @@ def _serialize_moto_calls(repo: Any) -> None:
             with lock:
                 return real(*args, **kwargs)
 
-        client._make_api_call = locked
+        monkeypatch.setattr(client, "_make_api_call", locked)
 
 
-def test_twenty_threads_racing_one_transition_exactly_one_wins(repo: Any) -> None:
+def test_twenty_threads_racing_one_transition_exactly_one_wins(repo: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a QUEUED job read by 20 workers
-    _serialize_moto_calls(repo)
+    _serialize_moto_calls(repo, monkeypatch)
     job = _move(repo, _created(repo), S.QUEUED)
     barrier = threading.Barrier(20)
     outcomes: list[str] = []
@@ -393,14 +396,14 @@ def test_twenty_threads_racing_one_transition_exactly_one_wins(repo: Any) -> Non
 # --- DynamoDB specifics ------------------------------------------------------------------------------
 
 
-def test_no_scan_is_ever_issued(dynamo: DynamoJobRepository) -> None:
+def test_no_scan_is_ever_issued(dynamo: DynamoJobRepository, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a repository whose client refuses Scan
     client = dynamo._ddb
 
     def refuse(**_: Any) -> None:
         raise AssertionError("Scan used")
 
-    client.scan = refuse
+    monkeypatch.setattr(client, "scan", refuse, raising=False)
     # When every read path runs
     job = _created(dynamo)
     _move(dynamo, job, S.QUEUED)
@@ -418,7 +421,7 @@ def test_items_and_index_keys_follow_the_table_design(dynamo: DynamoJobRepositor
     # When the raw items are read
     ddb = aws.dynamodb()
     rows = ddb.query(
-        TableName=c.JOBS_TABLE,
+        TableName=dynamo.table,
         KeyConditionExpression="pk = :pk",
         ExpressionAttributeValues={":pk": {"S": f"JOB#{job.job_id}"}},
     )["Items"]
@@ -430,7 +433,7 @@ def test_items_and_index_keys_follow_the_table_design(dynamo: DynamoJobRepositor
     assert meta[c.GSI_QUEUE_PK]["S"] == "QUEUE#default" and meta[c.GSI_QUEUE_SK]["S"].startswith("03#")
     # And leaving QUEUED removes the job from the sparse index
     _move(dynamo, job, S.SCHEDULING)
-    meta = ddb.get_item(TableName=c.JOBS_TABLE, Key={"pk": {"S": f"JOB#{job.job_id}"}, "sk": {"S": "META"}})["Item"]
+    meta = ddb.get_item(TableName=dynamo.table, Key={"pk": {"S": f"JOB#{job.job_id}"}, "sk": {"S": "META"}})["Item"]
     assert c.GSI_QUEUE_PK not in meta and c.GSI_QUEUE_SK not in meta
 
 
@@ -439,7 +442,7 @@ def test_filtered_listing_reads_ahead_over_many_pages(dynamo: DynamoJobRepositor
     # the whole table each time, which would make seeding quadratic)
     for i in range(120):
         job = make_job(created_at=T0 + timedelta(seconds=i), request={"labels": {"k": "hit" if i < 3 else "miss"}})
-        aws.dynamodb().put_item(TableName=c.JOBS_TABLE, Item=job_item(job))
+        aws.dynamodb().put_item(TableName=dynamo.table, Item=job_item(job))
     # When one match is asked per page
     page, token = dynamo.list_jobs(JobQuery(owner=ALICE, labels={"k": "hit"}, limit=1))
     rest, _ = dynamo.list_jobs(JobQuery(owner=ALICE, labels={"k": "hit"}, limit=5, next_token=token))

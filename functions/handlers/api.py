@@ -1,0 +1,368 @@
+"""The REST API Lambda (API Gateway REST proxy, AWS_IAM auth): every route of CONTRACTS.md.
+
+Thin routes: the resolver validates input against the pydantic models (unknown fields rejected),
+each route calls one service method and returns a typed model; errors become HTTP in errors.py only.
+The caller is requestContext.identity.userArn. Import time is kept small on purpose (a cold start
+pays it): boto3, the adapters and the idempotency layer load on first use, through the composition.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated, Any, cast
+
+from aws_lambda_powertools import Logger, Metrics
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.middlewares import NextMiddleware
+from aws_lambda_powertools.event_handler.openapi.params import Body, Header, Path, Query
+from aws_lambda_powertools.logging import correlation_paths
+from aws_lambda_powertools.metrics import MetricUnit
+
+from functions import composition, constants
+from functions.handlers import errors, policies
+from functions.handlers.errors import Forbidden, IdempotencyInProgress, IdempotencyKeyReused, responses
+from functions.handlers.tracing import LazyTracer
+from schemas.api import (
+    CancelRequest,
+    EventList,
+    JobList,
+    LogsResponse,
+    MetricsResponse,
+    PatchJobRequest,
+    PauseRequest,
+    ResumeRequest,
+    RetryRequest,
+    Summary,
+)
+from schemas.job import Job, SubmitJobRequest
+from schemas.status import JobStatus
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+
+    from functions.service.principal import Principal
+
+TITLE = "trainplane"
+VERSION = "1.0.0"
+LABEL_PREFIX = "labels."
+LIST_PARAMS = frozenset({"status", "queue", "name", "limit", "next_token"})
+LOGS_PARAMS = frozenset({"since", "next_token", "limit"})
+
+logger = Logger(service=constants.SERVICE_NAME)
+metrics = Metrics(namespace=constants.METRICS_NAMESPACE, service=constants.SERVICE_NAME)
+tracer = LazyTracer(service=constants.SERVICE_NAME)
+
+app = APIGatewayRestResolver(enable_validation=True)
+jobs = Router()
+controls = Router()
+reports = Router()
+
+JobId = Annotated[str, Path(min_length=1, max_length=128, description="The job's id")]
+
+
+def _principal(router: Router) -> Principal:
+    event = cast("APIGatewayProxyEvent", router.current_event)
+    arn = event.request_context.identity.user_arn
+    if not arn:
+        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
+    return composition.job_service().principal(arn)
+
+
+def _for_job(router: Router, job_id: str) -> Principal:
+    logger.append_keys(job_id=job_id)
+    return _principal(router)
+
+
+def _reject_unknown_params(router: Router, known: frozenset[str], prefix: str | None = None) -> None:
+    # A misspelt filter (?staus=QUEUED) would silently list everything; name it instead.
+    from functions.service.errors import InvalidRequest
+
+    for name in router.current_event.query_string_parameters or {}:
+        if name not in known and not (prefix and name.startswith(prefix) and len(name) > len(prefix)):
+            raise InvalidRequest(
+                name, f"unknown query parameter; known: {', '.join(sorted(known))}" + (f", {prefix}<key>" if prefix else "")
+            )
+
+
+# --- /jobs ---------------------------------------------------------------------------------------
+
+
+@jobs.post(
+    "/jobs",
+    status_code=201,
+    summary="Submit a training job",
+    description="Creates the job PENDING and starts its lifecycle. The same Idempotency-Key (per caller) returns the same job.",
+    responses=responses(201, "The job, as created", 400, 409, 422, 503),
+    tags=["jobs"],
+)
+def submit_job(
+    body: Annotated[SubmitJobRequest, Body()],
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=256)] = None,
+) -> Job:
+    principal = _principal(jobs)
+    job = _submit_once(principal, idempotency_key, body) if idempotency_key else composition.job_service().submit(body, principal)
+    logger.append_keys(job_id=job.job_id)
+    logger.info("job submitted", extra={"training_type": str(job.training_config.training_type), "queue": job.queue})
+    metrics.add_metric(name="JobsSubmitted", unit=MetricUnit.Count, value=1)
+    return job
+
+
+def _submit_once(principal: Principal, key: str, body: SubmitJobRequest) -> Job:
+    """Powertools idempotency keyed on (owner, key); the same key with another body is refused (422)."""
+    # Imported here: the idempotency package loads boto3 and jmespath, which GET requests never need.
+    from aws_lambda_powertools.utilities.idempotency import IdempotencyConfig, idempotent_function
+    from aws_lambda_powertools.utilities.idempotency.exceptions import (
+        IdempotencyAlreadyInProgressError,
+        IdempotencyValidationError,
+    )
+
+    root = composition.current()
+    config = IdempotencyConfig(
+        event_key_jmespath="[owner, key]",
+        payload_validation_jmespath="request",
+        expires_after_seconds=root.settings.idempotency_ttl_seconds,
+        raise_on_no_idempotency_key=True,
+    )
+    if app.lambda_context is not None:
+        config.register_lambda_context(app.lambda_context)
+
+    def create(payload: dict[str, Any]) -> dict[str, Any]:
+        # What is stored is the API's own response (hub_token masked), never the secret.
+        return root.jobs.submit(body, principal).model_dump(mode="json")
+
+    once = idempotent_function(
+        create, data_keyword_argument="payload", persistence_store=root.idempotency_store, config=config, key_prefix="trainplane.submit_job"
+    )
+    payload = {"owner": principal.arn, "key": key, "request": body.model_dump(mode="json", exclude_unset=True)}
+    try:
+        return Job.model_validate(once(payload=payload))
+    except IdempotencyValidationError as exc:
+        raise IdempotencyKeyReused() from exc
+    except IdempotencyAlreadyInProgressError as exc:
+        raise IdempotencyInProgress() from exc
+
+
+@jobs.get(
+    "/jobs",
+    summary="List jobs, newest first",
+    description=(
+        "Filters are ANDed: status, queue, name (substring), and any number of labels.<key>=<value>. "
+        "A page holds at most `limit` jobs; pass next_token to get the next one."
+    ),
+    responses=responses(200, "A page of jobs", 422),
+    tags=["jobs"],
+)
+def list_jobs(
+    status: Annotated[JobStatus | None, Query()] = None,
+    queue: Annotated[str | None, Query(max_length=64)] = None,
+    name: Annotated[str | None, Query(max_length=128)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    next_token: Annotated[str | None, Query(max_length=2048)] = None,
+) -> JobList:
+    principal = _principal(jobs)
+    _reject_unknown_params(jobs, LIST_PARAMS, LABEL_PREFIX)
+    params = jobs.current_event.query_string_parameters or {}
+    labels = {k[len(LABEL_PREFIX) :]: v for k, v in params.items() if k.startswith(LABEL_PREFIX)}
+    return composition.job_service().list_jobs(
+        principal, status=status, queue=queue, labels=labels, name=name, limit=limit, next_token=next_token
+    )
+
+
+@jobs.get(
+    "/jobs/<job_id>",
+    summary="Get a job",
+    responses=responses(200, "The job", 404, 422),
+    tags=["jobs"],
+)
+def get_job(job_id: JobId) -> Job:
+    return composition.job_service().get(job_id, _for_job(jobs, job_id))
+
+
+@jobs.patch(
+    "/jobs/<job_id>",
+    summary="Edit a PENDING, QUEUED or FAILED job",
+    description="name, description, priority, hyperparameters (merged key by key), resource_config (replaced).",
+    responses=responses(200, "The edited job", 400, 404, 409, 422),
+    tags=["jobs"],
+)
+def patch_job(job_id: JobId, body: Annotated[PatchJobRequest, Body()]) -> Job:
+    return composition.job_service().patch(job_id, _for_job(jobs, job_id), body)
+
+
+@jobs.delete(
+    "/jobs/<job_id>",
+    status_code=204,
+    summary="Delete a terminal job, its history and its objects on S3",
+    responses=responses(204, "Deleted", 404, 409, 422, content=False),
+    tags=["jobs"],
+)
+def delete_job(job_id: JobId):  # no return annotation: no response model, a 204 has no body
+    composition.job_service().delete(job_id, _for_job(jobs, job_id))
+    metrics.add_metric(name="JobsDeleted", unit=MetricUnit.Count, value=1)
+    return Response(status_code=204, body="")
+
+
+# --- lifecycle verbs -----------------------------------------------------------------------------
+
+
+@controls.post(
+    "/jobs/<job_id>/cancel",
+    summary="Cancel a job (any non-terminal status)",
+    responses=responses(200, "The job, CANCELLED", 400, 404, 409, 422),
+    tags=["lifecycle"],
+)
+def cancel_job(job_id: JobId, body: Annotated[CancelRequest | None, Body()] = None) -> Job:
+    job = composition.job_service().cancel(job_id, _for_job(controls, job_id), (body or CancelRequest()).reason)
+    metrics.add_metric(name="JobsCancelled", unit=MetricUnit.Count, value=1)
+    return job
+
+
+@controls.post(
+    "/jobs/<job_id>/pause",
+    status_code=202,
+    summary="Pause a TRAINING or CHECKPOINTING job (checkpoint, release the GPUs, PAUSED)",
+    description="Accepted: the job keeps its status with pending_action=pause until the engine has saved the checkpoint.",
+    responses=responses(202, "The job, with the pause pending", 400, 404, 409, 422, 503),
+    tags=["lifecycle"],
+)
+def pause_job(job_id: JobId, body: Annotated[PauseRequest | None, Body()] = None) -> Job:
+    return composition.job_service().pause(job_id, _for_job(controls, job_id), (body or PauseRequest()).save_checkpoint)
+
+
+@controls.post(
+    "/jobs/<job_id>/resume",
+    summary="Resume a PAUSED job from the latest or the named checkpoint (back to QUEUED)",
+    responses=responses(200, "The job, QUEUED again", 400, 404, 409, 422),
+    tags=["lifecycle"],
+)
+def resume_job(job_id: JobId, body: Annotated[ResumeRequest | None, Body()] = None) -> Job:
+    return composition.job_service().resume(job_id, _for_job(controls, job_id), (body or ResumeRequest()).checkpoint_id)
+
+
+@controls.post(
+    "/jobs/<job_id>/retry",
+    status_code=201,
+    summary="Retry a terminal job as a child job, from the named or latest checkpoint",
+    responses=responses(201, "The child job (parent_job_id set)", 400, 404, 409, 422, 503),
+    tags=["lifecycle"],
+)
+def retry_job(job_id: JobId, body: Annotated[RetryRequest | None, Body()] = None) -> Job:
+    child = composition.job_service().retry(job_id, _for_job(controls, job_id), body or RetryRequest())
+    metrics.add_metric(name="JobsRetried", unit=MetricUnit.Count, value=1)
+    return child
+
+
+# --- what a job produced, and the dashboard ------------------------------------------------------
+
+
+@reports.get(
+    "/jobs/<job_id>/events",
+    summary="The job's status history, oldest first",
+    responses=responses(200, "Status history", 404, 422),
+    tags=["reports"],
+)
+def job_events(job_id: JobId) -> EventList:
+    return composition.job_service().events(job_id, _for_job(reports, job_id))
+
+
+@reports.get(
+    "/jobs/<job_id>/metrics",
+    summary="The job's training metrics (metrics.jsonl)",
+    responses=responses(200, "Metric points", 404, 422),
+    tags=["reports"],
+)
+def job_metrics(job_id: JobId) -> MetricsResponse:
+    return composition.job_service().metrics(job_id, _for_job(reports, job_id))
+
+
+@reports.get(
+    "/jobs/<job_id>/logs",
+    summary="The job's log lines, every attempt in order",
+    description="`since` (epoch seconds) returns only lines stamped after it; next_token pages on.",
+    responses=responses(200, "Log lines", 404, 422),
+    tags=["reports"],
+)
+def job_logs(
+    job_id: JobId,
+    since: Annotated[float | None, Query(ge=0)] = None,
+    next_token: Annotated[str | None, Query(max_length=512)] = None,
+    limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
+) -> LogsResponse:
+    principal = _for_job(reports, job_id)
+    _reject_unknown_params(reports, LOGS_PARAMS)
+    return composition.job_service().logs(job_id, principal, since=since, next_token=next_token, limit=limit)
+
+
+@reports.get(
+    "/summary",
+    summary="Counts of the caller's jobs by status (every job's for admins)",
+    responses=responses(200, "Dashboard counts"),
+    tags=["reports"],
+)
+def summary() -> Summary:
+    return composition.job_service().summary(_principal(reports))
+
+
+@app.get(
+    "/openapi.json",
+    summary="This API's OpenAPI document (generated from the code; schemas/openapi.json is a copy)",
+    responses=responses(200, "The OpenAPI 3 document"),
+    tags=["reports"],
+)
+def openapi_document() -> dict[str, Any]:
+    return json.loads(openapi_json())
+
+
+def openapi_json() -> str:
+    """The OpenAPI document generated from the routes and models (schemas/openapi.json is a copy).
+
+    Powertools adds its own 422 (HTTPValidationError) to every operation; our 422s have the
+    ErrorResponse shape and only routes with input declare one, so its entries are dropped here:
+    the document lists exactly the codes each route returns.
+    """
+    document = json.loads(
+        app.get_openapi_json_schema(
+            title=TITLE,
+            version=VERSION,
+            description="Serverless control plane for ML training jobs. Every request is signed with AWS SigV4 (service execute-api).",
+        )
+    )
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            by_code = operation.get("responses", {})
+            schema = by_code.get("422", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            if schema.get("$ref", "").endswith("/HTTPValidationError"):
+                del by_code["422"]
+    schemas = document.get("components", {}).get("schemas", {})
+    # Powertools' own error shapes, which this API never returns (errors.py answers with ErrorResponse).
+    for unused in ("HTTPValidationError", "ResponseValidationError", "ValidationError"):
+        schemas.pop(unused, None)
+    return json.dumps(document)
+
+
+def _count_request(resolver: APIGatewayRestResolver, next_middleware: NextMiddleware) -> Response:
+    # One EMF metric per request: traffic on the dashboard, and never an empty metrics flush.
+    metrics.add_metric(name="ApiRequests", unit=MetricUnit.Count, value=1)
+    return next_middleware(resolver)
+
+
+def _count_error(status: int) -> None:
+    name = "ApiClientErrors" if status < 500 else "ApiServerErrors"
+    metrics.add_metric(name=name, unit=MetricUnit.Count, value=1)
+
+
+app.use(middlewares=[_count_request])
+app.include_router(jobs)
+app.include_router(controls)
+app.include_router(reports)
+app.include_router(policies.router)
+errors.register(app, on_error=_count_error)
+
+
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

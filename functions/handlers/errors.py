@@ -1,0 +1,178 @@
+"""Every error the API returns, mapped in ONE place to {"message", "errors": [{"field", "message", "type"}]}.
+
+400 malformed JSON; 403 no caller identity; 404 unknown job (also another principal's) or route;
+409 a status that does not allow the action, or a lost race; 422 schema or domain validation naming
+the field; 503 the lifecycle engine could not be reached; 500 anything else, without internals.
+Each route's OpenAPI entry declares exactly the codes it returns (`responses()` below).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
+from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+
+from functions.service.controls import WorkflowUnavailable
+from functions.service.errors import (
+    CheckpointNotFound,
+    ConcurrentModification,
+    DomainError,
+    IllegalTransition,
+    InvalidRequest,
+    JobNotFound,
+    PolicyNotFound,
+    Unsupported,
+)
+from schemas.api import ErrorResponse
+
+logger = logging.getLogger(__name__)
+
+# Where pydantic's error location starts with where the value came from; the field path follows.
+_SOURCES = {"body", "query", "path", "header", "cookie"}
+
+
+class Forbidden(DomainError):
+    """No IAM caller in the request context (API Gateway with AWS_IAM auth always sets one)."""
+
+
+class BadRequest(DomainError):
+    """Input that is not even well-formed (400)."""
+
+
+class IdempotencyKeyReused(DomainError):
+    """The Idempotency-Key was used before with a different body (422)."""
+
+    def __init__(self) -> None:
+        super().__init__("Idempotency-Key was already used with a different request body; use a new key for a new job")
+
+
+class IdempotencyInProgress(DomainError):
+    """The first request with this Idempotency-Key is still running (409)."""
+
+    def __init__(self) -> None:
+        super().__init__("a request with this Idempotency-Key is still being processed; retry shortly")
+
+
+def error_response(status: int, message: str, errors: Iterable[Mapping[str, Any]] = ()) -> Response:
+    body = {"message": message, "errors": [dict(e) for e in errors]}
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body))
+
+
+def field_path(loc: Iterable[Any]) -> str:
+    """('body', 'training_config', 'base_model', 'model_id') -> 'training_config.base_model.model_id'."""
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in _SOURCES:
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
+def _validation_errors(errors: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    out = []
+    for err in errors:
+        message = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+        kind = str(err.get("type", "invalid"))
+        if kind == "extra_forbidden":
+            message = "unknown field (not part of the schema)"
+        elif kind == "missing" and str(err.get("loc", ("",))[0]) == "body" and len(err.get("loc", ())) == 1:
+            message = "a JSON body is required"
+        out.append({"field": field_path(err.get("loc", ())), "message": message, "type": kind})
+    return out
+
+
+def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None = None) -> None:
+    """Install the mapping on the resolver; the only place exceptions become HTTP responses.
+
+    `on_error(status)` is called for every error answered (the API counts them as metrics).
+    """
+
+    def _error(status: int, message: str, errors: Iterable[Mapping[str, Any]] = ()) -> Response:
+        if on_error is not None:
+            on_error(status)
+        return error_response(status, message, errors)
+
+    @app.exception_handler(RequestValidationError)
+    def _schema(exc: RequestValidationError) -> Response:
+        errors = exc.errors()
+        if any(e.get("type") == "json_invalid" for e in errors):
+            detail = next((e.get("ctx", {}).get("error") for e in errors if e.get("type") == "json_invalid"), None)
+            invalid = [{"field": "body", "message": "not valid JSON", "type": "json_invalid"}]
+            return _error(400, f"malformed JSON body{': ' + str(detail) if detail else ''}", invalid)
+        mapped = _validation_errors(errors)
+        return _error(422, "invalid request: " + "; ".join(f"{e['field']}: {e['message']}" for e in mapped), mapped)
+
+    @app.exception_handler(BadRequest)
+    def _bad(exc: BadRequest) -> Response:
+        return _error(400, str(exc))
+
+    @app.exception_handler(Forbidden)
+    def _forbidden(exc: Forbidden) -> Response:
+        return _error(403, str(exc))
+
+    @app.exception_handler([JobNotFound, PolicyNotFound])
+    def _not_found(exc: DomainError) -> Response:
+        return _error(404, str(exc))
+
+    @app.not_found
+    def _no_route(exc: NotFoundError) -> Response:
+        return _error(404, f"no route for {app.current_event.http_method} {app.current_event.path}")
+
+    @app.exception_handler([IllegalTransition, ConcurrentModification])
+    def _conflict(exc: DomainError) -> Response:
+        return _error(409, str(exc))
+
+    @app.exception_handler(InvalidRequest)
+    def _invalid(exc: InvalidRequest) -> Response:
+        return _error(422, str(exc), [{"field": exc.field, "message": exc.message, "type": "invalid"}])
+
+    @app.exception_handler(CheckpointNotFound)
+    def _no_checkpoint(exc: CheckpointNotFound) -> Response:
+        return _error(422, str(exc), [{"field": "checkpoint_id", "message": str(exc), "type": "not_found"}])
+
+    @app.exception_handler(Unsupported)
+    def _unsupported(exc: Unsupported) -> Response:
+        return _error(422, str(exc), [{"field": "body", "message": str(exc), "type": "unsupported"}])
+
+    @app.exception_handler(WorkflowUnavailable)
+    def _unavailable(exc: WorkflowUnavailable) -> Response:
+        return _error(503, str(exc))
+
+    @app.exception_handler(IdempotencyKeyReused)
+    def _reused_key(exc: IdempotencyKeyReused) -> Response:
+        return _error(422, str(exc), [{"field": "Idempotency-Key", "message": str(exc), "type": "idempotency_mismatch"}])
+
+    @app.exception_handler(IdempotencyInProgress)
+    def _in_progress(exc: IdempotencyInProgress) -> Response:
+        return _error(409, str(exc))
+
+    @app.exception_handler(Exception)
+    def _internal(exc: Exception) -> Response:
+        logger.exception("unhandled error")
+        return _error(500, "internal error; the request id in the logs has the details")
+
+
+def _doc(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {content_types.APPLICATION_JSON: {"model": ErrorResponse}}}
+
+
+ERROR_DOCS: dict[int, dict[str, Any]] = {
+    400: _doc("Malformed JSON or an unreadable parameter"),
+    403: _doc("Not signed, or signed by an unknown key (API Gateway IAM authorization)"),
+    404: _doc("No such job (or it belongs to another principal)"),
+    409: _doc("The job's status does not allow this action, or another request changed it first"),
+    422: _doc("Invalid input: each error names its field"),
+    500: _doc("Internal error"),
+    503: _doc("The lifecycle engine could not be reached; retry later"),
+}
+
+
+def responses(status: int, description: str, *errors: int, content: bool = True) -> dict[int, Any]:
+    """A route's OpenAPI `responses`: its success and exactly the error codes it can return (403, 500 always)."""
+    success: dict[str, Any] = {"description": description}
+    if not content:
+        success["content"] = {}  # e.g. 204: no body
+    return {status: success, **{code: ERROR_DOCS[code] for code in sorted({403, 500, *errors})}}

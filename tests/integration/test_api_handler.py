@@ -1,0 +1,358 @@
+"""The API Lambda driven by recorded API Gateway events (tests/events/api_*.json), on moto.
+
+The real composition: DynamoJobRepository and S3ArtifactStore on moto, a RecordingWorkflow as the
+engine. Every response is also checked against the committed OpenAPI document: a status code the
+route does not document fails the test that got it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from functions import composition, constants
+from functions.adapters.aws import AwsClients
+from functions.adapters.ports import Transition
+from functions.handlers import api
+from functions.handlers.openapi import COMMITTED, render
+from functions.settings import Settings
+from schemas.job import CheckpointRef
+from schemas.status import JobStatus
+from tests.fakes import RecordingWorkflow
+from tests.helpers.aws import emulated_aws, fresh_resources
+from tests.helpers.events import FakeLambdaContext, api_event
+from tests.helpers.jobs import ADMIN, ALICE, BOB, request_body
+
+S = JobStatus
+DOCUMENT = json.loads(COMMITTED.read_text())
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: dict[str, Any]
+
+
+@dataclass
+class Api:
+    clients: AwsClients
+    workflow: RecordingWorkflow
+    settings: Settings
+
+    def __call__(self, name: str, **changes: Any) -> Reply:
+        event = api_event(name, **changes)
+        raw = api.lambda_handler(event, FakeLambdaContext())
+        resource, method = event["resource"], event["httpMethod"].lower()
+        documented = DOCUMENT["paths"].get(resource, {}).get(method, {}).get("responses", {})
+        if resource in DOCUMENT["paths"]:
+            assert str(raw["statusCode"]) in documented, (
+                f"{method.upper()} {resource} returned {raw['statusCode']}, documents {sorted(documented)}"
+            )
+        body = json.loads(raw["body"]) if raw.get("body") else None
+        return Reply(raw["statusCode"], body, raw.get("multiValueHeaders") or raw.get("headers") or {})
+
+    def submit(self, *, user: str = ALICE, **overrides: Any) -> dict[str, Any]:
+        reply = self("api_submit_job", body=request_body(**overrides), user_arn=user, headers={"Idempotency-Key": ""})
+        assert reply.status == 201, reply.body
+        return reply.body  # type: ignore[no-any-return]
+
+    def move(self, job_id: str, *path: JobStatus) -> None:
+        """The engine's part: walk the stored job through statuses."""
+        repo = composition.current().repository
+        for status in path:
+            job = repo.get(job_id)
+            repo.transition(Transition(job_id, job.version, job.status, status, actor="system"))
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[AwsClients]:
+    with emulated_aws() as clients:
+        yield clients
+
+
+@pytest.fixture
+def call(aws: AwsClients) -> Iterator[Api]:
+    settings = fresh_resources(aws, admin_arns=(ADMIN,))
+    workflow = RecordingWorkflow()
+    composition.configure(settings=settings, clients=aws, workflow=workflow)
+    try:
+        yield Api(aws, workflow, settings)
+    finally:
+        composition.reset()
+
+
+# --- submit ------------------------------------------------------------------------------------------
+
+
+def test_submit_returns_201_with_the_job_and_masks_the_hub_token(call: Api) -> None:
+    # Given a request that pushes to the hub with a token
+    body = request_body(output_config={"push_to_hub": True, "hub_repo_id": "org/m", "hub_token": "hf_secret"})
+    # When alice posts it (the recorded event carries an Idempotency-Key)
+    reply = call("api_submit_job", body=body)
+    # Then it is created PENDING, hers, started, and the token never comes back
+    assert reply.status == 201
+    job = reply.body
+    assert job["status"] == "PENDING" and job["owner"] == ALICE and job["execution_arn"]
+    assert job["output_config"]["hub_token"] == "**********"
+    assert call.workflow.methods() == ["start"]
+    # But storage kept it, for the trainer's hub push
+    item = call.clients.dynamodb().get_item(
+        TableName=call.settings.jobs_table, Key={"pk": {"S": f"JOB#{job['job_id']}"}, "sk": {"S": "META"}}
+    )["Item"]
+    assert item["output_config"]["M"]["hub_token"]["S"] == "hf_secret"
+    assert call("api_get_job", job_id=job["job_id"]).body["output_config"]["hub_token"] == "**********"
+
+
+def test_the_same_idempotency_key_returns_the_same_job(call: Api) -> None:
+    # Given a submitted job
+    first = call("api_submit_job")
+    # When the very same request is repeated, and then the key is reused with another body
+    again = call("api_submit_job")
+    other = call("api_submit_job", body=request_body(name="something-else"))
+    # Then the repeat is the same job (one job exists), the reuse is refused naming the header
+    assert again.status == 201 and again.body["job_id"] == first.body["job_id"]
+    assert call("api_list_jobs", query={}).body["jobs"] == [call("api_get_job", job_id=first.body["job_id"]).body]
+    assert other.status == 422 and other.body["errors"][0]["field"] == "Idempotency-Key"
+    # And keys are per caller: bob's request with the same key is his own new job
+    bobs = call("api_submit_job", user_arn=BOB)
+    assert bobs.status == 201 and bobs.body["job_id"] != first.body["job_id"]
+
+
+def test_malformed_json_is_400(call: Api) -> None:
+    reply = call("api_submit_job", raw_body='{"name": ')
+    assert reply.status == 400 and reply.body["errors"] == [{"field": "body", "message": "not valid JSON", "type": "json_invalid"}]
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "fragment"),
+    [
+        (lambda b: b["training_config"]["base_model"].update(colour="blue"), "training_config.base_model.colour", "unknown field"),
+        (lambda b: b["training_config"]["base_model"].pop("model_id"), "training_config.base_model.model_id", "Field required"),
+        (lambda b: b.setdefault("scheduling_config", {}).update(priority=11), "scheduling_config.priority", "less than or equal to 10"),
+        (lambda b: b["data_config"].update(validation_split=1.5), "data_config.validation_split", "less than or equal to 1"),
+        (lambda b: b["resource_config"].update(gpu_count=-1), "resource_config.gpu_count", "greater than or equal to 0"),
+        (lambda b: b["training_config"].update(training_type="RLHF"), "body", "RLHF training is not supported"),
+        (lambda b: b["training_config"]["framework"].update(type="MEGATRON"), "body", "MEGATRON framework is not supported"),
+        (lambda b: b["training_config"].update(training_type="QLORA"), "body", "QLORA needs a GPU"),
+    ],
+)
+def test_schema_errors_are_422_naming_the_field(call: Api, change: Callable[[dict[str, Any]], Any], field: str, fragment: str) -> None:
+    # Given a request with one thing wrong
+    body = request_body()
+    body["training_config"].setdefault("framework", {})
+    change(body)
+    # When it is submitted
+    reply = call("api_submit_job", body=body, headers={"Idempotency-Key": ""})
+    # Then it is a 422 whose error names the field and says why, and nothing was created
+    assert reply.status == 422, reply.body
+    assert any(e["field"] == field and fragment in e["message"] for e in reply.body["errors"]), reply.body
+    assert fragment in reply.body["message"]
+    assert call("api_list_jobs", query={}).body["jobs"] == []
+
+
+def test_a_missing_body_is_422(call: Api) -> None:
+    reply = call("api_submit_job", body=None)
+    assert reply.status == 422 and reply.body["errors"][0]["field"] == "body"
+
+
+def test_an_unstartable_lifecycle_is_503_and_the_job_is_failed(call: Api) -> None:
+    call.workflow.fail_on.add("start")
+    reply = call("api_submit_job")
+    assert reply.status == 503 and "recorded as FAILED" in reply.body["message"]
+    [job] = call("api_list_jobs", query={}).body["jobs"]
+    assert job["status"] == "FAILED" and job["error_type"] == "INTERNAL"
+
+
+# --- reads and ownership -------------------------------------------------------------------------------
+
+
+def test_another_principals_job_is_404_and_admins_see_it(call: Api) -> None:
+    job = call.submit()
+    assert call("api_get_job", job_id=job["job_id"], user_arn=BOB).status == 404
+    assert call("api_job_events", job_id=job["job_id"], user_arn=BOB).status == 404
+    assert call("api_cancel_job", job_id=job["job_id"], user_arn=BOB).status == 404
+    assert call("api_get_job", job_id=job["job_id"], user_arn=ADMIN).body["job_id"] == job["job_id"]
+    assert call("api_get_job", job_id="job-unknown").status == 404
+
+
+def test_a_request_without_an_iam_caller_is_403(call: Api) -> None:
+    reply = call("api_list_jobs", user_arn="")
+    assert reply.status == 403 and "AWS_IAM" in reply.body["message"]
+
+
+def test_list_filters_page_and_validate_the_query(call: Api) -> None:
+    # Given alice's jobs with labels, one queued, and bob's job
+    ids = [call.submit(name=f"run-{i}", labels={"team": "a" if i % 2 else "b", "exp": "x"})["job_id"] for i in range(5)]
+    call.submit(user=BOB)
+    call.move(ids[1], S.QUEUED)
+    # When alice lists with filters
+    by_label = call("api_list_jobs", query={"labels.team": "a", "labels.exp": "x"}).body["jobs"]
+    queued = call("api_list_jobs", query={"status": "QUEUED", "queue": "default"}).body["jobs"]
+    named = call("api_list_jobs", query={"name": "run-4"}).body["jobs"]
+    # Then each filter applies, newest first
+    assert [j["name"] for j in by_label] == ["run-3", "run-1"]
+    assert [j["job_id"] for j in queued] == [ids[1]]
+    assert [j["name"] for j in named] == ["run-4"]
+    # And pages of 2 follow one another without repeats, bob's job never among them
+    seen, token = [], None
+    while True:
+        reply = call("api_list_jobs", query={"limit": "2", **({"next_token": token} if token else {})})
+        seen += [j["job_id"] for j in reply.body["jobs"]]
+        token = reply.body["next_token"]
+        if not token:
+            break
+    assert seen == list(reversed(ids))
+    # And a bad query is a 422 naming the parameter
+    for query, field in [
+        ({"limit": "0"}, "limit"),
+        ({"status": "DONE"}, "status"),
+        ({"staus": "QUEUED"}, "staus"),
+        ({"next_token": "x"}, "next_token"),
+    ]:
+        reply = call("api_list_jobs", query=query)
+        assert reply.status == 422 and reply.body["errors"][0]["field"] == field, (query, reply.body)
+
+
+def test_summary_counts_the_callers_jobs(call: Api) -> None:
+    ids = [call.submit()["job_id"] for _ in range(3)]
+    call.submit(user=BOB)
+    call.move(ids[0], S.QUEUED, S.SCHEDULING)
+    mine = call("api_summary").body
+    assert (mine["total"], mine["running"], mine["queued"], mine["counts"]["SCHEDULING"]) == (3, 1, 2, 1)
+    assert call("api_summary", user_arn=ADMIN).body["total"] == 4
+
+
+def test_events_metrics_and_logs(call: Api) -> None:
+    # Given a job with history, metrics and two attempts' logs on S3
+    job_id = call.submit()["job_id"]
+    call.move(job_id, S.QUEUED)
+    s3, bucket = call.clients.s3(), call.settings.artifacts_bucket
+    metrics = "\n".join(json.dumps({"step": s, "loss": 3.0 / s, "attempt": 1}) for s in (1, 2, 3))
+    s3.put_object(Bucket=bucket, Key=constants.metrics_key(job_id), Body=metrics.encode())
+    s3.put_object(Bucket=bucket, Key=f"{constants.logs_prefix(job_id)}attempt-001.log", Body=b"1767225600 loading\n1767225601 step 1")
+    s3.put_object(Bucket=bucket, Key=f"{constants.logs_prefix(job_id)}attempt-002.log", Body=b"1767225700 resumed")
+    # When they are read
+    events = call("api_job_events", job_id=job_id).body["events"]
+    points = call("api_job_metrics", job_id=job_id).body["points"]
+    page = call("api_job_logs", job_id=job_id, query={"limit": "2"}).body
+    rest = call("api_job_logs", job_id=job_id, query={"next_token": page["next_token"]}).body
+    since = call("api_job_logs", job_id=job_id, query={"since": "1767225600.5"}).body
+    # Then the history has from/to/actor, the points their steps, the logs every line once in order
+    assert [(e["from"], e["to"], e["actor"]) for e in events] == [(None, "PENDING", "user"), ("PENDING", "QUEUED", "system")]
+    assert [p["step"] for p in points] == [1, 2, 3] and points[0]["loss"] == 3.0
+    assert [line["message"] for line in page["lines"] + rest["lines"]] == ["1767225600 loading", "1767225601 step 1", "1767225700 resumed"]
+    assert rest["next_token"] is None and [line["attempt"] for line in since["lines"]] == [1, 2]
+    assert call("api_job_logs", job_id=job_id, query={"tail": "5"}).status == 422
+
+
+# --- edit and delete ------------------------------------------------------------------------------------
+
+
+def test_patch_edits_editable_jobs_only(call: Api) -> None:
+    job_id = call.submit()["job_id"]
+    edited = call("api_patch_job", job_id=job_id)  # recorded body: priority 8, learning_rate
+    assert edited.status == 200
+    assert edited.body["scheduling_config"]["priority"] == 8
+    assert edited.body["training_config"]["hyperparameters"] == {"max_steps": "4", "learning_rate": "0.0005"}
+    assert call("api_patch_job", job_id=job_id, body={"colour": "x"}).status == 422
+    assert call("api_patch_job", job_id=job_id, body={}).status == 422
+    call.move(job_id, S.QUEUED, S.SCHEDULING)
+    refused = call("api_patch_job", job_id=job_id)
+    assert refused.status == 409 and "allowed from FAILED, PENDING, QUEUED" in refused.body["message"]
+
+
+def test_delete_only_terminal_jobs_with_their_objects(call: Api) -> None:
+    # Given a pending job and a cancelled job, each with objects on S3
+    pending, done = call.submit()["job_id"], call.submit()["job_id"]
+    assert call("api_cancel_job", job_id=done).status == 200
+    s3, bucket = call.clients.s3(), call.settings.artifacts_bucket
+    for job_id in (pending, done):
+        s3.put_object(Bucket=bucket, Key=f"jobs/{job_id}/checkpoints/step-000002/manifest.json", Body=b"{}")
+    # When both are deleted
+    refused = call("api_delete_job", job_id=pending)
+    deleted = call("api_delete_job", job_id=done)
+    # Then only the terminal one goes, with its objects; the other keeps its objects
+    assert refused.status == 409 and deleted.status == 204 and deleted.body is None
+    assert call("api_get_job", job_id=done).status == 404
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert keys == [f"jobs/{pending}/checkpoints/step-000002/manifest.json"]
+
+
+# --- lifecycle verbs ------------------------------------------------------------------------------------
+
+
+def test_cancel_pause_resume_retry(call: Api) -> None:
+    repo = composition.current().repository
+    # Given a training job with a checkpoint
+    job_id = call.submit()["job_id"]
+    call.move(job_id, S.QUEUED, S.SCHEDULING, S.PREPARING, S.TRAINING)
+    repo.add_checkpoint(job_id, CheckpointRef(checkpoint_id="step-000002", step=2, uri=f"s3://b/jobs/{job_id}/checkpoints/step-000002"))
+    # When it is paused: 202, pause pending; a resume now is a 409 naming PAUSED
+    paused = call("api_pause_job", job_id=job_id)
+    assert paused.status == 202 and paused.body["pending_action"] == "pause" and paused.body["status"] == "TRAINING"
+    assert call("api_resume_job", job_id=job_id).status == 409
+    # And once the engine has paused it, resume from an unknown checkpoint is 422, from the latest 200
+    call.move(job_id, S.PAUSED)
+    unknown = call("api_resume_job", job_id=job_id, body={"checkpoint_id": "step-999999"})
+    assert unknown.status == 422 and unknown.body["errors"][0]["field"] == "checkpoint_id"
+    resumed = call("api_resume_job", job_id=job_id, body=None)
+    assert resumed.status == 200 and resumed.body["status"] == "QUEUED" and resumed.body["resume_checkpoint_id"] == "step-000002"
+    # And cancel (recorded reason) then retry gives a started child from that checkpoint
+    cancelled = call("api_cancel_job", job_id=job_id)
+    assert cancelled.status == 200 and cancelled.body["status"] == "CANCELLED"
+    assert call("api_job_events", job_id=job_id).body["events"][-1]["reason"] == "wrong dataset"
+    assert call("api_cancel_job", job_id=job_id).status == 409
+    child = call("api_retry_job", job_id=job_id)
+    assert child.status == 201 and child.body["parent_job_id"] == job_id
+    assert child.body["training_config"]["resume_from_checkpoint"].endswith("/step-000002")
+    assert call.workflow.methods()[-1] == "start"
+    bad = call("api_retry_job", job_id=job_id, body={"modify_resources": True})
+    assert bad.status == 422 and "new_resource_config" in bad.body["message"]
+
+
+# --- the document and the edges ------------------------------------------------------------------------
+
+
+def test_openapi_is_served_and_the_committed_copy_has_not_drifted(call: Api) -> None:
+    # Given the document generated from the code now
+    # Then the committed copy is identical (run `make openapi` after changing routes or models)
+    assert COMMITTED.read_text() == render(), "schemas/openapi.json is stale: run `make openapi`"
+    served = call("api_openapi")
+    assert served.status == 200 and served.body == DOCUMENT
+    # And it is a valid OpenAPI document with every route of the contract (and others' routers)
+    from openapi_spec_validator import validate
+
+    validate(DOCUMENT)
+    assert set(DOCUMENT["paths"]) >= {
+        "/jobs", "/jobs/{job_id}", "/jobs/{job_id}/cancel", "/jobs/{job_id}/pause", "/jobs/{job_id}/resume",
+        "/jobs/{job_id}/retry", "/jobs/{job_id}/events", "/jobs/{job_id}/metrics", "/jobs/{job_id}/logs",
+        "/summary", "/openapi.json",
+    }  # fmt: skip
+
+
+def test_every_documented_error_uses_the_error_shape() -> None:
+    for path, operations in DOCUMENT["paths"].items():
+        for method, operation in operations.items():
+            for code, response in operation["responses"].items():
+                if int(code) >= 400:
+                    schema = response["content"]["application/json"]["schema"]
+                    assert schema == {"$ref": "#/components/schemas/ErrorResponse"}, (path, method, code)
+
+
+def test_unknown_routes_are_404_and_crashes_are_a_generic_500(call: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    event = api_event("api_summary")
+    event["path"] = event["resource"] = "/nope"
+    raw = api.lambda_handler(event, FakeLambdaContext())
+    assert raw["statusCode"] == 404 and json.loads(raw["body"])["message"].startswith("no route")
+
+    def explode(*_: Any, **__: Any) -> Any:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(type(composition.current().jobs), "summary", explode)
+    reply = call("api_summary")
+    assert reply.status == 500 and "secret" not in json.dumps(reply.body) and reply.body["errors"] == []
