@@ -340,7 +340,7 @@ class LocalEngine:
             tick_seconds=self.tick_seconds,
         )
         launchers = {"local": self.launcher}
-        self.workflow = StepFunctionsWorkflow(self.clients, self.state_machine_arn, launchers)
+        self.workflow = StepFunctionsWorkflow(self.clients, self.state_machine_arn, launchers, jobs=self.repository.get)
         self.scheduler = Scheduler(
             self.repository, self.ledger, LocalCapacity(gpu_slots=self.gpu_slots, cpu_slots=self.cpu_slots), self.workflow, self.workflow
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 from functions.adapters.launchers.base import Launcher, LaunchHandle
@@ -36,25 +36,45 @@ def execution_name(job: Job) -> str:
 
 
 class StepFunctionsWorkflow:
-    def __init__(self, clients: Clients, state_machine_arn: str, launchers: Mapping[str, Launcher]) -> None:
+    def __init__(
+        self, clients: Clients, state_machine_arn: str, launchers: Mapping[str, Launcher], *, jobs: Callable[[str], Job] | None = None
+    ) -> None:
         self._clients = clients
         self.state_machine_arn = state_machine_arn
         self.launchers = launchers
+        # Reads the job as stored now. The engine records tokens and run handles without a version bump
+        # (so a wait beginning never makes a user's verb fail), so the job a verb holds may predate them.
+        self._jobs = jobs
+
+    def _fresh(self, job: Job) -> Job:
+        if self._jobs is None:
+            return job
+        try:
+            return self._jobs(job.job_id)
+        except Exception:
+            logger.exception("re-reading job %s failed; acting on the caller's copy", job.job_id)
+            return job
 
     @property
     def _sfn(self) -> Any:
         return self._clients.client("stepfunctions")
 
     # --- Workflow port ----------------------------------------------------------------------
-    def start(self, job: Job) -> str:
-        response = self._sfn.start_execution(
-            stateMachineArn=self.state_machine_arn,
-            name=execution_name(job),
-            input=json.dumps({"job_id": job.job_id}),
-        )
+    def start(self, job: Job, *, before_start: Callable[[str], None] | None = None) -> str:
+        """Start an execution; `before_start(arn)` runs first with the ARN it will have (Step Functions
+        derives it from the machine and the name), so a replacement execution can be recorded on the job
+        before its first task asks whether it is the job's current one."""
+        name = execution_name(job)
+        if before_start is not None:
+            before_start(self.execution_arn(name))
+        response = self._sfn.start_execution(stateMachineArn=self.state_machine_arn, name=name, input=json.dumps({"job_id": job.job_id}))
         return str(response["executionArn"])
 
+    def execution_arn(self, name: str) -> str:
+        return self.state_machine_arn.replace(":stateMachine:", ":execution:", 1) + ":" + name
+
     def stop_run(self, job: Job, *, graceful: bool, reason: str) -> None:
+        job = self._fresh(job)
         if not job.run_handle:
             return  # nothing launched yet: the Launch task sees the decision and stops what it starts
         handle = LaunchHandle.from_dict(job.run_handle)
@@ -66,6 +86,7 @@ class StepFunctionsWorkflow:
         launcher.stop(handle, graceful=graceful)
 
     def answer_wait(self, job: Job, decision: str, detail: Mapping[str, Any] | None = None) -> None:
+        job = self._fresh(job)
         if not job.task_token or job.task_token_kind not in _ANSWERS_WAIT.get(decision, set()):
             # No matching wait yet: the waiting task checks the job when it stores its token and answers itself.
             return

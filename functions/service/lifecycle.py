@@ -187,46 +187,36 @@ class LifecycleService:
                 job.attempt,
                 RunDescription(state=RunState.FAILED, error_type=ErrorType.CAPACITY, message=f"launch failed: {exc}"),
             )
-        for _ in range(_RACE_RETRIES):
-            current = self.repository.get(job_id)
-            if current.status not in RUNNING or current.attempt != job.attempt:
-                # Cancel (or the run's own end) won the race: stop what was just launched.
-                launcher.stop(handle, graceful=False)
-                return self._left_run(current)
-            try:
-                job = self.repository.update(job_id, current.version, {"run_handle": handle.to_dict()}, allowed=RUNNING, action="launch")
-                break
-            except ConcurrentModification:
-                continue
-            except IllegalTransition:
-                launcher.stop(handle, graceful=False)
-                return self._left_run(self.repository.get(job_id))
-        else:
-            raise TransientError(f"launch {job_id}: kept losing races")
-        if job.pending_action is not None:
+        # Record the handle, then look again (unversioned, as for tokens): a cancel that decided before
+        # this write found no handle to stop, so this task stops the run; one deciding after finds it.
+        self.repository.annotate(job_id, {"run_handle": handle.to_dict()})
+        current = self.repository.get(job_id)
+        if current.attempt != job.attempt or (current.status not in RUNNING and not current.run_outcome):
+            launcher.stop(handle, graceful=False)
+            return self._left_run(current)
+        job = current
+        if job.pending_action is not None and job.status in RUNNING:
             # A pause or preemption landed while launching: act on it now that there is a run to stop.
             self.runs.stop_run(job, graceful=True, reason=job.pending_reason or str(job.pending_action))
         return self._wait_instructions(job)
 
     def wait_run(self, job_id: str, execution: str | None, token: str) -> dict[str, Any]:
-        for _ in range(_RACE_RETRIES):
+        job = self.repository.get(job_id)
+        if not self._superseded(job, execution) and job.status in RUNNING and not job.run_outcome:
+            # Store, then look again: on_run_finished writes its decision, then reads the token. Of two
+            # such write-then-read pairs one always sees the other's write, so the wait is answered.
+            self.repository.annotate(job_id, {"task_token": token, "task_token_kind": WAIT_RUN})
             job = self.repository.get(job_id)
-            if self._superseded(job, execution):
-                self.tokens.send_success(token, {"next": "ended"})
-                return {"next": "answered"}
-            if job.run_outcome:
-                # on_run_finished decided before this token existed: deliver its decision now.
-                self.tokens.send_success(token, {"next": job.run_outcome})
-                return {"next": "answered"}
-            if job.status not in RUNNING:
-                self.tokens.send_success(token, self._left_run(job))
-                return {"next": "answered"}
-            try:
-                self.repository.update(job_id, job.version, {"task_token": token, "task_token_kind": WAIT_RUN})
+            if not self._superseded(job, execution) and job.status in RUNNING and not job.run_outcome:
                 return {"next": "waiting"}
-            except ConcurrentModification:
-                continue
-        raise TransientError(f"wait_run {job_id}: kept losing races")
+        if self._superseded(job, execution):
+            answer = {"next": "ended"}
+        elif job.run_outcome:
+            answer = {"next": job.run_outcome}  # decided before this wait could hear it
+        else:
+            answer = self._left_run(job)
+        self.tokens.send_success(token, answer)
+        return {"next": "answered"}
 
     def wait_resume(self, job_id: str, execution: str | None, token: str) -> dict[str, Any]:
         job = self._store_token(job_id, execution, token, WAIT_RESUME, waiting_in=frozenset({S.PAUSED}))
@@ -364,19 +354,20 @@ class LifecycleService:
         self.tokens.send_heartbeat(job.task_token)
 
     def _store_token(self, job_id: str, execution: str | None, token: str, kind: str, *, waiting_in: frozenset[JobStatus]) -> Job | None:
-        """Store a wait's token while the job is still where it waits; else answer the token now (None)."""
-        for _ in range(_RACE_RETRIES):
+        """Store a wait's token while the job is still where it waits; else answer the token now (None).
+
+        Unversioned (annotate): a wait beginning must never make a user's verb lose its race (409). The
+        verb writes its decision then reads the token (Workflow.answer_wait); this stores the token then
+        reads the status; one of the two always sees the other's write.
+        """
+        job = self.repository.get(job_id)
+        if not self._superseded(job, execution) and job.status in waiting_in:
+            self.repository.annotate(job_id, {"task_token": token, "task_token_kind": kind})
             job = self.repository.get(job_id)
-            if self._superseded(job, execution) or job.status not in waiting_in:
-                self.tokens.send_success(token, {"next": self._answer_for(job, kind)})
-                return None
-            try:
-                return self.repository.update(
-                    job_id, job.version, {"task_token": token, "task_token_kind": kind}, allowed=waiting_in, action=f"wait for {kind}"
-                )
-            except (ConcurrentModification, IllegalTransition):
-                continue
-        raise TransientError(f"storing the {kind} token of {job_id}: kept losing races")
+            if not self._superseded(job, execution) and job.status in waiting_in:
+                return job
+        self.tokens.send_success(token, {"next": "ended" if self._superseded(job, execution) else self._answer_for(job, kind)})
+        return None
 
     def _answer_for(self, job: Job, kind: str) -> str:
         if kind == WAIT_RESUME and job.status == S.QUEUED:

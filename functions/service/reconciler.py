@@ -34,7 +34,7 @@ _LISTED = (S.SCHEDULING, S.PREPARING, S.TRAINING, S.CHECKPOINTING, S.EVALUATING,
 
 
 class Executions(Protocol):
-    def start(self, job: Job) -> str: ...
+    def start(self, job: Job, *, before_start: Callable[[str], None] | None = None) -> str: ...
 
     def execution_running(self, execution_arn: str | None) -> bool: ...
 
@@ -117,13 +117,10 @@ class Reconciler:
             return
         if self.executions.execution_running(job.execution_arn):
             return
-        if job.status == S.QUEUED and job.task_token:
-            # The old execution's capacity token is dead: no scheduler pass may answer it.
-            job = self.repository.update(
-                job.job_id, job.version, {"task_token": None, "task_token_kind": None}, allowed=frozenset({S.QUEUED})
-            )
-        arn = self.executions.start(job)
-        self.repository.annotate(job.job_id, {"execution_arn": arn})
+        # A QUEUED job may still carry the dead execution's capacity token: a pass answering it moves the
+        # job to SCHEDULING, and the new execution's capacity wait then sees that and goes on ("go").
+        # Recorded before it starts: its first task must find itself the job's current execution.
+        arn = self.executions.start(job, before_start=lambda arn: self.repository.annotate(job.job_id, {"execution_arn": arn}))
         report.restarted.append(job.job_id)
         logger.info("job %s (%s) had no live execution: started %s", job.job_id, job.status.value, arn)
 

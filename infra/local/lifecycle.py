@@ -124,7 +124,12 @@ def _wire(launcher: LocalLauncher) -> None:
             found[compute] = composition._load(composition.CLOUD_LAUNCHERS[compute])(root.settings, root.clients)
         return found
 
-    composition.configure(launchers=launchers)
+    def workflow(root: Any) -> Any:
+        from functions.adapters.stepfunctions import StepFunctionsWorkflow
+
+        return StepFunctionsWorkflow(root.clients, root.settings.state_machine_arn, root.launchers, jobs=root.repository.get)
+
+    composition.configure(launchers=launchers, workflow_factory=workflow)
 
 
 def _reconcile_forever(stop: threading.Event, state_machine_arn: str, interval: float) -> None:

@@ -394,3 +394,49 @@ def test_handler_dispatch_and_error_mapping(monkeypatch: pytest.MonkeyPatch) -> 
             handler.handler({"action": "prepare", "job_id": job.job_id})
     finally:
         handler.use(None)
+
+
+def test_waits_and_launch_never_make_a_users_verb_lose_its_race() -> None:
+    from functions.adapters.ports import Transition
+
+    w = World()
+    w.ledger.claim("local/cpu", "someone-else", 1, 1)
+    job = w.submit()
+    w.svc.admit(job.job_id, EXEC)
+    # Given the user's copy of the job, read before the capacity wait stored its token
+    users_copy = w.repo.get(job.job_id)
+    assert w.svc.wait_capacity(job.job_id, EXEC, "cap") == {"next": "waiting"}
+    # When the user cancels with that copy, Then the cancel is not a 409
+    w.repo.transition(Transition(job.job_id, users_copy.version, users_copy.status, S.CANCELLED, "cancel", "user"))
+
+
+def test_the_workflow_answers_the_token_stored_after_the_callers_read() -> None:
+    from functions.adapters.stepfunctions import StepFunctionsWorkflow
+
+    class Sfn:
+        def __init__(self) -> None:
+            self.calls: list[tuple[str, dict[str, Any]]] = []
+
+        def send_task_success(self, **kwargs: Any) -> None:
+            self.calls.append(("success", kwargs))
+
+    class Clients:
+        sfn = Sfn()
+
+        def client(self, service: str) -> Any:
+            return self.sfn
+
+    w = World()
+    job = w.submit()
+    stale = w.repo.get(job.job_id)  # no token yet
+    w.repo.annotate(job.job_id, {"task_token": "fresh", "task_token_kind": "capacity"})
+    clients = Clients()
+    # Without a reader the caller's copy is all there is: nothing to answer
+    StepFunctionsWorkflow(clients, "arn", {}).answer_wait(stale, "cancel")
+    assert clients.sfn.calls == []
+    # With one, the token stored after the caller's read is answered; a resume never answers a capacity wait
+    workflow = StepFunctionsWorkflow(clients, "arn", {}, jobs=w.repo.get)
+    workflow.answer_wait(stale, "resume")
+    assert clients.sfn.calls == []
+    workflow.answer_wait(stale, "cancel", {"reason": "r"})
+    assert clients.sfn.calls == [("success", {"taskToken": "fresh", "output": '{"next": "cancel", "reason": "r"}'})]
