@@ -7,14 +7,14 @@ environment, or local mode). Tests and local mode replace parts with `configure(
     from functions import composition
     composition.configure(settings=Settings(...), repository=InMemoryJobRepository(), workflow=None)
     composition.configure(workflow_factory=lambda root: StepFunctionsWorkflow(root.clients, arn, launchers))
-    composition.configure(lifecycle_factory=lambda root: LifecycleService(root.repository, ...))
+    composition.configure(factories={"lifecycle": lambda root: LifecycleService(root.repository, ...)})
     composition.reset()  # back to the defaults (from the environment)
 
 Defaults: DynamoJobRepository and S3ArtifactStore on `Settings`' tables, bucket, region and endpoint;
 the Workflow is StepFunctionsWorkflow on `settings.state_machine_arn` (None when unset: the API then
 records decisions without starting executions), with the cloud launchers of `settings.compute` so
-that cancel and pause can stop runs; the lifecycle service comes from `lifecycle_factory`, or from
-`functions.service.lifecycle:build_service(root)` when that exists.
+that cancel and pause can stop runs. Other services are named factories `f(root)`: `factories=` wins,
+else DEFAULT_FACTORIES (the lifecycle engine's and the retraining dispatcher's `build_service`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,12 @@ CLOUD_LAUNCHERS = {
     "sagemaker": "functions.adapters.launchers.sagemaker:SageMakerLauncher",
     "ec2": "functions.adapters.launchers.ec2:EC2Launcher",
 }
-DEFAULT_LIFECYCLE_FACTORY = "functions.service.lifecycle:build_service"
+# Services owned by other parts of the system, built from this root on first use: name -> "module:function".
+DEFAULT_FACTORIES = {
+    "lifecycle": "functions.service.lifecycle:build_service",
+    "retraining": "functions.service.retraining:build_service",
+}
+DEFAULT_LIFECYCLE_FACTORY = DEFAULT_FACTORIES["lifecycle"]
 
 _UNSET: Any = object()
 
@@ -61,6 +66,7 @@ class Composition:
         workflow_factory: WorkflowFactory | None = None,
         launchers: Mapping[str, Launcher] | LaunchersFactory | None = None,
         lifecycle_factory: LifecycleFactory | None = None,
+        factories: Mapping[str, Callable[[Composition], Any]] | None = None,
         clock: Callable[[], datetime] | None = None,
         ids: Callable[[], str] | None = None,
         idempotency_store: Any = None,
@@ -75,7 +81,9 @@ class Composition:
         self._workflow = workflow
         self._workflow_factory = workflow_factory
         self._launchers = launchers
-        self._lifecycle_factory = lifecycle_factory
+        self._factories: dict[str, Callable[[Composition], Any]] = dict(factories or {})
+        if lifecycle_factory is not None:
+            self._factories["lifecycle"] = lifecycle_factory
         self._clock = clock
         self._ids = ids
         self._lock = threading.RLock()
@@ -152,7 +160,9 @@ class Composition:
                 return None
             from functions.adapters.stepfunctions import StepFunctionsWorkflow
 
-            return StepFunctionsWorkflow(self.clients, self.settings.state_machine_arn, self.launchers)
+            # jobs=: the workflow re-reads the job as stored now (tokens and run handles are written
+            # without a version bump, so the job a verb holds may predate them).
+            return StepFunctionsWorkflow(self.clients, self.settings.state_machine_arn, self.launchers, jobs=self.repository.get)
 
         return self._once("_workflow", build)
 
@@ -170,31 +180,31 @@ class Composition:
 
         return self._once("_jobs", build)
 
-    @property
-    def lifecycle(self) -> Any:
+    def service(self, name: str) -> Any:
+        """A named service (e.g. "lifecycle", "retraining"), built once by its factory."""
+
         def build() -> Any:
-            factory = self._lifecycle_factory
+            factory = self._factories.get(name)
             if factory is None:
+                spec = DEFAULT_FACTORIES.get(name)
+                if spec is None:
+                    raise RuntimeError(f"no service {name!r}: configure(factories={{{name!r}: ...}})")
                 try:
-                    factory = _load(DEFAULT_LIFECYCLE_FACTORY)
+                    factory = _load(spec)
                 except (ImportError, AttributeError) as exc:
-                    raise RuntimeError(
-                        f"no lifecycle service is wired: configure(lifecycle_factory=...) or define {DEFAULT_LIFECYCLE_FACTORY}"
-                    ) from exc
+                    raise RuntimeError(f"service {name!r} is not wired: configure(factories=...) or define {spec}") from exc
             return factory(self)
 
-        return self._once("_lifecycle", build)
+        return self._once("_service_" + name, build)
+
+    @property
+    def lifecycle(self) -> Any:
+        return self.service("lifecycle")
 
     @property
     def retraining(self) -> RetrainingService:
         """Retraining policies and their dispatcher (functions/service/retraining.py:build_service)."""
-
-        def build() -> RetrainingService:
-            from functions.service.retraining import build_service
-
-            return build_service(self)
-
-        return self._once("_retraining", build)  # type: ignore[no-any-return]
+        return self.service("retraining")
 
     @property
     def idempotency_store(self) -> Any:

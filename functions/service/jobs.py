@@ -77,6 +77,7 @@ class JobService(LifecycleControls):
         reason: str = "submitted",
     ) -> Job:
         """Create the job PENDING (with its first history entry), then start its lifecycle if wired."""
+        self._check_compute(request)
         now = self.clock()
         priority = request.effective_priority
         job = Job(
@@ -107,6 +108,14 @@ class JobService(LifecycleControls):
         self.repo.annotate(job.job_id, {"execution_arn": execution_arn})
         # Re-read: the execution may already have moved the job on (PENDING -> QUEUED).
         return self.repo.get(job.job_id)
+
+    def _check_compute(self, request: SubmitJobRequest) -> None:
+        """What the configured compute cannot run is refused now (422 naming the field), not at launch."""
+        if self.settings.compute == "local":
+            return
+        from functions.adapters.launchers.cloud import validate_cloud_job
+
+        validate_cloud_job(request.training_config, request.data_config, request.resource_config, self.settings.compute)
 
     def _fail_unstarted(self, job: Job, exc: Exception) -> None:
         try:
@@ -237,7 +246,7 @@ class JobService(LifecycleControls):
             changes["resource_config"] = request.resource_config
         if not changes:
             raise InvalidRequest("body", "nothing to change")
-        _revalidate(job, changes)
+        self._check_compute(_revalidate(job, changes))
         return self.repo.update(job_id, job.version, changes, EDITABLE, action="edit")
 
     def delete(self, job_id: str, principal: Principal) -> None:
@@ -251,14 +260,14 @@ class JobService(LifecycleControls):
         logger.info("deleted job %s and %d objects", job_id, removed)
 
 
-def _revalidate(job: Job, changes: Mapping[str, Any]) -> None:
+def _revalidate(job: Job, changes: Mapping[str, Any]) -> SubmitJobRequest:
     """The edited job must still be a valid submission (e.g. QLORA cannot move to gpu_count 0)."""
     request = job.submit_request().model_dump()
     for name, value in changes.items():
         if name in request:
             request[name] = value.model_dump() if hasattr(value, "model_dump") else value
     try:
-        SubmitJobRequest.model_validate(request)
+        return SubmitJobRequest.model_validate(request)
     except ValueError as exc:
         field = "resource_config" if "resource_config" in changes else next(iter(changes))
         raise InvalidRequest(field, _first_error(exc)) from exc

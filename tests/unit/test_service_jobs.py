@@ -338,3 +338,18 @@ def test_logs_refuse_bad_tokens_and_limits(service: JobService) -> None:
     with pytest.raises(InvalidRequest):
         service.logs(job.job_id, alice, limit=0)
     assert service.logs(job.job_id, alice).lines == []
+
+
+def test_cloud_compute_refuses_what_it_cannot_run_at_submit_and_edit(repo: Any, store: Any) -> None:
+    # Given a control plane whose compute is SageMaker
+    counter = itertools.count(1)
+    service = JobService(repo, store, None, Settings(compute="sagemaker"), clock=Clock(), ids=lambda: f"job-{next(counter):04d}")
+    # When a job reads its data from a local path
+    body = submit_request().model_dump(mode="json")
+    body["data_config"]["sources"] = [{"path": "/tmp/train.jsonl"}]
+    # Then it is refused now, naming the field, and nothing is stored
+    with pytest.raises(InvalidRequest) as err:
+        service.submit(submit_request(**body), alice)
+    assert err.value.field == "data_config.sources[0].path" and repo.jobs == {}
+    # And an S3 job is accepted
+    assert service.submit(submit_request(), alice).status == S.PENDING

@@ -1,0 +1,80 @@
+"""The composition root: lazy, overridable, and the defaults it wires from Settings."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import pytest
+
+from functions import composition
+from functions.adapters.dynamodb import DynamoJobRepository
+from functions.adapters.s3 import S3ArtifactStore
+from functions.service.jobs import JobService
+from functions.settings import Settings
+from tests.fakes import InMemoryArtifactStore, InMemoryJobRepository, RecordingWorkflow
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> Any:
+    composition.reset()
+    yield
+    composition.reset()
+
+
+def test_nothing_talks_to_aws_until_used() -> None:
+    # Given a composition from settings
+    root = composition.configure(settings=Settings(jobs_table="t", artifacts_bucket="b"))
+    # When the service is built
+    service = root.jobs
+    # Then the adapters are the DynamoDB and S3 ones on the configured names, and no client exists yet
+    assert isinstance(service, JobService)
+    assert isinstance(root.repository, DynamoJobRepository) and root.repository.table == "t"
+    assert isinstance(root.artifacts, S3ArtifactStore) and root.artifacts.bucket == "b"
+    assert root.clients._clients == {}
+    # And without a state machine there is no workflow: verbs record decisions only
+    assert root.workflow is None
+    assert composition.job_service() is service
+
+
+def test_parts_can_be_replaced_for_tests_and_local_mode() -> None:
+    repo, store, workflow = InMemoryJobRepository(), InMemoryArtifactStore(), RecordingWorkflow()
+    built: list[Any] = []
+
+    def lifecycle(root: composition.Composition) -> str:
+        built.append(root)
+        return "the lifecycle"
+
+    root = composition.configure(
+        settings=Settings(), repository=repo, artifacts=store, workflow=workflow, factories={"lifecycle": lifecycle}, ids=lambda: "job-x"
+    )
+    assert root.jobs.repo is repo and root.jobs.store is store and root.jobs.workflow is workflow
+    assert composition.lifecycle_service() == "the lifecycle" and composition.lifecycle_service() == "the lifecycle"
+    assert built == [root]  # built once
+    assert root.jobs.ids() == "job-x"
+
+
+def test_a_workflow_factory_sees_the_root_and_a_state_machine_wires_step_functions() -> None:
+    root = composition.configure(settings=Settings(), workflow_factory=lambda r: RecordingWorkflow())
+    assert isinstance(root.workflow, RecordingWorkflow)
+    arn = "arn:aws:states:us-east-1:123456789012:stateMachine:trainplane-lifecycle"
+    root = composition.configure(settings=Settings(state_machine_arn=arn, compute="sagemaker"))
+    workflow = root.workflow
+    assert type(workflow).__name__ == "StepFunctionsWorkflow" and workflow.state_machine_arn == arn  # type: ignore[union-attr]
+    assert set(root.launchers) == {"sagemaker"}
+
+
+def test_an_unknown_service_is_a_clear_error() -> None:
+    root = composition.configure(settings=Settings())
+    with pytest.raises(RuntimeError, match="no service 'nope'"):
+        root.service("nope")
+
+
+def test_importing_the_api_loads_neither_boto3_nor_the_xray_sdk() -> None:
+    # Given a fresh interpreter (the import-time goal: nothing heavy that can be deferred)
+    import subprocess
+
+    code = "import sys, functions.handlers.api; print(sorted(m for m in ('boto3', 'aws_xray_sdk', 'moto') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # Then neither boto3 nor the X-Ray SDK was imported
+    assert out.stdout.strip() == "[]"
