@@ -28,7 +28,7 @@ from typing import Any
 
 from functions import constants
 from functions.settings import PREFIX, Settings
-from infra.local import lifecycle, storage
+from infra.local import lifecycle, retraining, storage
 from trainplane.local import emulated_compute
 
 logger = logging.getLogger(__name__)
@@ -41,6 +41,7 @@ DEPLOYERS: list[Deployer] = [
     storage.deploy,
     lifecycle.deploy,
     emulated_compute.deploy,  # --compute sagemaker|ec2: the launchers' resources and the compute behind them
+    retraining.deploy,  # the dispatcher, its rules on the local bus, and the schedule ticker
 ]
 
 
