@@ -271,13 +271,7 @@ class TrainingLoop:
     def run(self, resume_from: str | None) -> TrainResult:
         runtime, hyper = self.runtime, self.hyper
         model = runtime.wrap(self.inputs.model)
-        inner = runtime.unwrap(model)
-        if (
-            hyper.gradient_checkpointing
-            and hasattr(inner, "gradient_checkpointing_enable")
-            and not getattr(inner, "is_gradient_checkpointing", False)
-        ):
-            inner.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # hyper.gradient_checkpointing is applied by the model loader (trainer.models), before any wrapping.
         optimizer = build_optimizer(model, hyper, runtime.device)
         schedule = partial(lr_lambda, kind=hyper.lr_scheduler_type, warmup=hyper.warmup_steps, total=self.total_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
