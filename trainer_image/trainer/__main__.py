@@ -33,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] == "train":
         args = args[1:]  # SageMaker appends "train" to the ENTRYPOINT
     paths = ContainerPaths.from_env()
-    events = Events()
+    # A worker of a multi-process run (RANK set by torchrun or our supervisor) stays quiet but for rank 0.
+    events = Events(enabled=os.environ.get("RANK", "0") == "0")
     stop = StopRequest()
     stop.install()
     try:
