@@ -43,7 +43,9 @@ GOAL_IMPORT_RATIO = 1.6
 GOAL_GET_P50_MS = 15.0
 GOAL_GET_P99_MS = 60.0
 
-# A job that is valid everywhere and costs nothing to hold: it waits in a queue nobody drains fast.
+# A valid job that the local scheduler refuses at once (1024 GPUs, the schema's maximum: PENDING ->
+# QUEUED -> FAILED/CAPACITY): every POST runs the real submit path and a real lifecycle execution, but
+# no trainer process competes with the API for the two cores while we measure.
 BENCH_JOB: dict[str, Any] = {
     "name": "bench",
     "labels": {"purpose": "bench"},
@@ -53,7 +55,7 @@ BENCH_JOB: dict[str, Any] = {
         "hyperparameters": {"max_steps": "1"},
     },
     "data_config": {"sources": [{"path": "/nonexistent/bench.jsonl"}]},
-    "resource_config": {"gpu_count": 0},
+    "resource_config": {"gpu_count": 1024},
     "scheduling_config": {"queue": "bench", "priority": 0},
 }
 
@@ -143,6 +145,8 @@ class LoadResult:
     latencies_ms: list[float] = field(default_factory=list)
     errors: dict[str, int] = field(default_factory=dict)
     wall_seconds: float = 0.0
+    server_cpu_seconds: float = 0.0
+    client_cpu_seconds: float = 0.0
 
     def percentile(self, q: float) -> float:
         ordered = sorted(self.latencies_ms)
@@ -163,10 +167,22 @@ class LoadResult:
             "p99_ms": round(self.percentile(99), 2),
             "max_ms": round(max(self.latencies_ms, default=float("nan")), 2),
             "rps": round(self.rps, 1),
+            # Cores kept busy while it ran: both sides share the same machine.
+            "server_cores": round(self.server_cpu_seconds / self.wall_seconds, 2) if self.wall_seconds else 0.0,
+            "client_cores": round(self.client_cpu_seconds / self.wall_seconds, 2) if self.wall_seconds else 0.0,
         }
 
 
-def hammer(name: str, clients: list[Client], total: int, call: Callable[[Client, int], object]) -> LoadResult:
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc), 0 where that is not available."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def hammer(name: str, clients: list[Client], total: int, call: Callable[[Client, int], object], server_pid: int = 0) -> LoadResult:
     """`total` calls spread over one thread per client, all released together."""
     result = LoadResult(name)
     lock = threading.Lock()
@@ -194,10 +210,12 @@ def hammer(name: str, clients: list[Client], total: int, call: Callable[[Client,
     for t in threads:
         t.start()
     start.wait()
-    t0 = time.perf_counter()
+    t0, server0, client0 = time.perf_counter(), cpu_seconds(server_pid), time.process_time()
     for t in threads:
         t.join()
     result.wall_seconds = time.perf_counter() - t0
+    result.server_cpu_seconds = cpu_seconds(server_pid) - server0 if server_pid else 0.0
+    result.client_cpu_seconds = time.process_time() - client0
     return result
 
 
@@ -205,17 +223,30 @@ def bench_front_door(concurrency: int, get_requests: int, post_requests: int, jo
     with tempfile.TemporaryDirectory(prefix="trainplane-bench-") as tmp:
         state_dir = Path(tmp)
         started = time.perf_counter()
-        with local_mode(state_dir, compute):
+        with local_mode(state_dir, compute) as process:
             startup = time.perf_counter() - started
             clients = [Client(state_dir=state_dir) for _ in range(concurrency)]
             ids = [clients[0].submit(BENCH_JOB).job_id for _ in range(jobs)]
+            time.sleep(5)  # let the pre-created jobs' lifecycles settle (they end FAILED/CAPACITY at once)
             # Warm every client's connection and the server's code paths before measuring.
             hammer("warm-up", clients, concurrency * 4, lambda c, n: c.get(ids[n % len(ids)]))
-            get = hammer("GET /jobs/{id}", clients, get_requests, lambda c, n: c.get(ids[n % len(ids)]))
-            post = hammer("POST /jobs", clients, post_requests, lambda c, n: c.submit(BENCH_JOB))
+
+            def get_job(c: Client, n: int) -> object:
+                return c.get(ids[n % len(ids)])
+
+            # One client alone first: the service time, without queueing behind the other 15.
+            single = hammer("GET /jobs/{id} x1", clients[:1], max(50, get_requests // 16), get_job, process.pid)
+            get = hammer("GET /jobs/{id}", clients, get_requests, get_job, process.pid)
+            post = hammer("POST /jobs", clients, post_requests, lambda c, n: c.submit(BENCH_JOB), process.pid)
             for c in clients:
                 c.close()
-        return {"startup_seconds": round(startup, 2), "get": get.summary(), "post": post.summary(), "concurrency": concurrency}
+        return {
+            "startup_seconds": round(startup, 2),
+            "get_single": single.summary(),
+            "get": get.summary(),
+            "post": post.summary(),
+            "concurrency": concurrency,
+        }
 
 
 # --- output --------------------------------------------------------------------------------------
@@ -231,6 +262,13 @@ def machine() -> str:
     except OSError:
         pass
     return f"{os.cpu_count()} cores, {cpu}, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def load() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:
+        return "n/a"
 
 
 def verdict(ok: bool) -> str:
@@ -250,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="Print the figures as one JSON document.")
     args = parser.parse_args(argv)
 
-    figures: dict[str, Any] = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine()}
+    figures: dict[str, Any] = {"date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "machine": machine(), "load_before": load()}
     if not args.skip_imports:
         figures["imports"] = bench_imports(args.runs)
     if not args.skip_load:
@@ -259,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(figures, indent=2))
         return 0
 
-    print(f"trainplane API benchmark, {figures['date']}\nmachine: {figures['machine']}\n")
+    print(f"trainplane API benchmark, {figures['date']}\nmachine: {figures['machine']}")
+    print(f"load average before: {figures['load_before']}, after: {load()} (other work on the machine skews every figure)\n")
     if "imports" in figures:
         imp = figures["imports"]
         print(f"(a) import time, median of {imp['runs']} fresh interpreters")
@@ -271,11 +310,14 @@ def main(argv: list[str] | None = None) -> int:
     if "front_door" in figures:
         fd = figures["front_door"]
         print(f"\n(b) local front door, {fd['concurrency']} concurrent signed clients (local mode ready in {fd['startup_seconds']} s)")
-        print(f"    {'route':<16} {'requests':>8} {'errors':>7} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} {'req/s':>8}")
-        for key, label in (("get", "GET /jobs/{id}"), ("post", "POST /jobs")):
+        header = ["requests", "errors", "p50 ms", "p90 ms", "p99 ms", "max ms", "req/s", "srv cores", "cli cores"]
+        print(f"    {'route':<22}" + "".join(f" {h:>9}" for h in header))
+        rows = (("get_single", "GET /jobs/{id}, 1 cli"), ("get", "GET /jobs/{id}"), ("post", "POST /jobs"))
+        for key, label in rows:
             s = fd[key]
-            cells = [s["p50_ms"], s["p90_ms"], s["p99_ms"], s["max_ms"], s["rps"]]
-            print(f"    {label:<16} {s['requests']:>8} {sum(s['errors'].values()):>7}" + "".join(f" {c:>8}" for c in cells))
+            cells = [s["requests"], sum(s["errors"].values()), s["p50_ms"], s["p90_ms"], s["p99_ms"], s["max_ms"], s["rps"]]
+            cells += [s["server_cores"], s["client_cores"]]
+            print(f"    {label:<22}" + "".join(f" {c:>9}" for c in cells))
             if s["errors"]:
                 print(f"      errors: {s['errors']}")
         g = fd["get"]
