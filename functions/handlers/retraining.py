@@ -51,6 +51,7 @@ class EventBridgeEvent(BaseModel):
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     service = composition.retraining_service()
+    metrics.add_metric(name="RetrainingInvocations", unit=MetricUnit.Count, value=1)
     if isinstance(event, dict) and "policy_id" in event and "detail-type" not in event:
         tick = ScheduledInvocation.model_validate(event)
         logger.append_keys(policy_id=tick.policy_id, scheduled_time=str(tick.scheduled_time))
