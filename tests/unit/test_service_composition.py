@@ -78,3 +78,35 @@ def test_importing_the_api_loads_neither_boto3_nor_the_xray_sdk() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     # Then neither boto3 nor the X-Ray SDK was imported
     assert out.stdout.strip() == "[]"
+
+
+def test_the_tracer_is_built_only_when_tracing_is_wanted(monkeypatch: pytest.MonkeyPatch) -> None:
+    import aws_lambda_powertools
+
+    from functions.handlers import tracing
+
+    built: list[str] = []
+
+    class FakeTracer:
+        def __init__(self, service: str) -> None:
+            built.append(service)
+
+        def capture_lambda_handler(self, handler: Any) -> Any:
+            return lambda event, context: ("traced", handler(event, context))
+
+    monkeypatch.setattr(aws_lambda_powertools, "Tracer", FakeTracer)
+    lazy = tracing.LazyTracer(service="svc")
+    handler = lazy.capture_lambda_handler(lambda event, context: event)
+    # Outside Lambda: no tracer at all
+    monkeypatch.delenv("LAMBDA_TASK_ROOT", raising=False)
+    assert handler(1, None) == 1 and built == []
+    # In Lambda: built once, on the first invocation
+    monkeypatch.setenv("LAMBDA_TASK_ROOT", "/var/task")
+    monkeypatch.delenv("POWERTOOLS_TRACE_DISABLED", raising=False)
+    assert handler(2, None) == ("traced", 2) and handler(3, None) == ("traced", 3) and built == ["svc"]
+    # Disabled explicitly, or under SAM local: not traced
+    monkeypatch.setenv("POWERTOOLS_TRACE_DISABLED", "true")
+    assert not tracing.tracing_wanted()
+    monkeypatch.delenv("POWERTOOLS_TRACE_DISABLED")
+    monkeypatch.setenv("AWS_SAM_LOCAL", "true")
+    assert not tracing.tracing_wanted()
