@@ -15,6 +15,7 @@ import builtins
 import json
 import math
 import os
+import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -38,6 +39,10 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 # What wait() stops at by default: a final status, or PAUSED (which waits for a human to resume).
 DEFAULT_UNTIL: frozenset[JobStatus] = TERMINAL | {JobStatus.PAUSED}
 DEFAULT_TIMEOUT_SECONDS = 30.0
+# Throttling and gateway errors that a repeat may get past (API Gateway answers these under load).
+RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
+DEFAULT_MAX_RETRIES = 2
+RETRY_BASE_SECONDS = 0.25
 
 JobRequest = SubmitJobRequest | Mapping[str, Any]
 _Params = Mapping[str, str | int | float | None]
@@ -53,12 +58,14 @@ class Client:
         state_dir: str | os.PathLike[str] | None = None,
         principal: str | None = None,
         timeout: float = DEFAULT_TIMEOUT_SECONDS,
+        max_retries: int = DEFAULT_MAX_RETRIES,
         session: requests.Session | None = None,
     ) -> None:
         self.resolved = endpoint_mod.resolve(endpoint, credentials=credentials, region=region, state_dir=state_dir, principal=principal)
         self.endpoint = self.resolved.url
         self.region = self.resolved.region
         self.timeout = timeout
+        self.max_retries = max_retries
         self._credentials = self.resolved.credentials
         self._http = session or requests.Session()
 
@@ -250,10 +257,28 @@ class Client:
         all_headers = {"Accept": "application/json", **(headers or {})}
         if data is not None:
             all_headers["Content-Type"] = "application/json"
-        signed = AWSRequest(method=method, url=url, data=data, headers=all_headers)
+        # Only what cannot do anything twice is retried: reads, and a submit the server deduplicates.
+        safe_to_repeat = method == "GET" or (method == "POST" and IDEMPOTENCY_HEADER in all_headers)
+        attempts = 1 + (self.max_retries if safe_to_repeat else 0)
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                response = self._send(method, url, data, all_headers)
+            except ConnectionFailed:
+                if last:
+                    raise
+            else:
+                if response.status_code not in RETRYABLE_STATUS or last:
+                    return _decode(response)
+            time.sleep(RETRY_BASE_SECONDS * 2**attempt * (1 + random.random()))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _send(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> requests.Response:
+        # Signed afresh for every attempt: the signature carries the time.
+        signed = AWSRequest(method=method, url=url, data=data, headers=headers)
         SigV4Auth(self._credentials.get_frozen_credentials(), SERVICE, self.region).add_auth(signed)
         try:
-            response = self._http.request(method, url, data=data, headers=dict(signed.headers.items()), timeout=self.timeout)
+            return self._http.request(method, url, data=data, headers=dict(signed.headers.items()), timeout=self.timeout)
         except requests.ConnectionError as exc:
             hint = ""
             if self.resolved.local is not None:
@@ -261,7 +286,6 @@ class Client:
             raise ConnectionFailed(f"cannot reach {self.endpoint}{hint}: {exc}") from exc
         except requests.Timeout as exc:
             raise ConnectionFailed(f"{method} {url} got no answer within {self.timeout:g}s") from exc
-        return _decode(response)
 
 
 def _decode(response: requests.Response) -> Any:

@@ -317,7 +317,7 @@ def test_an_unreachable_endpoint_is_a_connection_error() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    client = Client(f"http://127.0.0.1:{port}", credentials=Credentials("a", "b"), region="us-east-1", timeout=2)
+    client = Client(f"http://127.0.0.1:{port}", credentials=Credentials("a", "b"), region="us-east-1", timeout=2, max_retries=0)
     # When the client calls it
     with pytest.raises(ConnectionFailed, match="cannot reach"):
         client.summary()
@@ -342,3 +342,43 @@ def test_follow_picks_up_new_lines_once_even_when_stamps_repeat(standin: StandIn
     rest = [line.message for line in follower]
     # Then every line came exactly once, in order, and the follower ended with the job
     assert first + rest == ["a", "b", "c", "d", "e"]
+
+
+def test_reads_are_retried_through_throttling_and_gateway_errors(standin: StandInApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a job and a server that answers 429 then 503 before serving again
+    monkeypatch.setattr("trainplane.client.RETRY_BASE_SECONDS", 0.0)
+    job = standin.add_job()
+    standin.fail_next = [429, 503]
+    # When the job is read
+    got = client_for(standin).get(job.job_id)
+    # Then the third attempt, signed afresh, returned it
+    assert got.job_id == job.job_id
+    assert len(standin.calls("GET")) == 3
+
+
+def test_a_submit_is_repeated_only_with_an_idempotency_key(standin: StandInApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a server that fails the next request with 503
+    monkeypatch.setattr("trainplane.client.RETRY_BASE_SECONDS", 0.0)
+    client = client_for(standin)
+    standin.fail_next = [503]
+    # When a submit without a key meets it  Then it is not repeated (it might have created a job)
+    with pytest.raises(ServerError):
+        client.submit(MINIMAL_REQUEST)
+    assert len(standin.calls("POST")) == 1
+    # When a keyed submit meets the same  Then it is repeated and creates exactly one job
+    standin.fail_next = [503]
+    job = client.submit(MINIMAL_REQUEST, idempotency_key="again")
+    assert len(standin.calls("POST")) == 3
+    assert list(standin.jobs) == [job.job_id]
+
+
+def test_retries_give_up_with_the_last_error(standin: StandInApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a server that keeps answering 503
+    monkeypatch.setattr("trainplane.client.RETRY_BASE_SECONDS", 0.0)
+    standin.fail_next = [503] * 10
+    # When a read is made with one retry allowed  Then two attempts were made and the 503 surfaces
+    client = Client(standin.url, credentials=Credentials(ACCESS_KEY, SECRET_KEY), region="us-east-1", max_retries=1)
+    with pytest.raises(ServerError) as caught:
+        client.summary()
+    assert caught.value.status == 503
+    assert len(standin.calls("GET")) == 2

@@ -63,6 +63,8 @@ class StandInApi:
     # job_id -> statuses that successive GETs of the job move through (a scripted lifecycle)
     script: dict[str, list[JobStatus]] = field(default_factory=dict)
     idempotency: dict[str, str] = field(default_factory=dict)
+    # Statuses to answer (after checking the signature) before serving normally again: throttling, 5xx.
+    fail_next: list[int] = field(default_factory=list)
     requests: list[Recorded] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -188,6 +190,8 @@ def _handler_for(api: StandInApi) -> type[BaseHTTPRequestHandler]:
                 problem = verify_sigv4(method, self.path, headers, raw, api.secrets)
                 if problem:
                     raise _Reply(403, {"message": problem})
+                if api.fail_next:
+                    raise _error(api.fail_next.pop(0), "try again later")
                 raise _route(api, method, split.path.strip("/").split("/"), dict(query), headers, body)
             except _Reply as reply:
                 payload = json.dumps(reply.body).encode() if reply.body is not None else b""
