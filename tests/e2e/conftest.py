@@ -165,6 +165,10 @@ def local_plane_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pl
         return plane.start()
 
     yield make
+    # SIGTERM to all first, then wait: they shut down in parallel.
+    for plane in planes:
+        if plane.process is not None and plane.process.poll() is None:
+            plane.process.send_signal(signal.SIGTERM)
     for plane in planes:
         try:
             plane.stop()

@@ -8,9 +8,12 @@ the real API.
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import os
 import stat
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,6 +26,7 @@ from requests_aws4auth import AWS4Auth
 
 from functions import constants
 from tests.e2e.conftest import LocalPlane, PlaneFactory
+from tests.helpers.jobs import request_body
 
 pytestmark = pytest.mark.e2e
 
@@ -71,11 +75,9 @@ def botocore_signed(plane: LocalPlane, method: str, path: str, *, secret: str | 
 # --- endpoint.json and the process's life ------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_endpoint_json_appears_when_ready_and_goes_on_sigterm(local_plane_factory: PlaneFactory) -> None:
+def test_endpoint_json_has_the_contract_shape(echo_plane: LocalPlane) -> None:
     # Given `trainplane up --port 0`, once it is ready
-    plane = local_plane_factory(api_handler=ECHO_API)
-    doc = plane.endpoint
+    doc = echo_plane.endpoint
     # Then endpoint.json has exactly the contract's shape, two principals, and only its owner can read it
     assert set(doc) == {"api_url", "region", "aws_endpoint_url", "bucket", "credentials"}
     assert doc["region"] == constants.LOCAL_REGION
@@ -84,22 +86,12 @@ def test_endpoint_json_appears_when_ready_and_goes_on_sigterm(local_plane_factor
     for c in doc["credentials"]:
         assert set(c) == {"name", "access_key_id", "secret_access_key", "arn"}
         assert c["arn"] == f"arn:aws:iam::{constants.LOCAL_ACCOUNT_ID}:user/{c['name']}"
-    assert stat.S_IMODE(plane.endpoint_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(echo_plane.endpoint_path.stat().st_mode) == 0o600
     assert doc["api_url"].startswith("http://127.0.0.1:") and not doc["api_url"].endswith(":0")
-    # And the API and the emulated AWS both answer on the ports it names
-    assert plane.request("GET", "/jobs").status_code == 200
-    assert constants.JOBS_TABLE in plane.client("dynamodb").list_tables()["TableNames"]
-
-    # When it gets SIGTERM
-    assert plane.stop() == 0
-    # Then endpoint.json is gone, and the port no longer answers
-    assert not plane.endpoint_path.exists()
-    with pytest.raises(requests.ConnectionError):
-        requests.get(doc["api_url"] + "/jobs", timeout=5)
-
-    # And when it starts again on the same state dir, the principals' keys are the same
-    plane.start()
-    assert plane.endpoint["credentials"] == doc["credentials"]
+    # And the API and the emulated AWS both answer on the ports it names, the bucket and tables exist
+    assert echo_plane.request("GET", "/jobs").status_code == 200
+    assert {constants.JOBS_TABLE, constants.IDEMPOTENCY_TABLE} <= set(echo_plane.client("dynamodb").list_tables()["TableNames"])
+    echo_plane.client("s3").head_bucket(Bucket=doc["bucket"])
 
 
 def test_a_second_up_on_the_same_state_dir_is_refused(echo_plane: LocalPlane, local_plane_factory: PlaneFactory) -> None:
@@ -211,50 +203,138 @@ def test_body_over_10_mb_is_413(echo_plane: LocalPlane) -> None:
     assert (response.status_code, response.json()) == (413, {"message": "Request Too Long"})
 
 
-# --- durability (through the emulated AWS directly) --------------------------------------------------
+# --- the real API --------------------------------------------------------------------------------------
+
+# A job no machine can place (64 GPUs): the control plane fails it at once, so it reaches a terminal
+# state with a real history without ever starting a trainer.
+UNPLACEABLE = {"gpu_count": 64}
 
 
-def _write_some_state(plane: LocalPlane, tag: str) -> None:
-    ddb, s3 = plane.client("dynamodb"), plane.client("s3")
-    ddb.put_item(TableName=constants.JOBS_TABLE, Item={"pk": {"S": f"JOB#{tag}"}, "sk": {"S": "JOB"}, "tag": {"S": tag}})
-    s3.put_object(Bucket=plane.bucket, Key=f"jobs/{tag}/metrics.jsonl", Body=f'{{"step": 1, "tag": "{tag}"}}\n'.encode())
+def job_body(name: str, **overrides: Any) -> dict[str, Any]:
+    return request_body(name=name, labels={"suite": "local-mode"}, **overrides)
 
 
-def _state(plane: LocalPlane) -> tuple[list[str], dict[str, bytes]]:
-    ddb, s3 = plane.client("dynamodb"), plane.client("s3")
-    items = sorted(i["pk"]["S"] for i in ddb.scan(TableName=constants.JOBS_TABLE)["Items"])
-    objects = {
-        o["Key"]: s3.get_object(Bucket=plane.bucket, Key=o["Key"])["Body"].read()
-        for o in s3.list_objects_v2(Bucket=plane.bucket).get("Contents", [])
-    }
-    return items, objects
+def submit(plane: LocalPlane, name: str, **overrides: Any) -> dict[str, Any]:
+    response = plane.request("POST", "/jobs", json=job_body(name, **overrides))
+    assert response.status_code == 201, response.text
+    return response.json()
+
+
+def wait_status(plane: LocalPlane, job_id: str, statuses: set[str], timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        job = plane.request("GET", f"/jobs/{job_id}").json()
+        if job["status"] in statuses or time.monotonic() > deadline:
+            assert job["status"] in statuses, f"{job_id} is {job['status']}, expected one of {statuses}"
+            return job
+        time.sleep(0.2)
+
+
+def history(plane: LocalPlane, job_id: str) -> list[dict[str, Any]]:
+    response = plane.request("GET", f"/jobs/{job_id}/events")
+    assert response.status_code == 200, response.text
+    return list(response.json()["events"])
+
+
+def assert_complete_history(events: list[dict[str, Any]]) -> None:
+    """Starts at submission, and every entry leaves the status the previous one entered."""
+    assert events[0]["from"] is None and events[0]["to"] == "PENDING"
+    for before, after in itertools.pairwise(events):
+        assert after["from"] == before["to"], events
+
+
+def test_the_real_api_is_served_behind_sigv4(local_plane: LocalPlane) -> None:
+    # Given the real API behind the front door: signed requests are served, unsigned ones refused
+    listed = local_plane.request("GET", "/jobs?limit=1")
+    assert listed.status_code == 200 and "jobs" in listed.json()
+    assert local_plane.request("GET", "/openapi.json").status_code == 200
+    unsigned = local_plane.request("GET", "/jobs", principal=None)
+    assert (unsigned.status_code, unsigned.json()) == (403, {"message": "Missing Authentication Token"})
+    # And the owner is the verified caller: alice's job is hers, not admin's
+    job = submit(local_plane, "owned", resource_config=UNPLACEABLE)
+    assert job["owner"] == local_plane.principal("alice")["arn"]
 
 
 @pytest.mark.slow
-def test_sigterm_then_restart_restores_items_and_objects(local_plane_factory: PlaneFactory) -> None:
-    # Given items and objects written to the emulated AWS
-    plane = local_plane_factory(api_handler=ECHO_API)
-    for tag in ("a", "b"):
-        _write_some_state(plane, tag)
-    before = _state(plane)
-    # When local mode is stopped and started on the same state dir
-    plane.restart()
-    # Then all of it is back
-    expected_objects = {f"jobs/{t}/metrics.jsonl": f'{{"step": 1, "tag": "{t}"}}\n'.encode() for t in ("a", "b")}
-    assert _state(plane) == before == (["JOB#a", "JOB#b"], expected_objects)
+def test_20_concurrent_cancels_of_one_job_have_exactly_one_winner(local_plane: LocalPlane) -> None:
+    # Given a fresh job, and 20 clients with their own connections ready to cancel it at the same moment
+    job_id = submit(local_plane, "cancel-race", resource_config=UNPLACEABLE)["job_id"]
+    start = threading.Barrier(20)
+    answers: list[int] = []
+
+    def cancel(n: int) -> None:
+        session = requests.Session()
+        start.wait()
+        response = session.post(
+            local_plane.api_url + f"/jobs/{job_id}/cancel", json={"reason": f"racer {n}"}, auth=local_plane.auth(), timeout=120
+        )
+        answers.append(response.status_code)
+
+    threads = [threading.Thread(target=cancel, args=(n,)) for n in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(180)
+
+    # Then every client got an answer: exactly one cancel won, the others were told 409
+    assert sorted(answers) == [200] + [409] * 19
+    # And the job is CANCELLED once, by one racer, with its whole history intact
+    job = wait_status(local_plane, job_id, {"CANCELLED"})
+    events = history(local_plane, job_id)
+    assert_complete_history(events)
+    cancels = [e for e in events if e["to"] == "CANCELLED"]
+    assert len(cancels) == 1 and cancels[0]["reason"].startswith("racer ")
+    assert events[-1]["to"] == job["status"] == "CANCELLED"
 
 
 @pytest.mark.slow
-def test_kill_9_loses_nothing_that_was_answered(local_plane_factory: PlaneFactory) -> None:
-    # Given writes that were each answered, the last one just now
-    plane = local_plane_factory(api_handler=ECHO_API)
-    tags = [f"k{n}" for n in range(10)]
-    for tag in tags:
-        _write_some_state(plane, tag)
-    # When the process is killed without any chance to clean up, and started again
+def test_endpoint_json_goes_on_sigterm_and_jobs_history_objects_survive_restarts_and_kill_9(local_plane_factory: PlaneFactory) -> None:
+    plane = local_plane_factory()
+    # Given jobs that reached terminal states (one cancelled by its user, one failed by the control
+    # plane), their history, and objects in the bucket
+    cancelled = submit(plane, "to-cancel", resource_config=UNPLACEABLE)["job_id"]
+    assert plane.request("POST", f"/jobs/{cancelled}/cancel", json={"reason": "not needed"}).status_code == 200
+    failed = submit(plane, "unplaceable", resource_config=UNPLACEABLE)["job_id"]
+    wait_status(plane, failed, {"FAILED"})
+    s3 = plane.client("s3")
+    s3.put_object(Bucket=plane.bucket, Key="datasets/train.jsonl", Body=b'{"text": "hello"}\n', ContentType="application/jsonl")
+
+    def snapshot() -> dict[str, Any]:
+        jobs = {j: plane.request("GET", f"/jobs/{j}").json() for j in (cancelled, failed)}
+        events = {j: history(plane, j) for j in (cancelled, failed)}
+        obj = plane.client("s3").get_object(Bucket=plane.bucket, Key="datasets/train.jsonl")
+        return {"jobs": jobs, "events": events, "object": (obj["Body"].read(), obj["ContentType"], obj["ETag"])}
+
+    before = snapshot()
+    for events in before["events"].values():
+        assert_complete_history(events)
+    listed_before = plane.request("GET", "/jobs?labels.suite=local-mode").json()["jobs"]
+
+    # When local mode gets SIGTERM
+    old_endpoint = plane.endpoint
+    assert plane.stop() == 0
+    # Then it exits cleanly, endpoint.json is gone and its port no longer answers
+    assert not plane.endpoint_path.exists()
+    with pytest.raises(requests.ConnectionError):
+        requests.get(old_endpoint["api_url"] + "/jobs", timeout=5)
+
+    # When it starts again on the same state dir
+    plane.start()
+    # Then the principals' keys are the same, and the jobs, their history, the listing (GSIs) and the
+    # objects are all back
+    assert plane.endpoint["credentials"] == old_endpoint["credentials"]
+    assert snapshot() == before
+    assert plane.request("GET", "/jobs?labels.suite=local-mode").json()["jobs"] == listed_before
+
+    # When more jobs and an object are written, and the process is killed (-9) right after the last answer
+    more = [submit(plane, f"before-kill-{n}", resource_config=UNPLACEABLE)["job_id"] for n in range(5)]
+    plane.client("s3").put_object(Bucket=plane.bucket, Key="datasets/last.jsonl", Body=b"{}\n")
     plane.kill()
     plane.start()
-    # Then every answered write is there
-    items, objects = _state(plane)
-    assert items == sorted(f"JOB#{t}" for t in tags)
-    assert sorted(objects) == sorted(f"jobs/{t}/metrics.jsonl" for t in tags)
+    # Then every job that was answered exists, with its first history entry
+    for job_id in [cancelled, failed, *more]:
+        response = plane.request("GET", f"/jobs/{job_id}")
+        assert response.status_code == 200, (job_id, response.text)
+        assert history(plane, job_id)[0]["to"] == "PENDING"
+    assert snapshot()["events"] == before["events"]
+    assert plane.client("s3").get_object(Bucket=plane.bucket, Key="datasets/last.jsonl")["Body"].read() == b"{}\n"

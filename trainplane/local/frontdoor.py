@@ -141,6 +141,13 @@ def _event_body(raw: bytes) -> tuple[str | None, bool]:
         return base64.b64encode(raw).decode(), True
 
 
+class _Server(ThreadingHTTPServer):
+    # socketserver's default listen backlog is 5: a burst of new connections (20 clients at once) would
+    # be reset by the kernel before a thread could accept them.
+    request_queue_size = 1024
+    daemon_threads = True
+
+
 class FrontDoor:
     """A threaded HTTP server on host:port in front of `handler`."""
 
@@ -161,8 +168,7 @@ class FrontDoor:
         self.account_id = account_id
         self._inflight = 0
         self._inflight_cv = threading.Condition()
-        self._server = ThreadingHTTPServer((host, port), self._request_handler_class())
-        self._server.daemon_threads = True
+        self._server = _Server((host, port), self._request_handler_class())
         self._thread: threading.Thread | None = None
 
     @property
