@@ -20,6 +20,8 @@ from schemas.schedule_expr import parse_schedule_expression
 
 POLICY_LABEL = "retraining_policy"
 EVENT_LABEL = "trigger_event_id"
+# Events with this source on the default bus reach the dispatcher (put your own, e.g. a drift check's).
+CUSTOM_EVENT_SOURCE = "trainplane.retraining"
 RESERVED_LABELS = frozenset({POLICY_LABEL, EVENT_LABEL})
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9_.\-/]{1,63}$")
 

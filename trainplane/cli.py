@@ -610,6 +610,11 @@ def _when(value: datetime | None) -> str:
     return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
+from trainplane.cli_policies import policies_app  # noqa: E402 (it builds on the helpers above)
+
+app.add_typer(policies_app, name="policies")
+
+
 def main() -> None:
     app()
 

@@ -20,9 +20,8 @@ from typing import Any
 from functions.adapters.policies import Route
 from functions.service.errors import InvalidRequest
 from schemas.event_pattern import matches
-from schemas.retraining import EventPatternTrigger, RetrainingPolicyRequest, S3Trigger
+from schemas.retraining import CUSTOM_EVENT_SOURCE, EventPatternTrigger, RetrainingPolicyRequest, S3Trigger
 
-CUSTOM_EVENT_SOURCE = "trainplane.retraining"
 S3_SOURCE = "aws.s3"
 OBJECT_CREATED = "Object Created"
 ALARM_SOURCE = "aws.cloudwatch"
