@@ -10,14 +10,14 @@ from constructs import Construct
 
 from functions import constants
 from infra.bundling import LambdaBundle
-from infra.config import StageConfig
-from infra.constructs.api import Api
+from infra.config import ConfigError, StageConfig
+from infra.constructs.api import API, Api
 from infra.constructs.compute import ROOT_DEVICE, Compute
-from infra.constructs.events import Events
+from infra.constructs.events import EVENTS, Events
 from infra.constructs.function import settings_environment
-from infra.constructs.lifecycle import Lifecycle, state_machine_arn
+from infra.constructs.lifecycle import LIFECYCLE, Lifecycle, state_machine_arn
 from infra.constructs.observability import Observability
-from infra.constructs.retraining import Retraining
+from infra.constructs.retraining import RETRAINING, Retraining
 from infra.constructs.storage import Storage
 
 
@@ -28,12 +28,18 @@ class TrainplaneStack(Stack):
         # One asset for every function: the hash is the bundle's own, so CDK need not re-hash 1000 files.
         code = lambda_.Code.from_asset(str(bundle.path), asset_hash=bundle.asset_hash, asset_hash_type=AssetHashType.CUSTOM)
 
+        missing = [spec.handler for spec in (API, LIFECYCLE, EVENTS) if not spec.defined_in(bundle.path)]
+        if missing:
+            raise ConfigError(f"the Lambda bundle defines no {', '.join(missing)}: the control plane cannot run without it")
+        # Retraining (issue 7) is deployed once its dispatcher exists; a function without code would
+        # only fail on every event.
+        retraining = Retraining(self, "Retraining", config=config) if RETRAINING.defined_in(bundle.path) else None
+
         storage = Storage(self, "Storage", config=config)
         compute = Compute(self, "Compute", config=config, storage=storage)
-        retraining = Retraining(self, "Retraining", config=config)
         environment = settings_environment(
             {
-                **retraining.settings(),
+                **(retraining.settings() if retraining else {}),
                 "jobs_table": storage.jobs_table.table_name,
                 "idempotency_table": storage.idempotency_table.table_name,
                 "artifacts_bucket": storage.artifacts_bucket.bucket_name,
@@ -59,10 +65,19 @@ class TrainplaneStack(Stack):
         events = Events(
             self, "Events", config=config, storage=storage, compute=compute, lifecycle=lifecycle, code=code, environment=environment
         )
-        dispatcher = retraining.add_dispatcher(
-            storage=storage, lifecycle=lifecycle, dead_letter_queue=events.dead_letter_queue, code=code, environment=environment
-        )
-        retraining.grant_manage_schedules(api.handler.role)  # policies are created through the API
+        functions = [api.handler, lifecycle.tasks, events.handler]
+        if retraining:
+            functions.append(
+                retraining.add_dispatcher(
+                    storage=storage,
+                    compute=compute,
+                    lifecycle=lifecycle,
+                    dead_letter_queue=events.dead_letter_queue,
+                    code=code,
+                    environment=environment,
+                )
+            )
+            retraining.grant_manage_schedules(api.handler.role)  # policies are created through the API
         Observability(
             self,
             "Observability",
@@ -71,7 +86,7 @@ class TrainplaneStack(Stack):
             api=api,
             lifecycle=lifecycle,
             dead_letter_queue=events.dead_letter_queue,
-            functions=[api.handler, lifecycle.tasks, events.handler, dispatcher],
+            functions=functions,
         )
 
         CfnOutput(self, "ApiUrl", value=api.url, description="Base URL of the jobs API (SigV4, service execute-api)")
@@ -82,3 +97,8 @@ class TrainplaneStack(Stack):
         CfnOutput(self, "SageMakerRoleArn", value=compute.sagemaker_role.role_arn)
         CfnOutput(self, "LaunchTemplateId", value=compute.launch_template.launch_template_id or "")
         CfnOutput(self, "DeadLetterQueueUrl", value=events.dead_letter_queue.queue_url)
+        CfnOutput(
+            self,
+            "RetrainingStatus",
+            value="deployed" if retraining else f"not deployed: the bundle has no {RETRAINING.handler} yet",
+        )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from aws_cdk import Acknowledgment, Duration, Validations
 from aws_cdk import aws_iam as iam
@@ -25,6 +27,20 @@ class FunctionSpec:
     description: str
     memory_mb: int = 512
     timeout_s: int = 60
+
+    def defined_in(self, root: Path) -> bool:
+        """Whether the bundle under `root` defines the handler (read, not imported: no heavy imports at synth)."""
+        module, _, attribute = self.handler.rpartition(".")
+        path = root / (module.replace(".", "/") + ".py")
+        if not path.exists():
+            return False
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == attribute:
+                return True
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+            if any(isinstance(t, ast.Name) and t.id == attribute for t in targets):
+                return True
+        return False
 
 
 def settings_environment(values: Mapping[str, str | None]) -> dict[str, str]:

@@ -30,7 +30,7 @@ from infra.constructs.storage import Storage
 
 LIFECYCLE = FunctionSpec(
     name="lifecycle",
-    handler="functions.handlers.lifecycle.lambda_handler",
+    handler="functions.handlers.lifecycle.handler",  # the same entry point local mode invokes
     description="trainplane lifecycle tasks (admit, prepare, launch, wait, stop) invoked by the state machine",
     memory_mb=512,
     timeout_s=120,

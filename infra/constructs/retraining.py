@@ -8,6 +8,7 @@ default) and policies come and go at run time, so the dispatcher matches events 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from aws_cdk import Stack
 from aws_cdk import aws_events as events
@@ -17,12 +18,14 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from functions.service.retraining_routes import dispatcher_rules
 from infra.config import StageConfig
 from infra.constructs.common import allow, arn
+from infra.constructs.compute import Compute
 from infra.constructs.events import lambda_target
 from infra.constructs.function import FunctionSpec, TrainplaneFunction
 from infra.constructs.lifecycle import Lifecycle
-from infra.constructs.storage import DATASETS_PREFIX, Storage
+from infra.constructs.storage import Storage
 
 RETRAINING = FunctionSpec(
     name="retraining",
@@ -31,7 +34,6 @@ RETRAINING = FunctionSpec(
     memory_mb=512,
     timeout_s=60,
 )
-CUSTOM_EVENT_SOURCE = "trainplane.retraining"
 
 
 class Retraining(Construct):
@@ -66,6 +68,7 @@ class Retraining(Construct):
         self,
         *,
         storage: Storage,
+        compute: Compute,
         lifecycle: Lifecycle,
         dead_letter_queue: sqs.IQueue,
         code: lambda_.Code,
@@ -83,61 +86,36 @@ class Retraining(Construct):
             dead_letter_queue=dead_letter_queue,
         )
         role = self.dispatcher.role
-        storage.grant_jobs(role, write=True)  # policies and the jobs they submit
-        storage.grant_idempotency(role)  # the same event delivered twice starts one job
-        lifecycle.grant_start(role)
+        storage.grant_jobs(role, write=True)  # policies, routes, event decisions, and the jobs they submit
+        lifecycle.grant_start(role)  # a submitted job's execution
+        # The "cancel the running job" concurrency policy cancels through the same service as the API.
+        lifecycle.grant_answer_tasks(role)
+        compute.grant_stop(role)
         # Schedules whose invocation fails land in the same dead-letter queue as failed event deliveries.
         allow(self.scheduler_role, ["sqs:SendMessage"], [dead_letter_queue.queue_arn])
 
-        bucket = storage.artifacts_bucket.bucket_name
+        # The very rules the dispatcher's route matching assumes (and local mode puts on its bus).
         target = lambda_target(self.dispatcher.function, dead_letter_queue)
-        object_created = {"source": ["aws.s3"], "detail_type": ["Object Created"]}
         self.rules = [
-            # The artifacts bucket writes checkpoints all day: only its datasets/ prefix is a trigger.
-            events.Rule(
-                self,
-                "DatasetsLanded",
-                description="new training data under the artifacts bucket's datasets/ prefix",
-                event_pattern=events.EventPattern(
-                    **object_created, detail={"bucket": {"name": [bucket]}, "object": {"key": [{"prefix": f"{DATASETS_PREFIX}/"}]}}
-                ),
-                targets=[target],
-            ),
-            # Other buckets with EventBridge notifications on (the team's data lake).
-            events.Rule(
-                self,
-                "DataLanded",
-                description="new objects in other buckets that send events to EventBridge",
-                event_pattern=events.EventPattern(**object_created, detail={"bucket": {"name": [{"anything-but": [bucket]}]}}),
-                targets=[target],
-            ),
-            events.Rule(
-                self,
-                "Alarms",
-                description="CloudWatch alarms entering ALARM (e.g. a model-monitor drift alarm)",
-                event_pattern=events.EventPattern(
-                    source=["aws.cloudwatch"], detail_type=["CloudWatch Alarm State Change"], detail={"state": {"value": ["ALARM"]}}
-                ),
-                targets=[target],
-            ),
-            events.Rule(
-                self,
-                "Custom",
-                description=f"custom retraining events (source {CUSTOM_EVENT_SOURCE})",
-                event_pattern=events.EventPattern(source=[CUSTOM_EVENT_SOURCE]),
-                targets=[target],
-            ),
+            events.Rule(self, rule_id, description=rule.description, event_pattern=_event_pattern(rule.pattern), targets=[target])
+            for rule_id, rule in dispatcher_rules(storage.artifacts_bucket.bucket_name).items()
         ]
-
         return self.dispatcher
 
     def grant_manage_schedules(self, role: iam.IRole) -> None:
         """Create, change and delete the schedules of schedule-triggered policies (the API does, on policy CRUD)."""
         allow(
             role,
-            ["scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule", "scheduler:GetSchedule"],
+            ["scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule"],
             [arn(self, "scheduler", f"schedule/{self.schedule_group_name}/*")],
             why="Schedules of this stage's retraining schedule group only; one per policy, named at run time.",
+        )
+        # Finding schedules whose policy is gone (RetrainingService.sync_schedules).
+        allow(
+            role,
+            ["scheduler:ListSchedules"],
+            ["*"],
+            why="scheduler:ListSchedules (finding orphaned schedules) supports no resource-level permissions.",
         )
         allow(
             role,
@@ -145,3 +123,20 @@ class Retraining(Construct):
             [self.scheduler_role.role_arn],
             conditions={"StringEquals": {"iam:PassedToService": "scheduler.amazonaws.com"}},
         )
+
+
+_PATTERN_KEYS = {
+    "source": "source",
+    "detail-type": "detail_type",
+    "detail": "detail",
+    "account": "account",
+    "region": "region",
+    "resources": "resources",
+}
+
+
+def _event_pattern(pattern: Mapping[str, Any]) -> events.EventPattern:
+    unknown = set(pattern) - set(_PATTERN_KEYS)
+    if unknown:
+        raise ValueError(f"event pattern keys the stack cannot express: {sorted(unknown)}")
+    return events.EventPattern(**{_PATTERN_KEYS[key]: value for key, value in pattern.items()})

@@ -41,13 +41,29 @@ class Synth:
     templates: dict[str, dict[str, Any]]  # stage -> CloudFormation template
     metadata: dict[str, dict[str, Any]]  # stage -> construct path -> metadata entries
     bundle: Any
+    retraining: bool  # the bundle has the retraining dispatcher (issue 7), so the stacks deploy it
 
     def resources(self, stage: str, kind: str) -> dict[str, dict[str, Any]]:
         return {k: v for k, v in self.templates[stage]["Resources"].items() if v["Type"] == kind}
 
 
+_failed: list[BaseException] = []
+
+
 @pytest.fixture(scope="session")
 def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
+    # pytest retries a session fixture that raised for every test that uses it; a synth takes tens
+    # of seconds, so a failure is remembered and reported again instead of re-synthesized.
+    if _failed:
+        pytest.fail(f"the session's synth failed: {_failed[0]!r}", pytrace=False)
+    try:
+        return _synthesize(tmp_path_factory)
+    except Exception as exc:
+        _failed.append(exc)
+        raise
+
+
+def _synthesize(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     import aws_cdk as cdk
 
     from infra.app import add_stack, cdk_json_context, check, stack_name
@@ -68,7 +84,9 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
         name = stack_name(config)
         templates[stage] = json.loads((outdir / f"{name}.template.json").read_text())
         metadata[stage] = json.loads((outdir / f"{name}.metadata.json").read_text())
-    return Synth(outdir=outdir, templates=templates, metadata=metadata, bundle=bundle)
+    from infra.constructs.retraining import RETRAINING
+
+    return Synth(outdir=outdir, templates=templates, metadata=metadata, bundle=bundle, retraining=RETRAINING.defined_in(bundle.path))
 
 
 def resolve_ref(value: Any) -> str | None:

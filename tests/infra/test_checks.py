@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from functions import constants
+from infra.constructs.lifecycle import LIFECYCLE
 from tests.infra.conftest import Synth, resolve_ref
 
 pytestmark = pytest.mark.infra
@@ -37,6 +38,7 @@ NO_RESOURCE_ACTIONS = {
     "ecr:GetAuthorizationToken",
     "cloudwatch:PutMetricData",  # condition cloudwatch:namespace pins it
     "logs:DescribeLogGroups",
+    "scheduler:ListSchedules",
     "logs:CreateLogDelivery",
     "logs:GetLogDelivery",
     "logs:UpdateLogDelivery",
@@ -216,7 +218,7 @@ def test_state_machine_targets_resolve_to_this_stacks_resources(synth: Synth, st
     # And each substitution is one of this stack's resources: the lifecycle function, its table and bucket
     subs = machine["DefinitionSubstitutions"]
     function_id = resolve_ref(subs["LifecycleFunctionArn"])
-    assert resources[function_id]["Properties"]["Handler"] == "functions.handlers.lifecycle.lambda_handler"
+    assert resources[function_id]["Properties"]["Handler"] == LIFECYCLE.handler
     if "JobsTableName" in subs:
         assert resources[resolve_ref(subs["JobsTableName"])]["Properties"]["TableName"].endswith("-jobs")
     if "ArtifactsBucketName" in subs:
@@ -296,7 +298,7 @@ IDEMPOTENCY = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "d
 ARTIFACTS_RW = {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:ListBucket"}
 EXECUTIONS = {"states:StartExecution", "states:DescribeExecution", "states:StopExecution", "states:GetExecutionHistory"}
 TOKENS = {"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
-SCHEDULES = {"scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule", "scheduler:GetSchedule", "iam:PassRole"}
+SCHEDULES = {"scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule", "scheduler:ListSchedules", "iam:PassRole"}
 LOGS_READ = {"logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:GetLogEvents"}
 ENGINE = {
     # dev runs on SageMaker (the default), prod on EC2: a role holds only its stage's engine.
@@ -313,10 +315,10 @@ ENGINE = {
 }
 
 
-def expected_actions(stage: str) -> dict[str, set[str]]:
+def expected_actions(stage: str, retraining: bool) -> dict[str, set[str]]:
     engine = ENGINE[stage]
-    return {
-        "api": COMMON | JOBS | KEY | IDEMPOTENCY | ARTIFACTS_RW | EXECUTIONS | TOKENS | engine["stop"] | LOGS_READ | SCHEDULES,
+    expected = {
+        "api": COMMON | JOBS | KEY | IDEMPOTENCY | ARTIFACTS_RW | EXECUTIONS | TOKENS | engine["stop"] | LOGS_READ,
         "lifecycle": COMMON | JOBS | KEY | ARTIFACTS_RW | EXECUTIONS | TOKENS | engine["launch"] | engine["stop"] | engine["describe"],
         "events": COMMON
         | {"sqs:SendMessage"}
@@ -327,18 +329,22 @@ def expected_actions(stage: str) -> dict[str, set[str]]:
         | TOKENS
         | engine["stop"]
         | engine["describe"],
-        "retraining": COMMON | {"sqs:SendMessage"} | JOBS | KEY | IDEMPOTENCY | EXECUTIONS,
     }
+    if retraining:
+        expected["api"] |= SCHEDULES
+        expected["retraining"] = COMMON | {"sqs:SendMessage"} | JOBS | KEY | EXECUTIONS | TOKENS | engine["stop"]
+    return expected
 
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_each_function_role_reaches_only_what_it_uses(synth: Synth, stage: str) -> None:
     # Given the four functions, each with its own role
     roles = function_roles(synth, stage)
-    assert set(roles) == {"api", "lifecycle", "events", "retraining"}
-    assert len(set(roles.values())) == 4
+    expected_roles = expected_actions(stage, synth.retraining)
+    assert set(roles) == set(expected_roles)
+    assert len(set(roles.values())) == len(roles)
     template = synth.templates[stage]
-    for name, expected in expected_actions(stage).items():
+    for name, expected in expected_roles.items():
         # Then the role allows exactly the actions its function's code paths call
         assert set(role_actions(template, roles[name])) == expected, name
 

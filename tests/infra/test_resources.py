@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,12 +15,16 @@ from tests.infra.conftest import PROD_ACCOUNT, Synth, resolve_ref
 pytestmark = pytest.mark.infra
 
 STAGES = ("dev", "prod")
-HANDLERS = {
+CORE_HANDLERS = {
     "functions.handlers.api.lambda_handler",
-    "functions.handlers.lifecycle.lambda_handler",
+    "functions.handlers.lifecycle.handler",
     "functions.handlers.events.lambda_handler",
-    "functions.handlers.retraining.lambda_handler",
 }
+RETRAINING_HANDLER = "functions.handlers.retraining.lambda_handler"
+
+
+def handlers(synth: Synth) -> set[str]:
+    return CORE_HANDLERS | ({RETRAINING_HANDLER} if synth.retraining else set())
 
 
 def _one(synth: Synth, stage: str, kind: str) -> dict[str, Any]:
@@ -146,7 +151,7 @@ def test_waf_when_configured(synth: Synth) -> None:
 @pytest.mark.parametrize("stage", STAGES)
 def test_functions_run_python_312_on_arm64_traced_with_powertools(synth: Synth, stage: str) -> None:
     functions = synth.resources(stage, "AWS::Lambda::Function")
-    assert {f["Properties"]["Handler"] for f in functions.values()} == HANDLERS
+    assert {f["Properties"]["Handler"] for f in functions.values()} == handlers(synth)
     for logical_id, function in functions.items():
         props = function["Properties"]
         assert props["Runtime"] == "python3.12" and props["Architectures"] == ["arm64"], logical_id
@@ -177,17 +182,36 @@ def test_function_settings_are_fields_settings_reads(synth: Synth, stage: str) -
     assert prod_env[PREFIX + "GPU_QUOTAS"] == "default:H100=16, research:*=8"
     assert prod_env[PREFIX + "CORS_ORIGIN"] == "https://dashboard.example.com"
     # The retraining pieces the API needs to create schedules: this stack's group, role and dispatcher
-    assert prod_env[PREFIX + "RETRAINING_SCHEDULE_GROUP"] == _one(synth, "prod", "AWS::Scheduler::ScheduleGroup")["Name"]
-    assert resolve_ref(prod_env[PREFIX + "RETRAINING_SCHEDULER_ROLE_ARN"]) in synth.resources("prod", "AWS::IAM::Role")
-    dispatcher = next(
-        f
-        for f in synth.resources("prod", "AWS::Lambda::Function").values()
-        if f["Properties"]["Handler"].endswith("retraining.lambda_handler")
-    )
-    assert (
-        prod_env[PREFIX + "RETRAINING_FUNCTION_ARN"]
-        == f"arn:aws:lambda:eu-west-1:{PROD_ACCOUNT}:function:{dispatcher['Properties']['FunctionName']}"
-    )
+    if synth.retraining:
+        assert prod_env[PREFIX + "RETRAINING_SCHEDULE_GROUP"] == _one(synth, "prod", "AWS::Scheduler::ScheduleGroup")["Name"]
+        assert resolve_ref(prod_env[PREFIX + "RETRAINING_SCHEDULER_ROLE_ARN"]) in synth.resources("prod", "AWS::IAM::Role")
+        dispatcher = next(
+            f for f in synth.resources("prod", "AWS::Lambda::Function").values() if f["Properties"]["Handler"] == RETRAINING_HANDLER
+        )
+        name = dispatcher["Properties"]["FunctionName"]
+        assert prod_env[PREFIX + "RETRAINING_FUNCTION_ARN"] == f"arn:aws:lambda:eu-west-1:{PROD_ACCOUNT}:function:{name}"
+    else:
+        assert not {k for k in prod_env if k.startswith(PREFIX + "RETRAINING_")}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_function_handler_is_defined_in_the_bundle(synth: Synth, stage: str) -> None:
+    from infra.constructs.function import FunctionSpec
+
+    for function in synth.resources(stage, "AWS::Lambda::Function").values():
+        handler = function["Properties"]["Handler"]
+        assert FunctionSpec("x", handler, "").defined_in(synth.bundle.path), handler
+
+
+def test_handler_check_reads_definitions(tmp_path: Path) -> None:
+    from infra.constructs.function import FunctionSpec
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "mod.py").write_text("import x\n\n@decorate\ndef lambda_handler(e, c):\n    pass\n\nalias = lambda_handler\n")
+    assert FunctionSpec("x", "pkg.mod.lambda_handler", "").defined_in(tmp_path)
+    assert FunctionSpec("x", "pkg.mod.alias", "").defined_in(tmp_path)
+    assert not FunctionSpec("x", "pkg.mod.handler", "").defined_in(tmp_path)
+    assert not FunctionSpec("x", "pkg.other.lambda_handler", "").defined_in(tmp_path)
 
 
 def test_functions_have_bounded_concurrency_in_prod(synth: Synth) -> None:
@@ -195,7 +219,7 @@ def test_functions_have_bounded_concurrency_in_prod(synth: Synth) -> None:
         f["Properties"]["Handler"].split(".")[2]: f["Properties"].get("ReservedConcurrentExecutions")
         for f in synth.resources("prod", "AWS::Lambda::Function").values()
     }
-    assert reserved == {"api": 50, "lifecycle": 20, "events": 10, "retraining": 5}
+    assert reserved == {"api": 50, "lifecycle": 20, "events": 10, **({"retraining": 5} if synth.retraining else {})}
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -328,14 +352,27 @@ def test_engine_events_reach_the_events_function_with_a_dead_letter_queue(synth:
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_retraining_triggers_and_scheduler(synth: Synth, stage: str) -> None:
+    outputs = synth.templates[stage]["Outputs"]
+    if not synth.retraining:
+        # Without its dispatcher (issue 7) the stack deploys no retraining at all, and says so
+        assert outputs["RetrainingStatus"]["Value"].startswith("not deployed")
+        assert not synth.resources(stage, "AWS::Scheduler::ScheduleGroup")
+        assert all("aws.s3" not in json.dumps(r.get("EventPattern", {})) for r in _rules(synth, stage).values())
+        return
+    assert outputs["RetrainingStatus"]["Value"] == "deployed"
     functions = {f["Properties"]["Handler"]: k for k, f in synth.resources(stage, "AWS::Lambda::Function").items()}
-    dispatcher = functions["functions.handlers.retraining.lambda_handler"]
+    dispatcher = functions[RETRAINING_HANDLER]
     patterns = [p["EventPattern"] for p in _rules(synth, stage).values() if any(resolve_ref(t["Arn"]) == dispatcher for t in p["Targets"])]
     sources = {s for p in patterns for s in p["source"]}
     assert sources == {"aws.s3", "aws.cloudwatch", "trainplane.retraining"}
-    # The artifacts bucket triggers only from datasets/ (checkpoints would fire all day)
+    # The artifacts bucket triggers only from datasets/ (checkpoints would fire all day) ...
     datasets = next(p for p in patterns if p.get("detail", {}).get("object"))
     assert datasets["detail"]["object"]["key"] == [{"prefix": "datasets/"}]
+    # ... the prefix the trainer roles may read and the dispatcher's route matching assumes
+    from functions.service import retraining_routes
+    from infra.constructs.storage import DATASETS_PREFIX
+
+    assert f"{DATASETS_PREFIX}/" == retraining_routes.DATASETS_PREFIX
     group = _one(synth, stage, "AWS::Scheduler::ScheduleGroup")
     assert group["Name"] == f"trainplane-{stage}-retraining"
     scheduler_role = next(
@@ -358,7 +395,8 @@ def test_alarms_notify_and_dashboard_exists(synth: Synth, stage: str) -> None:
         ("AWS/SQS", "ApproximateNumberOfMessagesVisible"),
         ("AWS/ApiGateway", "5XXError"),
     } <= metrics
-    assert sum(1 for a in alarms if a["Namespace"] == "AWS/Lambda" and a["MetricName"] == "Errors") == 4
+    functions = synth.resources(stage, "AWS::Lambda::Function")
+    assert sum(1 for a in alarms if a["Namespace"] == "AWS/Lambda" and a["MetricName"] == "Errors") == len(functions)
     (topic,) = synth.resources(stage, "AWS::SNS::Topic")
     assert all(resolve_ref(a["AlarmActions"][0]) == topic for a in alarms)
     assert _one(synth, stage, "AWS::CloudWatch::Dashboard")["DashboardName"] == f"trainplane-{stage}-control-plane"
