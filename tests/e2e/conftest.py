@@ -5,8 +5,9 @@
       r = local_plane.request("POST", "/jobs", json=spec)            # signed as alice
       r = local_plane.request("GET", f"/jobs/{job_id}", principal="admin")
       s3 = local_plane.client("s3")                                   # the emulated AWS
-- `local_plane_factory` (session): `make(api_handler=None, state_dir=None)` starts a plane of your own
-  (restarts, kill -9, a stand-in handler); every plane it made is stopped at the end of the session.
+- `local_plane_factory` (session): `make(api_handler=None, state_dir=None, env=None)` starts a plane of your
+  own (restarts, kill -9, a stand-in handler, extra TRAINPLANE_* variables); every plane it made is stopped
+  at the end of the session.
 
 A plane: `api_url`, `aws_endpoint_url`, `region`, `bucket`, `credentials` (endpoint.json's list),
 `state_dir`, `endpoint` (the parsed endpoint.json); `auth(name)`, `request(...)`, `client(service)`;
@@ -36,9 +37,10 @@ STOP_TIMEOUT_S = 30.0
 
 
 class LocalPlane:
-    def __init__(self, state_dir: Path, api_handler: str | None = None) -> None:
+    def __init__(self, state_dir: Path, api_handler: str | None = None, env: dict[str, str] | None = None) -> None:
         self.state_dir = state_dir
         self.api_handler = api_handler
+        self.extra_env = dict(env or {})  # e.g. TRAINPLANE_LOCAL_* knobs of a plane of one's own
         self.log_path = state_dir.parent / f"{state_dir.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.endpoint: dict[str, Any] = {}
@@ -109,6 +111,7 @@ class LocalPlane:
         stale = self.endpoint_path.read_bytes() if self.endpoint_path.exists() else None
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINPLANE_", "AWS_", "MOTO_"))}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        env.update(self.extra_env)
         log = open(self.log_path, "ab")  # noqa: SIM115 (the child writes it; a pipe nobody reads would fill up)
         self.process = subprocess.Popen(self.command(), cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
         log.close()
@@ -159,8 +162,8 @@ PlaneFactory = Callable[..., LocalPlane]
 def local_plane_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlaneFactory]:
     planes: list[LocalPlane] = []
 
-    def make(api_handler: str | None = None, state_dir: Path | None = None) -> LocalPlane:
-        plane = LocalPlane(state_dir or tmp_path_factory.mktemp("plane") / "state", api_handler)
+    def make(api_handler: str | None = None, state_dir: Path | None = None, env: dict[str, str] | None = None) -> LocalPlane:
+        plane = LocalPlane(state_dir or tmp_path_factory.mktemp("plane") / "state", api_handler, env)
         planes.append(plane)
         return plane.start()
 
