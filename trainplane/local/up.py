@@ -21,6 +21,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -44,8 +45,21 @@ COMPUTE_CHOICES = ("local", "sagemaker", "ec2")
 _CONTROL_PLANE_KEY = "local-control-plane"
 
 
-def run_up(host: str, port: int, state_dir: Path, compute: str = "local", *, api_handler: str = DEFAULT_API_HANDLER) -> None:
-    """Serve until SIGINT/SIGTERM. `port=0` picks a free port (endpoint.json tells which)."""
+def run_up(
+    host: str,
+    port: int,
+    state_dir: Path,
+    compute: str = "local",
+    *,
+    api_handler: str = DEFAULT_API_HANDLER,
+    exit_process: bool = True,
+) -> None:
+    """Serve until SIGINT/SIGTERM. `port=0` picks a free port (endpoint.json tells which).
+
+    With `exit_process` (the default: this is a process's main loop) the process ends right after the
+    orderly shutdown, without the interpreter's teardown of moto's in-memory world, which takes seconds
+    and holds nothing that must survive: the journal is on disk and endpoint.json is gone by then.
+    """
     _configure_logging()
     stop = threading.Event()
 
@@ -65,6 +79,11 @@ def run_up(host: str, port: int, state_dir: Path, compute: str = "local", *, api
         plane.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if exit_process:
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
 
 
 class LocalPlane:
@@ -148,6 +167,7 @@ class LocalPlane:
 
     def stop(self) -> None:
         """Reverse order of start; safe after a partial start."""
+        began = time.monotonic()
         if "endpoint" in self._started:
             self.endpoint_path.unlink(missing_ok=True)
         if "front_door" in self._started and self.front_door is not None:
@@ -164,6 +184,7 @@ class LocalPlane:
         if self._lock_file is not None:
             self._lock_file.close()  # releases the flock
             self._lock_file = None
+        logger.info("stopped in %.1fs", time.monotonic() - began)
 
     def endpoint_document(self) -> dict[str, Any]:
         """endpoint.json, exactly CONTRACTS.md's shape."""
