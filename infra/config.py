@@ -68,6 +68,10 @@ class StageConfig(BaseModel):
     compute: Literal["sagemaker", "ec2"] = "sagemaker"
     # A prebuilt trainer image (ECR URI) instead of building trainer_image/ at deploy time.
     trainer_image_uri: str | None = None
+    # Build arguments of trainer_image/Dockerfile when the stack builds it: a CUDA PyTorch base image
+    # (for instance the AWS Deep Learning Container) and the torch version it carries.
+    trainer_base_image: str | None = None
+    trainer_torch_version: str | None = Field(default=None, pattern=r"^\d+\.\d+\.\d+$")
     # S3 locations (s3://bucket/prefix) the trainer may READ training data from, besides the
     # artifacts bucket's datasets/ prefix.
     training_data_uris: tuple[str, ...] = ()

@@ -27,7 +27,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # The image's build context is the repository root because the trainer imports schemas/; only
 # these paths are sent to `docker build` (the rest, .venv and cdk.out above all, stays out).
 TRAINER_DOCKERFILE = "trainer_image/Dockerfile"
-TRAINER_BUILD_CONTEXT = ("trainer_image", "schemas", "pyproject.toml", "README.md")
+TRAINER_BUILD_CONTEXT = ("trainer_image", "schemas")  # tests/infra check the Dockerfile COPYs nothing else
 SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 # The Deep Learning AMI (Ubuntu) boots from /dev/sda1; Settings.ec2_root_device_name says the same.
 ROOT_DEVICE = "/dev/sda1"
@@ -116,10 +116,17 @@ class Compute(Construct):
             directory=str(REPO_ROOT),
             file=TRAINER_DOCKERFILE,
             platform=ecr_assets.Platform.LINUX_AMD64,  # GPU instances and SageMaker's ml.* GPU types are x86_64
+            build_args=self._build_args(config) or None,
             ignore_mode=IgnoreMode.DOCKER,
             exclude=["*", *(f"!{path}" for path in TRAINER_BUILD_CONTEXT), "**/__pycache__", "**/*.pyc"],
         )
         return asset.image_uri, asset.repository
+
+    @staticmethod
+    def _build_args(config: StageConfig) -> dict[str, str]:
+        """The Dockerfile's ARGs the stage config sets: another CUDA PyTorch base (e.g. an AWS DLC)."""
+        args = {"BASE_IMAGE": config.trainer_base_image, "TORCH_VERSION": config.trainer_torch_version}
+        return {name: value for name, value in args.items() if value}
 
     # --- networking -----------------------------------------------------------------------------
 

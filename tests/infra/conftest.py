@@ -63,6 +63,9 @@ def synth(tmp_path_factory: pytest.TempPathFactory) -> Synth:
         raise
 
 
+DEV_BASE_IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.13.0-gpu-py312-cu128-ubuntu22.04-sagemaker"
+
+
 def _synthesize(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     import aws_cdk as cdk
 
@@ -74,7 +77,8 @@ def _synthesize(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     # cdk.json's feature flags, as `make synth` and `cdk deploy` see them.
     app = cdk.App(context=cdk_json_context(), outdir=str(outdir))
     bundle = build_bundle()
-    configs = {"dev": StageConfig(), "prod": StageConfig.parse(PROD)}
+    # dev builds the trainer image (on a Deep Learning Container base); prod deploys a prebuilt one
+    configs = {"dev": StageConfig(trainer_base_image=DEV_BASE_IMAGE, trainer_torch_version="2.13.0"), "prod": StageConfig.parse(PROD)}
     for config in configs.values():
         add_stack(app, config, bundle)
     check(app)

@@ -10,7 +10,7 @@ import pytest
 
 from functions import constants
 from functions.settings import PREFIX, Settings
-from tests.infra.conftest import PROD_ACCOUNT, Synth, resolve_ref
+from tests.infra.conftest import DEV_BASE_IMAGE, PROD_ACCOUNT, Synth, resolve_ref
 
 pytestmark = pytest.mark.infra
 
@@ -314,8 +314,31 @@ def test_trainer_image_is_built_from_trainer_image_with_schemas_in_context(synth
     assert {"trainer_image", "schemas"} <= staged
     assert not staged & {".venv", "cdk.out", ".git", "functions", "tests", "trainplane"}
     assert (context / TRAINER_DOCKERFILE).exists()
+    # And the stage config's base image reaches the Dockerfile as build arguments it declares
+    assert image["source"]["dockerBuildArgs"] == {"BASE_IMAGE": DEV_BASE_IMAGE, "TORCH_VERSION": "2.13.0"}
+    # prod names a prebuilt image instead
     outputs = synth.templates["prod"]["Outputs"]
     assert outputs["TrainerImageUri"]["Value"] == "111122223333.dkr.ecr.eu-west-1.amazonaws.com/trainplane-trainer:1.0"
+
+
+def test_the_dockerfile_needs_nothing_outside_the_build_context() -> None:
+    import dockerfile
+
+    from infra.constructs.compute import REPO_ROOT, TRAINER_BUILD_CONTEXT, TRAINER_DOCKERFILE
+
+    commands = dockerfile.parse_file(str(REPO_ROOT / TRAINER_DOCKERFILE))
+    # Given every COPY/ADD source of the trainer's Dockerfile (all but the last value are sources)
+    sources = [
+        src for c in commands if c.cmd in {"COPY", "ADD"} and not any(f.startswith("--from") for f in c.flags) for src in c.value[:-1]
+    ]
+    assert sources
+    # Then each lies inside the paths the stack sends as the build context
+    for source in sources:
+        assert source.split("/")[0] in TRAINER_BUILD_CONTEXT, source
+        assert (REPO_ROOT / source).exists(), source
+    # And the build arguments the stack may pass are ARGs the Dockerfile declares
+    declared = {c.value[0].split("=")[0] for c in commands if c.cmd == "ARG"}
+    assert {"BASE_IMAGE", "TORCH_VERSION"} <= declared
 
 
 # --- events and retraining -----------------------------------------------------------------------
