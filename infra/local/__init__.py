@@ -6,7 +6,8 @@ would hold them: names from functions/constants.py), publishes the settings the 
 need with `ctx.set_setting(...)`, and registers what must run while local mode serves:
 
 - `ctx.add_background(name, target)`: `target(stop: threading.Event)` runs in a daemon thread started
-  AFTER the journal has been restored (so it sees the restored jobs) and before the front door opens;
+  AFTER the journal has been restored (so it sees the restored jobs) and the handlers' TRAINPLANE_*
+  environment has been exported (so settings read in it are complete), before the front door opens;
   it must return soon after `stop` is set.
 - `ctx.on_shutdown(fn)`: called once on shutdown, newest first, after the front door has closed.
 
