@@ -272,7 +272,7 @@ class DynamoJobRepository:
                 "UpdateExpression": "SET #progress = :p",
                 "ConditionExpression": "attribute_exists(#pk)",
                 "ExpressionAttributeNames": {"#progress": "progress", "#pk": c.PK},
-                "ExpressionAttributeValues": {":p": items.to_attr(progress.model_dump(mode="json", exclude_none=True))},
+                "ExpressionAttributeValues": {":p": items.field_attr("progress", progress.model_dump(mode="json", exclude_none=True))},
             },
         )
 
@@ -282,7 +282,10 @@ class DynamoJobRepository:
         # Unversioned (never a 409 for the engine), but still no lost append: the write is conditional
         # on the list it was computed from, and recomputed if another append got there first.
         for _attempt in range(_TRANSACTION_ATTEMPTS):
-            current = self.get(job_id)
+            item = self._get_item(job_id)
+            if item is None:
+                raise JobNotFound(job_id)
+            current = items.job_from_item(item)
             refs = [r for r in current.checkpoints if r.checkpoint_id != ref.checkpoint_id and (keep is None or r.checkpoint_id in keep)]
             refs.append(ref)
             best = best_checkpoint_id or current.best_checkpoint_id
@@ -293,10 +296,14 @@ class DynamoJobRepository:
                 refs = [r for r in refs if r.checkpoint_id == best] + others
             new = _apply(current, {"checkpoints": refs, "latest_checkpoint_id": ref.checkpoint_id, "best_checkpoint_id": best})
             update = _update_expression(new, ["checkpoints", "latest_checkpoint_id", "best_checkpoint_id"], reindex=False)
-            old_refs = items.job_document(current).get("checkpoints", [])
-            update.update(TableName=self.table, Key=_meta_key(job_id), ConditionExpression="#checkpoints = :old")
+            update.update(TableName=self.table, Key=_meta_key(job_id))
             update["ExpressionAttributeNames"]["#checkpoints"] = "checkpoints"
-            update["ExpressionAttributeValues"][":old"] = items.to_attr(old_refs)
+            if "checkpoints" in item:
+                update["ConditionExpression"] = "#checkpoints = :old"
+                update["ExpressionAttributeValues"][":old"] = item["checkpoints"]
+            else:
+                update["ConditionExpression"] = "attribute_exists(#pk) AND attribute_not_exists(#checkpoints)"
+                update["ExpressionAttributeNames"]["#pk"] = c.PK
             try:
                 self._ddb.update_item(**update)
                 return new
@@ -430,7 +437,7 @@ def _update_expression(new: Job, fields: list[str], *, reindex: bool) -> dict[st
         names[f"#f{i}"] = name
         if name in doc:
             sets.append(f"#f{i} = :f{i}")
-            values[f":f{i}"] = items.to_attr(doc[name])
+            values[f":f{i}"] = items.field_attr(name, doc[name])
         else:
             removes.append(f"#f{i}")
     if reindex:

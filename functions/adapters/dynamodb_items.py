@@ -31,6 +31,9 @@ COUNTS_ALL_PREFIX = "COUNTS#ALL#"
 COUNTER_SHARDS = 8
 MAX_PRIORITY = 10
 
+# Maps kept as native DynamoDB maps because list filters look inside them (labels.<k>, scheduling_config.queue).
+NATIVE_FIELDS = frozenset({"labels", "scheduling_config"})
+
 KEY_ATTRS = frozenset({c.PK, c.SK, *(a for pair in c.GSIS.values() for a in pair), "entity"})
 
 
@@ -101,9 +104,31 @@ def to_attr(value: Any) -> dict[str, Any]:
     return _serializer().serialize(_json_safe(value))
 
 
+def packed_attr(value: Any) -> dict[str, Any]:
+    """A document as one Binary attribute holding its compact JSON (see field_attr)."""
+    return {"B": json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False, default=str).encode()}
+
+
+def field_attr(name: str, value: Any) -> dict[str, Any]:
+    """A job field's attribute: scalars and the filterable maps natively, other documents packed.
+
+    A job's configs, checkpoints and progress would be a few hundred nested attribute values; packed
+    they are one. Nothing queries inside them, and it keeps every read and write cheap (moto in
+    local mode serializes each nested value on every GetItem: ~60 ms per job unpacked, ~2 ms packed).
+    """
+    if isinstance(value, dict | list) and name not in NATIVE_FIELDS:
+        return packed_attr(_json_safe(value))
+    return to_attr(value)
+
+
 def from_item(item: Mapping[str, Any]) -> dict[str, Any]:
     deserializer = _deserializer()
-    return {k: _plain(deserializer.deserialize(v)) for k, v in item.items()}
+    return {k: _unpacked(v) if "B" in v else _plain(deserializer.deserialize(v)) for k, v in item.items()}
+
+
+def _unpacked(value: Mapping[str, Any]) -> Any:
+    raw = value["B"]
+    return json.loads(raw.value if hasattr(raw, "value") else raw)
 
 
 def _plain(value: Any) -> Any:
@@ -125,7 +150,7 @@ def job_document(job: Job) -> dict[str, Any]:
 
 def job_item(job: Job) -> dict[str, Any]:
     doc = job_document(job)
-    item = {k: to_attr(v) for k, v in doc.items()}
+    item = {k: field_attr(k, v) for k, v in doc.items()}
     item.update(index_attrs(job))
     item[c.PK] = {"S": job_pk(job.job_id)}
     item[c.SK] = {"S": META}

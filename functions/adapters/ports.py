@@ -91,7 +91,9 @@ class JobRepository(Protocol):
     def record_progress(self, job_id: str, progress: Progress) -> None:
         """Unversioned write of the progress attribute (frequent, last writer wins, never a 409)."""
 
-    def add_checkpoint(self, job_id: str, ref: CheckpointRef, *, best_checkpoint_id: str | None = None, keep: list[str] | None = None) -> Job:
+    def add_checkpoint(
+        self, job_id: str, ref: CheckpointRef, *, best_checkpoint_id: str | None = None, keep: list[str] | None = None
+    ) -> Job:
         """Append a checkpoint (and set latest / best); `keep` drops refs no longer retained. Unversioned."""
 
     def history(self, job_id: str) -> list[StatusEvent]:

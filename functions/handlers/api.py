@@ -20,7 +20,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 
 from functions import composition, constants
-from functions.handlers import errors, policies
+from functions.handlers import errors, policies, queues
 from functions.handlers.errors import Forbidden, IdempotencyInProgress, IdempotencyKeyReused, responses
 from functions.handlers.tracing import LazyTracer
 from schemas.api import (
@@ -177,7 +177,7 @@ def list_jobs(
     tags=["jobs"],
 )
 def get_job(job_id: JobId) -> Job:
-    return composition.job_service().get(job_id, _for_job(jobs, job_id))
+    return queues.with_position(composition.job_service().get(job_id, _for_job(jobs, job_id)))
 
 
 @jobs.patch(
@@ -358,6 +358,7 @@ app.include_router(jobs)
 app.include_router(controls)
 app.include_router(reports)
 app.include_router(policies.router)
+app.include_router(queues.router)
 errors.register(app, on_error=_count_error)
 
 

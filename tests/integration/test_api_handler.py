@@ -104,7 +104,7 @@ def test_submit_returns_201_with_the_job_and_masks_the_hub_token(call: Api) -> N
     item = call.clients.dynamodb().get_item(
         TableName=call.settings.jobs_table, Key={"pk": {"S": f"JOB#{job['job_id']}"}, "sk": {"S": "META"}}
     )["Item"]
-    assert item["output_config"]["M"]["hub_token"]["S"] == "hf_secret"
+    assert json.loads(item["output_config"]["B"])["hub_token"] == "hf_secret"
     assert call("api_get_job", job_id=job["job_id"]).body["output_config"]["hub_token"] == "**********"
 
 

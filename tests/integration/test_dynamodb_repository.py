@@ -6,6 +6,7 @@ drift from the real adapter.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
@@ -431,6 +432,10 @@ def test_items_and_index_keys_follow_the_table_design(dynamo: DynamoJobRepositor
     meta = next(r for r in rows if r["sk"]["S"] == "META")
     assert meta[c.GSI_OWNER_PK]["S"] == f"OWNER#{ALICE}"
     assert meta[c.GSI_QUEUE_PK]["S"] == "QUEUE#default" and meta[c.GSI_QUEUE_SK]["S"].startswith("03#")
+    # And documents nothing filters on are packed (one attribute each); filterable maps stay native
+    assert json.loads(meta["training_config"]["B"])["training_type"] == "LORA"
+    assert meta["labels"]["M"]["team"]["S"] == "support" and meta["scheduling_config"]["M"]["queue"]["S"] == "default"
+    assert meta["status"]["S"] == "QUEUED" and meta["version"]["N"] == "2"
     # And leaving QUEUED removes the job from the sparse index
     _move(dynamo, job, S.SCHEDULING)
     meta = ddb.get_item(TableName=dynamo.table, Key={"pk": {"S": f"JOB#{job.job_id}"}, "sk": {"S": "META"}})["Item"]
