@@ -4,12 +4,13 @@
     interpreter, timed inside it (interpreter start-up excluded), median of --runs runs, alternating
     the two so that disk cache and CPU frequency favour neither. Goal: handler <= 1.6x boto3.
 (b) Latency through local mode's front door: starts `trainplane up --port 0` in a subprocess,
-    pre-creates jobs, then --concurrency signed clients (one SDK Client each, one thread each) hammer
-    GET /jobs/{id}, then POST /jobs. Prints p50/p90/p99/max and requests/s. Goal on a 2-core machine:
+    pre-creates jobs, then --concurrency signed clients (one SDK Client each, one thread each) call
+    GET /jobs/{id} back to back for a fixed time (a closed loop), then POST /jobs; one client alone
+    first gives the service time without queueing. Prints p50/p90/p99/max, requests/s and the cores
+    the server and the clients kept busy. Goal on a 2-core machine:
     GET p50 <= 15 ms, p99 <= 60 ms.
 
-    python scripts/bench_api.py [--runs 11] [--concurrency 16] [--get-requests 3200] [--post-requests 800]
-                                [--profile-server]   # py-spy/cProfile hints: see docs/BENCHMARKS.md
+    python scripts/bench_api.py [--runs 11] [--concurrency 16] [--get-seconds 30] [--post-seconds 20] [--json]
 """
 
 from __future__ import annotations
@@ -182,18 +183,20 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def hammer(name: str, clients: list[Client], total: int, call: Callable[[Client, int], object], server_pid: int = 0) -> LoadResult:
-    """`total` calls spread over one thread per client, all released together."""
+def hammer(name: str, clients: list[Client], seconds: float, call: Callable[[Client, int], object], server_pid: int = 0) -> LoadResult:
+    """One thread per client, released together, each calling back to back for `seconds` (a closed loop)."""
     result = LoadResult(name)
     lock = threading.Lock()
     start = threading.Barrier(len(clients) + 1)
-    per_client = [total // len(clients) + (1 if i < total % len(clients) else 0) for i in range(len(clients))]
+    deadline = [0.0]
 
     def worker(index: int, client: Client) -> None:
         local: list[float] = []
         errors: dict[str, int] = {}
         start.wait()
-        for n in range(per_client[index]):
+        n = 0
+        while time.perf_counter() < deadline[0]:
+            n += 1
             t0 = time.perf_counter()
             try:
                 call(client, index * 1_000_000 + n)
@@ -209,6 +212,7 @@ def hammer(name: str, clients: list[Client], total: int, call: Callable[[Client,
     threads = [threading.Thread(target=worker, args=(i, c), daemon=True) for i, c in enumerate(clients)]
     for t in threads:
         t.start()
+    deadline[0] = time.perf_counter() + seconds
     start.wait()
     t0, server0, client0 = time.perf_counter(), cpu_seconds(server_pid), time.process_time()
     for t in threads:
@@ -219,7 +223,7 @@ def hammer(name: str, clients: list[Client], total: int, call: Callable[[Client,
     return result
 
 
-def bench_front_door(concurrency: int, get_requests: int, post_requests: int, jobs: int, compute: str) -> dict[str, Any]:
+def bench_front_door(concurrency: int, get_seconds: float, post_seconds: float, jobs: int, compute: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="trainplane-bench-") as tmp:
         state_dir = Path(tmp)
         started = time.perf_counter()
@@ -229,15 +233,15 @@ def bench_front_door(concurrency: int, get_requests: int, post_requests: int, jo
             ids = [clients[0].submit(BENCH_JOB).job_id for _ in range(jobs)]
             time.sleep(5)  # let the pre-created jobs' lifecycles settle (they end FAILED/CAPACITY at once)
             # Warm every client's connection and the server's code paths before measuring.
-            hammer("warm-up", clients, concurrency * 4, lambda c, n: c.get(ids[n % len(ids)]))
+            hammer("warm-up", clients, 3.0, lambda c, n: c.get(ids[n % len(ids)]))
 
             def get_job(c: Client, n: int) -> object:
                 return c.get(ids[n % len(ids)])
 
             # One client alone first: the service time, without queueing behind the other 15.
-            single = hammer("GET /jobs/{id} x1", clients[:1], max(50, get_requests // 16), get_job, process.pid)
-            get = hammer("GET /jobs/{id}", clients, get_requests, get_job, process.pid)
-            post = hammer("POST /jobs", clients, post_requests, lambda c, n: c.submit(BENCH_JOB), process.pid)
+            single = hammer("GET /jobs/{id} x1", clients[:1], get_seconds / 2, get_job, process.pid)
+            get = hammer("GET /jobs/{id}", clients, get_seconds, get_job, process.pid)
+            post = hammer("POST /jobs", clients, post_seconds, lambda c, n: c.submit(BENCH_JOB), process.pid)
             for c in clients:
                 c.close()
         return {
@@ -280,8 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=11, help="Import-time runs per module (median).")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--jobs", type=int, default=64, help="Jobs created before the GET phase.")
-    parser.add_argument("--get-requests", type=int, default=3200)
-    parser.add_argument("--post-requests", type=int, default=800)
+    parser.add_argument("--get-seconds", type=float, default=30.0, help="Length of the concurrent GET phase (the 1-client phase: half).")
+    parser.add_argument("--post-seconds", type=float, default=20.0, help="Length of the POST phase.")
     parser.add_argument("--compute", default="local", choices=["local", "sagemaker", "ec2"], help="`trainplane up --compute`.")
     parser.add_argument("--skip-imports", action="store_true")
     parser.add_argument("--skip-load", action="store_true")
@@ -292,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_imports:
         figures["imports"] = bench_imports(args.runs)
     if not args.skip_load:
-        figures["front_door"] = bench_front_door(args.concurrency, args.get_requests, args.post_requests, args.jobs, args.compute)
+        figures["front_door"] = bench_front_door(args.concurrency, args.get_seconds, args.post_seconds, args.jobs, args.compute)
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0
