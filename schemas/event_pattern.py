@@ -97,7 +97,7 @@ def matches(pattern: dict[str, Any], event: dict[str, Any]) -> bool:
         present = isinstance(event, dict) and key in event
         value = event.get(key) if isinstance(event, dict) else None
         if isinstance(rule, dict):
-            if not present or not matches(rule, value):
+            if not present or not isinstance(value, dict) or not matches(rule, value):
                 return False
         elif not any(_matches_value(item, value, present) for item in rule):
             return False

@@ -16,7 +16,7 @@ _MONTHS = {m: i for i, m in enumerate(["JAN", "FEB", "MAR", "APR", "MAY", "JUN",
 # EventBridge numbers days of week 1-7 from Sunday.
 _DAYS = {d: i for i, d in enumerate(["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"], start=1)}
 
-_FIELDS = (
+_FIELDS: tuple[tuple[str, int, int, dict[str, int]], ...] = (
     ("minutes", 0, 59, {}),
     ("hours", 0, 23, {}),
     ("day-of-month", 1, 31, {}),

@@ -411,7 +411,7 @@ class DynamoPolicyRepository:
                 reasons = exc.response.get("CancellationReasons", [])
                 codes = {r.get("Code") for r in reasons}
                 if "ConditionalCheckFailed" in codes:
-                    return reasons  # type: ignore[no-any-return]
+                    return reasons
                 if "TransactionConflict" in codes and attempt < _ATTEMPTS - 1:
                     time.sleep(0.01 * 2**attempt)
                     continue

@@ -8,7 +8,7 @@ policy is 404, as for jobs.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response, content_types
@@ -20,6 +20,9 @@ from functions.handlers.errors import Forbidden, responses
 from functions.service.principal import Principal
 from schemas.api import ErrorResponse
 from schemas.retraining import PolicyList, RetrainingPolicy, RetrainingPolicyPatch, RetrainingPolicyRequest
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
 router = Router()
 logger = Logger(service=constants.SERVICE_NAME, child=True)
@@ -45,7 +48,7 @@ def _responses(status: int, description: str, *codes: int, content: bool = True)
 
 
 def _principal(policy_id: str | None = None) -> Principal:
-    arn = router.current_event.request_context.identity.user_arn
+    arn = cast("APIGatewayProxyEvent", router.current_event).request_context.identity.user_arn
     if not arn:
         raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
     if policy_id is not None:
@@ -120,6 +123,6 @@ def patch_policy(policy_id: PolicyId, body: Annotated[RetrainingPolicyPatch, Bod
     responses=_responses(204, "Deleted", 404, 409, 422, content=False),
     tags=TAGS,
 )
-def delete_policy(policy_id: PolicyId):  # type: ignore[no-untyped-def]  # no return model: a 204 has no body
+def delete_policy(policy_id: PolicyId):  # no return annotation: no response model, a 204 has no body
     composition.retraining_service().delete(policy_id, _principal(policy_id))
     return Response(status_code=204, body="")

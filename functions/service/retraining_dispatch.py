@@ -96,16 +96,17 @@ class Dispatcher:
             return []
         at = (scheduled_time or self.clock().replace(second=0, microsecond=0)).astimezone(UTC)
         stamp = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+        event_id = f"schedule:{stamp}"
         event = {
             "version": "0",
-            "id": f"schedule:{stamp}",
+            "id": event_id,
             "source": SCHEDULER_SOURCE,
             "detail-type": SCHEDULED_EVENT,
             "time": stamp,
             "resources": [],
             "detail": {"policy_id": policy_id, "scheduled_time": stamp, "execution_id": execution_id or ""},
         }
-        return [self.fire(policy_id, event, event["id"])]
+        return [self.fire(policy_id, event, event_id)]
 
     # --- one policy, one event -------------------------------------------------------------------
 
