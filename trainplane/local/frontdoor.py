@@ -245,7 +245,7 @@ class FrontDoor:
                 return self.rfile.read(length) if length else b""
 
             def _read_chunked(self) -> bytes | None:
-                chunks = []
+                chunks: list[bytes] = []
                 total = 0
                 while True:
                     size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)

@@ -11,6 +11,11 @@ Two jobs:
    they now are and appended to the journal as one record (fsync). A client is answered only after
    its write is on disk; a rolled-back transaction journals the unchanged state, which is harmless.
 
+Not journaled (the deployers rebuild it on every start, or a deployer's reconciler redoes it): the
+tables and buckets the deployers create and the buckets' configuration, schema changes of a table after
+it was created (UpdateTable), object tags and ACLs, older versions in a versioned bucket (the latest
+only), and every other service's state (executions, queues, functions, schedules).
+
 Locks never nest across services and never wait on HTTP, so they cannot deadlock with the API
 handler or Step Functions' task threads (which reach moto over HTTP). One thing must not be built on
 top: a DynamoDB stream consumer that calls DynamoDB back synchronously in-process.
@@ -348,7 +353,8 @@ def _restore_item(table: Table, hash_key: DynamoType, range_key: DynamoType | No
     elif range_key is not None:
         table.items[hash_key][range_key] = before
     else:
-        table.items[hash_key] = before
+        # moto annotates only the range-key layout of Table.items.
+        table.items[hash_key] = before  # type: ignore[assignment]
 
 
 def _patch_table_deepcopy() -> None:
@@ -359,7 +365,7 @@ def _patch_table_deepcopy() -> None:
         if _unit.undo is not None:
             return self  # transact_write_items' whole-table backup: the undo log replaces it
         # Otherwise exactly what copy.deepcopy does for a plain object (backups, restores).
-        clone = Table.__new__(type(self))
+        clone: Table = object.__new__(type(self))
         memo[id(self)] = clone
         clone.__dict__.update(copy.deepcopy(self.__dict__, memo))
         return clone
@@ -542,17 +548,17 @@ def restore(state: State, journal: Journal) -> dict[str, int]:
                     counts["items"] += 1
         with s3_unit():
             for bucket_state in state.buckets.values():
-                backend = s3_backends[bucket_state.account]["global"]
-                if bucket_state.name not in backend.buckets and bucket_state.region is not None:
-                    backend.create_bucket(bucket_state.name, bucket_state.region)
+                s3 = s3_backends[bucket_state.account]["global"]
+                if bucket_state.name not in s3.buckets and bucket_state.region is not None:
+                    s3.create_bucket(bucket_state.name, bucket_state.region)
                     counts["buckets"] += 1
-                if bucket_state.name not in backend.buckets:
+                if bucket_state.name not in s3.buckets:
                     missing = len(bucket_state.objects)
                     logger.warning("journal: bucket %s no longer exists; %d objects not restored", bucket_state.name, missing)
                     counts["skipped"] += missing
                     continue
                 for op in bucket_state.objects.values():
-                    _restore_object(backend, op, journal)
+                    _restore_object(s3, op, journal)
                     counts["objects"] += 1
     finally:
         _unit.replaying = False

@@ -160,7 +160,8 @@ def _parse_authorization(value: str, request: ArrivedRequest) -> _Authorization:
     signed = tuple(h.strip().lower() for h in fields["SignedHeaders"].split(";") if h.strip())
     if "host" not in signed:
         raise _incomplete("'Host' or ':authority' must be a 'SignedHeader' in the AWS Authorization.")
-    return _Authorization(*parts, signed_headers=signed, signature=fields["Signature"])
+    key_id, date, region, service, terminator = parts
+    return _Authorization(key_id, date, region, service, terminator, signed_headers=signed, signature=fields["Signature"])
 
 
 def _check_scope(auth: _Authorization, *, region: str, service: str) -> None:

@@ -250,7 +250,7 @@ def _import_handler(spec: str) -> Handler:
         raise RuntimeError(f"the API handler {spec!r} cannot be loaded: {exc}") from exc
     if not callable(handler):
         raise RuntimeError(f"the API handler {spec!r} is not callable")
-    return handler  # type: ignore[no-any-return]
+    return handler
 
 
 def _configure_logging() -> None:
