@@ -59,6 +59,10 @@ def test_the_launch_plan_follows_sagemakers_host_list(tmp_path: Path) -> None:
 
     # Then this node runs ranks 2 and 3, and rank 0 lives on algo-1
     assert plan == distributed.LaunchPlan(world_size=4, nnodes=2, node_rank=1, nproc_per_node=2, master_addr="algo-1", master_port=29500)
+    single_node = distributed.plan_launch(
+        _spec(tmp_path, world=2), ContainerPaths.from_env({"SM_INPUT_CONFIG_DIR": str(tmp_path / "x")}), env={}
+    )
+    assert single_node is not None and single_node.master_addr == "127.0.0.1" and single_node.master_port > 0
     assert [plan.worker_env(i)["RANK"] for i in range(2)] == ["2", "3"]
     assert plan.worker_env(1)["LOCAL_RANK"] == "1" and plan.worker_env(0)["WORLD_SIZE"] == "4"
     # and a node count that disagrees with SageMaker's is refused
@@ -114,7 +118,7 @@ def test_two_cpu_workers_train_like_one_process_with_the_same_global_batch(frame
     # When one runs in one process and the other as two gloo workers spawned by the entry point
     reference = run_in_process(single_root, single, monkeypatch, capsys)
     assert reference.code == ExitCode.COMPLETED
-    proc = start_subprocess(multi_root, multi, {"MASTER_PORT": str(29500 + (hash(framework) % 500))})
+    proc = start_subprocess(multi_root, multi)  # the supervisor picks a free MASTER_PORT
     out, err = proc.communicate(timeout=300)
 
     # Then both workers finished, rank 0 reported once, and the losses match the single process

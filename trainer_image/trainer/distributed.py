@@ -21,6 +21,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -139,8 +140,18 @@ def plan_launch(spec: RunSpec, paths: ContainerPaths, env: dict[str, str] | None
         node_rank=node_rank,
         nproc_per_node=world // nodes,
         master_addr=master,
-        master_port=int(env.get("MASTER_PORT", DEFAULT_MASTER_PORT)),
+        master_port=int(env["MASTER_PORT"]) if env.get("MASTER_PORT") else _master_port(nodes),
     )
+
+
+def _master_port(nodes: int) -> int:
+    """Several single-node jobs may share a host (local mode): each takes a free port. Nodes of one
+    multi-node job must agree without talking, so they use the fixed default."""
+    if nodes > 1:
+        return DEFAULT_MASTER_PORT
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def spawn_workers(plan: LaunchPlan, argv: list[str], *, grace_seconds: float) -> int:
