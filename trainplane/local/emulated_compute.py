@@ -178,12 +178,14 @@ class EmulatedCompute:
         """Stop polling and every trainer (with a checkpoint); no events are sent any more."""
         global _active
         self._stop.set()
+        started = time.monotonic()
         self.runner.shutdown()
         if self._poller is not None:
             self._poller.join(5)
         with _active_lock:
             if _active is self:
                 _active = None
+        logger.info("emulated %s stopped in %.1fs", self.compute, time.monotonic() - started)
 
     def runs(self) -> list[tuple[str, str, int]]:
         """(run id, job id, attempt) of every run started so far (for tests and logs)."""
