@@ -52,6 +52,7 @@ def _sigterm_at_step(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     monkeypatch.setattr(Events, "emit", emit)
 
 
+@pytest.mark.slow
 def test_a_run_stopped_and_resumed_matches_an_uninterrupted_run(tmp_path: Path, monkeypatch, capsys) -> None:
     # Given the same job twice
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"

@@ -25,6 +25,7 @@ def _keys(client, bucket: str, prefix: str) -> list[str]:
     return sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []))
 
 
+@pytest.mark.slow
 def test_checkpoints_metrics_and_export_in_s3_and_resume_on_a_fresh_host(s3, tmp_path: Path, monkeypatch, capsys) -> None:
     client, bucket = s3
     base = f"s3://{bucket}/jobs/job-1"
