@@ -7,18 +7,26 @@ tests/events. Duplicate, late and out-of-order events must change nothing.
 from __future__ import annotations
 
 import copy
+import io
+import json
 from typing import Any
 
+import boto3
 import pytest
+from botocore.response import StreamingBody
+from botocore.stub import Stubber
 
 from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
+from functions.adapters.launchers.ec2 import EC2Launcher
+from functions.adapters.launchers.sagemaker import SageMakerLauncher
 from functions.handlers import events as handler
 from functions.service.cloud_events import CloudEventsService
 from functions.service.lifecycle import LifecycleConfig, LifecycleService
+from functions.service.reconciler import Reconciler
 from functions.service.scheduler import LocalCapacity, Scheduler
 from schemas.job import ErrorType, Job, StatusEvent
 from schemas.status import JobStatus
-from tests.cloud_fixtures import load_event
+from tests.cloud_fixtures import cloud_settings, load_event
 from tests.fakes import InMemoryArtifactStore, InMemoryJobRepository
 from tests.lifecycle_support import InMemoryLedger, make_job, make_request
 
@@ -258,3 +266,63 @@ class _Context:
     memory_limit_in_mb = 512
     invoked_function_arn = "arn:aws:lambda:us-east-1:123456789012:function:trainplane-events"
     aws_request_id = "req-1"
+
+
+class Executions:
+    def start(self, job: Job, before_start: Any = None) -> str:
+        raise AssertionError("a running job with a live execution needs no new one")
+
+    def execution_running(self, execution_arn: str | None) -> bool:
+        return True
+
+
+class StubClients:
+    def __init__(self, **clients: Any) -> None:
+        self._clients = clients
+
+    def client(self, service: str) -> Any:
+        return self._clients[service]
+
+
+def test_a_missed_sagemaker_event_is_caught_by_the_reconcilers_describe() -> None:
+    # Given a job training on SageMaker whose end event never arrived; SageMaker says it failed for memory
+    w = World("sagemaker", "tp-job-0a1b2c3d-a1")
+    w.to_training()
+    client = boto3.client("sagemaker", region_name="us-east-1")
+    response = {**load_event("sagemaker_describe_failed_oom"), "TrainingJobName": "tp-job-0a1b2c3d-a1"}
+    with Stubber(client) as stub:
+        stub.add_response("describe_training_job", response, {"TrainingJobName": "tp-job-0a1b2c3d-a1"})
+        launcher = SageMakerLauncher(cloud_settings(), StubClients(sagemaker=client))
+        # When the reconciler sweeps with the real launcher
+        report = Reconciler(w.repo, w.lifecycle, Executions(), {"sagemaker": launcher}).run_once()
+    # Then the end is reported as the event would have: FAILED, out of memory, the wait answered
+    job = w.repo.get(w.job_id)
+    assert report.reported_ends == [w.job_id]
+    assert (job.status, job.error_type) == (S.FAILED, ErrorType.OUT_OF_MEMORY)
+    assert w.run_answers() == [{"next": "failed"}]
+    # And the event arriving late changes nothing
+    assert w.send("sagemaker_event_completed")["action"] == "ignored"
+
+
+def test_a_missed_ec2_end_is_caught_by_the_reconcilers_describe() -> None:
+    # Given a job on an EC2 spot instance that ended (exit status: interrupted) without its event
+    w = World("ec2", INSTANCE)
+    w.to_training()
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    s3 = boto3.client("s3", region_name="us-east-1")
+    body = json.dumps(load_event("ec2_exit_status_spot")).encode()
+    with Stubber(ec2) as ec2_stub, Stubber(s3) as s3_stub:
+        ec2_stub.add_response("describe_instances", load_event("ec2_describe_terminated_by_user_data"), {"InstanceIds": [INSTANCE]})
+        s3_stub.add_response(
+            "get_object",
+            {"Body": StreamingBody(io.BytesIO(body), len(body))},
+            {"Bucket": "trainplane-artifacts", "Key": "jobs/job-0a1b2c3d/runs/001/exit.json"},
+        )
+        launcher = EC2Launcher(cloud_settings(), StubClients(ec2=ec2, s3=s3))
+        # When the reconciler sweeps with the real launcher (the stand-in's handle has no exit key: tags give it)
+        report = Reconciler(w.repo, w.lifecycle, Executions(), {"ec2": launcher}).run_once()
+    # Then the job is preempted and resumes, as with the event
+    job = w.repo.get(w.job_id)
+    assert report.reported_ends == [w.job_id]
+    assert (job.status, job.preemptions) == (S.PREEMPTED, 1)
+    assert w.run_answers() == [{"next": "resume_preempted"}]
