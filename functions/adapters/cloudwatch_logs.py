@@ -103,7 +103,8 @@ class CloudWatchLogSource:
         from botocore.exceptions import ClientError
 
         try:
-            return logs.filter_log_events(**params, **({"nextToken": token} if token else {}))  # type: ignore[no-any-return]
+            page: dict[str, Any] = logs.filter_log_events(**params, **({"nextToken": token} if token else {}))
+            return page
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
                 return {"events": []}  # the group appears with the first line ever written to it

@@ -64,7 +64,7 @@ def reconcile_once() -> dict[str, Any]:
     from functions.service.reconciler import Reconciler
 
     root = composition.current()
-    report = Reconciler(root.repository, root.lifecycle, root.workflow, root.launchers).run_once()
+    report = Reconciler(root.repository, root.lifecycle, root.workflow, root.launchers).run_once()  # type: ignore[arg-type]
     return {"action": "reconciled", **{k: v for k, v in vars(report).items() if v}}
 
 
@@ -73,7 +73,8 @@ def reconcile_once() -> dict[str, Any]:
 def lambda_handler(event: EventBridgeModel, context: LambdaContext) -> dict[str, Any]:
     logger.append_keys(detail_type=event.detail_type, event_id=event.id)
     scheduled = event.detail_type == SCHEDULED_EVENT
-    result = reconcile_once() if scheduled else service().handle(event.detail_type, event.detail).as_dict()
+    detail = event.detail if isinstance(event.detail, dict) else {}
+    result = reconcile_once() if scheduled else service().handle(event.detail_type, detail).as_dict()
     if result.get("job_id"):
         logger.append_keys(job_id=result["job_id"])
     logger.info("event handled", extra={"outcome": result})

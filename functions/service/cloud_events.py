@@ -89,8 +89,9 @@ class CloudEventsService:
     # --- SageMaker ----------------------------------------------------------------------------
     def _sagemaker(self, detail: Mapping[str, Any]) -> EventOutcome:
         name = str(detail.get("TrainingJobName", ""))
-        tags = detail.get("Tags") if isinstance(detail.get("Tags"), Mapping) else {}
-        ref = job_ref_from_tags(dict(tags)) or parse_training_job_name(name)
+        raw_tags = detail.get("Tags")
+        tags = {str(k): str(v) for k, v in raw_tags.items()} if isinstance(raw_tags, Mapping) else {}
+        ref = job_ref_from_tags(tags) or parse_training_job_name(name)
         if ref is None:
             return EventOutcome("ignored", f"training job {name!r} is not one of ours")
         job_id, attempt = ref

@@ -104,7 +104,7 @@ def deliver_to_events_handler(event: dict[str, Any]) -> None:
     """EventBridge -> the events Lambda, in process (moto raises NotImplementedError for Lambda targets)."""
     from functions.handlers import events
 
-    events.lambda_handler(event, _LambdaContext())
+    events.lambda_handler(event, _LambdaContext())  # type: ignore[arg-type]
 
 
 @dataclass

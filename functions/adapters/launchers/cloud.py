@@ -55,7 +55,7 @@ def validate_cloud_job(training: TrainingConfig, data: DataConfig, resources: Re
     """Submit-time check for compute 'sagemaker' | 'ec2' (a no-op for 'local'): InvalidRequest naming the field."""
     if compute not in PLATFORMS:
         return
-    select_instance(resources, compute)  # type: ignore[arg-type]
+    select_instance(resources, compute)
     if compute == "ec2" and resources.node_count > 1:
         raise InvalidRequest(
             "resource_config.node_count",

@@ -239,7 +239,7 @@ def volume_size_gb(resources: ResourceConfig) -> int:
 def validate_resources(resources: ResourceConfig, compute: str) -> None:
     """Submit-time check: raises the same InvalidRequest a launch would; a no-op for local compute."""
     if compute in PLATFORMS:
-        select_instance(resources, compute)  # type: ignore[arg-type]
+        select_instance(resources, compute)
 
 
 def _describe_gpu(gpu: GpuRequest) -> str:
