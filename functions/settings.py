@@ -38,7 +38,7 @@ class Settings(BaseModel):
     default_max_runtime_seconds: int = Field(default=86_400, ge=60, le=28 * 24 * 3600)
     # Managed spot waits this long beyond the runtime limit for capacity before giving up (PREEMPTED).
     spot_extra_wait_seconds: int = Field(default=4 * 3600, ge=0, le=28 * 24 * 3600)
-    sagemaker_keep_alive_seconds: int | None = Field(default=None, ge=0, le=3600)  # warm pool; None = off
+    sagemaker_keep_alive_seconds: int | None = Field(default=None, ge=0, le=21_600)  # warm pool (AWS: at most 6 h); None = off
     ec2_launch_template_id: str | None = None
     ec2_launch_template_name: str | None = None
     ec2_launch_template_version: str = "$Latest"
