@@ -50,6 +50,9 @@ def test_each_training_type_trains_and_its_loss_falls(training_type: str, tmp_pa
     assert TrainerPhase.TRAINING in phases
     losses = outcome.losses()
     assert sorted(losses) == list(range(1, 13))
+    # the first step ran at the full learning rate (linear decay, no warmup)
+    first_point = next(e.data for e in outcome.of_kind(TrainerEventKind.METRICS) if e.data["step"] == 1)
+    assert first_point["learning_rate"] == pytest.approx(float(hyper["learning_rate"]))
     first, last = losses[1], sum(losses[s] for s in (10, 11, 12)) / 3
     assert last < first - margin, f"{training_type}: loss {first:.4f} -> {last:.4f}"
     # and the evaluation over the same records agrees

@@ -293,6 +293,7 @@ class TrainingLoop:
                 stopped = True
                 break
             step_start = time.perf_counter()
+            step_lr = optimizer.param_groups[0]["lr"]  # the rate this step uses (the scheduler moves on after it)
             step_loss, grad_norm, tokens, ended_epoch = self._train_step(model, optimizer, scheduler)
             self.step += 1
             window_tokens += tokens
@@ -307,7 +308,7 @@ class TrainingLoop:
                     step=self.step,
                     epoch=round(self._epoch_float(), 4),
                     loss=loss_value,
-                    learning_rate=scheduler.get_last_lr()[0],
+                    learning_rate=step_lr,
                     grad_norm=grad_value,
                     tokens_per_second=round(tokens_all / elapsed, 2) if elapsed > 0 else None,
                     attempt=self.spec.attempt,
