@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,7 +45,7 @@ class LocalPlane:
         self.log_path = state_dir.parent / f"{state_dir.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
         self.endpoint: dict[str, Any] = {}
-        self._session = requests.Session()
+        self._sessions = threading.local()  # requests.Session is not thread-safe: one per thread
 
     # --- what endpoint.json says ---------------------------------------------------------------
 
@@ -84,7 +85,10 @@ class LocalPlane:
     def request(self, method: str, path: str, *, principal: str | None = "alice", timeout: float = 30, **kwargs: Any) -> requests.Response:
         """A request to the API, SigV4-signed as `principal` (None: unsigned)."""
         auth = self.auth(principal) if principal else None
-        return self._session.request(method, self.api_url + path, auth=auth, timeout=timeout, **kwargs)
+        session = getattr(self._sessions, "session", None)
+        if session is None:
+            session = self._sessions.session = requests.Session()
+        return session.request(method, self.api_url + path, auth=auth, timeout=timeout, **kwargs)
 
     def client(self, service: str) -> Any:
         p = self.principal("admin")

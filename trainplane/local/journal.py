@@ -38,7 +38,9 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 JOURNAL_FILE = "journal.jsonl"
 BLOBS_DIR = "blobs"
-_CHUNK = 1 << 20
+# A long session rewrites the same items over and over (progress, heartbeats): past this size the
+# journal is folded while serving, so a restart never has to read more than about this much.
+COMPACT_OVER_BYTES = 64 * 1024 * 1024
 
 Op = dict[str, Any]
 
@@ -128,8 +130,9 @@ class State:
 class Journal:
     """Append-only JSON lines under `directory`, plus content-addressed blob files."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, compact_over_bytes: int = COMPACT_OVER_BYTES) -> None:
         self.directory = directory
+        self.compact_over_bytes = compact_over_bytes
         self.path = directory / JOURNAL_FILE
         self.blob_dir = directory / BLOBS_DIR
         self.blob_dir.mkdir(parents=True, exist_ok=True)
@@ -148,6 +151,10 @@ class Journal:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
+            if fh.tell() > self.compact_over_bytes:
+                # Blobs are not collected here: a body may be on disk while the record naming it is still
+                # waiting for this lock. Start-up, with nothing in flight, collects them.
+                self._rewrite(self.fold())
 
     def put_blob(self, chunks: Iterator[bytes]) -> tuple[str, int]:
         """Store a body by its sha256 (durably, before any record names it); returns (sha256, size)."""
@@ -214,20 +221,10 @@ class Journal:
         return state
 
     def compact(self, state: State) -> None:
-        """Rewrite the journal as `state` (one record), atomically, and drop unreferenced blobs."""
+        """Rewrite the journal as `state` (one record), atomically, and drop unreferenced blobs.
+        Only with no write in flight (start-up): a blob is written before the record that names it."""
         with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-            tmp = self.path.with_name(self.path.name + ".compact")
-            ops = list(state.ops())
-            with open(tmp, "wb") as fh:
-                if ops:
-                    fh.write(json.dumps({"v": FORMAT_VERSION, "ops": ops}, separators=(",", ":"), default=str).encode() + b"\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-            _fsync_dir(self.directory)
+            self._rewrite(state)
         keep = state.blobs()
         for path in self.blob_dir.glob("*/*"):
             if path.name not in keep:
@@ -236,6 +233,22 @@ class Journal:
             path.unlink(missing_ok=True)
 
     # --- internals -------------------------------------------------------------------------------
+
+    def _rewrite(self, state: State) -> None:
+        """The journal replaced by `state` as one record: a new file, fsync'd, renamed over the old one.
+        A crash at any point leaves either the old journal or the new one, never a mix."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        tmp = self.path.with_name(self.path.name + ".compact")
+        ops = list(state.ops())
+        with open(tmp, "wb") as fh:
+            if ops:
+                fh.write(json.dumps({"v": FORMAT_VERSION, "ops": ops}, separators=(",", ":"), default=str).encode() + b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        _fsync_dir(self.directory)
 
     def _open(self) -> IO[bytes]:
         if self._file is None:
