@@ -83,6 +83,17 @@ def test_a_policy_round_trips_with_its_hub_token(repo: Any) -> None:
         repo.create(policy, [])
 
 
+def test_an_event_pattern_keeps_its_numbers_and_types(repo: Any) -> None:
+    # Given a pattern with a float threshold, an int, a bool and a null
+    pattern = {"source": ["trainplane.retraining"], "detail": {"score": [{"numeric": [">", 0.3, "<=", 2]}], "ok": [True, None]}}
+    policy = make_policy(trigger={"type": "event", "pattern": pattern}, input_mapping=[])
+    route = Route("event#trainplane.retraining", policy.policy_id, policy.owner, {"pattern": pattern})
+    repo.create(policy, [route])
+    # Then both the policy and its route read back exactly (0.3 stays a float: the matcher compares numbers)
+    assert repo.get(policy.policy_id).trigger.pattern == pattern  # type: ignore[union-attr]
+    assert repo.routes("event#trainplane.retraining")[0].match == {"pattern": pattern}
+
+
 def test_listing_is_per_owner_newest_first_with_tokens_bound_to_the_listing(repo: Any) -> None:
     # Given two of alice's policies and one of bob's
     older, newer = make_policy(), make_policy()
