@@ -7,7 +7,11 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export CDK_DISABLE_VERSION_CHECK := 1
 
-.PHONY: install test test-fast lint format demo bench synth deploy openapi clean up
+# The CDK CLI, pinned: npm's `latest` (3.x) refuses aws-cdk-lib 2.x. STAGE picks cdk.json's stage block.
+CDK := npx --yes aws-cdk@2.1148.1
+STAGE ?= dev
+
+.PHONY: install test test-fast lint format demo bench synth bootstrap deploy openapi clean up
 
 install: $(STAMP)
 
@@ -44,11 +48,17 @@ demo: install
 bench: install
 	$(BIN)/python scripts/bench_api.py
 
+# Offline: no AWS credentials, no Docker (docs/DEPLOY.md). SYNTH_ARGS: more -c key=value.
 synth: install
-	$(BIN)/python infra/app.py --outdir cdk.out
+	$(BIN)/python infra/app.py --outdir cdk.out -c stage=$(STAGE) $(SYNTH_ARGS)
 
+# Once per account and region (needs AWS credentials).
+bootstrap: install
+	$(CDK) bootstrap --app "$(BIN)/python infra/app.py" -c stage=$(STAGE) $(DEPLOY_ARGS)
+
+# Needs AWS credentials and a Docker daemon (the trainer image is built here unless -c trainer_image_uri=...).
 deploy: install
-	npx --yes aws-cdk@2.1148.1 deploy --app "$(BIN)/python infra/app.py" $(DEPLOY_ARGS)
+	$(CDK) deploy --app "$(BIN)/python infra/app.py" -c stage=$(STAGE) $(DEPLOY_ARGS)
 
 up: install
 	$(BIN)/trainplane up --state-dir .state

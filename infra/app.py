@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 
-# Run as a script (cdk.json, make synth): the repository root holds the packages we import.
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# Run as a script (cdk.json, make synth), Python puts infra/ first on sys.path, where infra/constructs
+# would shadow the `constructs` library: the repository root goes there instead.
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:] = [str(ROOT)] + [p for p in sys.path if Path(p or ".").resolve() not in (HERE, ROOT)]
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 import json  # noqa: E402
@@ -81,9 +83,13 @@ def parse_args(argv: list[str]) -> tuple[dict[str, object], str | None]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    started = time.perf_counter()
     context, outdir = parse_args(sys.argv[1:] if argv is None else argv)
-    app, _ = build_app(context, outdir=outdir)
+    app, stack = build_app(context, outdir=outdir)
     app.synth()
+    # The synth's own figure (goal: under a minute offline); the load says how busy the machine was.
+    load = os.getloadavg()[0]
+    print(f"synthesized {stack.stack_name} in {time.perf_counter() - started:.1f} s (load average {load:.1f})", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ class Storage(Construct):
             "Key",
             description=f"trainplane {config.stage}: jobs, checkpoints and trainer volumes",
             enable_key_rotation=True,
-            removal_policy=removal_policy(config),
+            # The retained artifacts bucket is encrypted with it: deleting the key would lose the data.
+            removal_policy=RemovalPolicy.RETAIN,
         )
         self.jobs_table = self._jobs_table(config)
         self.idempotency_table = dynamodb.Table(
@@ -87,8 +88,8 @@ class Storage(Construct):
             enforce_ssl=True,
             object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
             lifecycle_rules=[s3.LifecycleRule(id="expire-access-logs", expiration=Duration.days(365))],
-            removal_policy=removal_policy(self.config),
-            auto_delete_objects=False,
+            # Retained like the bucket it logs (a non-empty bucket would fail the stack's deletion anyway).
+            removal_policy=RemovalPolicy.RETAIN,
         )
         Validations.of(bucket).acknowledge(
             Acknowledgment(id="AwsSolutions-S1", reason="This is the access-log bucket itself; logging it into itself would loop.")

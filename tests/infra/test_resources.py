@@ -266,8 +266,9 @@ def test_artifacts_bucket_versioned_with_lifecycle_and_events(synth: Synth, stag
     assert rules["expire-old-versions"]["NoncurrentVersionExpiration"]["NoncurrentDays"] >= 1
     assert props["NotificationConfiguration"]["EventBridgeConfiguration"]["EventBridgeEnabled"] is True
     assert "DestinationBucketName" in props["LoggingConfiguration"]
-    # Checkpoints and models outlive the stack, in every stage
-    assert bucket["DeletionPolicy"] == "Retain"
+    # Checkpoints and models outlive the stack, in every stage, and so does the key they are encrypted with
+    assert all(b["DeletionPolicy"] == "Retain" for b in synth.resources(stage, "AWS::S3::Bucket").values())
+    assert all(k["DeletionPolicy"] == "Retain" for k in synth.resources(stage, "AWS::KMS::Key").values())
 
 
 # --- compute -------------------------------------------------------------------------------------
