@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from trainer.distributed import Runtime
-from trainer.losses import loss_sum
+from trainer.losses import count_targets, loss_sum
 
 
 def evaluate(
@@ -50,12 +50,14 @@ def evaluate(
                 if should_stop():
                     stopped = True
                     break
-                batch = {k: v.to(runtime.device) for k, v in collate(mine[start : start + batch_size]).items()}
+                host_batch = collate(mine[start : start + batch_size])
+                count += count_targets(host_batch)
+                batch = {k: v.to(runtime.device) for k, v in host_batch.items()}
                 with autocast():
                     result = loss_sum(model, reference_model, batch, dpo_beta=dpo_beta)
                 total += float(result.total)
-                count += result.count
-                accuracy += (result.extra or {}).get("reward_accuracy_sum", 0.0)
+                if "reward_accuracy_sum" in result.extra:
+                    accuracy += float(result.extra["reward_accuracy_sum"])
     finally:
         model.train(was_training)
     if shard and runtime.world_size > 1:

@@ -32,7 +32,7 @@ from trainer.evaluate import evaluate
 from trainer.events import Events, log
 from trainer.failures import UserError
 from trainer.hyper import Hyper
-from trainer.losses import count_targets, loss_sum
+from trainer.losses import count_targets, count_tokens, loss_sum
 from trainer.metrics import MetricsLog, Progress, report
 from trainer.signals import StopRequest
 
@@ -243,18 +243,18 @@ class TrainingLoop:
         micro_batches, ended_epoch = self._next_micro_batches()
         device = self.runtime.device
         batches = [self.inputs.collate([self.inputs.train[i] for i in idx]) for idx in micro_batches]
+        # Counted on the host, before the batches move: no GPU sync inside the step.
         denominator = max(1, sum(count_targets(b) for b in batches))
+        tokens = sum(count_tokens(b) for b in batches)
         step_loss = torch.zeros((), device=device)
-        tokens = 0
         for k, batch in enumerate(batches):
-            batch = {name: t.to(device, non_blocking=True) for name, t in batch.items()}
+            batch = {name: self._to_device(t) for name, t in batch.items()}
             last = k == len(batches) - 1
             with contextlib.nullcontext() if last else self.runtime.no_sync(model), self.autocast():
                 result = loss_sum(model, self.inputs.reference_model, batch, dpo_beta=self.hyper.dpo_beta)
                 loss = result.total / denominator
             (self.scaler.scale(loss) if self.scaler else loss).backward()
             step_loss += loss.detach()
-            tokens += result.tokens
         if self.scaler is not None:
             self.scaler.unscale_(optimizer)
         grad_norm = self.runtime.clip_grad_norm(model, self.hyper.max_grad_norm)
@@ -266,6 +266,13 @@ class TrainingLoop:
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         return step_loss, grad_norm, tokens, ended_epoch
+
+    def _to_device(self, tensor: Tensor) -> Tensor:
+        if self.runtime.device.type != "cuda":
+            return tensor
+        # Pinned host memory makes the copy asynchronous: the next micro-batch is collated meanwhile.
+        source = tensor.pin_memory() if self.spec.data_config.pin_memory else tensor
+        return source.to(self.runtime.device, non_blocking=True)
 
     # --- the run -----------------------------------------------------------------------------
     def run(self, resume_from: str | None) -> TrainResult:

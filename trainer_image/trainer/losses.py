@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -26,10 +26,11 @@ DPO_KEYS = ("chosen_input_ids", "chosen_labels", "rejected_input_ids", "rejected
 
 @dataclass
 class LossSum:
+    """Device tensors only: reading a number here would sync the GPU in the middle of a step. The
+    denominators come from the batch on the host (count_targets, count_tokens) before it moves."""
+
     total: Tensor  # summed loss (carries the graph)
-    count: int  # tokens (causal LM) or pairs (DPO) the sum is over
-    tokens: int  # input tokens processed (attention mask), for tokens/s
-    extra: dict[str, float] | None = None
+    extra: dict[str, Tensor] = field(default_factory=dict)  # e.g. DPO's reward_accuracy_sum
 
 
 def is_dpo_batch(batch: dict[str, Tensor]) -> bool:
@@ -37,10 +38,20 @@ def is_dpo_batch(batch: dict[str, Tensor]) -> bool:
 
 
 def count_targets(batch: dict[str, Tensor]) -> int:
-    """Loss denominators of a micro-batch, computable before the forward pass."""
+    """Loss denominator of a (host) micro-batch: loss tokens, or pairs for DPO."""
     if is_dpo_batch(batch):
         return int(batch["chosen_input_ids"].shape[0])
     return int((batch["labels"][:, 1:] != IGNORE_INDEX).sum())
+
+
+def count_tokens(batch: dict[str, Tensor]) -> int:
+    """Input tokens a (host) micro-batch feeds the model, padding excluded: the tokens of tokens/s."""
+    prefixes = ("chosen_", "rejected_") if is_dpo_batch(batch) else ("",)
+    total = 0
+    for prefix in prefixes:
+        mask = batch.get(f"{prefix}attention_mask")
+        total += int(mask.sum()) if mask is not None else batch[f"{prefix}input_ids"].numel()
+    return total
 
 
 def _logits(model: nn.Module, input_ids: Tensor, attention_mask: Tensor | None) -> Tensor:
@@ -56,9 +67,7 @@ def causal_lm_sum(model: nn.Module, batch: dict[str, Tensor]) -> LossSum:
     total = F.cross_entropy(
         shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
     )
-    count = int((shift_labels != IGNORE_INDEX).sum())
-    tokens = int(attention_mask.sum()) if attention_mask is not None else input_ids.numel()
-    return LossSum(total=total, count=count, tokens=tokens)
+    return LossSum(total=total)
 
 
 def sequence_logprob(model: nn.Module, input_ids: Tensor, labels: Tensor, attention_mask: Tensor | None) -> Tensor:
@@ -104,12 +113,8 @@ def dpo_sum(model: nn.Module, reference_model: nn.Module | None, batch: dict[str
     chosen_reward = beta * (policy_chosen - ref_chosen)
     rejected_reward = beta * (policy_rejected - ref_rejected)
     losses = -F.logsigmoid(chosen_reward - rejected_reward)
-    tokens = 0
-    for prefix in ("chosen_", "rejected_"):
-        mask = batch.get(f"{prefix}attention_mask")
-        tokens += int(mask.sum()) if mask is not None else batch[f"{prefix}input_ids"].numel()
-    accuracy = float((chosen_reward > rejected_reward).float().sum())
-    return LossSum(total=losses.sum(), count=int(losses.shape[0]), tokens=tokens, extra={"reward_accuracy_sum": accuracy})
+    accuracy = (chosen_reward > rejected_reward).float().sum().detach()
+    return LossSum(total=losses.sum(), extra={"reward_accuracy_sum": accuracy})
 
 
 def loss_sum(model: nn.Module, reference_model: nn.Module | None, batch: dict[str, Tensor], *, dpo_beta: float) -> LossSum:
