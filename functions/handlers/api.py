@@ -135,7 +135,10 @@ def _submit_once(principal: Principal, key: str, body: SubmitJobRequest) -> Job:
     once = idempotent_function(
         create, data_keyword_argument="payload", persistence_store=root.idempotency_store, config=config, key_prefix="trainplane.submit_job"
     )
-    payload = {"owner": principal.arn, "key": key, "request": body.model_dump(mode="json", exclude_unset=True)}
+    # The body as sent (secrets included, so that a different hub token is a different body); only its
+    # hash is stored, as Powertools' payload validation key.
+    request = body.model_dump(mode="json", exclude_unset=True, context={"reveal_secrets": True})
+    payload = {"owner": principal.arn, "key": key, "request": request}
     try:
         return Job.model_validate(once(payload=payload))
     except IdempotencyValidationError as exc:

@@ -18,6 +18,7 @@ from functions import composition, constants
 from functions.adapters.aws import AwsClients
 from functions.adapters.ports import Transition
 from functions.handlers import api
+from functions.handlers.errors import IdempotencyInProgress
 from functions.handlers.openapi import COMMITTED, render
 from functions.settings import Settings
 from schemas.job import CheckpointRef
@@ -121,6 +122,38 @@ def test_the_same_idempotency_key_returns_the_same_job(call: Api) -> None:
     # And keys are per caller: bob's request with the same key is his own new job
     bobs = call("api_submit_job", user_arn=BOB)
     assert bobs.status == 201 and bobs.body["job_id"] != first.body["job_id"]
+
+
+def test_a_repeat_while_the_first_request_is_still_running_is_refused(call: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a submit that, while it runs, sees the same key and body arrive again (a client retrying
+    # early; in AWS that is another execution environment, so here it goes straight to the idempotent
+    # path rather than through the same resolver instance)
+    service = composition.current().jobs
+    real_submit = service.submit
+    raised: list[Exception] = []
+
+    def submit_with_a_racing_repeat(request: Any, principal: Any, **kwargs: Any) -> Any:
+        try:
+            api._submit_once(principal, "7d9f3c52-submit-1", request)
+        except Exception as exc:
+            raised.append(exc)
+        return real_submit(request, principal, **kwargs)
+
+    monkeypatch.setattr(service, "submit", submit_with_a_racing_repeat)
+    # When the first request completes
+    first = call("api_submit_job")
+    # Then the repeat was refused as in progress (a 409 telling to retry shortly), and one job exists
+    assert first.status == 201
+    assert [type(e) for e in raised] == [IdempotencyInProgress]
+    assert len(call("api_list_jobs", query={}).body["jobs"]) == 1
+    # And that refusal reaches the client as 409 with a clear message
+
+    def in_progress(*_: Any) -> Any:
+        raise IdempotencyInProgress()
+
+    monkeypatch.setattr(api, "_submit_once", in_progress)
+    reply = call("api_submit_job")
+    assert reply.status == 409 and "still being processed" in reply.body["message"]
 
 
 def test_malformed_json_is_400(call: Api) -> None:
