@@ -6,7 +6,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, field_serializer, model_validator
 
 from schemas.configs import (
     UNSUPPORTED_FRAMEWORKS,
@@ -189,6 +189,12 @@ class Job(BaseModel):
     capacity_pool: str | None = None
     run_started_at: datetime | None = None
     run_outcome: str | None = None
+
+    @field_serializer("task_token", when_used="json")
+    def _hide_task_token(self, value: str | None, info: SerializationInfo) -> str | None:
+        # A Step Functions task token is the engine's, not the API's: kept in storage (context
+        # reveal_secrets, as for hub_token), never shown in responses or logs.
+        return value if info.context and info.context.get("reveal_secrets") else None
 
     @property
     def priority(self) -> int:

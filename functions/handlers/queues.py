@@ -10,7 +10,7 @@ from __future__ import annotations
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions import composition
-from functions.handlers.errors import Forbidden, error_responses
+from functions.handlers.errors import Forbidden, responses
 from functions.service.scheduler import QueueList, QueueView, capacity_model
 from schemas.job import Job
 
@@ -37,7 +37,7 @@ def with_position(job: Job) -> Job:
 @router.get(
     "/queues",
     summary="Queues: waiting jobs, capacity in use, estimated wait",
-    responses={200: {"description": "Every queue jobs were submitted to"}, **error_responses()},
+    responses=responses(200, "Every queue jobs were submitted to"),
     tags=["reports"],
 )
 def list_queues() -> QueueList:
