@@ -7,9 +7,11 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from functions.adapters.policies import FireClaim
 from functions.adapters.ports import Transition
@@ -28,6 +30,7 @@ from tests.helpers.retraining import InMemoryPolicyRepository, RecordingSchedule
 
 S = JobStatus
 BUCKET = "trainplane-artifacts"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "retraining"
 
 
 class Clock:
@@ -501,3 +504,11 @@ def test_a_claim_whose_invocation_died_is_taken_over_by_a_redelivery(plane: Plan
     (result,) = plane.service.dispatch(s3_event())
     assert result.outcome == "started" and plane.jobs_of(policy)[0].job_id == result.job_id
     assert plane.policies.get(policy.policy_id).fired_today == 1  # counted once, by the claim
+
+
+@pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+def test_the_example_policies_are_accepted(plane: Plane, example: Path) -> None:
+    # Given a shipped example policy / When it is created / Then it is accepted as it is
+    request = RetrainingPolicyRequest.model_validate(yaml.safe_load(example.read_text()))
+    policy = plane.service.create(request, plane.service.principal(ALICE))
+    assert policy.name == request.name
