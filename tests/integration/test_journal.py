@@ -487,3 +487,15 @@ def test_a_long_session_compacts_the_journal_while_serving(tmp_path: Path) -> No
     assert [op["item"]["n"]["N"] for op in table.items.values()] == ["499"]
     (bucket,) = state.buckets.values()
     assert journal.read_blob(bucket.objects["k"]["blob"]) == b"body"
+
+
+def test_an_item_that_no_longer_fits_its_table_stops_the_start_loudly(plane: Plane) -> None:
+    # Given a journaled item whose key no longer matches the table's definition (a changed schema)
+    plane.client("dynamodb").put_item(TableName=JOBS, Item=job_item("j1", "alice"))
+    plane.journal.append(  # type: ignore[union-attr]
+        [{"op": "ddb.put", "account": constants.LOCAL_ACCOUNT_ID, "region": constants.LOCAL_REGION, "table": JOBS,
+          "key": {"pk": {"N": "1"}}, "item": {"pk": {"N": "1"}, "sk": {"S": "x"}}}]
+    )  # fmt: skip
+    # When local mode restarts, then it refuses to start without it, naming the item and the way out
+    with pytest.raises(RuntimeError, match=r"cannot restore item .* into table trainplane-jobs .* Move the state dir aside"):
+        plane.restart()

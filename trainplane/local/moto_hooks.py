@@ -544,7 +544,14 @@ def restore(state: State, journal: Journal) -> dict[str, int]:
                     counts["skipped"] += len(table_state.items)
                     continue
                 for op in table_state.items.values():
-                    table.put_item(op["item"])
+                    try:
+                        table.put_item(op["item"])
+                    except Exception as exc:
+                        # Loud, not skipped: a silently dropped job is worse than a start-up that stops.
+                        raise RuntimeError(
+                            f"journal {journal.path}: cannot restore item {op['key']} into table {table.name} ({exc}); "
+                            "did the table's definition change since it was written? Move the state dir aside to start empty."
+                        ) from exc
                     counts["items"] += 1
         with s3_unit():
             for bucket_state in state.buckets.values():
