@@ -183,8 +183,20 @@ def cpu_seconds(pid: int) -> float:
         return 0.0
 
 
-def hammer(name: str, clients: list[Client], seconds: float, call: Callable[[Client, int], object], server_pid: int = 0) -> LoadResult:
-    """One thread per client, released together, each calling back to back for `seconds` (a closed loop)."""
+def hammer(
+    name: str,
+    clients: list[Client],
+    seconds: float,
+    call: Callable[[Client, int], object],
+    server_pid: int = 0,
+    rate: float | None = None,
+) -> LoadResult:
+    """One thread per client, released together, for `seconds`.
+
+    Without `rate` each client calls back to back (a closed loop: the figures are at saturation).
+    With `rate` (requests/s over all clients) each client sends on a fixed schedule and skips the
+    sends it is too late for (an open loop: latency at that offered load, not at saturation).
+    """
     result = LoadResult(name)
     lock = threading.Lock()
     start = threading.Barrier(len(clients) + 1)
@@ -195,7 +207,14 @@ def hammer(name: str, clients: list[Client], seconds: float, call: Callable[[Cli
         errors: dict[str, int] = {}
         start.wait()
         n = 0
+        interval = len(clients) / rate if rate else 0.0
+        next_send = time.perf_counter() + interval * index / len(clients)
         while time.perf_counter() < deadline[0]:
+            if interval:
+                delay = next_send - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                next_send = max(next_send + interval, time.perf_counter())
             n += 1
             t0 = time.perf_counter()
             try:
@@ -223,11 +242,12 @@ def hammer(name: str, clients: list[Client], seconds: float, call: Callable[[Cli
     return result
 
 
-def bench_front_door(concurrency: int, get_seconds: float, post_seconds: float, jobs: int, compute: str) -> dict[str, Any]:
+def bench_front_door(args: argparse.Namespace) -> dict[str, Any]:
+    concurrency, get_seconds, post_seconds, jobs = args.concurrency, args.get_seconds, args.post_seconds, args.jobs
     with tempfile.TemporaryDirectory(prefix="trainplane-bench-") as tmp:
         state_dir = Path(tmp)
         started = time.perf_counter()
-        with local_mode(state_dir, compute) as process:
+        with local_mode(state_dir, args.compute) as process:
             startup = time.perf_counter() - started
             clients = [Client(state_dir=state_dir) for _ in range(concurrency)]
             ids = [clients[0].submit(BENCH_JOB).job_id for _ in range(jobs)]
@@ -241,6 +261,7 @@ def bench_front_door(concurrency: int, get_seconds: float, post_seconds: float, 
             # One client alone first: the service time, without queueing behind the other 15.
             single = hammer("GET /jobs/{id} x1", clients[:1], get_seconds / 2, get_job, process.pid)
             get = hammer("GET /jobs/{id}", clients, get_seconds, get_job, process.pid)
+            paced = hammer("GET /jobs/{id} paced", clients, get_seconds, get_job, process.pid, rate=args.paced_rate)
             post = hammer("POST /jobs", clients, post_seconds, lambda c, n: c.submit(BENCH_JOB), process.pid)
             for c in clients:
                 c.close()
@@ -248,6 +269,8 @@ def bench_front_door(concurrency: int, get_seconds: float, post_seconds: float, 
             "startup_seconds": round(startup, 2),
             "get_single": single.summary(),
             "get": get.summary(),
+            "get_paced": paced.summary(),
+            "paced_rate": args.paced_rate,
             "post": post.summary(),
             "concurrency": concurrency,
         }
@@ -286,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=64, help="Jobs created before the GET phase.")
     parser.add_argument("--get-seconds", type=float, default=30.0, help="Length of the concurrent GET phase (the 1-client phase: half).")
     parser.add_argument("--post-seconds", type=float, default=20.0, help="Length of the POST phase.")
+    parser.add_argument("--paced-rate", type=float, default=20.0, help="Offered GET load (req/s, all clients) of the open-loop phase.")
     parser.add_argument("--compute", default="local", choices=["local", "sagemaker", "ec2"], help="`trainplane up --compute`.")
     parser.add_argument("--skip-imports", action="store_true")
     parser.add_argument("--skip-load", action="store_true")
@@ -296,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_imports:
         figures["imports"] = bench_imports(args.runs)
     if not args.skip_load:
-        figures["front_door"] = bench_front_door(args.concurrency, args.get_seconds, args.post_seconds, args.jobs, args.compute)
+        figures["front_door"] = bench_front_door(args)
     if args.json:
         print(json.dumps(figures, indent=2))
         return 0
@@ -316,7 +340,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n(b) local front door, {fd['concurrency']} concurrent signed clients (local mode ready in {fd['startup_seconds']} s)")
         header = ["requests", "errors", "p50 ms", "p90 ms", "p99 ms", "max ms", "req/s", "srv cores", "cli cores"]
         print(f"    {'route':<22}" + "".join(f" {h:>9}" for h in header))
-        rows = (("get_single", "GET /jobs/{id}, 1 cli"), ("get", "GET /jobs/{id}"), ("post", "POST /jobs"))
+        rows = (
+            ("get_single", "GET /jobs/{id}, 1 cli"),
+            ("get", "GET /jobs/{id}"),
+            ("get_paced", f"GET, {fd['paced_rate']:g} req/s offered"),
+            ("post", "POST /jobs"),
+        )
         for key, label in rows:
             s = fd[key]
             cells = [s["requests"], sum(s["errors"].values()), s["p50_ms"], s["p90_ms"], s["p99_ms"], s["max_ms"], s["rps"]]
