@@ -98,7 +98,8 @@ def bench_imports(runs: int) -> dict[str, Any]:
     # Warm the page cache and the .pyc files once, so run 1 is not a cold-disk outlier.
     import_seconds(HANDLER_MODULE, env)
     import_seconds("boto3", env)
-    handler, boto = [], []
+    handler: list[float] = []
+    boto: list[float] = []
     for i in range(runs):
         pair = [(HANDLER_MODULE, handler), ("boto3", boto)]
         for module, samples in pair if i % 2 == 0 else reversed(pair):
