@@ -512,3 +512,64 @@ def test_the_example_policies_are_accepted(plane: Plane, example: Path) -> None:
     request = RetrainingPolicyRequest.model_validate(yaml.safe_load(example.read_text()))
     policy = plane.service.create(request, plane.service.principal(ALICE))
     assert policy.name == request.name
+
+
+# --- edges -----------------------------------------------------------------------------------------
+
+
+def test_a_policy_edited_between_reading_and_claiming_is_decided_again_on_the_edit(plane: Plane) -> None:
+    # Given a policy, and an edit that lands after the dispatcher read it but before it claimed
+    policy = plane.create()
+    real_claim = plane.policies.claim_fire
+    edits = {"done": False}
+
+    def claim_after_an_edit(policy_id: str, claim: FireClaim) -> str:
+        if not edits["done"]:
+            edits["done"] = True
+            plane.patch(policy, enabled=False)
+        return real_claim(policy_id, claim)
+
+    plane.policies.claim_fire = claim_after_an_edit  # type: ignore[method-assign]
+    # When the event is dispatched / Then the claim on the old version loses, and the new reading says disabled
+    (result,) = plane.service.dispatch(s3_event())
+    assert result.outcome == "disabled" and plane.repo.jobs == {}
+
+
+def test_mapping_paths_index_lists_and_refuse_nulls(plane: Plane) -> None:
+    first = plane.create(input_mapping=[{"source": "resources[0]", "target": "labels.bucket-arn"}], concurrency_policy="queue")
+    (started,) = plane.service.dispatch(s3_event())
+    assert plane.repo.get(started.job_id or "").labels["bucket-arn"] == "arn:aws:s3:::trainplane-artifacts"
+    other = plane.create(input_mapping=[{"source": "resources[3]", "target": "labels.x"}], concurrency_policy="queue")
+    nulled = {**s3_event(event_id="n1"), "resources": [None]}
+    results = {r.policy_id: r for r in plane.service.dispatch(nulled)}
+    assert results[other.policy_id].outcome == "invalid" and "the event has no resources[3]" in results[other.policy_id].detail
+    assert results[first.policy_id].outcome == "invalid" and "resources[0] is null" in results[first.policy_id].detail
+
+
+def test_an_event_without_a_usable_id_is_refused(plane: Plane) -> None:
+    plane.create()
+    with pytest.raises(ValueError, match="an event needs an id"):
+        plane.service.dispatch({**s3_event(), "id": ""})
+
+
+def test_a_tick_for_a_policy_that_is_no_longer_a_schedule_starts_nothing(plane: Plane) -> None:
+    policy = plane.create(trigger={"type": "schedule", "expression": "rate(1 hour)"}, input_mapping=[])
+    plane.patch(policy, trigger={"type": "s3", "prefix": "datasets/fresh/"})
+    assert plane.service.fire_scheduled(policy.policy_id, plane.clock.now) == []
+
+
+def test_cancel_running_tolerates_a_job_that_ended_meanwhile(plane: Plane) -> None:
+    # Given a cancel_running policy whose job ends between the dispatcher's read and its cancel
+    policy = plane.create(concurrency_policy="cancel_running")
+    (first,) = plane.service.dispatch(s3_event(event_id="a"))
+    real_cancel = plane.jobs.cancel
+
+    def cancel_after_it_ended(job_id: str, principal: Any, reason: str = "") -> Job:
+        plane.end(job_id, S.FAILED)
+        return real_cancel(job_id, principal, reason)
+
+    plane.jobs.cancel = cancel_after_it_ended  # type: ignore[method-assign]
+    # When the next event arrives / Then the new job starts; nothing was cancelled
+    (second,) = plane.service.dispatch(s3_event(event_id="b"))
+    assert second.outcome == "started" and second.cancelled_job_ids == []
+    assert plane.repo.get(first.job_id or "").status == S.FAILED and len(plane.jobs_of(policy)) == 2
