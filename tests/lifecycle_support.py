@@ -47,7 +47,7 @@ class InMemoryLedger:
         with self._lock:
             held = self.pools_held.setdefault(pool, {})
             if job_id in held:
-                return True
+                return False  # already held: only the call that made a claim may undo it
             if sum(held.values()) + units > capacity:
                 return False
             held[job_id] = units
@@ -261,6 +261,7 @@ class LocalEngine:
         stop_grace_seconds: float = 10.0,
         max_preemptions: int = 3,
         tick_seconds: float = 1.0,
+        dynamodb: bool = False,
     ) -> None:
         self.work_dir = work_dir
         self.cpu_slots = cpu_slots
@@ -269,6 +270,7 @@ class LocalEngine:
         self.stop_grace_seconds = stop_grace_seconds
         self.max_preemptions = max_preemptions
         self.tick_seconds = tick_seconds
+        self.dynamodb = dynamodb  # the real repository and capacity ledger on moto's DynamoDB (else in-memory fakes)
 
     def __enter__(self) -> LocalEngine:
         import os
@@ -321,9 +323,21 @@ class LocalEngine:
             name=f"lifecycle-{uuid.uuid4().hex[:8]}", definition=definition, roleArn=f"arn:aws:iam::{constants.LOCAL_ACCOUNT_ID}:role/sfn"
         )
         self.state_machine_arn = sm["stateMachineArn"]
-        self.repository = InMemoryJobRepository()
         self.artifacts = S3Artifacts(self.clients.s3(), self.bucket)
-        self.ledger = InMemoryLedger()
+        self.repository: Any
+        self.ledger: Any
+        if self.dynamodb:
+            from functions.adapters.capacity import DynamoDBCapacityLedger
+            from functions.adapters.dynamodb import DynamoJobRepository
+            from functions.adapters.dynamodb_items import create_tables
+
+            table = f"jobs-{uuid.uuid4().hex[:8]}"
+            create_tables(self.clients.dynamodb(), jobs_table=table, idempotency_table=table + "-idem")
+            self.repository = DynamoJobRepository(self.clients, table)  # type: ignore[arg-type]
+            self.ledger = DynamoDBCapacityLedger(self.clients, table)
+        else:
+            self.repository = InMemoryJobRepository()
+            self.ledger = InMemoryLedger()
         s3 = self.clients.s3()
         self.launcher = LocalLauncher(
             self.work_dir / "runs",

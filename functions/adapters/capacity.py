@@ -68,8 +68,8 @@ class DynamoDBCapacityLedger:
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
-        # Already holding (a retried task or a racing pass for the same job) counts as claimed.
-        return job_id in self.holders(pool)
+        # Full, or the job already holds a claim: only the call that made a claim may undo it.
+        return False
 
     def release(self, pool: str, job_id: str) -> bool:
         from botocore.exceptions import ClientError

@@ -131,7 +131,8 @@ class LifecycleService:
             failed = self._move(job, S.FAILED, str(exc), Actor.SCHEDULER, {"error_type": ErrorType.CAPACITY, "error_message": str(exc)})
             self.tokens.send_success(token, {"next": "failed" if failed else "ended"})
             return {"next": "answered"}
-        self.scheduler.run_pass([job.queue])
+        if self.scheduler.worth_a_pass(job):
+            self.scheduler.run_pass([job.queue])
         return {"next": "waiting"}
 
     def prepare(self, job_id: str, execution: str | None) -> dict[str, Any]:

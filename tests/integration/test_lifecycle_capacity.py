@@ -33,9 +33,9 @@ def ledger() -> Iterator[DynamoDBCapacityLedger]:
         yield DynamoDBCapacityLedger(clients, TABLE)
 
 
-def test_claims_fit_within_capacity_and_are_idempotent(ledger: DynamoDBCapacityLedger) -> None:
+def test_claims_fit_within_capacity_and_are_made_once(ledger: DynamoDBCapacityLedger) -> None:
     assert ledger.claim("local/gpu", "a", 2, 3)
-    assert ledger.claim("local/gpu", "a", 2, 3)  # a retried claim by the same job
+    assert not ledger.claim("local/gpu", "a", 2, 3)  # already held: not a second claim (nor a second owner of it)
     assert not ledger.claim("local/gpu", "b", 2, 3)
     assert ledger.claim("local/gpu", "c", 1, 3)
     assert ledger.holders("local/gpu") == {"a": 2, "c": 1}

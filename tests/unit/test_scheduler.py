@@ -200,3 +200,35 @@ def test_queue_position_and_estimated_wait() -> None:
     assert w.scheduler.position(w.repo.get(ahead[0].job_id)) == (0, 0.0)
     w.scheduler.run_pass()
     assert w.scheduler.position(w.repo.get(ahead[0].job_id)) == (None, None)
+
+
+def test_a_pass_reads_only_as_deep_into_the_queue_as_could_start() -> None:
+    w = World(LocalCapacity(gpu_slots=0, cpu_slots=3))
+    for _ in range(30):
+        w.waiting()
+    limits: list[int] = []
+    real = w.repo.queued
+
+    def spy(queue: str, limit: int = 100) -> list[Job]:
+        limits.append(limit)
+        return real(queue, limit)
+
+    w.repo.queued = spy  # type: ignore[method-assign]
+    # No claim yet: a first, shallow read; then, with 1 unit free, just that plus a look-ahead
+    assert len(w.scheduler.run_pass().started) == 3
+    w.scheduler.release(w.repo.get(w.scheduled()[0].removeprefix("tok-")))
+    assert len(w.scheduler.run_pass().started) == 1
+    assert limits == [10, 3]
+
+
+def test_an_arrival_is_worth_a_pass_only_if_it_could_start_or_preempt() -> None:
+    w = World()
+    first = w.waiting()
+    assert w.scheduler.worth_a_pass(first)  # the slot is free
+    w.scheduler.run_pass()
+    later = w.waiting(priority=9)
+    assert not w.scheduler.worth_a_pass(later)  # full, and the holder is not preemptible
+    w2 = World()
+    w2.running(priority=2, preemptible=True)
+    assert w2.scheduler.worth_a_pass(w2.waiting(priority=9))
+    assert not w2.scheduler.worth_a_pass(w2.waiting(priority=1))
