@@ -87,6 +87,12 @@ def _json_safe(document: Any) -> Any:
     return json.loads(json.dumps(document), parse_float=Decimal, parse_constant=lambda _: None)
 
 
+def _finite(document: Any) -> Any:
+    # Packed documents stay JSON: floats stay floats (a Decimal there would be written as a string by
+    # json.dumps and come back as text); only NaN/Infinity, which JSON cannot hold, become null.
+    return json.loads(json.dumps(document), parse_constant=lambda _: None)
+
+
 def _serializer() -> Any:
     from boto3.dynamodb.types import TypeSerializer
 
@@ -117,7 +123,7 @@ def field_attr(name: str, value: Any) -> dict[str, Any]:
     local mode serializes each nested value on every GetItem: ~60 ms per job unpacked, ~2 ms packed).
     """
     if isinstance(value, dict | list) and name not in NATIVE_FIELDS:
-        return packed_attr(_json_safe(value))
+        return packed_attr(_finite(value))
     return to_attr(value)
 
 

@@ -478,3 +478,23 @@ def test_a_transaction_conflict_is_retried(dynamo: DynamoJobRepository, monkeypa
     job = _created(dynamo)
     # Then the retry went through
     assert calls["n"] == 2 and dynamo.get(job.job_id) == job
+
+
+def test_free_form_numbers_keep_their_type_through_storage(repo: Any) -> None:
+    # Given a job whose free-form model_kwargs hold floats, ints and a bool
+    kwargs = {"architecture": "llama", "rope_theta": 10000.5, "hidden_size": 16, "vocab_size": 260, "tie_word_embeddings": True}
+    body = tests_request_with_model_kwargs(kwargs)
+    job = _created(repo, request=body)
+    # When it is read back
+    stored = repo.get(job.job_id)
+    # Then each value has its own type (a float read back as text would reach the model config as a string)
+    assert stored.training_config.base_model.model_kwargs == kwargs
+    assert isinstance(stored.training_config.base_model.model_kwargs["rope_theta"], float)
+
+
+def tests_request_with_model_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    from tests.helpers.jobs import request_body
+
+    body = request_body()
+    body["training_config"]["base_model"]["model_kwargs"] = kwargs
+    return {"training_config": body["training_config"]}
