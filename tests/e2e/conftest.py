@@ -5,7 +5,7 @@
       r = local_plane.request("POST", "/jobs", json=spec)            # signed as alice
       r = local_plane.request("GET", f"/jobs/{job_id}", principal="admin")
       s3 = local_plane.client("s3")                                   # the emulated AWS
-- `local_plane_factory` (session): `make(api_handler=None, state_dir=None, env=None)` starts a plane of your
+- `local_plane_factory` (session): `make(api_handler=None, state_dir=None, env=None, port=0)` starts a plane of your
   own (restarts, kill -9, a stand-in handler, extra TRAINPLANE_* variables); every plane it made is stopped
   at the end of the session.
 
@@ -38,9 +38,10 @@ STOP_TIMEOUT_S = 30.0
 
 
 class LocalPlane:
-    def __init__(self, state_dir: Path, api_handler: str | None = None, env: dict[str, str] | None = None) -> None:
+    def __init__(self, state_dir: Path, api_handler: str | None = None, env: dict[str, str] | None = None, port: int = 0) -> None:
         self.state_dir = state_dir
         self.api_handler = api_handler
+        self.port = port
         self.extra_env = dict(env or {})  # e.g. TRAINPLANE_LOCAL_* knobs of a plane of one's own
         self.log_path = state_dir.parent / f"{state_dir.name}.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -103,7 +104,7 @@ class LocalPlane:
     # --- its life ------------------------------------------------------------------------------
 
     def command(self) -> list[str]:
-        common = ["--port", "0", "--state-dir", str(self.state_dir)]
+        common = ["--port", str(self.port), "--state-dir", str(self.state_dir)]
         if self.api_handler is None:
             return [sys.executable, "-m", "trainplane", "up", *common]  # the real CLI, the real API
         return [sys.executable, "-m", "trainplane.local", *common, "--api-handler", self.api_handler]
@@ -166,8 +167,8 @@ PlaneFactory = Callable[..., LocalPlane]
 def local_plane_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlaneFactory]:
     planes: list[LocalPlane] = []
 
-    def make(api_handler: str | None = None, state_dir: Path | None = None, env: dict[str, str] | None = None) -> LocalPlane:
-        plane = LocalPlane(state_dir or tmp_path_factory.mktemp("plane") / "state", api_handler, env)
+    def make(api_handler: str | None = None, state_dir: Path | None = None, env: dict[str, str] | None = None, port: int = 0) -> LocalPlane:
+        plane = LocalPlane(state_dir or tmp_path_factory.mktemp("plane") / "state", api_handler, env, port)
         planes.append(plane)
         return plane.start()
 

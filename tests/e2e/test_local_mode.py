@@ -103,6 +103,16 @@ def test_a_second_up_on_the_same_state_dir_is_refused(echo_plane: LocalPlane, lo
     assert json.loads(echo_plane.endpoint_path.read_text()) == echo_plane.endpoint
 
 
+def test_a_busy_port_is_refused_at_once(echo_plane: LocalPlane, local_plane_factory: PlaneFactory) -> None:
+    # Given a port in use (the running plane's), when `up` is asked for it
+    busy = int(echo_plane.api_url.rsplit(":", 1)[1])
+    with pytest.raises(RuntimeError) as refused:
+        local_plane_factory(api_handler=ECHO_API, port=busy)
+    # Then it exits with a message saying what to do, and the running plane is unharmed
+    assert f"error: port {busy} on 127.0.0.1 is in use: pick another with --port" in str(refused.value)
+    assert echo_plane.request("GET", "/jobs").status_code == 200
+
+
 # --- the front door ----------------------------------------------------------------------------------
 
 

@@ -147,3 +147,20 @@ def test_bad_content_length_is_400(door) -> None:
     with socket.create_connection(("127.0.0.1", front.port), timeout=10) as sock:
         sock.sendall(b"POST /jobs HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n")
         assert sock.recv(4096).startswith(b"HTTP/1.1 400")
+
+
+def test_a_busy_port_fails_at_once_with_a_clear_message(door) -> None:
+    from trainplane.local.frontdoor import PortInUse
+
+    # Given a port already served, when a second front door is built on it
+    front, _ = door
+    with pytest.raises(PortInUse, match=f"port {front.port} on 127.0.0.1 is in use"):
+        FrontDoor("127.0.0.1", front.port, principals=[ALICE], region=REGION, account_id="1")
+
+
+def test_a_front_door_never_started_stops_at_once() -> None:
+    # A partial start-up (a deployer failed) still shuts down cleanly
+    front = FrontDoor("127.0.0.1", 0, principals=[ALICE], region=REGION, account_id="1")
+    with pytest.raises(ValueError, match="no handler"):
+        front.start()
+    front.stop()

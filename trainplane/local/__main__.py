@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from trainplane.local.up import COMPUTE_CHOICES, DEFAULT_API_HANDLER, run_up
@@ -19,7 +20,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error("--port: must be between 0 and 65535")
-    run_up(args.host, args.port, args.state_dir, args.compute, api_handler=args.api_handler)
+    try:
+        run_up(args.host, args.port, args.state_dir, args.compute, api_handler=args.api_handler)
+    except RuntimeError as exc:  # refusals with a message for people: busy port, state dir in use ...
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

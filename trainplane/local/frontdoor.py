@@ -14,8 +14,10 @@ stay concurrent (one thread per connection, keep-alive).
 from __future__ import annotations
 
 import base64
+import errno
 import json
 import logging
+import socket
 import threading
 import time
 import uuid
@@ -148,8 +150,20 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
 
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
+class PortInUse(RuntimeError):
+    pass
+
+
 class FrontDoor:
-    """A threaded HTTP server on host:port in front of `handler`."""
+    """A threaded HTTP server on host:port in front of `handler`.
+
+    The port is bound at construction (a busy port fails fast, before anything slow has run); requests
+    are served from start(), which may also name the handler if it was not known yet.
+    """
 
     def __init__(
         self,
@@ -157,9 +171,9 @@ class FrontDoor:
         port: int,
         *,
         principals: list[Principal],
-        handler: Handler,
         region: str,
         account_id: str,
+        handler: Handler | None = None,
     ) -> None:
         self._keys = {p.access_key_id: p for p in principals}
         self._handler = handler
@@ -168,21 +182,32 @@ class FrontDoor:
         self.account_id = account_id
         self._inflight = 0
         self._inflight_cv = threading.Condition()
-        self._server = _Server((host, port), self._request_handler_class())
+        server_class = _Server6 if ":" in host else _Server
+        try:
+            self._server = server_class((host, port), self._request_handler_class())
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(f"port {port} on {host} is in use: pick another with --port (0 picks a free one)") from exc
+            raise
         self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
         return int(self._server.server_address[1])
 
-    def start(self) -> None:
+    def start(self, handler: Handler | None = None) -> None:
+        if handler is not None:
+            self._handler = handler
+        if self._handler is None:
+            raise ValueError("FrontDoor.start: no handler to serve")
         # A short poll interval: shutdown() waits for the serve loop to notice.
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,), name="front-door", daemon=True)
         self._thread.start()
 
     def stop(self, drain_seconds: float = 10.0) -> None:
         """Stop accepting, let the requests in flight finish (their writes are already durable)."""
-        self._server.shutdown()
+        if self._thread is not None:  # shutdown() would wait forever for a loop that never ran
+            self._server.shutdown()
         self._server.server_close()
         deadline = time.monotonic() + drain_seconds
         with self._inflight_cv:
@@ -200,6 +225,7 @@ class FrontDoor:
             return _error(exc.status, exc.message, request_id, error_type=exc.error_type)
         event = build_event(request, principal, source_ip=source_ip, account_id=self.account_id, request_id=request_id, received=received)
         try:
+            assert self._handler is not None  # start() refuses to serve without one
             with self._invoke_lock:
                 result = self._handler(event, LambdaContext(request_id, self.region, self.account_id))
             return _proxy_response(result, request_id)

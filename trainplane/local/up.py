@@ -125,6 +125,11 @@ class LocalPlane:
         self._lock_state_dir()
         self.principals = load_or_create(self.state_dir)
         admin = next(p for p in self.principals if p.name == ADMIN)
+        # Bound now, served at the end: a busy port fails in a second, not after the deployers.
+        self.front_door = FrontDoor(
+            self.host, self.port, principals=self.principals, region=constants.LOCAL_REGION, account_id=constants.LOCAL_ACCOUNT_ID
+        )
+        self._started.append("front_door")
 
         moto_hooks.install()
         self.aws.start()
@@ -155,13 +160,7 @@ class LocalPlane:
 
         self.ctx.start_background()
         self._started.append("background")
-        handler = _import_handler(self.api_handler)
-
-        self.front_door = FrontDoor(
-            self.host, self.port, principals=self.principals, handler=handler, region=self.ctx.region, account_id=self.ctx.account_id
-        )
-        self.front_door.start()
-        self._started.append("front_door")
+        self.front_door.start(_import_handler(self.api_handler))
         self._write_endpoint()
         self._started.append("endpoint")
 
