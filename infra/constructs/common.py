@@ -9,7 +9,7 @@ from typing import Any
 from aws_cdk import Acknowledgment, RemovalPolicy, Stack, Validations
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from infra.config import LOG_RETENTION_DAYS, StageConfig
 
@@ -32,7 +32,7 @@ def arn(scope: Construct, service: str, resource: str, *, region: bool = True, a
     return f"arn:{stack.partition}:{service}:{stack.region if region else ''}:{stack.account if account else ''}:{resource}"
 
 
-def flatten(scope: Construct, value: str) -> str:
+def flatten(scope: IConstruct, value: str) -> str:
     """A resource string as cdk-nag prints it in a finding id: tokens become <LogicalId.Attr> / <AWS::Region>."""
     return _flatten(Stack.of(scope).resolve(value))
 
@@ -78,7 +78,7 @@ def allow(
         acknowledge_wildcards(role, wildcards, why or "")
 
 
-def acknowledge_wildcards(scope: Construct, resources: Sequence[str], why: str) -> None:
+def acknowledge_wildcards(scope: IConstruct, resources: Sequence[str], why: str) -> None:
     Validations.of(scope).acknowledge(
         *(Acknowledgment(id=f"AwsSolutions-IAM5[Resource::{flatten(scope, r)}]", reason=why) for r in resources)
     )
