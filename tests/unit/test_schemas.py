@@ -97,6 +97,7 @@ def test_unknown_fields_are_rejected_at_every_level(where: tuple[str, ...]) -> N
     [
         ({"training_type": "RLHF"}, "RLHF training is not supported yet"),
         ({"framework": {"type": "MEGATRON"}}, "the MEGATRON framework is not supported yet"),
+        ({"framework": {"type": "DEEPSPEED", "distributed": {"world_size": 2}}}, "the DEEPSPEED framework is not supported yet; use FSDP"),
         ({"training_type": "QLORA"}, "QLORA needs a GPU"),
     ],
 )
