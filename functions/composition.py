@@ -176,6 +176,10 @@ class Composition:
                 extra["clock"] = self._clock
             if self._ids is not None:
                 extra["ids"] = self._ids
+            from functions.adapters.cloudwatch_logs import log_source_for
+
+            # The cloud engines' trainers log to CloudWatch; local runs write the S3 files.
+            extra["log_source"] = log_source_for(self.settings, self.clients)
             return JobService(self.repository, self.artifacts, self.workflow, self.settings, **extra)
 
         return self._once("_jobs", build)

@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from schemas.api import LogsResponse
 from schemas.checkpoint import CheckpointManifest
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import JobStatus
@@ -145,3 +146,10 @@ class Workflow(Protocol):
 
     def answer_wait(self, job: Job, decision: str, detail: Mapping[str, Any] | None = None) -> None:
         """Answer the task token the job's execution waits on (capacity or resume): 'resume', 'cancel', 'go'."""
+
+
+class LogSource(Protocol):
+    """Where a job's trainer logs live when they are not the S3 files (CloudWatch for the cloud engines)."""
+
+    def read(self, job: Job, *, since: float | None = None, next_token: str | None = None, limit: int = 1000) -> LogsResponse:
+        """Every attempt's lines in order, after `since` (epoch seconds, exclusive), paged."""

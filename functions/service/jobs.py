@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants
-from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, Transition, Workflow
+from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, Transition, Workflow
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.principal import Principal
@@ -54,7 +54,9 @@ class JobService(LifecycleControls):
         settings: Settings,
         clock: Callable[[], datetime] = _utcnow,
         ids: Callable[[], str] = new_job_id,
+        log_source: LogSource | None = None,
     ) -> None:
+        self.log_source = log_source
         self.repo = repo
         self.store = store
         self.workflow = workflow
@@ -199,9 +201,11 @@ class JobService(LifecycleControls):
         limit: int = DEFAULT_LOG_LINES,
     ) -> LogsResponse:
         """Log lines of every attempt in order, after `since` (epoch seconds, exclusive), `limit` per page."""
-        self.get(job_id, principal)
+        job = self.get(job_id, principal)
         if not 1 <= limit <= MAX_LOG_LINES:
             raise InvalidRequest("limit", f"must be between 1 and {MAX_LOG_LINES}")
+        if self.log_source is not None:
+            return self.log_source.read(job, since=since, next_token=next_token, limit=limit)
         start_attempt, start_line = _decode_log_token(next_token) if next_token else (0, 0)
         files = sorted(
             (int(m.group(1)), key)

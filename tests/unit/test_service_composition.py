@@ -110,3 +110,14 @@ def test_the_tracer_is_built_only_when_tracing_is_wanted(monkeypatch: pytest.Mon
     monkeypatch.delenv("POWERTOOLS_TRACE_DISABLED")
     monkeypatch.setenv("AWS_SAM_LOCAL", "true")
     assert not tracing.tracing_wanted()
+
+
+def test_cloud_engines_read_logs_from_cloudwatch_and_local_runs_from_s3() -> None:
+    from functions.adapters.cloudwatch_logs import CloudWatchLogSource
+
+    # Given the local engine / When the job service is built / Then logs come from the S3 files
+    assert composition.configure(settings=Settings()).jobs.log_source is None
+    # Given a cloud engine / Then the job service reads CloudWatch, still without a client until used
+    root = composition.configure(settings=Settings(compute="ec2"))
+    assert isinstance(root.jobs.log_source, CloudWatchLogSource)
+    assert root.clients._clients == {}

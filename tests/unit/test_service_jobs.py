@@ -353,3 +353,26 @@ def test_cloud_compute_refuses_what_it_cannot_run_at_submit_and_edit(repo: Any, 
     assert err.value.field == "data_config.sources[0].path" and repo.jobs == {}
     # And an S3 job is accepted
     assert service.submit(submit_request(), alice).status == S.PENDING
+
+
+def test_logs_come_from_the_log_source_when_one_is_configured(repo: Any, store: Any, workflow: Any) -> None:
+    from schemas.api import LogLine, LogsResponse
+
+    # Given a job service whose engine logs elsewhere (CloudWatch in the cloud)
+    calls: list[tuple[str, float | None, str | None, int]] = []
+
+    class Source:
+        def read(self, job: Job, *, since: float | None = None, next_token: str | None = None, limit: int = 1000) -> LogsResponse:
+            calls.append((job.job_id, since, next_token, limit))
+            return LogsResponse(lines=[LogLine(timestamp=1.0, attempt=1, message="from cloudwatch")], next_token="t2")
+
+    service = JobService(repo, store, workflow, Settings(admin_arns=(ADMIN,)), log_source=Source())
+    job = service.submit(submit_request(), alice)
+    # When the owner reads the logs
+    page = service.logs(job.job_id, alice, since=5.0, next_token="t1", limit=10)
+    # Then the source answered for that job with the same paging
+    assert [line.message for line in page.lines] == ["from cloudwatch"] and page.next_token == "t2"
+    assert calls == [(job.job_id, 5.0, "t1", 10)]
+    # And another principal still cannot see them
+    with pytest.raises(JobNotFound):
+        service.logs(job.job_id, bob)
