@@ -70,6 +70,8 @@ class Compute(Construct):
             why="cloudwatch:PutMetricData has no resource type; the cloudwatch:namespace condition keeps it to SageMaker training metrics.",
             conditions={"StringEquals": {"cloudwatch:namespace": "/aws/sagemaker/TrainingJobs"}},
         )
+        # The training volume (VolumeKmsKeyId) is encrypted with the stack's key as this role.
+        self.grant_volume_key(self.sagemaker_role, "sagemaker")
         if self.subnet_ids:
             self._sagemaker_vpc_access()
         self.instance_role = iam.Role(
@@ -254,21 +256,21 @@ class Compute(Construct):
             allow(role, ["iam:PassRole"], [self.sagemaker_role.role_arn], conditions=_passed_to("sagemaker"))
         else:
             self._grant_run_instances(role)
-        # Encrypted volumes (SageMaker's training volume, the EBS root volume) with our key: the
-        # engine creates a grant on the caller's behalf.
-        service = self.config.compute
+        self.grant_volume_key(role, self.config.compute)
+        self.grant_stop(role)
+        self.grant_describe(role)
+
+    def grant_volume_key(self, role: iam.IRole, service: str) -> None:
+        """Encrypted volumes (SageMaker's training volume, the EBS root volume) with the stack's key: the
+        engine creates a grant and data keys on the caller's behalf, only through that engine."""
+        via = {"kms:ViaService": f"{service}.{Stack.of(self).region}.amazonaws.com"}
         allow(
             role,
             ["kms:CreateGrant"],
             [self.storage.key.key_arn],
-            conditions={
-                "Bool": {"kms:GrantIsForAWSResource": "true"},
-                "StringEquals": {"kms:ViaService": f"{service}.{Stack.of(self).region}.amazonaws.com"},
-            },
+            conditions={"Bool": {"kms:GrantIsForAWSResource": "true"}, "StringEquals": via},
         )
-        self.storage.grant_key(role, service)
-        self.grant_stop(role)
-        self.grant_describe(role)
+        allow(role, VOLUME_KEY_ACTIONS, [self.storage.key.key_arn], conditions={"StringEquals": via})
 
     def _grant_run_instances(self, role: iam.IRole) -> None:
         stack = Stack.of(self)
@@ -347,6 +349,8 @@ class Compute(Construct):
 # functions/adapters/launchers/sagemaker.py names training jobs tp-<job id>-a<attempt> (or tpx-<digest>...);
 # tests/infra check the two agree.
 TRAINING_JOB_NAMES = "tp*"
+# What EBS/SageMaker ask of the key for an encrypted volume besides the grant (no ReEncrypt*/GenerateDataKey* wildcards).
+VOLUME_KEY_ACTIONS = ("kms:Decrypt", "kms:DescribeKey", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncryptFrom", "kms:ReEncryptTo")
 TRAINING_JOBS_WHY = "Training jobs named tp-<job id>-a<attempt> per attempt at run time; this account and region only."
 
 

@@ -299,16 +299,17 @@ ARTIFACTS_RW = {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:D
 EXECUTIONS = {"states:StartExecution", "states:DescribeExecution", "states:StopExecution", "states:GetExecutionHistory"}
 TOKENS = {"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
 SCHEDULES = {"scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule", "scheduler:ListSchedules", "iam:PassRole"}
+VOLUME_KEY = {"kms:CreateGrant", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncryptFrom", "kms:ReEncryptTo"}
 LOGS_READ = {"logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:GetLogEvents"}
 ENGINE = {
     # dev runs on SageMaker (the default), prod on EC2: a role holds only its stage's engine.
     "dev": {
-        "launch": {"sagemaker:CreateTrainingJob", "sagemaker:AddTags", "iam:PassRole", "kms:CreateGrant"},
+        "launch": {"sagemaker:CreateTrainingJob", "sagemaker:AddTags", "iam:PassRole"} | VOLUME_KEY,
         "stop": {"sagemaker:StopTrainingJob"},
         "describe": {"sagemaker:DescribeTrainingJob", "sagemaker:ListTags"},
     },
     "prod": {
-        "launch": {"ec2:RunInstances", "ec2:CreateTags", "iam:PassRole", "kms:CreateGrant"},
+        "launch": {"ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"} | VOLUME_KEY,
         "stop": {"ec2:CreateTags", "ec2:TerminateInstances"},
         "describe": {"ec2:DescribeInstances"},
     },
