@@ -280,8 +280,10 @@ class LocalEngine:
         from moto.server import ThreadedMotoServer
 
         from infra.statemachine import render
-        from trainplane.local import moto_lambda
+        from trainplane.local import moto_hooks, moto_lambda
 
+        # As local mode runs moto: its DynamoDB and S3 are not thread-safe without these locks.
+        moto_hooks.install()
         self._saved_config = json.loads(json.dumps(default_user_config))
         self._saved_port = os.environ.get("MOTO_PORT")
         moto_api_backend.set_config(moto_lambda.MOTO_CONFIG)

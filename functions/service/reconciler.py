@@ -95,25 +95,28 @@ class Reconciler:
         return startup or (self.clock() - job.updated_at).total_seconds() >= self.grace_seconds
 
     def _reconcile(self, job: Job, report: ReconcileReport, *, startup: bool) -> None:
+        decided = False  # this sweep wrote the job's latest status: nothing else is in flight for it
         if job.status in RUNNING:
             description = self._describe(job)
+            alive = self.executions.execution_running(job.execution_arn)
             if description is not None and description.state in TERMINAL_RUN_STATES:
                 self.service.on_run_finished(job.job_id, job.attempt, description)
                 report.reported_ends.append(job.job_id)
-                return
-            alive = self.executions.execution_running(job.execution_arn)
-            if not alive and self._settled(job, startup):
+                if alive:
+                    return  # its own execution carries on from the decision
+                job, decided = self.repository.get(job.job_id), True
+            elif not alive and self._settled(job, startup):
                 if job.run_handle:
                     self._stop(job)
                 lost = RunDescription(state=RunState.UNKNOWN, message="its lifecycle execution was lost (control plane restarted?)")
                 self.service.on_run_finished(job.job_id, job.attempt, lost)
                 report.preempted.append(job.job_id)
-                job = self.repository.get(job.job_id)
+                job, decided = self.repository.get(job.job_id), True
             elif alive and description is not None:
                 self.service.on_run_alive(job.job_id, job.attempt)
                 report.heartbeats += 1
                 return
-        if not self._needs_execution(job) or not self._settled(job, startup):
+        if not self._needs_execution(job) or not (decided or self._settled(job, startup)):
             return
         if self.executions.execution_running(job.execution_arn):
             return
