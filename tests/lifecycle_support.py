@@ -6,6 +6,7 @@ processes that reach the emulated S3 over HTTP), as `trainplane up` wires it, mi
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import sys
@@ -379,6 +380,10 @@ class LocalEngine:
 
         from trainplane.local import moto_lambda
 
+        # Let the last runs' reports land before their endpoint goes away.
+        with contextlib.suppress(AssertionError):
+            wait_until(lambda: not self.launcher.active(), 10, what="runs to end")
+        time.sleep(0.3)
         self.launcher.shutdown(timeout=5)
         lifecycle_handler.use(None)
         moto_lambda.uninstall()

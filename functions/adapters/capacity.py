@@ -24,6 +24,9 @@ class DynamoDBCapacityLedger:
     def __init__(self, clients: Clients, table: str) -> None:
         self._clients = clients
         self.table = table
+        # Pools and queues already known to exist: creating them again is a wasted write per job.
+        self._known_pools: set[str] = set()
+        self._known_queues: set[str] = set()
 
     @property
     def _ddb(self) -> Any:
@@ -36,6 +39,9 @@ class DynamoDBCapacityLedger:
     def _ensure(self, pool: str) -> None:
         from botocore.exceptions import ClientError
 
+        if pool in self._known_pools:
+            return
+
         try:
             self._ddb.put_item(
                 TableName=self.table,
@@ -46,8 +52,10 @@ class DynamoDBCapacityLedger:
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
                 raise
+            self._known_pools.add(pool)
             return
         self.register_pool(pool)
+        self._known_pools.add(pool)
 
     def claim(self, pool: str, job_id: str, units: int, capacity: int) -> bool:
         from botocore.exceptions import ClientError
@@ -103,6 +111,8 @@ class DynamoDBCapacityLedger:
         return sorted(item["names"]["SS"]) if item and "names" in item else []
 
     def register_queue(self, queue: str) -> None:
+        if queue in self._known_queues:
+            return
         self._ddb.update_item(
             TableName=self.table,
             Key={constants.PK: {"S": _QUEUES_PK}, constants.SK: {"S": _QUEUES_PK}},
@@ -110,6 +120,7 @@ class DynamoDBCapacityLedger:
             ExpressionAttributeNames={"#names": "names"},
             ExpressionAttributeValues={":q": {"SS": [queue]}},
         )
+        self._known_queues.add(queue)
 
     def register_pool(self, pool: str) -> None:
         self._ddb.update_item(

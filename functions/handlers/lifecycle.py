@@ -42,7 +42,7 @@ def service() -> LifecycleService:
                 else:
                     from functions import composition  # the composition root wires the real adapters
 
-                    _service = composition.lifecycle_service()  # type: ignore[attr-defined]
+                    _service = composition.lifecycle_service()
     return _service
 
 

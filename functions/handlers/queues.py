@@ -7,12 +7,17 @@ per scheduler pass, no Scan).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions import composition
 from functions.handlers.errors import Forbidden, responses
 from functions.service.scheduler import QueueList, QueueView, capacity_model
 from schemas.job import Job
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
 router = Router()
 _views: dict[int, QueueView] = {}
@@ -41,7 +46,8 @@ def with_position(job: Job) -> Job:
     tags=["reports"],
 )
 def list_queues() -> QueueList:
-    arn = router.current_event.request_context.identity.user_arn
+    event = cast("APIGatewayProxyEvent", router.current_event)
+    arn = event.request_context.identity.user_arn
     if not arn:
         raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
     principal = composition.job_service().principal(arn)

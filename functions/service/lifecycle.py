@@ -304,7 +304,7 @@ class LifecycleService:
 
     def _on_phase(self, job: Job, event: TrainerEvent) -> None:
         try:
-            target = _PHASE_STATUS[TrainerPhase(event.data.get("phase"))]
+            target = _PHASE_STATUS[TrainerPhase(str(event.data.get("phase")))]
         except (KeyError, ValueError):
             return  # PREPARING or unknown: nothing the job record tracks
         attempt = job.attempt
