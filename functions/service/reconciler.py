@@ -82,14 +82,24 @@ class Reconciler:
         return report
 
     def _jobs(self) -> Iterator[Job]:
-        # Per status (the listing's filter) rather than a Scan of the table; running statuses first.
-        for status in _LISTED:
-            token: str | None = None
-            while True:
-                jobs, token = self.repository.list_jobs(JobQuery(owner=None, status=status, limit=100, next_token=token))
-                yield from jobs
-                if not token:
-                    break
+        """Every job in a status the reconciler looks after, running statuses first.
+
+        The status counters (one read) say which statuses have jobs at all: an idle deployment costs
+        one read per sweep. Otherwise one pass over the listing, filtered here: the listing index
+        holds every job, so one unfiltered pass reads it once where a query per status would read it
+        once per status. (An index of active jobs only would make this O(active).)"""
+        counts = self.repository.counts(None)
+        if not any(counts.get(status, 0) > 0 for status in _LISTED):
+            return
+        found: list[Job] = []
+        token: str | None = None
+        while True:
+            jobs, token = self.repository.list_jobs(JobQuery(owner=None, limit=100, next_token=token))
+            found.extend(job for job in jobs if job.status in _LISTED)
+            if not token:
+                break
+        order = {status: i for i, status in enumerate(_LISTED)}
+        yield from sorted(found, key=lambda job: order[job.status])
 
     def _settled(self, job: Job, startup: bool) -> bool:
         return startup or (self.clock() - job.updated_at).total_seconds() >= self.grace_seconds
