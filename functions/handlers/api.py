@@ -369,4 +369,23 @@ errors.register(app, on_error=_count_error)
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    return app.resolve(event, context)
+    return _with_cors(event, app.resolve(event, context))
+
+
+def _with_cors(event: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    # API Gateway answers the preflight (OPTIONS); the actual responses, errors included, must carry
+    # the origin too or a browser dashboard cannot read them. Added here, after the exception
+    # handlers, so that every response gets it; only for the one configured origin.
+    allowed = composition.current().settings.cors_origin
+    if not allowed:
+        return result
+    headers = {k.lower(): v for k, v in (event.get("headers") or {}).items()}
+    origin = headers.get("origin")
+    if allowed != "*" and origin != allowed:
+        return result
+    cors = {"Access-Control-Allow-Origin": allowed if allowed == "*" else origin, "Vary": "Origin"}
+    if "multiValueHeaders" in result:
+        result["multiValueHeaders"].update({k: [v] for k, v in cors.items()})
+    else:
+        result.setdefault("headers", {}).update(cors)
+    return result

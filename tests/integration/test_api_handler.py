@@ -389,3 +389,25 @@ def test_unknown_routes_are_404_and_crashes_are_a_generic_500(call: Api, monkeyp
     monkeypatch.setattr(type(composition.current().jobs), "summary", explode)
     reply = call("api_summary")
     assert reply.status == 500 and "secret" not in json.dumps(reply.body) and reply.body["errors"] == []
+
+
+def test_the_configured_dashboard_origin_gets_cors_headers_on_every_response(aws: AwsClients) -> None:
+    # Given an API configured for one dashboard origin
+    settings = fresh_resources(aws, admin_arns=(ADMIN,)).model_copy(update={"cors_origin": "https://dash.example.com"})
+    composition.configure(settings=settings, clients=aws, workflow=RecordingWorkflow())
+    try:
+
+        def origin_header(name: str, origin: str, **changes: Any) -> Any:
+            raw = api.lambda_handler(api_event(name, headers={"Origin": origin}, **changes), FakeLambdaContext())
+            headers = raw.get("multiValueHeaders") or raw.get("headers") or {}
+            value = headers.get("Access-Control-Allow-Origin")
+            return (raw["statusCode"], value[0] if isinstance(value, list) else value)
+
+        # When the dashboard reads a job that exists and one that does not
+        # Then both the success and the error carry the origin
+        assert origin_header("api_summary", "https://dash.example.com") == (200, "https://dash.example.com")
+        assert origin_header("api_get_job", "https://dash.example.com", job_id="job-missing") == (404, "https://dash.example.com")
+        # And another origin gets no CORS header
+        assert origin_header("api_summary", "https://evil.example.com") == (200, None)
+    finally:
+        composition.reset()
