@@ -297,7 +297,7 @@ def test_race_resume_vs_cancel_exactly_one_wins(engine: LocalEngine) -> None:
 def test_reconciler_reports_a_missed_run_end_and_recovers_a_lost_execution(engine: LocalEngine) -> None:
     reconciler = Reconciler(engine.repository, engine.service, engine.workflow, {"local": engine.launcher}, grace_seconds=0)
     # Given a job whose trainer dies while nobody listens (the end event is missed)
-    job = engine.submit(max_steps=30, save_steps=2, step_seconds=0.1)
+    job = engine.submit(max_steps=16, save_steps=2, step_seconds=0.1)
     wait_until(lambda: engine.job(job.job_id).latest_checkpoint_id, 20, what="a checkpoint")
     observer, engine.launcher.observer = engine.launcher.observer, None
     os.killpg(_pid(engine, job.job_id), signal.SIGKILL)
@@ -312,7 +312,7 @@ def test_reconciler_reports_a_missed_run_end_and_recovers_a_lost_execution(engin
     assert done.status == S.COMPLETED and done.preemptions == 1
 
     # Given a training job whose execution is lost (its record points at an execution that does not exist)
-    job = engine.submit(max_steps=30, save_steps=2, step_seconds=0.1)
+    job = engine.submit(max_steps=16, save_steps=2, step_seconds=0.1)
     wait_until(lambda: engine.job(job.job_id).latest_checkpoint_id, 20, what="a checkpoint")
     old = engine.job(job.job_id).execution_arn
     engine.repository.annotate(job.job_id, {"execution_arn": old + "-lost"})

@@ -165,7 +165,7 @@ def test_shortest_paths_exist_to_every_end(definition: dict) -> None:
 
 
 @pytest.mark.slow
-def test_mot_parser_accepts_the_definition_and_rejects_a_broken_one() -> None:
+def test_moto_parser_accepts_the_definition_and_rejects_a_broken_one() -> None:
     import boto3
     from moto import mock_aws
 
