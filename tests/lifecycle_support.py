@@ -362,6 +362,7 @@ class LocalEngine:
             self.repository, self.ledger, LocalCapacity(gpu_slots=self.gpu_slots, cpu_slots=self.cpu_slots), self.workflow, self.workflow
         )
         config = LifecycleConfig(
+            progress_interval_seconds=0.0,
             bucket=self.bucket,
             heartbeat_seconds=self.heartbeat_seconds,
             stop_grace_seconds=int(self.stop_grace_seconds),

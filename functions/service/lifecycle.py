@@ -71,6 +71,9 @@ class LifecycleConfig:
     max_preemptions: int = 3
     timeout_margin_seconds: int = 300
     no_timeout_seconds: int = 99_999_999  # Step Functions' own "no limit" for a task
+    # A trainer may report progress every step; the job record needs it every few seconds at most
+    # (one DynamoDB write each). The last step is always written.
+    progress_interval_seconds: float = 2.0
 
 
 class LifecycleService:
@@ -94,6 +97,7 @@ class LifecycleService:
         self.config = config
         self.clock = clock
         self._last_heartbeat: dict[str, float] = {}
+        self._last_progress: dict[tuple[str, int], float] = {}
         self._heartbeat_lock = threading.Lock()
 
     # ================================================================ state-machine tasks
@@ -265,7 +269,8 @@ class LifecycleService:
         if event.kind == TrainerEventKind.PHASE:
             self._on_phase(job, event)
         elif event.kind == TrainerEventKind.PROGRESS:
-            self.repository.record_progress(job_id, _progress(event.data, self.clock()))
+            if self._progress_due(job_id, attempt, event):
+                self.repository.record_progress(job_id, _progress(event.data, self.clock()))
             self._heartbeat(job)
         elif event.kind == TrainerEventKind.CHECKPOINT:
             self._on_checkpoint(job, event)
@@ -343,6 +348,17 @@ class LifecycleService:
         if best:
             keep.add(best)
         self.repository.add_checkpoint(job.job_id, ref, best_checkpoint_id=best, keep=sorted(keep))
+
+    def _progress_due(self, job_id: str, attempt: int, event: TrainerEvent) -> bool:
+        total, step = event.data.get("total_steps"), event.data.get("step")
+        if total is not None and step is not None and step >= total:
+            return True
+        now = time.monotonic()
+        with self._heartbeat_lock:
+            if now - self._last_progress.get((job_id, attempt), float("-inf")) < self.config.progress_interval_seconds:
+                return False
+            self._last_progress[(job_id, attempt)] = now
+        return True
 
     def _heartbeat(self, job: Job) -> None:
         if not job.task_token or job.task_token_kind != WAIT_RUN:

@@ -351,9 +351,14 @@ def test_progress_heartbeats_are_rate_limited() -> None:
     w = World()
     job = w.submit()
     w.to_training(job.job_id)
-    for step in range(20):
+    writes: list[int] = []
+    real = w.repo.record_progress
+    w.repo.record_progress = lambda job_id, progress: (writes.append(progress.step), real(job_id, progress))  # type: ignore[method-assign]
+    for step in range(1, 21):
         w.svc.on_trainer_event(job.job_id, 1, event(TrainerEventKind.PROGRESS, step=step, total_steps=20))
     assert w.tokens.heartbeats == [f"run-{job.job_id}"]
+    # and the job record is written the first time, then at most every progress_interval_seconds, and at the end
+    assert writes == [1, 20] and w.repo.get(job.job_id).progress.step == 20
 
 
 def test_a_pause_landing_during_launch_is_acted_on_once_the_run_exists() -> None:
