@@ -13,7 +13,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions import composition
 from functions.handlers.errors import Forbidden, responses
-from functions.service.scheduler import QueueList, QueueView, capacity_model
+from functions.service.queues import QueueList, QueueView
+from functions.service.scheduler import capacity_model
 from schemas.job import Job
 
 if TYPE_CHECKING:

@@ -25,11 +25,11 @@ from functions.adapters.launchers.base import Launcher, LaunchHandle, LaunchRequ
 from functions.adapters.ports import ArtifactStore, JobRepository, Transition
 from functions.service.errors import ConcurrentModification, IllegalTransition
 from functions.service.lifecycle_outcomes import decide_run_end
+from functions.service.run_specs import RunSpecs, progress_of
 from functions.service.scheduler import WAIT_CAPACITY, NeverFits, Scheduler
-from schemas.checkpoint import step_of
-from schemas.job import Actor, CheckpointRef, ErrorType, Job, Progress
+from schemas.job import Actor, ErrorType, Job
 from schemas.status import PAUSABLE, RUNNING, TERMINAL, JobStatus
-from schemas.trainer import RunSpec, TrainerEvent, TrainerEventKind, TrainerPhase
+from schemas.trainer import TrainerEvent, TrainerEventKind, TrainerPhase
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +96,7 @@ class LifecycleService:
         self.scheduler = scheduler
         self.config = config
         self.clock = clock
+        self.specs = RunSpecs(artifacts, config.bucket)
         self._last_heartbeat: dict[str, float] = {}
         self._last_progress: dict[tuple[str, int], float] = {}
         self._heartbeat_lock = threading.Lock()
@@ -146,10 +147,10 @@ class LifecycleService:
                 return self._left_run(job)
             attempt = job.attempt + 1
             try:
-                resume_from = self._resolve_checkpoint(job, attempt)
+                resume_from = self.specs.resume_from(job, attempt)
             except ValueError as exc:
                 return self._fail(job, ErrorType.USER_ERROR, str(exc))
-            spec = self._run_spec(job, attempt, resume_from)
+            spec = self.specs.run_spec(job, attempt, resume_from)
             uri = self.artifacts.put_json(
                 constants.run_spec_key(job.job_id, attempt), spec.model_dump(mode="json", context={"reveal_secrets": True})
             )
@@ -176,8 +177,8 @@ class LifecycleService:
             job_id=job.job_id,
             attempt=job.attempt,
             owner=job.owner,
-            run_spec=self._run_spec(job, job.attempt, None),
-            run_spec_uri=self._s3_uri(constants.run_spec_key(job.job_id, job.attempt)),
+            run_spec=self.specs.run_spec(job, job.attempt, None),
+            run_spec_uri=self.specs.s3_uri(constants.run_spec_key(job.job_id, job.attempt)),
             labels=dict(job.labels),
             preemptible=job.scheduling_config.preemptible,
             max_runtime_seconds=job.scheduling_config.max_runtime_seconds,
@@ -270,7 +271,7 @@ class LifecycleService:
             self._on_phase(job, event)
         elif event.kind == TrainerEventKind.PROGRESS:
             if self._progress_due(job_id, attempt, event):
-                self.repository.record_progress(job_id, _progress(event.data, self.clock()))
+                self.repository.record_progress(job_id, progress_of(event.data, self.clock()))
             self._heartbeat(job)
         elif event.kind == TrainerEventKind.CHECKPOINT:
             self._on_checkpoint(job, event)
@@ -323,31 +324,10 @@ class LifecycleService:
             job = self.repository.get(job.job_id)
 
     def _on_checkpoint(self, job: Job, event: TrainerEvent) -> None:
-        data = event.data
-        checkpoint_id = str(data.get("checkpoint_id") or "")
-        try:
-            step = int(data.get("step", step_of(checkpoint_id)))
-        except ValueError:
-            return
-        metrics = {k: float(v) for k, v in (data.get("metrics") or {}).items() if isinstance(v, int | float)}
-        uri = str(data.get("uri") or self._s3_uri(f"{constants.checkpoints_prefix(job.job_id)}{checkpoint_id}"))
-        ref = CheckpointRef(
-            checkpoint_id=checkpoint_id,
-            step=step,
-            epoch=data.get("epoch"),
-            metrics=metrics,
-            uri=uri,
-            attempt=job.attempt,
-            created_at=self.clock(),
-        )
-        refs = [r for r in job.checkpoints if r.checkpoint_id != checkpoint_id] + [ref]
-        best = _best(refs, job.output_config.checkpoint.metric_for_best_model, job.output_config.checkpoint.greater_is_better)
-        limit = job.output_config.checkpoint.save_total_limit
-        newest = sorted(refs, key=lambda r: r.step)
-        keep = {r.checkpoint_id for r in (newest[-limit:] if limit else newest)}
-        if best:
-            keep.add(best)
-        self.repository.add_checkpoint(job.job_id, ref, best_checkpoint_id=best, keep=sorted(keep))
+        recorded = self.specs.checkpoint(job, event.data, self.clock())
+        if recorded is not None:
+            ref, best, keep = recorded
+            self.repository.add_checkpoint(job.job_id, ref, best_checkpoint_id=best, keep=keep)
 
     def _progress_due(self, job_id: str, attempt: int, event: TrainerEvent) -> bool:
         total, step = event.data.get("total_steps"), event.data.get("step")
@@ -464,65 +444,6 @@ class LifecycleService:
             timeout = self.config.no_timeout_seconds
         heartbeat = min(self.config.heartbeat_seconds, timeout - 1)
         return {"next": "wait", "timeout_seconds": timeout, "heartbeat_seconds": heartbeat}
-
-    def _resolve_checkpoint(self, job: Job, attempt: int) -> str | None:
-        """The URI to resume from: a named checkpoint (resume / retry), the latest (auto-resume), or none."""
-        own = {ref.checkpoint_id: ref for ref in job.checkpoints}
-        if job.resume_checkpoint_id:
-            return self._checkpoint_uri(job, own, job.resume_checkpoint_id, "resume checkpoint_id")
-        if attempt > 1 and job.latest_checkpoint_id:
-            return None  # the trainer resumes from the latest checkpoint under its own checkpoint_uri
-        named = job.training_config.resume_from_checkpoint
-        if named:
-            if "://" in named or named.startswith("/"):
-                return named
-            return self._checkpoint_uri(job, own, named, "training_config.resume_from_checkpoint")
-        return None
-
-    def _checkpoint_uri(self, job: Job, own: Mapping[str, CheckpointRef], checkpoint_id: str, field: str) -> str:
-        if checkpoint_id in own:
-            return own[checkpoint_id].uri
-        for manifest in self.artifacts.list_manifests(job.job_id):
-            if manifest.checkpoint_id == checkpoint_id:
-                return self._s3_uri(f"{constants.checkpoints_prefix(job.job_id)}{checkpoint_id}")
-        raise ValueError(f"{field}: job {job.job_id} has no checkpoint {checkpoint_id!r}")
-
-    def _run_spec(self, job: Job, attempt: int, resume_from: str | None) -> RunSpec:
-        return RunSpec(
-            job_id=job.job_id,
-            attempt=attempt,
-            training_config=job.training_config,
-            data_config=job.data_config,
-            output_config=job.output_config,
-            resource_config=job.resource_config,
-            checkpoint_uri=self._s3_uri(constants.checkpoints_prefix(job.job_id).rstrip("/")),
-            resume_from=resume_from,
-            metrics_uri=self._s3_uri(constants.metrics_key(job.job_id)),
-            output_uri=job.output_config.output_path or self._s3_uri(f"{constants.job_prefix(job.job_id)}model"),
-            max_runtime_seconds=job.scheduling_config.max_runtime_seconds,
-        )
-
-    def _s3_uri(self, key: str) -> str:
-        return f"s3://{self.config.bucket}/{key}"
-
-
-def _progress(data: Mapping[str, Any], now: datetime) -> Progress:
-    fields = {k: data[k] for k in ("step", "total_steps", "epoch", "loss", "eta_seconds", "tokens_per_second") if data.get(k) is not None}
-    percent = data.get("percent")
-    if percent is None and data.get("total_steps"):
-        percent = 100.0 * float(data.get("step", 0)) / float(data["total_steps"])
-    return Progress(percent=min(max(float(percent or 0.0), 0.0), 100.0), updated_at=now, **fields)
-
-
-def _best(refs: list[CheckpointRef], metric: str | None, greater: bool | None) -> str | None:
-    if not metric:
-        return None
-    scored = [r for r in refs if metric in r.metrics]
-    if not scored:
-        return None
-    higher = greater if greater is not None else not metric.endswith("loss")
-    chosen = max(scored, key=lambda r: (r.metrics[metric], -r.step)) if higher else min(scored, key=lambda r: (r.metrics[metric], r.step))
-    return chosen.checkpoint_id
 
 
 def build_service(root: Any) -> LifecycleService:

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from functions.adapters.ports import Transition
-from functions.service.scheduler import LocalCapacity, QueueView
+from functions.service.queues import QueueView
+from functions.service.scheduler import LocalCapacity
 from schemas.job import StatusEvent
 from schemas.status import JobStatus
 from tests.fakes import InMemoryJobRepository

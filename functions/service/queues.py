@@ -1,0 +1,96 @@
+"""The read side of the scheduler for the API: GET /queues, and a job's place in its queue.
+
+Read at request time by Query on the sparse queue index (no write per scheduler pass, no Scan).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from functions.adapters.ports import JobRepository
+from functions.service.scheduler import UNLIMITED, CapacityLedger, CapacityModel, Scheduler
+from schemas.job import Job
+from schemas.status import JobStatus
+
+
+class PoolUsage(BaseModel):
+    pool: str
+    capacity: int | None = Field(description="Units the pool has (GPUs, or CPU slots); null when only AWS's own quotas limit it.")
+    in_use: int
+
+
+class QueueInfo(BaseModel):
+    queue: str
+    queued: int = Field(description="Jobs waiting in the queue (counted up to `counted_up_to`).")
+    counted_up_to: int
+    head: list[str] = Field(default_factory=list, description="The caller's own jobs among the first waiting ones, in order.")
+    oldest_queued_at: datetime | None = None
+    pools: list[PoolUsage] = Field(default_factory=list)
+    estimated_wait_seconds: float | None = Field(default=None, description="For a job submitted now at default priority.")
+
+
+class QueueList(BaseModel):
+    queues: list[QueueInfo]
+
+
+class QueueView:
+    """Read side of the scheduler for the API: GET /queues and a job's place in its queue."""
+
+    COUNT_LIMIT = 1000
+
+    def __init__(
+        self, repository: JobRepository, ledger: CapacityLedger, capacity: CapacityModel, *, default_runtime_seconds: float = 3600.0
+    ) -> None:
+        self.repository = repository
+        self.ledger = ledger
+        self.capacity = capacity
+        self.default_runtime_seconds = default_runtime_seconds
+
+    def with_position(self, job: Job) -> Job:
+        if job.status != JobStatus.QUEUED:
+            return job
+        scheduler = Scheduler(self.repository, self.ledger, self.capacity, _NoTokens(), _NoStops())
+        position, eta = scheduler.position(job, default_runtime_seconds=self.default_runtime_seconds)
+        return job.model_copy(update={"queue_position": position, "estimated_wait_seconds": eta})
+
+    def list(self, can_see: Callable[[Job], bool]) -> QueueList:
+        pools = {pool: self.ledger.holders(pool) for pool in self.ledger.pools()}
+        infos = []
+        for queue in self.ledger.queues():
+            waiting = self.repository.queued(queue, limit=self.COUNT_LIMIT)
+            related = sorted({p for p in pools if p.startswith(("local/", f"{queue}/"))})
+            usage = [PoolUsage(pool=p, capacity=_shown(self.capacity.capacity(p)), in_use=sum(pools[p].values())) for p in related]
+            slots = sum(u.capacity or 0 for u in usage) or 1
+            runtimes = [float(j.scheduling_config.max_runtime_seconds or self.default_runtime_seconds) for j in waiting]
+            eta = math.ceil(len(waiting) / slots) * (sum(runtimes) / len(runtimes)) if waiting else 0.0
+            infos.append(
+                QueueInfo(
+                    queue=queue,
+                    queued=len(waiting),
+                    counted_up_to=self.COUNT_LIMIT,
+                    head=[j.job_id for j in waiting[:50] if can_see(j)],
+                    oldest_queued_at=min((j.created_at for j in waiting), default=None),
+                    pools=usage,
+                    estimated_wait_seconds=eta,
+                )
+            )
+        return QueueList(queues=infos)
+
+
+def _shown(capacity: int) -> int | None:
+    return None if capacity >= UNLIMITED else capacity
+
+
+class _NoTokens:
+    def send_success(self, token: str, output: Mapping[str, Any]) -> bool:
+        raise RuntimeError("the queue view never answers tokens")
+
+
+class _NoStops:
+    def stop_run(self, job: Job, *, graceful: bool, reason: str) -> None:
+        raise RuntimeError("the queue view never stops runs")
