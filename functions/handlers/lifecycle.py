@@ -8,15 +8,17 @@ exists ends its execution quietly.
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from aws_lambda_powertools import Logger
+
+from functions import constants
 from functions.service.errors import ConcurrentModification, JobNotFound
 from functions.service.lifecycle import LifecycleService, TransientError
 
-logger = logging.getLogger(__name__)
+logger = Logger(service=constants.SERVICE_NAME)
 
 _THROTTLING = {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded", "TooManyRequestsException"}
 
@@ -74,9 +76,12 @@ ACTIONS = frozenset({"admit", "wait_capacity", "prepare", "launch", "wait_run", 
 
 
 def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
+    logger.append_keys(job_id=event.get("job_id"), action=event.get("action"))
     svc = service()
     try:
-        return _dispatch(svc, event)
+        result = _dispatch(svc, event)
+        logger.debug("lifecycle task done", extra={"next": result.get("next")})
+        return result
     except JobNotFound:
         logger.warning("job %s no longer exists; ending its execution", event.get("job_id"))
         if event.get("token"):
