@@ -110,6 +110,10 @@ class Reconciler:
             description = self._describe(job)
             alive = self.executions.execution_running(job.execution_arn)
             if description is not None and description.state in TERMINAL_RUN_STATES:
+                if description.state == RunState.UNKNOWN:
+                    # Not known to this control plane (e.g. left by a `trainplane up` killed with -9):
+                    # a launcher stops such a run only if it really is this job's.
+                    self._stop(job)
                 self.service.on_run_finished(job.job_id, job.attempt, description)
                 report.reported_ends.append(job.job_id)
                 if alive:

@@ -122,3 +122,14 @@ def test_a_claim_of_a_job_that_is_being_scheduled_is_not_an_orphan() -> None:
     current = w.repo.get(job.job_id)
     w.repo.transition(Transition(job.job_id, current.version, S.QUEUED, S.SCHEDULING, "go", changes={"capacity_pool": "local/cpu"}))
     assert reconciler.run_once().released == []
+
+
+def test_a_run_this_control_plane_does_not_know_is_stopped_before_it_is_preempted() -> None:
+    w = World()
+    job = w.submit()
+    w.to_training(job.job_id)
+    w.launcher.state = RunState.UNKNOWN  # e.g. a trainer left behind by a `trainplane up` killed with -9
+    report = _reconciler(w, Executions()).run_once(startup=True)
+    assert report.reported_ends == [job.job_id] and report.restarted == [job.job_id]
+    assert w.launcher.stopped == [("1001", True)]
+    assert w.repo.get(job.job_id).status == S.PREEMPTED
