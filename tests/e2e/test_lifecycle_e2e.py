@@ -211,3 +211,30 @@ def test_queues_route_and_queue_position(fake_plane: LocalPlane) -> None:
     assert default["queued"] >= 2 and default["head"][:2] == [first, second]
     for job_id in (blocker, first, second):
         api.verb(job_id, "cancel", expect=200)
+
+
+def test_local_mode_killed_with_9_mid_training_resumes_the_job_after_restart(fake_plane: LocalPlane) -> None:
+    api = Api(fake_plane)
+    # Given a job that has written checkpoints
+    job_id = api.submit(fake_spec("survivor", max_steps=120, step_seconds=0.1))
+    before = api.wait(job_id, lambda j: j["status"] in {"TRAINING", "CHECKPOINTING"} and j["latest_checkpoint_id"], 60, "a checkpoint")
+    trainer = int(before["run_handle"]["run_id"])
+    # When `trainplane up` is killed with -9 (no shutdown code runs) and started again on its state dir
+    fake_plane.kill()
+    fake_plane.start()
+    api = Api(fake_plane)
+    # Then the job, restored from the journal, is preempted and resumed from a checkpoint, and completes
+    done = api.wait_status(job_id, "COMPLETED", "FAILED", "CANCELLED", timeout=120)
+    assert done["status"] == "COMPLETED", done.get("error_message")
+    assert done["attempt"] >= 2 and "PREEMPTED" in api.statuses(job_id)
+    assert "starting at step 0" not in api.logs(job_id).split("attempt 2", 1)[-1]
+    # And the trainer the killed process left behind does not live on
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(trainer, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.5)
+    else:
+        pytest.fail(f"the orphaned trainer (pid {trainer}) is still running")
