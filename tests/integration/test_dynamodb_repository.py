@@ -483,7 +483,7 @@ def test_a_transaction_conflict_is_retried(dynamo: DynamoJobRepository, monkeypa
 def test_free_form_numbers_keep_their_type_through_storage(repo: Any) -> None:
     # Given a job whose free-form model_kwargs hold floats, ints and a bool
     kwargs = {"architecture": "llama", "rope_theta": 10000.5, "hidden_size": 16, "vocab_size": 260, "tie_word_embeddings": True}
-    body = tests_request_with_model_kwargs(kwargs)
+    body = _request_with_model_kwargs(kwargs)
     job = _created(repo, request=body)
     # When it is read back
     stored = repo.get(job.job_id)
@@ -492,7 +492,7 @@ def test_free_form_numbers_keep_their_type_through_storage(repo: Any) -> None:
     assert isinstance(stored.training_config.base_model.model_kwargs["rope_theta"], float)
 
 
-def tests_request_with_model_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+def _request_with_model_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     from tests.helpers.jobs import request_body
 
     body = request_body()
