@@ -120,7 +120,9 @@ class TrainingConfig(Strict):
     training_type: TrainingType
     base_model: BaseModelSpec
     framework: FrameworkConfig = Field(default_factory=FrameworkConfig)
-    hyperparameters: StrMap = Field(default_factory=dict, description="Strings, parsed by the trainer (max_steps, learning_rate, lora_rank...).")
+    hyperparameters: StrMap = Field(
+        default_factory=dict, description="Strings, parsed by the trainer (max_steps, learning_rate, lora_rank...)."
+    )
     environment: StrMap = Field(default_factory=dict)
     resume_from_checkpoint: str | None = None
     max_retries: int = Field(default=0, ge=0, le=20, description="Retries for retryable user-code failures.")
