@@ -7,10 +7,16 @@ when a request really talks to AWS, and importing this module stays cheap.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from functions.settings import Settings
+
+# Called as hook(service, client) on every client AwsClients creates. Local mode registers one that
+# answers requests to its emulated AWS in-process instead of over HTTP (trainplane/local/moto_inprocess.py).
+ClientHook = Callable[[str, Any], Any]
+_client_hooks: list[ClientHook] = []
 
 # Short timeouts and standard retries: a Lambda behind API Gateway has 29 s in all, and the
 # adaptive/standard retry modes already back off on throttling.
@@ -57,10 +63,24 @@ class AwsClients:
             retries={"max_attempts": _MAX_ATTEMPTS, "mode": "standard"},
             max_pool_connections=_MAX_POOL_CONNECTIONS,
         )
-        return self._session.client(service, region_name=self.region, endpoint_url=self.endpoint_url, config=config)
+        client = self._session.client(service, region_name=self.region, endpoint_url=self.endpoint_url, config=config)
+        for hook in tuple(_client_hooks):
+            hook(service, client)
+        return client
 
     def dynamodb(self) -> Any:
         return self.client("dynamodb")
 
     def s3(self) -> Any:
         return self.client("s3")
+
+
+def add_client_hook(hook: ClientHook) -> None:
+    """Run `hook(service, client)` on every client created from now on (local mode; tests)."""
+    if hook not in _client_hooks:
+        _client_hooks.append(hook)
+
+
+def remove_client_hook(hook: ClientHook) -> None:
+    if hook in _client_hooks:
+        _client_hooks.remove(hook)

@@ -16,6 +16,8 @@ tables and buckets the deployers create and the buckets' configuration, schema c
 it was created (UpdateTable), object tags and ACLs, older versions in a versioned bucket (the latest
 only), and every other service's state (executions, queues, functions, schedules).
 
+moto_speedups.py holds the speed-ups of moto's hot paths; install() installs them too.
+
 Locks never nest across services and never wait on HTTP, so they cannot deadlock with the API
 handler or Step Functions' task threads (which reach moto over HTTP). One thing must not be built on
 top: a DynamoDB stream consumer that calls DynamoDB back synchronously in-process.
@@ -42,6 +44,7 @@ from moto.dynamodb.responses import DynamoHandler
 from moto.s3.models import FakeKey, S3Backend, s3_backends
 from moto.s3.responses import S3Response
 
+from trainplane.local import moto_speedups
 from trainplane.local.journal import Journal, Op, State
 
 logger = logging.getLogger(__name__)
@@ -132,12 +135,14 @@ def install() -> None:
         _patch(DynamoDBBackend, name, _in_ddb_unit)
     for name in S3_ENTRY_POINTS:
         _patch(S3Backend, name, _in_s3_unit)
+    moto_speedups.install()
 
 
 def uninstall() -> None:
     """Undo install() (tests): restore every patched attribute, newest first."""
     global _journal
     _journal = None
+    moto_speedups.uninstall()
     while _patches:
         owner, name, original, owned = _patches.pop()
         if owned:

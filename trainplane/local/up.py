@@ -27,11 +27,13 @@ from types import FrameType
 from typing import IO, Any
 
 from functions import constants
+from functions.adapters import aws as aws_clients
 from functions.settings import PREFIX
 from trainplane.local import moto_hooks
 from trainplane.local.credentials import ADMIN, Principal, load_or_create
 from trainplane.local.frontdoor import FrontDoor, Handler
 from trainplane.local.journal import Journal
+from trainplane.local.moto_inprocess import InProcessAws
 from trainplane.local.server import LOOPBACK, EmulatedAws
 
 logger = logging.getLogger("trainplane.local")
@@ -43,6 +45,9 @@ JOURNAL_DIR = "journal"
 COMPUTE_CHOICES = ("local", "sagemaker", "ec2")
 # The control plane's own identity towards the emulated AWS (moto accepts any key; never a user's).
 _CONTROL_PLANE_KEY = "local-control-plane"
+# "0" sends the in-process handlers' AWS calls over HTTP to moto's server, as before moto_inprocess.py
+# (to compare, or to rule it out); anything else, or unset, calls moto in-process.
+IN_PROCESS_AWS_ENV = PREFIX + "LOCAL_IN_PROCESS_AWS"
 
 
 def run_up(
@@ -101,6 +106,7 @@ class LocalPlane:
         self.principals: list[Principal] = []
         self.aws = EmulatedAws()
         self.journal: Journal | None = None
+        self.in_process_aws: InProcessAws | None = None
         self.front_door: FrontDoor | None = None
         self.ctx: Any = None
         self._lock_file: IO[str] | None = None
@@ -135,6 +141,10 @@ class LocalPlane:
         self.aws.start()
         self._started.append("aws")
         _set_aws_environment(self.aws.endpoint_url)
+        if os.environ.get(IN_PROCESS_AWS_ENV, "1") != "0":
+            # Before anything creates the composition's clients: they all get it.
+            self.in_process_aws = InProcessAws(self.aws.endpoint_url)
+            aws_clients.add_client_hook(self.in_process_aws.attach)
 
         self.ctx = LocalContext(
             endpoint_url=self.aws.endpoint_url,
@@ -177,6 +187,9 @@ class LocalPlane:
             moto_hooks.detach()
         if self.journal is not None:
             self.journal.close()
+        if self.in_process_aws is not None:
+            aws_clients.remove_client_hook(self.in_process_aws.attach)
+            self.in_process_aws = None
         if "aws" in self._started:
             self.aws.stop()
         self._started.clear()

@@ -1,0 +1,112 @@
+"""Speed-ups of moto's hot paths for local mode. Part of moto_hooks' reach into moto (pinned to 5.2.5,
+installed and removed with it); tests/integration/test_moto_speedups.py proves each one gives
+byte-for-byte what moto's own code gives.
+
+1. DynamoDB item values. moto serialises every response through its model-driven serializer, which
+   walks each AttributeValue member by member (ten members, each looked up through a value picker
+   with aliases): for the job item (~60 attributes) that is ~75% of a GetItem's CPU in moto. An
+   AttributeValue is already DynamoDB JSON in moto's result (`dynamo_to_dict`), so it is written
+   out directly; anything not of the expected shape falls back to moto's code.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from typing import Any
+
+from moto.core.serialize import BaseJSONSerializer
+
+_ATTRIBUTE_VALUE = "AttributeValue"
+_STRING_KINDS = frozenset({"S", "N"})
+_STRING_SET_KINDS = frozenset({"SS", "NS"})
+
+_original_serialize: Callable[..., None] | None = None
+
+
+class _NotPlain(Exception):
+    """A value this fast path does not handle exactly like moto: moto's serializer takes it."""
+
+
+def install() -> None:
+    global _original_serialize
+    if _original_serialize is not None:
+        return
+    if "_serialize" in BaseJSONSerializer.__dict__:
+        raise RuntimeError("moto's BaseJSONSerializer now defines _serialize: re-verify trainplane/local/moto_speedups.py")
+    original = BaseJSONSerializer._serialize
+
+    def _serialize(self: BaseJSONSerializer, serialized: Any, value: Any, shape: Any, key: str) -> None:
+        if shape.name == _ATTRIBUTE_VALUE and key and isinstance(value, dict):
+            try:
+                serialized[self.get_serialized_name(shape, key)] = _attribute_value(value)
+                return
+            except _NotPlain:
+                pass
+        original(self, serialized, value, shape, key)
+
+    _original_serialize = original
+    BaseJSONSerializer._serialize = _serialize  # type: ignore[method-assign]
+
+
+def uninstall() -> None:
+    global _original_serialize
+    if _original_serialize is not None:
+        del BaseJSONSerializer._serialize  # the inherited ResponseSerializer._serialize again
+        _original_serialize = None
+
+
+def installed() -> bool:
+    return _original_serialize is not None
+
+
+def _attribute_value(value: dict[str, Any]) -> dict[str, Any]:
+    """One AttributeValue as moto's JSON serializer writes it (one member set; None members dropped)."""
+    if len(value) != 1:
+        raise _NotPlain
+    ((kind, raw),) = value.items()
+    if raw is None:
+        raise _NotPlain  # moto drops a None member: an empty structure, rare enough for the slow path
+    if kind in _STRING_KINDS:
+        return {kind: _string(raw)}
+    if kind == "BOOL" or kind == "NULL":
+        return {kind: raw}
+    if kind == "M":
+        if not isinstance(raw, dict):
+            raise _NotPlain
+        # Keys as they are (moto's map serializer does not convert them); an empty key is special there.
+        return {"M": {k: _attribute_value(v) if k and isinstance(v, dict) else _not_plain() for k, v in raw.items()}}
+    if kind == "L":
+        if not isinstance(raw, list):
+            raise _NotPlain
+        return {"L": [_attribute_value(v) if isinstance(v, dict) else _not_plain() for v in raw]}
+    if kind in _STRING_SET_KINDS:
+        if not isinstance(raw, list):
+            raise _NotPlain
+        return {kind: [_string(v) for v in raw]}
+    if kind == "B":
+        return {"B": _base64(raw)}
+    if kind == "BS":
+        if not isinstance(raw, list):
+            raise _NotPlain
+        return {"BS": [_base64(v) for v in raw]}
+    raise _NotPlain
+
+
+def _string(raw: Any) -> Any:
+    # moto's string serializer: str() of anything but None, {} and [] (kept as they are).
+    if raw is None or raw == {} or raw == []:
+        raise _NotPlain
+    return raw if type(raw) is str else str(raw)
+
+
+def _base64(raw: Any) -> str:
+    if isinstance(raw, str):
+        raw = raw.encode("utf-8")
+    if not isinstance(raw, bytes):
+        raise _NotPlain
+    return base64.b64encode(raw).strip().decode("utf-8")
+
+
+def _not_plain() -> Any:
+    raise _NotPlain
