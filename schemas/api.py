@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.configs import Priority, ResourceConfig, Strict, StrMap
 from schemas.job import Job, JobName, StatusEvent
@@ -52,18 +52,20 @@ class PatchJobRequest(Strict):
 
 
 class JobList(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     jobs: list[Job]
     next_token: str | None = None
 
 
 class EventList(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     events: list[StatusEvent]
 
 
 class MetricsPoint(BaseModel):
     """One line of metrics.jsonl; extra metric names are kept."""
 
-    model_config = {"extra": "allow"}
+    model_config = {"extra": "allow", "defer_build": True}
     step: int
     epoch: float | None = None
     loss: float | None = None
@@ -75,22 +77,27 @@ class MetricsPoint(BaseModel):
 
 
 class MetricsResponse(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     points: list[MetricsPoint]
 
 
 class LogLine(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     timestamp: float
     attempt: int
     message: str
 
 
 class LogsResponse(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     lines: list[LogLine]
     next_token: str | None = None
 
 
 class Summary(BaseModel):
     """The dashboard's cards: counts by status plus the usual groupings."""
+
+    model_config = ConfigDict(defer_build=True)
 
     counts: dict[JobStatus, int]
     total: int
@@ -102,18 +109,22 @@ class Summary(BaseModel):
 
 
 class FieldError(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     field: str
     message: str
     type: str | None = None
 
 
 class ErrorResponse(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     message: str
     errors: list[FieldError] = Field(default_factory=list)
 
 
 class AcceptedAction(BaseModel):
     """What a lifecycle verb returns: the job as it now stands and what was requested."""
+
+    model_config = ConfigDict(defer_build=True)
 
     job: Job
     action: str

@@ -27,13 +27,14 @@ def step_of(checkpoint_id: str) -> int:
 
 
 class ManifestFile(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     path: str = Field(description="Relative to the checkpoint directory.")
     size: int
     sha256: str
 
 
 class CheckpointManifest(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     checkpoint_id: str
     job_id: str | None = None
     attempt: int = 1

@@ -15,7 +15,7 @@ StrMap = dict[str, str]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_enum_values=False)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_enum_values=False, defer_build=True)
 
 
 class TrainingType(StrEnum):

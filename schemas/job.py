@@ -83,7 +83,7 @@ class Actor(StrEnum):
 
 
 class CheckpointRef(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
     checkpoint_id: str
     step: int
     epoch: float | None = None
@@ -94,7 +94,7 @@ class CheckpointRef(BaseModel):
 
 
 class Progress(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
     percent: float = Field(default=0.0, ge=0.0, le=100.0)
     step: int = 0
     total_steps: int | None = None
@@ -108,7 +108,7 @@ class Progress(BaseModel):
 class AttemptCost(BaseModel):
     """One attempt's share of the job's cost (functions/service/costs.py); recorded once per attempt."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
     attempt: int
     instance_type: str | None = None
     instance_count: int = 1
@@ -123,7 +123,7 @@ class AttemptCost(BaseModel):
 class Cost(BaseModel):
     """Totals over the job's attempts (pause/resume, preemption, retries within the job)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
     gpu_hours: float = 0.0
     billable_seconds: float = 0.0
     estimated_cost_usd: float = 0.0
@@ -135,7 +135,7 @@ class Cost(BaseModel):
 class StatusEvent(BaseModel):
     """One entry of a job's history: {"at", "from", "to", "reason", "actor"}."""
 
-    model_config = ConfigDict(populate_by_name=True, extra="ignore", serialize_by_alias=True)
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", serialize_by_alias=True, defer_build=True)
     at: datetime
     from_status: JobStatus | None = Field(default=None, alias="from")
     to_status: JobStatus = Field(alias="to")
@@ -146,7 +146,7 @@ class StatusEvent(BaseModel):
 class Job(BaseModel):
     """The job as stored and as returned by the API (hub_token masked on JSON output)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
     job_id: str
     owner: str
     name: str

@@ -188,6 +188,7 @@ class RetrainingPolicy(RetrainingPolicyRequest):
 
 
 class PolicyList(BaseModel):
+    model_config = ConfigDict(defer_build=True)
     policies: list[RetrainingPolicy]
     next_token: str | None = None
 
@@ -197,6 +198,8 @@ FireOutcome = Literal["started", "duplicate", "coalesced", "capped", "skipped_ru
 
 class FireResult(BaseModel):
     """What a dispatch did for one policy: started a job, or why not."""
+
+    model_config = ConfigDict(defer_build=True)
 
     policy_id: str
     outcome: FireOutcome
