@@ -5,10 +5,14 @@ and every write still under moto_hooks' locks and in the journal.
 
 from __future__ import annotations
 
+import json
 import threading
+import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError
 
@@ -263,3 +267,69 @@ def test_client_hooks_see_every_new_client_until_removed() -> None:
     AwsClients(region=constants.LOCAL_REGION, endpoint_url=DEAD_ENDPOINT).dynamodb()
     # Then the hook saw each created client once, and none after it was removed
     assert seen == ["dynamodb:dynamodb", "s3:s3"]
+
+
+PASS_CHOICE = json.dumps(
+    {
+        "StartAt": "Pick",
+        "States": {
+            "Pick": {
+                "Type": "Choice",
+                "Choices": [{"Variable": "$.n", "NumericGreaterThan": 10, "Next": "Big"}],
+                "Default": "Small",
+            },
+            "Big": {"Type": "Pass", "Parameters": {"size": "big", "n.$": "$.n"}, "End": True},
+            "Small": {"Type": "Pass", "Parameters": {"size": "small", "n.$": "$.n"}, "End": True},
+        },
+    }
+)
+
+
+def test_a_definition_is_parsed_once_and_every_execution_gets_a_fresh_program(aws: EmulatedAws) -> None:  # noqa: F811
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser, ASLParserException
+
+    # Given the speed-ups installed
+    assert moto_speedups.installed()
+    # When one definition is parsed twice
+    first_program, first_tree = AmazonStateLanguageParser.parse(PASS_CHOICE)
+    second_program, second_tree = AmazonStateLanguageParser.parse(PASS_CHOICE)
+    # Then the syntax tree is shared, the evaluation components are not
+    assert second_tree is first_tree
+    assert second_program is not first_program
+    # And a broken definition fails every time, not only the first
+    for _ in range(2):
+        with pytest.raises(ASLParserException):
+            AmazonStateLanguageParser.parse('{"StartAt": "X", "States": {"X": {"Type": "Nope"}}}')
+
+
+def test_executions_of_one_definition_do_not_share_state(aws: EmulatedAws) -> None:  # noqa: F811
+    # Given a state machine in the emulated AWS (executions really run the ASL)
+    sfn = boto3.client(
+        "stepfunctions", endpoint_url=aws.endpoint_url, region_name=constants.LOCAL_REGION, aws_access_key_id="t", aws_secret_access_key="t"
+    )
+    arn = sfn.create_state_machine(name=f"speedups-{uuid.uuid4().hex[:8]}", definition=PASS_CHOICE, roleArn=ROLE)["stateMachineArn"]
+    # When it runs several times with different inputs
+    runs = {
+        n: sfn.start_execution(stateMachineArn=arn, name=f"run-{n}", input=json.dumps({"n": n}))["executionArn"] for n in (1, 50, 2, 99)
+    }
+    # Then each execution took its own branch with its own input
+    outputs = {n: _finished(sfn, execution) for n, execution in runs.items()}
+    assert outputs == {
+        1: {"size": "small", "n": 1},
+        50: {"size": "big", "n": 50},
+        2: {"size": "small", "n": 2},
+        99: {"size": "big", "n": 99},
+    }
+
+
+ROLE = f"arn:aws:iam::{constants.LOCAL_ACCOUNT_ID}:role/speedups"
+
+
+def _finished(sfn: Any, execution_arn: str) -> Any:
+    for _ in range(200):
+        described = sfn.describe_execution(executionArn=execution_arn)
+        if described["status"] != "RUNNING":
+            assert described["status"] == "SUCCEEDED", described
+            return json.loads(described["output"])
+        time.sleep(0.05)
+    raise AssertionError(f"{execution_arn} still running")
