@@ -261,6 +261,9 @@ class DynamoJobRepository:
         update = _update_expression(new, list(changes), reindex=False)
         update.update(TableName=self.table, Key=_meta_key(job_id), ConditionExpression="attribute_exists(#pk)")
         update["ExpressionAttributeNames"]["#pk"] = c.PK
+        if not update["ExpressionAttributeValues"]:
+            # Only REMOVEs: DynamoDB refuses an empty ExpressionAttributeValues.
+            del update["ExpressionAttributeValues"]
         self._update_existing(job_id, update)
 
     def record_progress(self, job_id: str, progress: Progress) -> None:

@@ -29,10 +29,15 @@ logger = logging.getLogger(__name__)
 NON_TERMINAL = frozenset(JobStatus) - TERMINAL
 PAUSED_ONLY = frozenset({JobStatus.PAUSED})
 USER = Actor.USER.value
+DECISION_ATTEMPTS = 5
 
 
 class WorkflowUnavailable(DomainError):
     """The lifecycle engine could not be told about a decision that needs it now (503, retry later)."""
+
+
+class AlreadyRequested(ConcurrentModification):
+    """Another request of the same kind already won (409); re-reading would not change the answer."""
 
 
 class LifecycleControls:
@@ -59,14 +64,34 @@ class LifecycleControls:
 
     # --- cancel ----------------------------------------------------------------------------------
 
+    def _decide(self, job_id: str, principal: Principal, decide: Callable[[Job], Job]) -> tuple[Job, Job]:
+        """Read the job and write one decision, conditional on the version read.
+
+        The trainer's phase reports (TRAINING <-> CHECKPOINTING, ...) bump the version too, so a lost
+        condition is re-read and the verb's rules checked again: a user's cancel never fails only
+        because a checkpoint started. Another user decision that won stays won (the re-check refuses).
+        """
+        for attempt in range(1, DECISION_ATTEMPTS + 1):
+            job = self.get(job_id, principal)
+            try:
+                return job, decide(job)
+            except AlreadyRequested:
+                raise
+            except ConcurrentModification:
+                if attempt == DECISION_ATTEMPTS:
+                    raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def cancel(self, job_id: str, principal: Principal, reason: str = "") -> Job:
-        job = self.get(job_id, principal)
-        if job.status in TERMINAL:
-            raise IllegalTransition(job_id, job.status, "cancel", NON_TERMINAL)
         why = reason or "cancelled by request"
-        cancelled = self.repo.transition(
-            Transition(job_id, job.version, job.status, JobStatus.CANCELLED, why, USER, {"pending_action": None, "pending_reason": None})
-        )
+
+        def decide(job: Job) -> Job:
+            if job.status in TERMINAL:
+                raise IllegalTransition(job_id, job.status, "cancel", NON_TERMINAL)
+            changes = {"pending_action": None, "pending_reason": None}
+            return self.repo.transition(Transition(job_id, job.version, job.status, JobStatus.CANCELLED, why, USER, changes))
+
+        job, cancelled = self._decide(job_id, principal, decide)
         if self.workflow is not None:
             try:
                 if job.status in RUNNING:
@@ -80,21 +105,24 @@ class LifecycleControls:
     # --- pause -----------------------------------------------------------------------------------
 
     def pause(self, job_id: str, principal: Principal, save_checkpoint: bool = True) -> Job:
-        job = self.get(job_id, principal)
-        if job.status not in PAUSABLE:
-            raise IllegalTransition(job_id, job.status, "pause", PAUSABLE)
-        if job.pending_action is not None:
-            raise ConcurrentModification(job_id, f"a {job.pending_action} is already in progress")
         why = "pause requested" + ("" if save_checkpoint else " without a checkpoint")
-        event = StatusEvent(at=self.clock(), from_status=job.status, to_status=job.status, reason=why, actor=USER)
-        paused = self.repo.update(
-            job_id,
-            job.version,
-            {"pending_action": PendingAction.PAUSE, "pending_reason": why},
-            PAUSABLE,
-            event=event,
-            action="pause",
-        )
+
+        def decide(job: Job) -> Job:
+            if job.status not in PAUSABLE:
+                raise IllegalTransition(job_id, job.status, "pause", PAUSABLE)
+            if job.pending_action is not None:
+                raise AlreadyRequested(job_id, f"a {job.pending_action} is already in progress")
+            event = StatusEvent(at=self.clock(), from_status=job.status, to_status=job.status, reason=why, actor=USER)
+            return self.repo.update(
+                job_id,
+                job.version,
+                {"pending_action": PendingAction.PAUSE, "pending_reason": why},
+                PAUSABLE,
+                event=event,
+                action="pause",
+            )
+
+        _, paused = self._decide(job_id, principal, decide)
         if self.workflow is not None:
             try:
                 # graceful: SIGTERM, the trainer saves a checkpoint within the grace period; the engine
@@ -118,14 +146,19 @@ class LifecycleControls:
     # --- resume ----------------------------------------------------------------------------------
 
     def resume(self, job_id: str, principal: Principal, checkpoint_id: str = "") -> Job:
-        job = self.get(job_id, principal)
-        if job.status != JobStatus.PAUSED:
-            raise IllegalTransition(job_id, job.status, "resume", PAUSED_ONLY)
-        ref = _checkpoint(job, checkpoint_id)
-        chosen = ref.checkpoint_id if ref else None
-        why = f"resumed from {chosen}" if chosen else "resumed (no checkpoint: from the start)"
-        changes: dict[str, Any] = {"resume_checkpoint_id": chosen, "pending_action": None, "pending_reason": None}
-        resumed = self.repo.transition(Transition(job_id, job.version, JobStatus.PAUSED, JobStatus.QUEUED, why, USER, changes))
+        chosen: str | None = None
+
+        def decide(job: Job) -> Job:
+            nonlocal chosen
+            if job.status != JobStatus.PAUSED:
+                raise IllegalTransition(job_id, job.status, "resume", PAUSED_ONLY)
+            ref = _checkpoint(job, checkpoint_id)
+            chosen = ref.checkpoint_id if ref else None
+            why = f"resumed from {chosen}" if chosen else "resumed (no checkpoint: from the start)"
+            changes: dict[str, Any] = {"resume_checkpoint_id": chosen, "pending_action": None, "pending_reason": None}
+            return self.repo.transition(Transition(job_id, job.version, JobStatus.PAUSED, JobStatus.QUEUED, why, USER, changes))
+
+        _, resumed = self._decide(job_id, principal, decide)
         if self.workflow is not None:
             try:
                 self.workflow.answer_wait(resumed, "resume", {"checkpoint_id": chosen or ""})

@@ -498,3 +498,12 @@ def _request_with_model_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     body = request_body()
     body["training_config"]["base_model"]["model_kwargs"] = kwargs
     return {"training_config": body["training_config"]}
+
+
+def test_annotate_with_only_removals(repo: Any) -> None:
+    # Given a job with an annotation / When every annotated field is cleared at once
+    job = _created(repo)
+    repo.annotate(job.job_id, {"execution_arn": "arn:aws:states:us-east-1:123456789012:execution:x:y"})
+    repo.annotate(job.job_id, {"execution_arn": None})
+    # Then it is gone (no empty ExpressionAttributeValues refused by DynamoDB)
+    assert repo.get(job.job_id).execution_arn is None

@@ -298,3 +298,44 @@ def test_retry_refusals(wired: tuple[JobService, InMemoryJobRepository]) -> None
     with pytest.raises(InvalidRequest) as err:
         service.retry(qlora.job_id, alice, RetryRequest(modify_resources=True, new_resource_config={"gpu_count": 0}))
     assert err.value.field == "new_resource_config"
+
+
+class _PhaseChangeFirst:
+    """A repository proxy: just before the verb's first write, the trainer reports a phase change."""
+
+    def __init__(self, repo: InMemoryJobRepository, to: JobStatus) -> None:
+        self._repo, self._to, self._fired = repo, to, False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._repo, name)
+
+    def _phase_change(self, job_id: str) -> None:
+        if not self._fired:
+            self._fired = True
+            job = self._repo.get(job_id)
+            self._repo.transition(Transition(job_id, job.version, job.status, self._to, "checkpoint started", "trainer"))
+
+    def transition(self, t: Transition) -> Job:
+        self._phase_change(t.job_id)
+        return self._repo.transition(t)
+
+    def update(self, job_id: str, *args: Any, **kwargs: Any) -> Job:
+        self._phase_change(job_id)
+        return self._repo.update(job_id, *args, **kwargs)
+
+
+@pytest.mark.parametrize("verb", ["cancel", "pause"])
+def test_a_verb_racing_a_trainer_phase_change_is_decided_not_refused(verb: str, workflow: RecordingWorkflow) -> None:
+    # Given a training job whose trainer starts a checkpoint (TRAINING -> CHECKPOINTING, a new version)
+    # between the user's read and the user's write
+    service, repo = build(workflow)
+    job = job_in(service, repo, *TO_TRAINING)
+    service.repo = _PhaseChangeFirst(repo, S.CHECKPOINTING)  # type: ignore[assignment]
+    # When the user cancels / pauses
+    result = service.cancel(job.job_id, alice) if verb == "cancel" else service.pause(job.job_id, alice)
+    # Then the verb re-reads and wins instead of failing with a spurious 409
+    if verb == "cancel":
+        assert result.status == S.CANCELLED
+        assert [e.to_status for e in repo.history(job.job_id)][-2:] == [S.CHECKPOINTING, S.CANCELLED]
+    else:
+        assert result.status == S.CHECKPOINTING and result.pending_action == PendingAction.PAUSE
