@@ -11,7 +11,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install test test-fast lint format demo bench synth bootstrap deploy openapi clean up
+.PHONY: install test test-fast lint format demo bench bench-trainer synth bootstrap deploy openapi clean up
 
 install: $(STAMP)
 
@@ -47,6 +47,10 @@ demo: install
 
 bench: install
 	$(BIN)/python scripts/bench_api.py
+	$(BIN)/python scripts/bench_lifecycle.py
+
+bench-trainer: install
+	$(BIN)/python scripts/bench_trainer.py
 
 # Offline: no AWS credentials, no Docker (docs/DEPLOY.md). SYNTH_ARGS: more -c key=value.
 synth: install
