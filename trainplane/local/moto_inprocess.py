@@ -85,7 +85,7 @@ class InProcessAws:
         aws_request = AWSPreparedRequest(request.method, aws_url, request.headers, request.body, stream_output=False)
         handler = next((handler for pattern, handler in routes if pattern.match(clean_url)), None)
         if handler is None:
-            return AWSResponse(request.url, 404, {}, MockRawResponse(f"no moto route for {clean_url}"))  # type: ignore[arg-type]
+            return AWSResponse(request.url, 404, {}, MockRawResponse(f"no moto route for {clean_url}"))
         normalized = normalize_request(aws_request)
         try:
             status, headers, body = handler(normalized, normalized.raw_url, normalized.headers)
@@ -96,4 +96,4 @@ class InProcessAws:
             logger.exception("emulated AWS (in-process) failed on %s %s", request.method, clean_url)
             status, headers, body = 500, {}, b"Internal Server Error"
         self.calls += 1
-        return AWSResponse(request.url, status, headers, MockRawResponse(body))  # type: ignore[arg-type]
+        return AWSResponse(request.url, status, headers, MockRawResponse(body))

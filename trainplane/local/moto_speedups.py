@@ -59,7 +59,7 @@ def install() -> None:
         original(self, serialized, value, shape, key)
 
     _original_serialize = original
-    BaseJSONSerializer._serialize = _serialize  # type: ignore[method-assign]
+    BaseJSONSerializer._serialize = _serialize  # type: ignore[method-assign,assignment]
     _install_asl_cache()
 
 
@@ -98,7 +98,7 @@ def _install_asl_cache() -> None:
         return Preprocessor().visit(tree), tree
 
     _original_parse = original
-    AmazonStateLanguageParser.parse = staticmethod(parse)  # type: ignore[method-assign,assignment]
+    AmazonStateLanguageParser.parse = staticmethod(parse)  # type: ignore[method-assign]
 
 
 def installed() -> bool:
