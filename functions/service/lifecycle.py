@@ -16,13 +16,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from functions import constants
 from functions.adapters.launchers.base import Launcher, LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.ports import ArtifactStore, JobRepository, Transition
+from functions.service import costs
 from functions.service.errors import ConcurrentModification, IllegalTransition
 from functions.service.lifecycle_outcomes import decide_run_end
 from functions.service.run_specs import RunSpecs, progress_of
@@ -74,6 +75,9 @@ class LifecycleConfig:
     # A trainer may report progress every step; the job record needs it every few seconds at most
     # (one DynamoDB write each). The last step is always written.
     progress_interval_seconds: float = 2.0
+    # How often a running job with scheduling_config.max_cost_usd is priced (on progress reports and
+    # liveness reports), and the horizon it is priced over: stopped if it would pass the limit by then.
+    budget_check_seconds: float = 300.0
 
 
 class LifecycleService:
@@ -99,6 +103,7 @@ class LifecycleService:
         self.specs = RunSpecs(artifacts, config.bucket)
         self._last_heartbeat: dict[str, float] = {}
         self._last_progress: dict[tuple[str, int], float] = {}
+        self._last_budget_check: dict[tuple[str, int], float] = {}
         self._heartbeat_lock = threading.Lock()
 
     # ================================================================ state-machine tasks
@@ -273,6 +278,7 @@ class LifecycleService:
             if self._progress_due(job_id, attempt, event):
                 self.repository.record_progress(job_id, progress_of(event.data, self.clock()))
             self._heartbeat(job)
+            self._check_budget(job)
         elif event.kind == TrainerEventKind.CHECKPOINT:
             self._on_checkpoint(job, event)
             self._heartbeat(job)
@@ -282,6 +288,7 @@ class LifecycleService:
         job = self.repository.get(job_id)
         if attempt == job.attempt and job.status in RUNNING:
             self._heartbeat(job)
+            self._check_budget(job)
 
     def on_run_finished(self, job_id: str, attempt: int, run: RunDescription) -> None:
         """The run of `attempt` ended (launcher monitor, EventBridge, reconciler): decide and answer the wait."""
@@ -301,12 +308,50 @@ class LifecycleService:
             if job.status not in RUNNING:
                 released = self._left_run(job)
                 return released
+            self._record_cost(job, attempt, run)
             decision = decide_run_end(job, run, max_preemptions=self.config.max_preemptions)
             changes = {**decision.changes, "run_outcome": decision.next, "pending_action": None, "pending_reason": None}
             if self._move(job, decision.status, decision.reason, decision.actor, changes) is not None:
                 self._release(self.repository.get(job_id))
                 return {"next": decision.next}
         raise TransientError(f"run end of {job_id}: kept losing races")
+
+    def _record_cost(self, job: Job, attempt: int, run: RunDescription) -> None:
+        """Price the attempt before its end is decided (idempotent per attempt: every reporter may call it)."""
+        if run.run_seconds is None and run.billable_seconds is None:
+            if any(e.attempt == attempt for e in job.cost.attempts):
+                return  # an end without timings (lost, timed out) must not erase a priced entry
+            if job.run_started_at is not None:
+                # No timings reported: the run lasted at most from its launch until now.
+                run = replace(run, run_seconds=max((self.clock() - job.run_started_at).total_seconds(), 0.0))
+        try:
+            costs.record_run_cost(self.repository, job, attempt, run)
+        except Exception:
+            # The cost record must never keep a run's end from being decided.
+            logger.exception("cost of %s attempt %d not recorded", job.job_id, attempt)
+
+    def _check_budget(self, job: Job) -> None:
+        """Stop a run (gracefully, with a checkpoint) that would pass scheduling_config.max_cost_usd.
+
+        The reason is written as error_type BUDGET on the running job; decide_run_end then ends the
+        run FAILED with it, whichever way the stopped run reports its end.
+        """
+        if job.scheduling_config.max_cost_usd is None or not job.run_handle:
+            return
+        if job.pending_action is not None or job.error_type == ErrorType.BUDGET:
+            return  # already being stopped (pause, preemption, cancel, or this check)
+        now = time.monotonic()
+        key = (job.job_id, job.attempt)
+        with self._heartbeat_lock:
+            if now - self._last_budget_check.get(key, float("-inf")) < self.config.budget_check_seconds:
+                return
+            self._last_budget_check[key] = now
+        verdict = costs.check_budget(job, interval_seconds=self.config.budget_check_seconds, now=self.clock())
+        if not verdict.exceeded:
+            return
+        logger.info("budget exceeded, stopping the run", extra={"job_id": job.job_id, "spent_usd": verdict.spent_usd})
+        self.repository.annotate(job.job_id, {"error_type": ErrorType.BUDGET, "error_message": verdict.message})
+        self.runs.stop_run(job, graceful=True, reason=verdict.message)
 
     def _on_phase(self, job: Job, event: TrainerEvent) -> None:
         try:

@@ -4,6 +4,8 @@ EventBridge, reconciler, timeout) decides the same way.
 - exit 0 -> COMPLETED
 - stopped with a checkpoint (exit 75): pause -> PAUSED; scheduler preemption -> QUEUED (back in line);
   no request of ours (an external SIGTERM, a spot interruption notice) -> PREEMPTED
+- stopped because it would pass scheduling_config.max_cost_usd (error_type BUDGET written on the
+  running job by the budget check) -> FAILED with BUDGET, never retried
 - a failure: retryable user-code errors with max_retries left -> QUEUED, else FAILED with error_type
 - lost (spot reclaimed, instance or process gone) -> PREEMPTED, resumed automatically while the job's
   preemption budget lasts; this never spends max_retries
@@ -45,6 +47,11 @@ def _decide(job: Job, run: RunDescription, max_preemptions: int) -> RunEndDecisi
     pending = job.pending_action
     if run.state == RunState.COMPLETED:
         return RunEndDecision(S.COMPLETED, "completed", "training finished", Actor.TRAINER, {"error_type": None, "error_message": None})
+    if job.error_type == ErrorType.BUDGET:
+        # The budget check stopped this run: however it ended after that, the budget is why.
+        message = job.error_message or "scheduling_config.max_cost_usd reached"
+        budget = {"error_type": ErrorType.BUDGET, "error_message": message}
+        return RunEndDecision(S.FAILED, "failed", f"{ErrorType.BUDGET.value}: {message}", Actor.SYSTEM, budget)
     if run.state == RunState.FAILED:
         return _failure(job, run.error_type or ErrorType.USER_ERROR, run.message or "the trainer failed")
     lost = run.state in {RunState.PREEMPTED, RunState.UNKNOWN}
