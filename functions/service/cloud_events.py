@@ -105,16 +105,10 @@ class CloudEventsService:
         instance_id, state = str(detail.get("instance-id", "")), str(detail.get("state", ""))
         if state not in _EC2_ENDS:
             return EventOutcome("ignored", f"instance {instance_id} is {state}: only ends are acted on")
-        launcher = self._ec2()
-        if launcher is None:
-            return EventOutcome("ignored", "no EC2 launcher in this deployment")
-        ref = launcher.job_ref(instance_id)
-        if ref is None:
-            return EventOutcome("ignored", f"instance {instance_id} is not one of ours (or is gone)")
-        job_id, attempt = ref
-        job, why = self._current_run(job_id, attempt, "ec2", instance_id)
-        if job is None:
-            return EventOutcome("ignored", why, job_id, attempt)
+        found = self._ec2_run(instance_id)
+        if isinstance(found, EventOutcome):
+            return found
+        launcher, job, job_id, attempt = found
         fallback = LaunchHandle("ec2", instance_id, attempt, {"exit_status_key": exit_status_key(job_id, attempt)})
         handle = _handle_of(job, attempt) or fallback
         description = launcher.describe(handle)
@@ -125,6 +119,17 @@ class CloudEventsService:
 
     def _ec2_spot_warning(self, detail: Mapping[str, Any]) -> EventOutcome:
         instance_id = str(detail.get("instance-id", ""))
+        found = self._ec2_run(instance_id)
+        if isinstance(found, EventOutcome):
+            return found
+        launcher, _, job_id, attempt = found
+        # The instance's own watcher sends the trainer SIGTERM; the tag makes the end a preemption.
+        launcher.mark_interrupted(instance_id)
+        logger.info("spot interruption warning", extra={"job_id": job_id, "attempt": attempt, "instance_id": instance_id})
+        return EventOutcome("interrupted", "spot interruption warning: the trainer checkpoints, the end follows", job_id, attempt)
+
+    def _ec2_run(self, instance_id: str) -> tuple[Ec2Runs, Job, str, int] | EventOutcome:
+        """The launcher, job, job id and attempt an instance is the current run of; else why it is ignored."""
         launcher = self._ec2()
         if launcher is None:
             return EventOutcome("ignored", "no EC2 launcher in this deployment")
@@ -135,10 +140,7 @@ class CloudEventsService:
         job, why = self._current_run(job_id, attempt, "ec2", instance_id)
         if job is None:
             return EventOutcome("ignored", why, job_id, attempt)
-        # The instance's own watcher sends the trainer SIGTERM; the tag makes the end a preemption.
-        launcher.mark_interrupted(instance_id)
-        logger.info("spot interruption warning", extra={"job_id": job_id, "attempt": attempt, "instance_id": instance_id})
-        return EventOutcome("interrupted", "spot interruption warning: the trainer checkpoints, the end follows", job_id, attempt)
+        return launcher, job, job_id, attempt
 
     # --- shared -------------------------------------------------------------------------------
     def _current_run(self, job_id: str, attempt: int, launcher: str, run_id: str) -> tuple[Job | None, str]:
