@@ -252,6 +252,170 @@ def hammer(
     return result
 
 
+# --- the lean load generator --------------------------------------------------------------------
+#
+# The SDK client (botocore's SigV4Auth + requests, one thread per client) spends ~2.5 ms of CPU per
+# request: at the ~1,000 requests/s that 16 clients with a 15 ms p50 make, that is more than the two
+# cores of this machine, so the SDK clients would measure themselves, not the front door. The lean
+# generator is what wrk is to a web server: 16 keep-alive connections on one asyncio loop in a
+# process of its own (the other core), each request signed afresh with SigV4 (a new X-Amz-Date and
+# signature every time; the signing key derived once per day, as SigV4 allows) and verified by the
+# front door exactly like any other. Its signer is checked against botocore's before every run.
+
+
+def lean_signer(access_key: str, secret_key: str, region: str, host: str) -> Callable[[str, str], bytes]:
+    """(path, amz_date) -> the request's bytes: GET, signed host;x-amz-date, empty body."""
+    import hashlib
+    import hmac
+
+    empty_hash = hashlib.sha256(b"").hexdigest()
+    keys: dict[str, bytes] = {}
+
+    def signing_key(day: str) -> bytes:
+        key = keys.get(day)
+        if key is None:
+            key = ("AWS4" + secret_key).encode()
+            for part in (day, region, "execute-api", "aws4_request"):
+                key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+            keys[day] = key
+        return key
+
+    def request(path: str, amz_date: str) -> bytes:
+        day = amz_date[:8]
+        canonical = f"GET\n{path}\n\nhost:{host}\nx-amz-date:{amz_date}\n\nhost;x-amz-date\n{empty_hash}"
+        scope = f"{day}/{region}/execute-api/aws4_request"
+        to_sign = f"AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+        signature = hmac.new(signing_key(day), to_sign.encode(), hashlib.sha256).hexdigest()
+        authorization = f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders=host;x-amz-date, Signature={signature}"
+        return (
+            f"GET {path} HTTP/1.1\r\nHost: {host}\r\nX-Amz-Date: {amz_date}\r\nAuthorization: {authorization}\r\n"
+            "User-Agent: trainplane-bench\r\nAccept: application/json\r\n\r\n"
+        ).encode()
+
+    return request
+
+
+def check_lean_signer(access_key: str, secret_key: str, region: str, host: str) -> None:
+    """The lean signer's Authorization equals botocore's SigV4Auth for the same request and time."""
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    amz_date = "20261123T120000Z"
+    path = "/jobs/job-20261123-0123456789ab"
+    ours = lean_signer(access_key, secret_key, region, host)(path, amz_date).decode()
+    theirs = AWSRequest(method="GET", url=f"http://{host}{path}", headers={"X-Amz-Date": amz_date})
+    theirs.context["timestamp"] = amz_date
+    signer = SigV4Auth(Credentials(access_key, secret_key), "execute-api", region)
+    canonical = signer.canonical_request(theirs)
+    signature = signer.signature(signer.string_to_sign(theirs, canonical), theirs)
+    if f"Signature={signature}" not in ours:
+        raise RuntimeError("the bench's lean SigV4 signer disagrees with botocore's: fix it before measuring")
+
+
+def lean_load(spec: dict[str, Any], results: Any) -> None:
+    """Runs in its own process: `connections` clients on GET paths for `seconds`; closed loop, or
+    `rate` requests/s over all of them (open loop). Sends back latencies, errors and CPU seconds."""
+    import asyncio
+    import resource
+
+    sign = lean_signer(spec["access_key"], spec["secret_key"], spec["region"], spec["host"])
+    paths: list[str] = spec["paths"]
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+
+    class Client(asyncio.Protocol):
+        def __init__(self, index: int, done: asyncio.Future[None]) -> None:
+            self.index, self.done, self.n = index, done, 0
+            self.buffer = b""
+            self.sent_at = 0.0
+            self.transport: asyncio.Transport | None = None
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            self.transport = transport  # type: ignore[assignment]
+
+        def send(self) -> None:
+            self.n += 1
+            path = paths[(self.index * 7919 + self.n) % len(paths)]
+            payload = sign(path, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
+            self.sent_at = time.perf_counter()
+            assert self.transport is not None
+            self.transport.write(payload)
+
+        def data_received(self, data: bytes) -> None:
+            self.buffer += data
+            head_end = self.buffer.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            head = self.buffer[:head_end].decode("latin-1")
+            length = 0
+            for line in head.split("\r\n")[1:]:
+                name, _, value = line.partition(":")
+                if name.lower() == "content-length":
+                    length = int(value)
+            if len(self.buffer) < head_end + 4 + length:
+                return
+            elapsed = (time.perf_counter() - self.sent_at) * 1000
+            status = head.split(" ", 2)[1]
+            self.buffer = self.buffer[head_end + 4 + length :]
+            if status == "200":
+                latencies.append(elapsed)
+            else:
+                errors[f"HTTP {status}"] = errors.get(f"HTTP {status}", 0) + 1
+            self.done.set_result(None) if not self.done.done() else None
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if not self.done.done():
+                self.done.set_exception(ConnectionError("the front door closed the connection"))
+
+    async def one_client(index: int, deadline: float, interval: float) -> None:
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        _, client = await loop.create_connection(lambda: Client(index, done), "127.0.0.1", spec["port"])
+        next_send = time.perf_counter() + interval * index / spec["connections"]
+        while time.perf_counter() < deadline:
+            if interval:
+                delay = next_send - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                next_send = max(next_send + interval, time.perf_counter())
+            client.done = done = loop.create_future()
+            client.send()
+            await done
+        assert client.transport is not None
+        client.transport.close()
+
+    async def main() -> float:
+        interval = spec["connections"] / spec["rate"] if spec.get("rate") else 0.0
+        started = time.perf_counter()
+        deadline = started + spec["seconds"]
+        await asyncio.gather(*(one_client(i, deadline, interval) for i in range(spec["connections"])))
+        return time.perf_counter() - started
+
+    before = resource.getrusage(resource.RUSAGE_SELF)
+    wall = asyncio.run(main())
+    after = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    results.put({"latencies": latencies, "errors": errors, "wall": wall, "cpu": cpu})
+
+
+def lean_hammer(name: str, spec: dict[str, Any], server_pid: int) -> LoadResult:
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    worker = context.Process(target=lean_load, args=(spec, results), daemon=True)
+    worker.start()
+    # Server CPU from when the worker is ready to send; a spawn takes ~0.1 s, negligible beside 15 s+.
+    server0 = cpu_seconds(server_pid)
+    outcome = results.get(timeout=spec["seconds"] + 120)
+    worker.join(30)
+    result = LoadResult(name, latencies_ms=outcome["latencies"], errors=outcome["errors"], wall_seconds=outcome["wall"])
+    result.server_cpu_seconds = cpu_seconds(server_pid) - server0
+    result.client_cpu_seconds = outcome["cpu"]
+    return result
+
+
 def bench_front_door(args: argparse.Namespace) -> dict[str, Any]:
     concurrency, get_seconds, post_seconds, jobs = args.concurrency, args.get_seconds, args.post_seconds, args.jobs
     with tempfile.TemporaryDirectory(prefix="trainplane-bench-") as tmp:
@@ -262,16 +426,34 @@ def bench_front_door(args: argparse.Namespace) -> dict[str, Any]:
             clients = [Client(state_dir=state_dir) for _ in range(concurrency)]
             ids = [clients[0].submit(BENCH_JOB).job_id for _ in range(jobs)]
             time.sleep(5)  # let the pre-created jobs' lifecycles settle (they end FAILED/CAPACITY at once)
-            # Warm every client's connection and the server's code paths before measuring.
+            # Warm every SDK client's connection and the server's code paths before measuring.
             hammer("warm-up", clients, 3.0, lambda c, n: c.get(ids[n % len(ids)]))
 
             def get_job(c: Client, n: int) -> object:
                 return c.get(ids[n % len(ids)])
 
-            # One client alone first: the service time, without queueing behind the other 15.
-            single = hammer("GET /jobs/{id} x1", clients[:1], get_seconds / 2, get_job, process.pid)
-            get = hammer("GET /jobs/{id}", clients, get_seconds, get_job, process.pid)
-            paced = hammer("GET /jobs/{id} paced", clients, get_seconds, get_job, process.pid, rate=args.paced_rate)
+            endpoint = json.loads((state_dir / ENDPOINT_FILE).read_text())
+            owner = clients[0].resolved.credentials.get_frozen_credentials()
+            host = endpoint["api_url"].removeprefix("http://")
+            check_lean_signer(owner.access_key, owner.secret_key, endpoint["region"], host)
+            spec = {
+                "access_key": owner.access_key,
+                "secret_key": owner.secret_key,
+                "region": endpoint["region"],
+                "host": host,
+                "port": int(host.rsplit(":", 1)[1]),
+                "paths": [f"/jobs/{job_id}" for job_id in ids],
+                "seconds": get_seconds,
+                "connections": concurrency,
+            }
+            lean_hammer("warm-up", {**spec, "seconds": 3.0}, process.pid)
+            # One client alone first: the service time, without queueing behind the others.
+            single = lean_hammer("GET /jobs/{id} x1", {**spec, "connections": 1, "seconds": get_seconds / 2}, process.pid)
+            get = lean_hammer("GET /jobs/{id}", spec, process.pid)
+            paced = lean_hammer("GET /jobs/{id} paced", {**spec, "rate": args.paced_rate}, process.pid)
+            # The same closed loop from 16 SDK clients (threads of this process): what a script using
+            # trainplane.Client sees, its own ~2.5 ms of CPU per request included.
+            sdk = hammer("GET /jobs/{id} SDK", clients, get_seconds / 2, get_job, process.pid)
             post = hammer("POST /jobs", clients, post_seconds, lambda c, n: c.submit(BENCH_JOB), process.pid)
             for c in clients:
                 c.close()
@@ -280,6 +462,7 @@ def bench_front_door(args: argparse.Namespace) -> dict[str, Any]:
             "get_single": single.summary(),
             "get": get.summary(),
             "get_paced": paced.summary(),
+            "get_sdk": sdk.summary(),
             "paced_rate": args.paced_rate,
             "post": post.summary(),
             "concurrency": concurrency,
@@ -355,6 +538,7 @@ def main(argv: list[str] | None = None) -> int:
             ("get_single", "GET /jobs/{id}, 1 cli"),
             ("get", "GET /jobs/{id}"),
             ("get_paced", f"GET, {fd['paced_rate']:g} req/s offered"),
+            ("get_sdk", "GET, 16 SDK clients"),
             ("post", "POST /jobs"),
         )
         for key, label in rows:

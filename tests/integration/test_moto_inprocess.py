@@ -14,14 +14,14 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ParamValidationError
 
 from functions import constants
 from functions.adapters import aws as aws_clients
 from functions.adapters.aws import AwsClients
 from tests.integration.test_journal import BUCKET, JOBS, Plane, aws, job_item, plane, table_snapshot  # noqa: F401 (fixtures)
 from trainplane.local import moto_speedups
-from trainplane.local.moto_inprocess import InProcessAws
+from trainplane.local.moto_inprocess import DirectGetItem, InProcessAws
 from trainplane.local.server import EmulatedAws
 
 # Nothing listens here: a request that went over HTTP would fail (connection refused).
@@ -105,17 +105,17 @@ def test_item_serializer_writes_exactly_what_moto_writes(plane: Plane) -> None: 
     # When moto answers them with the fast item serializer, and then with its own
     assert moto_speedups.installed()
     taken: list[int] = []
-    original = moto_speedups._attribute_value
+    original = moto_speedups.attribute_value
 
     def counting(value: dict[str, Any]) -> dict[str, Any]:
         taken.append(1)
         return original(value)
 
-    moto_speedups._attribute_value = counting  # type: ignore[assignment]
+    moto_speedups.attribute_value = counting  # type: ignore[assignment]
     try:
         fast = answers()
     finally:
-        moto_speedups._attribute_value = original  # type: ignore[assignment]
+        moto_speedups.attribute_value = original  # type: ignore[assignment]
     moto_speedups.uninstall()
     try:
         slow = answers()
@@ -188,6 +188,49 @@ def test_in_process_answers_equal_http_answers_errors_included(plane: Plane, in_
         ddb.get_item(TableName="no-such-table", Key=J1)
     with pytest.raises(ClientError, match="NoSuchKey"):
         in_process.s3().get_object(Bucket=BUCKET, Key="missing")
+
+
+def test_direct_get_item_answers_what_botocore_would_have_parsed(plane: Plane, in_process: AwsClients) -> None:  # noqa: F811
+    # Given an item of every attribute type, and an in-process client whose GetItem skips botocore
+    plane.client("dynamodb").put_item(TableName=JOBS, Item=job_item("j1", "alice", **RICH))
+    ddb = in_process.dynamodb()
+    direct = ddb.get_item
+    assert isinstance(direct, DirectGetItem)
+    through_botocore = direct.original  # the client's own method: botocore + moto's in-process path
+
+    # When the plain forms of the call are answered both ways
+    plain_calls: list[dict[str, Any]] = [
+        {"TableName": JOBS, "Key": J1},
+        {"TableName": JOBS, "Key": J1, "ConsistentRead": True},
+        {"TableName": JOBS, "Key": {"pk": {"S": "JOB#missing"}, "sk": {"S": "JOB"}}},
+    ]
+    for call in plain_calls:
+        before = direct.calls
+        fast, slow = direct(**call), through_botocore(**call)
+        # Then the direct path answered them, with exactly what botocore parsed (blobs as bytes)
+        assert direct.calls == before + 1
+        assert {k: v for k, v in fast.items() if k != "ResponseMetadata"} == {k: v for k, v in slow.items() if k != "ResponseMetadata"}
+        assert fast["ResponseMetadata"]["HTTPStatusCode"] == 200
+    assert ddb.get_item(TableName=JOBS, Key=J1)["Item"]["doc"]["M"]["nested"] == {"B": b"\x01\x02"}
+
+    # And every other form goes through botocore, with moto's answers and errors
+    before = direct.calls
+    projected = ddb.get_item(TableName=JOBS, Key=J1, ProjectionExpression="ns")
+    assert projected["Item"] == plane.client("dynamodb").get_item(TableName=JOBS, Key=J1, ProjectionExpression="ns")["Item"]
+    assert list(projected["Item"]) == ["ns"]
+    refusals: list[tuple[dict[str, Any], str]] = [
+        ({"TableName": "no-such-table", "Key": J1}, "ResourceNotFoundException"),
+        ({"TableName": JOBS, "Key": {"pk": {"S": "JOB#j1"}}}, "ValidationException"),
+        ({"TableName": JOBS, "Key": {"pk": {"S": "JOB#j1"}, "other": {"S": "x"}}}, "ValidationException"),
+        ({"TableName": JOBS, "Key": {"pk": {"S": ""}, "sk": {"S": "JOB"}}}, "ValidationException"),
+    ]
+    for call, code in refusals:
+        with pytest.raises(ClientError) as refused:
+            ddb.get_item(**call)
+        assert refused.value.response["Error"]["Code"] == code, call
+    with pytest.raises(ParamValidationError):
+        ddb.get_item(TableName=JOBS, Key=J1, ConsistentRead="yes")
+    assert direct.calls == before
 
 
 def test_concurrent_in_process_conditional_updates_have_one_winner_per_version(plane: Plane, in_process: AwsClients) -> None:  # noqa: F811

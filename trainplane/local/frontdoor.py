@@ -7,12 +7,14 @@ too-large body, 502 "Internal server error" when the handler raises or returns a
 
 The handler runs as ONE Lambda execution environment: one invocation at a time, as in AWS. That is not
 only fidelity: Powertools' resolver keeps the current event on the app object, so two concurrent
-invocations in one process would read each other's caller identity. Reading, verification and writing
-stay concurrent (one thread per connection, keep-alive).
+invocations in one process would read each other's caller identity. Connections are concurrent
+(keep-alive, any number of clients) on one asyncio loop; see FrontDoor for why the invocation runs
+on the loop's thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import errno
 import json
@@ -23,8 +25,9 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from email.utils import formatdate
+from http import HTTPStatus
+from typing import Any, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from trainplane.local.credentials import Principal
@@ -143,26 +146,18 @@ def _event_body(raw: bytes) -> tuple[str | None, bool]:
         return base64.b64encode(raw).decode(), True
 
 
-class _Server(ThreadingHTTPServer):
-    # socketserver's default listen backlog is 5: a burst of new connections (20 clients at once) would
-    # be reset by the kernel before a thread could accept them.
-    request_queue_size = 1024
-    daemon_threads = True
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
-
-
 class PortInUse(RuntimeError):
     pass
 
 
 class FrontDoor:
-    """A threaded HTTP server on host:port in front of `handler`.
+    """An HTTP/1.1 server on host:port in front of `handler`.
 
     The port is bound at construction (a busy port fails fast, before anything slow has run); requests
-    are served from start(), which may also name the handler if it was not known yet.
+    are served from start(), which may also name the handler if it was not known yet. One asyncio loop
+    on one thread reads every connection, verifies, invokes and writes: the invocation runs on that
+    thread, so a request costs no hand-over between threads (under the GIL each one was a wait), and
+    one invocation at a time holds by construction (the lock stays for callers of handle()).
     """
 
     def __init__(
@@ -181,38 +176,84 @@ class FrontDoor:
         self.region = region
         self.account_id = account_id
         self._inflight = 0
-        self._inflight_cv = threading.Condition()
-        server_class = _Server6 if ":" in host else _Server
+        self._connections: set[_Connection] = set()
+        self._closing = False
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
         try:
-            self._server = server_class((host, port), self._request_handler_class())
+            # socketserver's default backlog of 5 reset bursts of new connections (20 clients at once).
+            self._socket = socket.create_server((host, port), family=family, backlog=1024, reuse_port=False)
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise PortInUse(f"port {port} on {host} is in use: pick another with --port (0 picks a free one)") from exc
             raise
+        self._socket.setblocking(False)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
-        return int(self._server.server_address[1])
+        return int(self._socket.getsockname()[1])
 
     def start(self, handler: Handler | None = None) -> None:
         if handler is not None:
             self._handler = handler
         if self._handler is None:
             raise ValueError("FrontDoor.start: no handler to serve")
-        # A short poll interval: shutdown() waits for the serve loop to notice.
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,), name="front-door", daemon=True)
+        loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        failed: list[BaseException] = []
+
+        def serve() -> None:
+            asyncio.set_event_loop(loop)
+            try:
+                self._server = loop.run_until_complete(loop.create_server(lambda: _Connection(self), sock=self._socket))
+            except BaseException as exc:  # reported to start()'s caller
+                failed.append(exc)
+                ready.set()
+                return
+            ready.set()
+            try:
+                loop.run_forever()
+            finally:
+                loop.close()
+
+        self._loop = loop
+        self._thread = threading.Thread(target=serve, name="front-door", daemon=True)
         self._thread.start()
+        ready.wait()
+        if failed:
+            raise failed[0]
 
     def stop(self, drain_seconds: float = 10.0) -> None:
         """Stop accepting, let the requests in flight finish (their writes are already durable)."""
-        if self._thread is not None:  # shutdown() would wait forever for a loop that never ran
-            self._server.shutdown()
-        self._server.server_close()
-        deadline = time.monotonic() + drain_seconds
-        with self._inflight_cv:
-            while self._inflight and time.monotonic() < deadline:
-                self._inflight_cv.wait(0.1)
+        loop, thread = self._loop, self._thread
+        if loop is None or thread is None or not thread.is_alive():
+            self._socket.close()
+            return
+        done = threading.Event()
+
+        def begin_closing() -> None:
+            self._closing = True
+            if self._server is not None:
+                self._server.close()
+            deadline = time.monotonic() + drain_seconds
+
+            def finish_when_drained() -> None:
+                if self._inflight and time.monotonic() < deadline:
+                    loop.call_later(0.05, finish_when_drained)
+                    return
+                for connection in list(self._connections):
+                    connection.close()
+                loop.stop()
+                done.set()
+
+            finish_when_drained()
+
+        loop.call_soon_threadsafe(begin_closing)
+        done.wait(drain_seconds + 5)
+        thread.join(5)
+        self._socket.close()
 
     # --- one request ---------------------------------------------------------------------------
 
@@ -234,79 +275,178 @@ class FrontDoor:
             logger.exception("API handler failed on %s %s (request %s)", request.method, request.raw_path, request_id)
             return _error(502, "Internal server error", request_id)
 
-    def _request_handler_class(self) -> type[BaseHTTPRequestHandler]:
-        door = self
 
-        class RequestHandler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"  # keep-alive: clients reuse connections
-            # TCP_NODELAY: the status line + headers and the body leave in two writes; with Nagle on,
-            # the body waits for the client's delayed ACK of the headers, ~40 ms on every response.
-            disable_nagle_algorithm = True
-            server_version = "trainplane-local"
+class _BadRequest(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
-            def _serve(self) -> None:
-                with door._inflight_cv:
-                    door._inflight += 1
-                try:
-                    body = self._read_body()
-                    if body is None:
-                        return
-                    parts = urlsplit(self.path)
-                    request = ArrivedRequest(self.command, parts.path or "/", parts.query, list(self.headers.items()), body)
-                    status, headers, payload = door.handle(request, self.client_address[0])
-                    self._write(status, headers, payload)
-                finally:
-                    with door._inflight_cv:
-                        door._inflight -= 1
-                        door._inflight_cv.notify_all()
 
-            def _read_body(self) -> bytes | None:
-                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
-                    return self._read_chunked()
-                try:
-                    length = int(self.headers.get("Content-Length") or 0)
-                except ValueError:
-                    self._write(*_error(400, "Invalid Content-Length", str(uuid.uuid4())))
+class _Connection(asyncio.Protocol):
+    """One client connection: HTTP/1.1 with keep-alive and pipelining, Content-Length or chunked bodies."""
+
+    def __init__(self, door: FrontDoor) -> None:
+        self.door = door
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.source_ip = ""
+        self.continued = False  # "100 Continue" already sent for the request being read
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+        peer = transport.get_extra_info("peername")
+        self.source_ip = str(peer[0]) if peer else ""
+        self.door._connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.door._connections.discard(self)
+        self.transport = None
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while self.transport is not None and not self.transport.is_closing():
+            try:
+                parsed = _parse_request(self.buffer)
+            except _BadRequest as exc:
+                self._write(*_error(exc.status, exc.message, str(uuid.uuid4())), head_only=False, close=True)
+                return
+            if parsed is None:
+                self._maybe_continue()
+                return
+            method, target, version, headers, body, consumed = parsed
+            del self.buffer[:consumed]
+            self.continued = False
+            self._serve(method, target, version, headers, body)
+
+    def _maybe_continue(self) -> None:
+        # A client that sent `Expect: 100-continue` waits for this before it sends the body.
+        if self.continued or self.transport is None:
+            return
+        head_end = self.buffer.find(b"\r\n\r\n")
+        if head_end >= 0 and b"100-continue" in bytes(self.buffer[:head_end]).lower():
+            self.continued = True
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def _serve(self, method: str, target: str, version: str, headers: list[tuple[str, str]], body: bytes) -> None:
+        door = self.door
+        door._inflight += 1
+        try:
+            parts = urlsplit(target)
+            request = ArrivedRequest(method, parts.path or "/", parts.query, headers, body)
+            status, response_headers, payload = door.handle(request, self.source_ip)
+        finally:
+            door._inflight -= 1
+        connection = ",".join(v for k, v in headers if k.lower() == "connection").lower()
+        keep_alive = "keep-alive" in connection if version == "HTTP/1.0" else "close" not in connection
+        self._write(status, response_headers, payload, head_only=method == "HEAD", close=not keep_alive or door._closing)
+
+    def _write(self, status: int, headers: list[tuple[str, str]], payload: bytes, *, head_only: bool, close: bool) -> None:
+        if self.transport is None:
+            return
+        lines = [f"HTTP/1.1 {status} {_reason(status)}", f"Server: {SERVER_NAME}", f"Date: {formatdate(usegmt=True)}"]
+        lines += [f"{name}: {value}" for name, value in headers]
+        lines.append(f"Content-Length: {len(payload)}")
+        if close:
+            lines.append("Connection: close")
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
+        # One write: head and body leave together (no Nagle wait between them; asyncio sets TCP_NODELAY).
+        self.transport.write(head if head_only else head + payload)
+        if close:
+            self.transport.close()
+
+
+SERVER_NAME = "trainplane-local"
+MAX_HEAD_BYTES = 64 * 1024  # request line + headers
+_Parsed = tuple[str, str, str, list[tuple[str, str]], bytes, int]
+
+
+def _parse_request(buffer: bytearray) -> _Parsed | None:
+    """One whole request from the start of `buffer`, or None while more bytes are needed.
+
+    Returns (method, target, version, headers, body, bytes consumed); _BadRequest for what no
+    server could read (API Gateway answers those 400, and 413 past its 10 MB payload limit).
+    """
+    head_end = buffer.find(b"\r\n\r\n")
+    if head_end < 0:
+        if len(buffer) > MAX_HEAD_BYTES:
+            raise _BadRequest(431, "Request Header Fields Too Large")
+        return None
+    head = bytes(buffer[:head_end]).decode("latin-1")
+    request_line, _, header_block = head.partition("\r\n")
+    words = request_line.split()
+    if len(words) != 3 or not words[2].startswith("HTTP/1."):
+        raise _BadRequest(400, "Bad request line")
+    method, target, version = words
+    headers: list[tuple[str, str]] = []
+    for line in header_block.split("\r\n") if header_block else ():
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise _BadRequest(400, "Malformed header line")
+        headers.append((name, value.strip()))
+    body_start = head_end + 4
+    encoding = ",".join(v for k, v in headers if k.lower() == "transfer-encoding").lower()
+    if "chunked" in encoding:
+        chunked = _chunked_body(buffer, body_start)
+        if chunked is None:
+            return None
+        body, end = chunked
+        return method, target, version, headers, body, end
+    lengths = [v for k, v in headers if k.lower() == "content-length"]
+    try:
+        length = int(lengths[0]) if lengths else 0
+        if length < 0 or len(set(lengths)) > 1:
+            raise ValueError
+    except ValueError:
+        raise _BadRequest(400, "Invalid Content-Length") from None
+    if length > MAX_BODY_BYTES:
+        raise _BadRequest(413, "Request Too Long")
+    if len(buffer) < body_start + length:
+        return None
+    return method, target, version, headers, bytes(buffer[body_start : body_start + length]), body_start + length
+
+
+def _chunked_body(buffer: bytearray, start: int) -> tuple[bytes, int] | None:
+    chunks: list[bytes] = []
+    total = 0
+    position = start
+    while True:
+        line_end = buffer.find(b"\r\n", position)
+        if line_end < 0:
+            return None
+        try:
+            size = int(bytes(buffer[position:line_end]).split(b";")[0].strip() or b"0", 16)
+        except ValueError:
+            raise _BadRequest(400, "Invalid chunk size") from None
+        position = line_end + 2
+        if size == 0:
+            # Trailers (ignored) up to the empty line that ends the body.
+            while True:
+                line_end = buffer.find(b"\r\n", position)
+                if line_end < 0:
                     return None
-                if length > MAX_BODY_BYTES:
-                    self._write(*_error(413, "Request Too Long", str(uuid.uuid4())), close=True)
-                    return None
-                return self.rfile.read(length) if length else b""
+                empty = line_end == position
+                position = line_end + 2
+                if empty:
+                    return b"".join(chunks), position
+        total += size
+        if total > MAX_BODY_BYTES:
+            raise _BadRequest(413, "Request Too Long")
+        if len(buffer) < position + size + 2:
+            return None
+        chunks.append(bytes(buffer[position : position + size]))
+        position += size + 2
 
-            def _read_chunked(self) -> bytes | None:
-                chunks: list[bytes] = []
-                total = 0
-                while True:
-                    size = int(self.rfile.readline().split(b";")[0].strip() or b"0", 16)
-                    if size == 0:
-                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):
-                            pass  # trailers
-                        return b"".join(chunks)
-                    total += size
-                    if total > MAX_BODY_BYTES:
-                        self._write(*_error(413, "Request Too Long", str(uuid.uuid4())), close=True)
-                        return None
-                    chunks.append(self.rfile.read(size))
-                    self.rfile.readline()
 
-            def _write(self, status: int, headers: list[tuple[str, str]], payload: bytes, close: bool = False) -> None:
-                self.send_response(status)
-                for name, value in headers:
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(payload)))
-                if close:
-                    self.send_header("Connection", "close")
-                    self.close_connection = True
-                self.end_headers()
-                if self.command != "HEAD":
-                    self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                logger.debug("front door %s: " + format, self.client_address[0], *args)
-
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = do_OPTIONS = _serve
-
-        return RequestHandler
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 def _error(status: int, message: str, request_id: str, *, error_type: str | None = None) -> tuple[int, list[tuple[str, str]], bytes]:

@@ -9,6 +9,14 @@ the signed request straight to the moto response class that the server would hav
 response. Same backends, same moto code from the response class down, so moto_hooks' locks and
 journal see every write exactly as they do over HTTP.
 
+One call skips botocore too: DynamoDB `GetItem`, the read behind every `GET /jobs/{id}` and most
+lifecycle steps. Through botocore it costs ~2.6 ms of CPU in-process (building, validating and
+signing the request, moto parsing it and writing JSON, botocore parsing the JSON back), ~3.5x the
+rest of the API handler's work for that route. DirectGetItem answers the plain form of the call
+(TableName, Key, ConsistentRead) from moto's backend under moto_hooks' DynamoDB lock and hands back
+what botocore would have parsed (the same AttributeValue JSON moto writes, blobs decoded); any other
+form, and any error, goes through the client's own method, so errors are exactly moto's.
+
 Only clients pointed at the emulated AWS's endpoint, and only the services in SERVICES, are
 attached; anything else (the trainer subprocess, the SDK, other endpoints) keeps using HTTP. Pinned
 to moto 5.2.5 like moto_hooks: tests/integration/test_moto_inprocess.py fails if routing changes.
@@ -16,8 +24,11 @@ to moto 5.2.5 like moto_hooks: tests/integration/test_moto_inprocess.py fails if
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
+import uuid
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -25,6 +36,11 @@ from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.core.botocore_stubber import MockRawResponse
 from moto.core.exceptions import HTTPException
 from moto.core.request import normalize_request
+from moto.dynamodb.models import dynamodb_backends
+from moto.dynamodb.models.utilities import dynamo_to_dict
+from moto.iam.models import get_account_id_from
+
+from trainplane.local import moto_hooks, moto_speedups
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +73,9 @@ class InProcessAws:
             return self._answer(request, prefix, region, routes)
 
         client.meta.events.register("before-send", before_send, unique_id=f"trainplane-inprocess-{id(self)}")
+        if prefix == "dynamodb":
+            # An instance attribute shadows the client class's generated method for this client only.
+            client.get_item = DirectGetItem(client.get_item, region, _access_key_of(client))
         return True
 
     def _routes_for(self, prefix: str) -> list[tuple[re.Pattern[str], Any]]:
@@ -97,3 +116,102 @@ class InProcessAws:
             status, headers, body = 500, {}, b"Internal Server Error"
         self.calls += 1
         return AWSResponse(request.url, status, headers, MockRawResponse(body))
+
+
+# --- DynamoDB GetItem without botocore ---------------------------------------------------------------
+
+_GET_ITEM_PARAMS = frozenset({"TableName", "Key", "ConsistentRead"})
+_KEY_KINDS = frozenset({"S", "N", "B"})
+
+
+class DirectGetItem:
+    """`client.get_item(**params)` answered from moto's DynamoDB backend in this process.
+
+    The plain form only: TableName, a Key of S/N/B values, ConsistentRead (every read of moto's is
+    consistent). Anything else (a projection, ReturnConsumedCapacity, a malformed parameter, an item
+    value this path does not write exactly as moto does) and every error (no such table, a key that is
+    not the table's) is handed to the client's own method, which answers it over moto's usual path.
+    """
+
+    def __init__(self, original: Callable[..., dict[str, Any]], region: str, access_key: str) -> None:
+        self.original = original
+        self.region = region
+        self.access_key = access_key
+        self.calls = 0  # answered directly (approximate under threads: it only informs)
+
+    def __call__(self, **params: Any) -> dict[str, Any]:
+        if not _plain_get_item(params):
+            return self.original(**params)
+        try:
+            found, item = self._read(params["TableName"], params["Key"])
+        except Exception:  # moto's error, as moto's own path raises it to the caller
+            return self.original(**params)
+        if not found:
+            return self.original(**params)
+        self.calls += 1
+        response: dict[str, Any] = {} if item is None else {"Item": item}
+        request_id = str(uuid.uuid4())
+        response["ResponseMetadata"] = {
+            "RequestId": request_id,
+            "HTTPStatusCode": 200,
+            "HTTPHeaders": {"x-amzn-requestid": request_id, "content-type": "application/x-amz-json-1.0"},
+            "RetryAttempts": 0,
+        }
+        return response
+
+    def _read(self, table_name: str, key: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+        """(True, the item as botocore parses it, or None) or (False, None): leave it to moto's path."""
+        backend = dynamodb_backends[get_account_id_from(self.access_key)][self.region]
+        # Under the lock: moto's update_item changes items in place, a reader must not see half of one.
+        with moto_hooks.ddb_unit():
+            table = backend.get_table(table_name)
+            if not all(name in table.attribute_keys for name in key):
+                return False, None  # moto's ProvidedKeyDoesNotExist, from its own path
+            item = backend.get_item(table_name, key)
+            if item is None:
+                return True, None
+            attrs = dynamo_to_dict(item.attrs)
+        try:
+            return True, {name: _parsed(moto_speedups.attribute_value(value)) for name, value in attrs.items()}
+        except moto_speedups.NotPlain:
+            return False, None
+
+
+def _plain_get_item(params: dict[str, Any]) -> bool:
+    if not _GET_ITEM_PARAMS.issuperset(params) or not isinstance(params.get("TableName"), str):
+        return False
+    if not isinstance(params.get("ConsistentRead", False), bool):
+        return False
+    key = params.get("Key")
+    if not isinstance(key, dict) or not key:
+        return False
+    for value in key.values():
+        # One member, a key type, not empty (moto refuses an empty key value: its path says so).
+        if not isinstance(value, dict) or len(value) != 1:
+            return False
+        ((kind, raw),) = value.items()
+        if kind not in _KEY_KINDS or not raw or not isinstance(raw, str | bytes):
+            return False
+        if kind != "B" and not isinstance(raw, str):
+            return False
+    return True
+
+
+def _parsed(value: dict[str, Any]) -> dict[str, Any]:
+    """An AttributeValue as written on the wire, as botocore's JSON parser hands it back: blobs decoded."""
+    ((kind, raw),) = value.items()
+    if kind == "M":
+        return {"M": {k: _parsed(v) for k, v in raw.items()}}
+    if kind == "L":
+        return {"L": [_parsed(v) for v in raw]}
+    if kind == "B":
+        return {"B": base64.b64decode(raw)}
+    if kind == "BS":
+        return {"BS": [base64.b64decode(v) for v in raw]}
+    return value
+
+
+def _access_key_of(client: Any) -> str:
+    # moto picks the account from the signing key (a key it does not know: the default account).
+    credentials = client._request_signer._credentials
+    return str(credentials.get_frozen_credentials().access_key) if credentials is not None else ""

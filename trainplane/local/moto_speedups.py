@@ -37,7 +37,7 @@ _asl_trees: OrderedDict[str, Any] = OrderedDict()
 _asl_lock = threading.Lock()
 
 
-class _NotPlain(Exception):
+class NotPlain(Exception):
     """A value this fast path does not handle exactly like moto: moto's serializer takes it."""
 
 
@@ -52,9 +52,9 @@ def install() -> None:
     def _serialize(self: BaseJSONSerializer, serialized: Any, value: Any, shape: Any, key: str) -> None:
         if shape.name == _ATTRIBUTE_VALUE and key and isinstance(value, dict):
             try:
-                serialized[self.get_serialized_name(shape, key)] = _attribute_value(value)
+                serialized[self.get_serialized_name(shape, key)] = attribute_value(value)
                 return
-            except _NotPlain:
+            except NotPlain:
                 pass
         original(self, serialized, value, shape, key)
 
@@ -105,43 +105,43 @@ def installed() -> bool:
     return _original_serialize is not None
 
 
-def _attribute_value(value: dict[str, Any]) -> dict[str, Any]:
+def attribute_value(value: dict[str, Any]) -> dict[str, Any]:
     """One AttributeValue as moto's JSON serializer writes it (one member set; None members dropped)."""
     if len(value) != 1:
-        raise _NotPlain
+        raise NotPlain
     ((kind, raw),) = value.items()
     if raw is None:
-        raise _NotPlain  # moto drops a None member: an empty structure, rare enough for the slow path
+        raise NotPlain  # moto drops a None member: an empty structure, rare enough for the slow path
     if kind in _STRING_KINDS:
         return {kind: _string(raw)}
     if kind == "BOOL" or kind == "NULL":
         return {kind: raw}
     if kind == "M":
         if not isinstance(raw, dict):
-            raise _NotPlain
+            raise NotPlain
         # Keys as they are (moto's map serializer does not convert them); an empty key is special there.
-        return {"M": {k: _attribute_value(v) if k and isinstance(v, dict) else _not_plain() for k, v in raw.items()}}
+        return {"M": {k: attribute_value(v) if k and isinstance(v, dict) else _not_plain() for k, v in raw.items()}}
     if kind == "L":
         if not isinstance(raw, list):
-            raise _NotPlain
-        return {"L": [_attribute_value(v) if isinstance(v, dict) else _not_plain() for v in raw]}
+            raise NotPlain
+        return {"L": [attribute_value(v) if isinstance(v, dict) else _not_plain() for v in raw]}
     if kind in _STRING_SET_KINDS:
         if not isinstance(raw, list):
-            raise _NotPlain
+            raise NotPlain
         return {kind: [_string(v) for v in raw]}
     if kind == "B":
         return {"B": _base64(raw)}
     if kind == "BS":
         if not isinstance(raw, list):
-            raise _NotPlain
+            raise NotPlain
         return {"BS": [_base64(v) for v in raw]}
-    raise _NotPlain
+    raise NotPlain
 
 
 def _string(raw: Any) -> Any:
     # moto's string serializer: str() of anything but None, {} and [] (kept as they are).
     if raw is None or raw == {} or raw == []:
-        raise _NotPlain
+        raise NotPlain
     return raw if type(raw) is str else str(raw)
 
 
@@ -149,9 +149,9 @@ def _base64(raw: Any) -> str:
     if isinstance(raw, str):
         raw = raw.encode("utf-8")
     if not isinstance(raw, bytes):
-        raise _NotPlain
+        raise NotPlain
     return base64.b64encode(raw).strip().decode("utf-8")
 
 
 def _not_plain() -> Any:
-    raise _NotPlain
+    raise NotPlain
