@@ -243,3 +243,21 @@ def test_presigned_query_auth_is_refused_clearly() -> None:
 def test_canonical_query_sorts_and_encodes() -> None:
     assert canonical_query("b=2&a=%7e&a=1&c=x+y") == "a=1&a=~&b=2&c=x%20y"
     assert canonical_query("c=x+y", plus_is_space=False) == "c=x%2By"
+
+
+@pytest.mark.parametrize("amz_date", ["2026-11-23T12:00:00Z", "20261123T120000", "20261323T120000Z", "20261123T12000xZ", ""])
+def test_amz_date_not_in_iso_basic_format_is_an_incomplete_signature(amz_date: str) -> None:
+    error = refused(with_header(sign("GET", f"http://{HOST}/jobs"), "X-Amz-Date", amz_date))
+    assert error.error_type == "IncompleteSignatureException"
+    assert "ISO-8601 'basic format'" in error.message or "X-Amz-Date" in error.message
+
+
+def test_signing_keys_kept_between_requests_stay_per_principal() -> None:
+    # Given alice's derived key in use (kept for the day), when an impostor signs with alice's key id
+    # and bob's secret, and bob signs his own
+    assert verify(sign("GET", f"http://{HOST}/jobs"), lookup, region=REGION) is ALICE
+    impostor = Principal("alice", ALICE.access_key_id, BOB.secret_access_key, ALICE.arn, ALICE.user_id)
+    # Then the impostor is refused and bob is bob, whatever was kept before
+    assert refused(sign("GET", f"http://{HOST}/jobs", principal=impostor)).error_type == "InvalidSignatureException"
+    assert verify(sign("GET", f"http://{HOST}/jobs", principal=BOB), lookup, region=REGION) is BOB
+    assert verify(sign("GET", f"http://{HOST}/jobs"), lookup, region=REGION) is ALICE

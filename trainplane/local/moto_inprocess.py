@@ -15,7 +15,8 @@ signing the request, moto parsing it and writing JSON, botocore parsing the JSON
 rest of the API handler's work for that route. DirectGetItem answers the plain form of the call
 (TableName, Key, ConsistentRead) from moto's backend under moto_hooks' DynamoDB lock and hands back
 what botocore would have parsed (the same AttributeValue JSON moto writes, blobs decoded); any other
-form, and any error, goes through the client's own method, so errors are exactly moto's.
+form, any error, and any stored value of an unexpected shape go through the client's own method, so
+errors are exactly moto's.
 
 Only clients pointed at the emulated AWS's endpoint, and only the services in SERVICES, are
 attached; anything else (the trainer subprocess, the SDK, other endpoints) keeps using HTTP. Pinned
@@ -37,7 +38,7 @@ from moto.core.botocore_stubber import MockRawResponse
 from moto.core.exceptions import HTTPException
 from moto.core.request import normalize_request
 from moto.dynamodb.models import dynamodb_backends
-from moto.dynamodb.models.utilities import dynamo_to_dict
+from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.iam.models import get_account_id_from
 
 from trainplane.local import moto_hooks, moto_speedups
@@ -170,11 +171,11 @@ class DirectGetItem:
             item = backend.get_item(table_name, key)
             if item is None:
                 return True, None
-            attrs = dynamo_to_dict(item.attrs)
-        try:
-            return True, {name: _parsed(moto_speedups.attribute_value(value)) for name, value in attrs.items()}
-        except moto_speedups.NotPlain:
-            return False, None
+            try:
+                # Copied while locked: the answer shares nothing mutable with moto's item.
+                return True, {name: _as_parsed(value) for name, value in item.attrs.items()}
+            except moto_speedups.NotPlain:
+                return False, None
 
 
 def _plain_get_item(params: dict[str, Any]) -> bool:
@@ -197,18 +198,46 @@ def _plain_get_item(params: dict[str, Any]) -> bool:
     return True
 
 
-def _parsed(value: dict[str, Any]) -> dict[str, Any]:
-    """An AttributeValue as written on the wire, as botocore's JSON parser hands it back: blobs decoded."""
-    ((kind, raw),) = value.items()
+def _as_parsed(value: Any) -> dict[str, Any]:
+    """A stored value (moto's DynamoType) as botocore parses moto's answer for it.
+
+    moto's answer is dynamo_to_dict (B/BS as bytes, base64 text decoded) written by its serializer
+    (moto_speedups.attribute_value: S/N as they are, blobs base64) and read back by botocore (blobs
+    decoded): so S, N, BOOL, NULL and string sets as stored, blobs as bytes, maps and lists walked.
+    Anything else raises NotPlain, and the client's own method answers.
+    """
+    if not isinstance(value, DynamoType):
+        raise moto_speedups.NotPlain
+    kind, raw = value.type, value.value
+    if kind == "S" or kind == "N":
+        if type(raw) is not str:
+            raise moto_speedups.NotPlain
+        return {kind: raw}
     if kind == "M":
-        return {"M": {k: _parsed(v) for k, v in raw.items()}}
+        return {"M": {k: _as_parsed(v) for k, v in raw.items()}}
     if kind == "L":
-        return {"L": [_parsed(v) for v in raw]}
+        return {"L": [_as_parsed(v) for v in raw]}
+    if kind == "BOOL" or kind == "NULL":
+        if type(raw) is not bool:
+            raise moto_speedups.NotPlain
+        return {kind: raw}
     if kind == "B":
-        return {"B": base64.b64decode(raw)}
-    if kind == "BS":
-        return {"BS": [base64.b64decode(v) for v in raw]}
-    return value
+        return {"B": _as_bytes(raw)}
+    if kind == "SS" or kind == "NS":
+        if type(raw) is not list or not all(type(v) is str for v in raw):
+            raise moto_speedups.NotPlain
+        return {kind: list(raw)}
+    if kind == "BS" and type(raw) is list:
+        return {"BS": [_as_bytes(v) for v in raw]}
+    raise moto_speedups.NotPlain
+
+
+def _as_bytes(raw: Any) -> bytes:
+    if isinstance(raw, bytes):
+        return raw
+    if isinstance(raw, str):
+        return base64.b64decode(raw)
+    raise moto_speedups.NotPlain
 
 
 def _access_key_of(client: Any) -> str:

@@ -13,6 +13,7 @@ import hmac
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import cached_property
 from urllib.parse import quote, unquote, unquote_plus
 
 from botocore.auth import SigV4Auth
@@ -68,9 +69,15 @@ class ArrivedRequest:
     body: bytes
 
     def header(self, name: str) -> str | None:
-        lname = name.lower()
-        values = [v for k, v in self.headers if k.lower() == lname]
-        return ",".join(values) if values else None
+        return self._by_name.get(name.lower())
+
+    @cached_property
+    def _by_name(self) -> dict[str, str]:
+        # Lower-cased name -> its values joined by commas (as HTTP folds repeated headers); built once.
+        values: dict[str, list[str]] = {}
+        for k, v in self.headers:
+            values.setdefault(k.lower(), []).append(v)
+        return {k: ",".join(v) for k, v in values.items()}
 
 
 @dataclass(frozen=True)
@@ -174,8 +181,14 @@ def _check_scope(auth: _Authorization, *, region: str, service: str) -> None:
 
 
 def _parse_amz_date(value: str) -> datetime:
+    # strptime's format machinery costs more than the rest of a GET's verification; the basic format
+    # is fixed-width: YYYYMMDD'T'HHMMSS'Z'.
     try:
-        return datetime.strptime(value, AMZ_DATE_FORMAT).replace(tzinfo=UTC)
+        if len(value) != 16 or value[8] != "T" or value[15] != "Z" or not (value[:8] + value[9:15]).isdigit():
+            raise ValueError(value)
+        return datetime(
+            int(value[:4]), int(value[4:6]), int(value[6:8]), int(value[9:11]), int(value[11:13]), int(value[13:15]), tzinfo=UTC
+        )
     except ValueError:
         raise _incomplete(f"Date must be in ISO-8601 'basic format'. Got '{value}'. See http://en.wikipedia.org/wiki/ISO_8601") from None
 
@@ -231,6 +244,27 @@ class _ArrivedSigV4(SigV4Auth):
 
     def canonical_query_string(self, request: AWSRequest) -> str:
         return self._query
+
+    def signature(self, string_to_sign: str, request: AWSRequest) -> str:
+        # botocore derives the signing key (four HMACs) on every call; it depends only on the secret,
+        # the day, the region and the service, so it is kept (as SigV4 intends signers to).
+        return hmac.new(self._signing_key(request.context["timestamp"][:8]), string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
+
+    def _signing_key(self, day: str) -> bytes:
+        cache_key = (self.credentials.secret_key, day, self._region_name, self._service_name)
+        key = _signing_keys.get(cache_key)
+        if key is None:
+            key = ("AWS4" + self.credentials.secret_key).encode("utf-8")
+            for part in (day, self._region_name, self._service_name, TERMINATOR):
+                key = hmac.new(key, part.encode("utf-8"), hashlib.sha256).digest()
+            if len(_signing_keys) >= _SIGNING_KEYS_KEPT:
+                _signing_keys.clear()  # a handful of principals x days: clearing now and then is enough
+            _signing_keys[cache_key] = key
+        return key
+
+
+_SIGNING_KEYS_KEPT = 256
+_signing_keys: dict[tuple[str, str, str, str], bytes] = {}
 
 
 def _sign(request: ArrivedRequest, auth: _Authorization, principal: Principal, amz_date: str, query: str) -> tuple[str, str, str]:
