@@ -1,8 +1,9 @@
 """SigV4 verification at the local front door, as API Gateway's AWS_IAM authorization does it.
 
 The canonical request is rebuilt from what arrived (method, path, query, the headers the client says
-it signed, the body) and signed again with the caller's secret by botocore's own SigV4 code; the two
-signatures are compared in constant time. The refusals carry API Gateway's status (403), its
+it signed, the body) and signed again with the caller's secret, by SigV4's rules as botocore applies
+them (its path normalisation included); the two signatures are compared in constant time. The tests
+sign with requests-aws4auth and with botocore, so neither side is only this code. The refusals carry API Gateway's status (403), its
 x-amzn-ErrorType and its messages, so a client written against local mode meets the same answers in AWS.
 """
 
@@ -16,9 +17,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from urllib.parse import quote, unquote, unquote_plus
 
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest, HTTPHeaders
-from botocore.credentials import Credentials
+from botocore.utils import normalize_url_path
 
 from trainplane.local.credentials import Principal
 
@@ -226,62 +225,45 @@ def _canonical_query_candidates(raw_query: str) -> Iterable[str]:
             yield second
 
 
-class _ArrivedSigV4(SigV4Auth):
-    """botocore's SigV4 over exactly the headers the client signed and the query as canonicalised here."""
+def _sign(request: ArrivedRequest, auth: _Authorization, principal: Principal, amz_date: str, query: str) -> tuple[str, str, str]:
+    """(signature, canonical request, string to sign), by SigV4's rules as botocore's SigV4Auth applies
+    them for a non-S3 service (tests/unit/test_sigv4.py holds it to requests-aws4auth and botocore)."""
+    signed = set(auth.signed_headers)
+    values: dict[str, list[str]] = {}
+    for name, value in request.headers:
+        lname = name.lower()
+        if lname in signed:
+            values.setdefault(lname, []).append(value)
+    names = sorted(values)
+    # Trimall: surrounding white space dropped, runs of it made one space; repeated headers joined by ','.
+    canonical_headers = "".join(f"{n}:{','.join(' '.join(v.split()) for v in values[n])}\n" for n in names)
+    # The payload line: the signed x-amz-content-sha256 (already checked equal to the body's hash) or,
+    # when the client did not sign one, the hash of the body that arrived.
+    declared = values.get("x-amz-content-sha256")
+    payload = declared[0] if declared else hashlib.sha256(request.body).hexdigest()
+    # The path twice URI-encoded (as it arrived, then quoted again), dot segments resolved.
+    path = quote(normalize_url_path(request.raw_path), safe="/~")
+    canonical_request = f"{request.method.upper()}\n{path}\n{query}\n{canonical_headers}\n{';'.join(names)}\n{payload}"
+    scope = f"{auth.date}/{auth.region}/{auth.service}/{TERMINATOR}"
+    string_to_sign = f"{ALGORITHM}\n{amz_date}\n{scope}\n{hashlib.sha256(canonical_request.encode('utf-8')).hexdigest()}"
+    key = _signing_key(principal.secret_access_key, amz_date[:8], auth.region, auth.service)
+    return hmac.new(key, string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest(), canonical_request, string_to_sign
 
-    def __init__(self, credentials: Credentials, service: str, region: str, signed: tuple[str, ...], query: str) -> None:
-        super().__init__(credentials, service, region)
-        self._signed = signed
-        self._query = query
 
-    def headers_to_sign(self, request: AWSRequest) -> HTTPHeaders:
-        # botocore would drop some headers (user-agent, expect ...) and add host; the client's list rules.
-        header_map = HTTPHeaders()
-        for name in self._signed:
-            for value in request.headers.get_all(name) or []:
-                header_map[name] = value
-        return header_map
-
-    def canonical_query_string(self, request: AWSRequest) -> str:
-        return self._query
-
-    def signature(self, string_to_sign: str, request: AWSRequest) -> str:
-        # botocore derives the signing key (four HMACs) on every call; it depends only on the secret,
-        # the day, the region and the service, so it is kept (as SigV4 intends signers to).
-        return hmac.new(self._signing_key(request.context["timestamp"][:8]), string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
-
-    def _signing_key(self, day: str) -> bytes:
-        cache_key = (self.credentials.secret_key, day, self._region_name, self._service_name)
-        key = _signing_keys.get(cache_key)
-        if key is None:
-            key = ("AWS4" + self.credentials.secret_key).encode("utf-8")
-            for part in (day, self._region_name, self._service_name, TERMINATOR):
-                key = hmac.new(key, part.encode("utf-8"), hashlib.sha256).digest()
-            if len(_signing_keys) >= _SIGNING_KEYS_KEPT:
-                _signing_keys.clear()  # a handful of principals x days: clearing now and then is enough
-            _signing_keys[cache_key] = key
-        return key
+def _signing_key(secret: str, day: str, region: str, service: str) -> bytes:
+    # Four HMACs that depend only on the secret, the day, the region and the service: kept, as SigV4
+    # intends signers to keep them.
+    cache_key = (secret, day, region, service)
+    key = _signing_keys.get(cache_key)
+    if key is None:
+        key = ("AWS4" + secret).encode("utf-8")
+        for part in (day, region, service, TERMINATOR):
+            key = hmac.new(key, part.encode("utf-8"), hashlib.sha256).digest()
+        if len(_signing_keys) >= _SIGNING_KEYS_KEPT:
+            _signing_keys.clear()  # a handful of principals x days: clearing now and then is enough
+        _signing_keys[cache_key] = key
+    return key
 
 
 _SIGNING_KEYS_KEPT = 256
 _signing_keys: dict[tuple[str, str, str, str], bytes] = {}
-
-
-def _sign(request: ArrivedRequest, auth: _Authorization, principal: Principal, amz_date: str, query: str) -> tuple[str, str, str]:
-    headers = HTTPHeaders()
-    for name, value in request.headers:
-        if name.lower() in auth.signed_headers:
-            headers[name.lower()] = value
-    aws_request = AWSRequest(
-        method=request.method, url=f"http://{request.header('Host') or 'localhost'}{request.raw_path}", data=request.body
-    )
-    aws_request.headers = headers
-    aws_request.context["timestamp"] = amz_date
-    signer = _ArrivedSigV4(
-        Credentials(principal.access_key_id, principal.secret_access_key), auth.service, auth.region, auth.signed_headers, query
-    )
-    # The payload line: the signed x-amz-content-sha256 (already checked equal to the body's hash) or, when
-    # the client did not sign one, botocore's hash of the body that arrived.
-    canonical_request = signer.canonical_request(aws_request)
-    string_to_sign = signer.string_to_sign(aws_request, canonical_request)
-    return signer.signature(string_to_sign, aws_request), canonical_request, string_to_sign

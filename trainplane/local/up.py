@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import gc
 import importlib
 import json
 import logging
@@ -170,7 +171,13 @@ class LocalPlane:
 
         self.ctx.start_background()
         self._started.append("background")
-        self.front_door.start(_import_handler(self.api_handler))
+        handler = _import_handler(self.api_handler)
+        # Everything alive now (moto's backends, botocore's models, pydantic's schemas: ~0.4 M objects)
+        # lives as long as the process: out of the collector's sight, a full collection no longer walks
+        # them all, which was a stall of a few hundred ms in the middle of serving.
+        gc.collect()
+        gc.freeze()
+        self.front_door.start(handler)
         self._write_endpoint()
         self._started.append("endpoint")
 
