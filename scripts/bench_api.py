@@ -3,12 +3,15 @@
 (a) Import time of the API handler module against `import boto3`: each imported in a fresh
     interpreter, timed inside it (interpreter start-up excluded), median of --runs runs, alternating
     the two so that disk cache and CPU frequency favour neither. Goal: handler <= 1.6x boto3.
-(b) Latency through local mode's front door: starts `trainplane up --port 0` in a subprocess,
-    pre-creates jobs, then --concurrency signed clients (one SDK Client each, one thread each) call
-    GET /jobs/{id} back to back for a fixed time (a closed loop), then POST /jobs; one client alone
-    first gives the service time without queueing. Prints p50/p90/p99/max, requests/s and the cores
-    the server and the clients kept busy. Goal on a 2-core machine:
-    GET p50 <= 15 ms, p99 <= 60 ms.
+(b) Latency through local mode's front door: starts `trainplane up --port 0` in a subprocess and
+    pre-creates jobs. Then --concurrency signed clients call GET /jobs/{id} back to back for a fixed
+    time (a closed loop): the lean load generator (below: its own process, one keep-alive connection
+    per client, every request freshly SigV4-signed and verified by the front door); one client alone
+    first gives the service time without queueing; an open loop at --paced-rate gives latency at a
+    load the server carries easily. The same closed loop from SDK clients (trainplane.Client, one
+    thread each) shows what a script sees with the SDK's own per-request CPU; then POST /jobs.
+    Prints p50/p90/p99/max, requests/s and the cores the server and the clients kept busy.
+    Goal on a 2-core machine (judged on the lean closed loop): GET p50 <= 15 ms, p99 <= 60 ms.
 
     python scripts/bench_api.py [--runs 11] [--concurrency 16] [--get-seconds 30] [--post-seconds 20] [--json]
 """

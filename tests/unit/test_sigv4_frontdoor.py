@@ -164,3 +164,93 @@ def test_a_front_door_never_started_stops_at_once() -> None:
     with pytest.raises(ValueError, match="no handler"):
         front.start()
     front.stop()
+
+
+def raw_request(front: FrontDoor, method: str, path: str, body: bytes = b"", extra: str = "", version: str = "HTTP/1.1") -> bytes:
+    """A signed request as bytes on the wire (requests-aws4auth signs; we write the HTTP ourselves)."""
+    prepared = requests.Request(method, url(front, path), data=body or None, auth=AUTH).prepare()
+    head = f"{method} {path} {version}\r\nHost: 127.0.0.1:{front.port}\r\n"
+    head += "".join(f"{k}: {v}\r\n" for k, v in prepared.headers.items() if k.lower() not in ("content-length", "host"))
+    head += f"Content-Length: {len(body)}\r\n" + extra
+    return head.encode() + b"\r\n" + body
+
+
+def read_until_closed(sock: socket.socket) -> bytes:
+    chunks = []
+    while chunk := sock.recv(65536):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def test_pipelined_requests_are_answered_in_order_on_one_connection(door) -> None:
+    # Given three signed requests sent at once on one keep-alive connection, the last asking to close
+    front, recorder = door
+    wire = (
+        raw_request(front, "GET", "/a")
+        + raw_request(front, "POST", "/b", b'{"n": 2}')
+        + raw_request(front, "GET", "/c", extra="Connection: close\r\n")
+    )
+    with socket.create_connection(("127.0.0.1", front.port), timeout=10) as sock:
+        sock.sendall(wire)
+        replies = read_until_closed(sock)
+    # Then three answers came back in order, and the server closed after the one that asked
+    assert replies.count(b"HTTP/1.1 201 Created\r\n") == 3
+    assert [e["path"] for e in recorder.events] == ["/a", "/b", "/c"]
+    assert json.loads(recorder.events[1]["body"]) == {"n": 2}
+    assert replies.rstrip().endswith(b'{"ok": true}') and b"Connection: close" in replies
+
+
+def test_http_1_0_closes_unless_kept_alive(door) -> None:
+    front, _ = door
+    with socket.create_connection(("127.0.0.1", front.port), timeout=10) as sock:
+        sock.sendall(raw_request(front, "GET", "/old", version="HTTP/1.0"))
+        reply = read_until_closed(sock)  # returns only because the server closed
+    assert reply.startswith(b"HTTP/1.1 201")
+
+
+def test_a_body_over_the_payload_limit_is_413_before_it_is_sent(door) -> None:
+    # Given a request that announces 11 MB (API Gateway's limit is 10 MB) and sends none of it
+    front, recorder = door
+    with socket.create_connection(("127.0.0.1", front.port), timeout=10) as sock:
+        sock.sendall(b"POST /jobs HTTP/1.1\r\nHost: x\r\nContent-Length: 11534336\r\n\r\n")
+        reply = read_until_closed(sock)
+    # Then it is refused at once and the connection closed; the handler never ran
+    assert reply.startswith(b"HTTP/1.1 413") and recorder.events == []
+
+
+def test_expect_100_continue_gets_the_interim_answer_then_the_result(door) -> None:
+    front, recorder = door
+    body = b'{"big": "enough"}'
+    request = raw_request(front, "POST", "/jobs", body, extra="Expect: 100-continue\r\n")
+    head, body_part = request[: -len(body)], request[-len(body) :]
+    with socket.create_connection(("127.0.0.1", front.port), timeout=10) as sock:
+        sock.sendall(head)
+        assert sock.recv(4096) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(body_part)
+        assert sock.recv(4096).startswith(b"HTTP/1.1 201")
+    assert json.loads(recorder.events[0]["body"]) == {"big": "enough"}
+
+
+def test_malformed_request_line_is_400_and_closed(door) -> None:
+    front, _ = door
+    with socket.create_connection(("127.0.0.1", front.port), timeout=10) as sock:
+        sock.sendall(b"NONSENSE\r\n\r\n")
+        assert read_until_closed(sock).startswith(b"HTTP/1.1 400")
+
+
+def test_stop_lets_the_request_in_flight_finish() -> None:
+    # Given a slow request in flight when the front door is stopped
+    recorder = Recorder()
+    front = FrontDoor("127.0.0.1", 0, principals=[ALICE], handler=recorder, region=REGION, account_id="123456789012")
+    front.start()
+    answers: list[int] = []
+    caller = threading.Thread(target=lambda: answers.append(requests.get(url(front, "/slow"), auth=AUTH, timeout=30).status_code))
+    caller.start()
+    while recorder.active == 0 and not recorder.events:
+        time.sleep(0.005)
+    front.stop()
+    caller.join(30)
+    # Then it was answered, and nothing listens any more
+    assert answers == [201]
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", front.port), timeout=2).close()
