@@ -411,7 +411,12 @@ def _parse_request(buffer: bytearray) -> _Parsed | None:
 
 
 def _chunked_body(buffer: bytearray, start: int) -> tuple[bytes, int] | None:
-    chunks: list[bytes] = []
+    """(body, end) once the whole chunked body is in `buffer`, else None.
+
+    Called again for every read while the body arrives: it only finds chunk boundaries (no copying)
+    until the last chunk is there, then copies the chunks once.
+    """
+    spans: list[tuple[int, int]] = []
     total = 0
     position = start
     while True:
@@ -432,13 +437,13 @@ def _chunked_body(buffer: bytearray, start: int) -> tuple[bytes, int] | None:
                 empty = line_end == position
                 position = line_end + 2
                 if empty:
-                    return b"".join(chunks), position
+                    return b"".join(bytes(buffer[a:b]) for a, b in spans), position
         total += size
         if total > MAX_BODY_BYTES:
             raise _BadRequest(413, "Request Too Long")
         if len(buffer) < position + size + 2:
             return None
-        chunks.append(bytes(buffer[position : position + size]))
+        spans.append((position, position + size))
         position += size + 2
 
 
