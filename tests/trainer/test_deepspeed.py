@@ -82,7 +82,7 @@ def test_zero_workers_stop_on_sigterm_with_a_checkpoint_and_resume_exactly(zero_
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
 
     # Given a DEEPSPEED job run straight through on two workers
-    code, out, err = _run(straight, _spec(straight, zero_stage))
+    code, _, err = _run(straight, _spec(straight, zero_stage))
     assert code == ExitCode.COMPLETED, err[-4000:]
     assert f"(ZeRO stage {zero_stage}) on 2 workers" in err
     reference = _losses(straight)
@@ -112,7 +112,7 @@ def test_zero_workers_stop_on_sigterm_with_a_checkpoint_and_resume_exactly(zero_
     assert (optimizer["zero_stage"], optimizer["world_size"], len(optimizer["per_rank"])) == (zero_stage, 2, 2)
 
     # When it runs again (attempt 2) from that checkpoint
-    code, out, err = _run(interrupted, _spec(interrupted, zero_stage, attempt=2))
+    code, _, err = _run(interrupted, _spec(interrupted, zero_stage, attempt=2))
     assert code == ExitCode.COMPLETED, err[-4000:]
     assert f"resumed from {folder}" in err
 

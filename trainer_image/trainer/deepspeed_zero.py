@@ -82,7 +82,8 @@ class DeepSpeedRuntime(DistributedRuntime):
         engine, _ = self.accelerator.prepare(model, optimizer)
         self._engine = engine
         if self.is_main:
-            log(f"DEEPSPEED: {type(engine.optimizer).__name__} (ZeRO stage {engine.zero_optimization_stage()}) on {self.world_size} workers")
+            stage = engine.zero_optimization_stage()
+            log(f"DEEPSPEED: {type(engine.optimizer).__name__} (ZeRO stage {stage}) on {self.world_size} workers")
         return engine  # type: ignore[no-any-return]
 
     def after_training(self) -> None:
