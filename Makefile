@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	# torch first and pinned exactly: 2.13.0 is the CPU wheel this machine carries on disk.
 	$(BIN)/python -m pip install --quiet torch==2.13.0
+	# deepspeed ships only an sdist whose setup.py imports torch: build it against the torch above, not in
+	# an isolated build env (which would build it blind to torch), and without precompiled ops.
+	$(BIN)/python -m pip install --quiet setuptools wheel
+	DS_BUILD_OPS=0 $(BIN)/python -m pip install --quiet --no-build-isolation deepspeed==$(shell sed -n 's/^ *"deepspeed==\(.*\)",/\1/p' pyproject.toml)
 	$(BIN)/python -m pip install --quiet -e ".[all]"
 	rm -f $(VENV)/.installed-*
 	touch $@

@@ -41,9 +41,15 @@ class FrameworkType(StrEnum):
 UNSUPPORTED_TRAINING_TYPES = {TrainingType.RLHF: "RLHF training is not supported yet; use DPO for preference tuning"}
 UNSUPPORTED_FRAMEWORKS = {
     FrameworkType.MEGATRON: "the MEGATRON framework is not supported yet; use FSDP",
-    # Exact resume needs DeepSpeed's ZeRO optimizer state consolidated into our checkpoint format;
-    # until that is built and tested on GPUs, FSDP gives the same ZeRO-3 style sharding.
-    FrameworkType.DEEPSPEED: "the DEEPSPEED framework is not supported yet; use FSDP (the same ZeRO-3 style sharding)",
+}
+
+# framework.config keys a DEEPSPEED job may set. ZeRO-Offload is refused: DeepSpeed insists on its own
+# CPU Adam (a compiled op) there, which our checkpoints and exact-resume tests do not cover.
+DEEPSPEED_ZERO_STAGES = ("1", "2", "3")
+DEEPSPEED_DEFAULT_ZERO_STAGE = 2
+_DEEPSPEED_REFUSED_OPTIONS = {
+    "offload_optimizer_device": "ZeRO-Offload is not supported (exact resume is only tested without offload)",
+    "offload_param_device": "ZeRO-Offload is not supported (exact resume is only tested without offload)",
 }
 
 
@@ -113,7 +119,24 @@ class FrameworkConfig(Strict):
     def _custom_needs_script(self) -> FrameworkConfig:
         if self.type == FrameworkType.CUSTOM and not self.custom_script_path:
             raise ValueError("custom_script_path is required when framework.type is CUSTOM")
+        if self.type == FrameworkType.DEEPSPEED:
+            self._check_deepspeed_options()
         return self
+
+    def _check_deepspeed_options(self) -> None:
+        for key in sorted(self.config):
+            if key in _DEEPSPEED_REFUSED_OPTIONS:
+                raise ValueError(f"framework.config.{key}: {_DEEPSPEED_REFUSED_OPTIONS[key]}")
+            if key != "zero_stage":
+                raise ValueError(f"framework.config.{key} is not a DEEPSPEED option (known: zero_stage)")
+        stage = self.config.get("zero_stage")
+        if stage is not None and stage.strip() not in DEEPSPEED_ZERO_STAGES:
+            raise ValueError(f"framework.config.zero_stage must be 1, 2 or 3 (got {stage!r})")
+
+    def zero_stage(self) -> int:
+        """DEEPSPEED's ZeRO stage: framework.config zero_stage, default 2."""
+        stage = self.config.get("zero_stage")
+        return int(stage) if stage is not None else DEEPSPEED_DEFAULT_ZERO_STAGE
 
 
 class TrainingConfig(Strict):
@@ -127,6 +150,15 @@ class TrainingConfig(Strict):
     resume_from_checkpoint: str | None = None
     max_retries: int = Field(default=0, ge=0, le=20, description="Retries for retryable user-code failures.")
     priority: Priority = 5
+
+    @model_validator(mode="after")
+    def _deepspeed_precision(self) -> TrainingConfig:
+        # float16 needs a dynamic loss scaler inside DeepSpeed's engine, whose state our checkpoints do
+        # not carry; bfloat16 (autocast over fp32 weights, as for DDP/FSDP) needs none.
+        distributed = self.framework.distributed.world_size > 1
+        if self.framework.type == FrameworkType.DEEPSPEED and distributed and self.base_model.dtype == DType.FLOAT16:
+            raise ValueError("base_model.dtype float16 is not supported with DEEPSPEED; use bfloat16 (or auto)")
+        return self
 
 
 class Sampling(Strict):

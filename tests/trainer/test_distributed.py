@@ -30,7 +30,7 @@ def _spec(
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"framework": "DEEPSPEED"}, "DEEPSPEED framework is not supported"),
+        ({"framework": "DEEPSPEED", "training_type": "QLORA", "gpus": 2}, "QLORA with DEEPSPEED"),
         ({"world": 3, "nodes": 2}, "not a multiple of resource_config.node_count=2"),
         ({"world": 8, "gpus": 4}, "needs 8 GPUs per node; resource_config.gpu_count=4"),
         ({"framework": "FSDP", "training_type": "QLORA", "gpus": 2}, "QLORA with FSDP"),

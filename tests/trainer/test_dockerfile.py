@@ -43,7 +43,8 @@ def requirements() -> dict[str, str]:
 def _pyproject_pins() -> dict[str, str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     pins = {}
-    for spec in project["dependencies"] + project["optional-dependencies"]["trainer"]:
+    extras = project["optional-dependencies"]
+    for spec in project["dependencies"] + extras["trainer"] + extras["deepspeed"]:
         name, _, version = spec.partition("==")
         pins[_norm(name.split("[")[0])] = version
     return pins
@@ -81,14 +82,14 @@ def test_copies_the_schemas_the_trainer_and_the_requirements(commands) -> None:
     env = next(c for c in commands if c.cmd == "ENV").value
     assert dict(zip(env[::2], env[1::2], strict=True))["PYTHONPATH"] == "/opt/trainplane"
     run_install = [c.value[0] for c in commands if c.cmd == "RUN" and "pip install" in c.value[0]]
-    assert run_install == ["python -m pip install -r /opt/trainplane/requirements.txt"]
+    assert run_install == ["DS_BUILD_OPS=0 python -m pip install --no-build-isolation -r /opt/trainplane/requirements.txt"]
 
 
 def test_requirements_are_pinned_and_agree_with_pyproject(requirements: dict[str, str]) -> None:
     assert "torch" not in requirements, "torch comes from the CUDA base image"
     pyproject = _pyproject_pins()
     shared = set(requirements) & set(pyproject)
-    assert {"transformers", "peft", "accelerate", "safetensors", "tokenizers", "numpy", "pydantic", "boto3"} <= shared
+    assert {"transformers", "peft", "accelerate", "safetensors", "tokenizers", "numpy", "pydantic", "boto3", "deepspeed"} <= shared
     assert {name: requirements[name] for name in shared} == {name: pyproject[name] for name in shared}
 
 

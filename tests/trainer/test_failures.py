@@ -79,10 +79,10 @@ def test_bad_data_fails_with_the_file_and_line(tmp_path: Path, monkeypatch, caps
     _assert_failed(outcome, ExitCode.DATA_ERROR, FailureReason.DATA_ERROR, str(data), ":3")
 
 
-def test_a_deepspeed_job_is_refused_with_a_clear_message(tmp_path: Path, monkeypatch, capsys) -> None:
-    spec = _missing_data(make_spec(tmp_path, framework={"type": "DEEPSPEED", "distributed": {"world_size": 2}}), tmp_path)
+def test_a_qlora_deepspeed_job_is_refused_with_a_clear_message(tmp_path: Path, monkeypatch, capsys) -> None:
+    spec = _missing_data(make_spec(tmp_path, "QLORA", framework={"type": "DEEPSPEED", "distributed": {"world_size": 2}}), tmp_path)
     outcome = run_in_process(tmp_path, spec, monkeypatch, capsys)
-    _assert_failed(outcome, ExitCode.USER_ERROR, FailureReason.USER_ERROR, "DEEPSPEED", "use FSDP")
+    _assert_failed(outcome, ExitCode.USER_ERROR, FailureReason.USER_ERROR, "QLORA with DEEPSPEED", "use HF_TRAINER")
 
 
 def test_a_missing_run_spec_is_a_user_error(tmp_path: Path, monkeypatch, capsys) -> None:

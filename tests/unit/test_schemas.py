@@ -97,7 +97,16 @@ def test_unknown_fields_are_rejected_at_every_level(where: tuple[str, ...]) -> N
     [
         ({"training_type": "RLHF"}, "RLHF training is not supported yet"),
         ({"framework": {"type": "MEGATRON"}}, "the MEGATRON framework is not supported yet"),
-        ({"framework": {"type": "DEEPSPEED", "distributed": {"world_size": 2}}}, "the DEEPSPEED framework is not supported yet; use FSDP"),
+        (
+            {"framework": {"type": "DEEPSPEED", "config": {"offload_optimizer_device": "cpu"}}},
+            "framework.config.offload_optimizer_device: ZeRO-Offload is not supported",
+        ),
+        ({"framework": {"type": "DEEPSPEED", "config": {"zero_stage": "4"}}}, "framework.config.zero_stage must be 1, 2 or 3"),
+        ({"framework": {"type": "DEEPSPEED", "config": {"stage": "2"}}}, "framework.config.stage is not a DEEPSPEED option"),
+        (
+            {"framework": {"type": "DEEPSPEED", "distributed": {"world_size": 2}}, "base_model": {"model_id": "m", "dtype": "float16"}},
+            "base_model.dtype float16 is not supported with DEEPSPEED",
+        ),
         ({"training_type": "QLORA"}, "QLORA needs a GPU"),
     ],
 )
@@ -105,6 +114,14 @@ def test_features_we_cannot_offer_are_refused_clearly(change: dict[str, Any], me
     body = request_body()
     body["training_config"].update(change)
     assert any(message in msg for _, msg in errors_of(body))
+
+
+def test_deepspeed_is_accepted_with_its_zero_stage() -> None:
+    body = request_body()
+    body["training_config"]["framework"] = {"type": "DEEPSPEED", "config": {"zero_stage": "3"}, "distributed": {"world_size": 2}}
+    assert SubmitJobRequest.model_validate(body).training_config.framework.zero_stage() == 3
+    body["training_config"]["framework"] = {"type": "DEEPSPEED", "distributed": {"world_size": 2}}
+    assert SubmitJobRequest.model_validate(body).training_config.framework.zero_stage() == 2
 
 
 def test_qlora_on_a_gpu_is_accepted() -> None:

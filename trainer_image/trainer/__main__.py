@@ -202,13 +202,14 @@ def _config_files(model: Any, is_adapter: bool) -> dict[str, bytes]:
 
 
 def _exportable_model(trained: Any, runtime: Any, spec: RunSpec, hyper: Hyper, loaded: Any, inputs: Any, models: Any) -> Any:
-    """The trained model as one plain module on rank 0. FSDP shards it: gather the full weights into a
-    fresh copy (collective, every rank takes part)."""
-    if spec.training_config.framework.type != FrameworkType.FSDP or runtime.world_size == 1:
+    """The trained model as one plain module on rank 0. FSDP and ZeRO-3 shard it: gather the full
+    weights into a fresh copy (collective, every rank takes part)."""
+    if not runtime.shards_parameters or runtime.world_size == 1:
         return runtime.unwrap(trained)
     import torch
 
     tensors = runtime.model_state(trained, loaded.is_adapter)
+    runtime.after_training()
     if not runtime.is_main:
         return None
     fresh = models.load_model_and_tokenizer(spec.training_config, hyper, torch.device("cpu"), seed=0).model

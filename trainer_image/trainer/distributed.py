@@ -12,7 +12,8 @@ How a multi-process run starts:
 What each framework means here (framework.type, when world_size > 1):
   HF_TRAINER -> DistributedDataParallel;  FSDP -> torch FSDP2 (`fully_shard` per decoder layer, the
   same sharding accelerate's FSDP plugin applies), with full state dicts gathered for checkpoints;
-  DEEPSPEED -> refused (see validate_framework).
+  DEEPSPEED -> DeepSpeed ZeRO stage 1/2/3 through accelerate's DeepSpeedPlugin (trainer/deepspeed_zero.py),
+  framework.config zero_stage (default 2).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from trainer.failures import UserError
 DEFAULT_MASTER_PORT = 29500
 # peft names adapter weights "...lora_A.default.weight" in the module tree and "...lora_A.weight" in
 # get_peft_model_state_dict; checkpoints always use the latter.
-_ADAPTER_NAME_RE = re.compile(r"\.default(?=\.)")
+ADAPTER_NAME_RE = re.compile(r"\.default(?=\.)")
 WORKER_ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
@@ -98,11 +99,6 @@ def validate_framework(spec: RunSpec, *, cuda_available: bool, device_count: int
     nodes = spec.resource_config.node_count
     if framework.type == FrameworkType.MEGATRON:
         raise UserError("the MEGATRON framework is not supported by this trainer; use FSDP")
-    if framework.type == FrameworkType.DEEPSPEED:
-        # Exact, resumable checkpoints need the consolidated optimizer state in our own format; we do
-        # that for DDP and FSDP. DeepSpeed keeps ZeRO shards in its own engine format, which we do not
-        # support yet: refusing is better than a run whose checkpoints cannot be resumed exactly.
-        raise UserError("the DEEPSPEED framework is not supported by this trainer yet; use FSDP (the same ZeRO-3 style sharding)")
     if world % nodes:
         raise UserError(f"framework.distributed.world_size={world} is not a multiple of resource_config.node_count={nodes}")
     per_node = world // nodes
@@ -114,6 +110,8 @@ def validate_framework(spec: RunSpec, *, cuda_available: bool, device_count: int
             raise UserError(f"{per_node} workers per node but this host has {device_count} CUDA device(s)")
     if world > 1 and tc.training_type == TrainingType.QLORA and framework.type == FrameworkType.FSDP:
         raise UserError("QLORA with FSDP is not supported (4-bit weights cannot be sharded by FSDP2); use HF_TRAINER (DDP)")
+    if world > 1 and tc.training_type == TrainingType.QLORA and framework.type == FrameworkType.DEEPSPEED:
+        raise UserError("QLORA with DEEPSPEED is not supported (ZeRO does not partition bitsandbytes 4-bit weights); use HF_TRAINER (DDP)")
 
 
 def plan_launch(spec: RunSpec, paths: ContainerPaths, env: dict[str, str] | None = None) -> LaunchPlan | None:
@@ -221,14 +219,49 @@ class Runtime:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def collective_state(self) -> bool:
+        """Every rank must take part in model_state/optimizer_state (sharded state is gathered)."""
+        return False
+
+    @property
+    def shards_parameters(self) -> bool:
+        """No rank holds the whole model: evaluation runs every example on every rank, export gathers."""
+        return False
+
     def wrap(self, model: nn.Module) -> nn.Module:
+        return model
+
+    def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, max_grad_norm: float, micro_batch_size: int) -> nn.Module:
+        """After the optimizer is built: the model to train (DeepSpeed wraps both in its engine here)."""
         return model
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return getattr(model, "module", model)
 
+    def after_training(self) -> None:
+        """Training is over; rank 0 may build plain models again (export)."""
+        return None
+
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()
+
+    def backward(self, model: nn.Module, loss: torch.Tensor, *, last: bool) -> None:
+        """One micro-batch's backward; `last`: it ends the optimizer step."""
+        loss.backward()
+
+    def optimizer_step(self, model: nn.Module, optimizer: torch.optim.Optimizer, max_grad_norm: float, scaler: Any) -> torch.Tensor:
+        """Clip, step, zero the gradients; returns the gradient norm before clipping."""
+        if scaler is not None:
+            scaler.unscale_(optimizer)
+        grad_norm = self.clip_grad_norm(model, max_grad_norm)
+        if scaler is not None:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return grad_norm
 
     def clip_grad_norm(self, model: nn.Module, max_norm: float) -> torch.Tensor:
         params = [p for p in model.parameters() if p.grad is not None]
@@ -260,6 +293,7 @@ class Runtime:
         return optimizer.state_dict()  # live tensors, like model_state
 
     def load_optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+        refuse_zero_partitions(state)
         optimizer.load_state_dict(state)
 
     def all_reduce_sum(self, values: list[float]) -> list[float]:
@@ -296,6 +330,14 @@ class DistributedRuntime(Runtime):
         self.framework = framework
         if not dist.is_initialized():
             dist.init_process_group(backend=backend, rank=worker.rank, world_size=worker.world_size)
+
+    @property
+    def collective_state(self) -> bool:
+        return self.framework == FrameworkType.FSDP
+
+    @property
+    def shards_parameters(self) -> bool:
+        return self.framework == FrameworkType.FSDP
 
     def wrap(self, model: nn.Module) -> nn.Module:
         if self.framework == FrameworkType.FSDP:
@@ -335,7 +377,7 @@ class DistributedRuntime(Runtime):
         if is_adapter:
             # The same key names as peft's get_peft_model_state_dict (single process), so either kind
             # of run can resume the other's checkpoint.
-            full = {_ADAPTER_NAME_RE.sub("", k): v for k, v in full.items() if "lora_" in k}
+            full = {ADAPTER_NAME_RE.sub("", k): v for k, v in full.items() if "lora_" in k}
         return full  # cpu_offload: already fresh host tensors on rank 0
 
     def load_model_state(self, model: nn.Module, tensors: dict[str, torch.Tensor], is_adapter: bool) -> None:
@@ -345,7 +387,7 @@ class DistributedRuntime(Runtime):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
         if is_adapter:
-            by_peft_name = {_ADAPTER_NAME_RE.sub("", k): k for k in model.state_dict() if "lora_" in k}
+            by_peft_name = {ADAPTER_NAME_RE.sub("", k): k for k in model.state_dict() if "lora_" in k}
             unknown = sorted(set(tensors) - set(by_peft_name))
             if unknown:
                 raise UserError(f"checkpoint adapter does not fit this model: unexpected keys {unknown[:5]}")
@@ -363,6 +405,7 @@ class DistributedRuntime(Runtime):
         if self.framework != FrameworkType.FSDP:
             super().load_optimizer_state(model, optimizer, state)
             return
+        refuse_zero_partitions(state)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
@@ -389,6 +432,14 @@ class DistributedRuntime(Runtime):
             self.dist.destroy_process_group()
 
 
+def refuse_zero_partitions(state: dict[str, Any]) -> None:
+    if "zero_stage" in state:
+        raise UserError(
+            "this checkpoint's optimizer state holds DeepSpeed ZeRO partitions; "
+            "only a DEEPSPEED run of the same world_size and ZeRO stage resumes it"
+        )
+
+
 @contextlib.contextmanager
 def _fsdp_no_sync(model: Any) -> Iterator[None]:
     model.set_requires_gradient_sync(False)
@@ -413,4 +464,8 @@ def make_runtime(spec: RunSpec, device: torch.device) -> Runtime:
     framework = spec.training_config.framework
     if framework.distributed.world_size != worker.world_size:
         log(f"WORLD_SIZE={worker.world_size} from the environment overrides distributed.world_size={framework.distributed.world_size}")
+    if framework.type == FrameworkType.DEEPSPEED:
+        from trainer.deepspeed_zero import DeepSpeedRuntime
+
+        return DeepSpeedRuntime(worker, framework.distributed.backend, framework.zero_stage())
     return DistributedRuntime(worker, framework.type, framework.distributed.backend)

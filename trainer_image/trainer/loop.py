@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from schemas.api import MetricsPoint
-from schemas.configs import DType, FrameworkType
+from schemas.configs import DType
 from schemas.trainer import RunSpec, TrainerEventKind, TrainerPhase
 from trainer import checkpoint as ckpt
 from trainer.distributed import Runtime
@@ -183,11 +183,11 @@ class TrainingLoop:
         }
 
     def _snapshot(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, metrics: dict[str, float]) -> ckpt.Snapshot:
-        # Collective under FSDP: every rank gathers, only rank 0 keeps the tensors and writes. Under DDP
-        # every rank holds the same state: only rank 0 copies it.
+        # Collective under FSDP and DeepSpeed: every rank gathers, only rank 0 keeps the tensors and
+        # writes. Under DDP every rank holds the same state: only rank 0 copies it.
         tensors: dict[str, Tensor] = {}
         optim_state: dict[str, Any] = {}
-        if self.runtime.is_main or self.spec.training_config.framework.type == FrameworkType.FSDP:
+        if self.runtime.is_main or self.runtime.collective_state:
             tensors = self._copier(self.runtime.model_state(model, self.inputs.is_adapter), "model")
             optim_state = self._copier(self.runtime.optimizer_state(model, optimizer), "optimizer")
             self._copier.finish()
@@ -253,18 +253,10 @@ class TrainingLoop:
             with contextlib.nullcontext() if last else self.runtime.no_sync(model), self.autocast():
                 result = loss_sum(model, self.inputs.reference_model, batch, dpo_beta=self.hyper.dpo_beta)
                 loss = result.total / denominator
-            (self.scaler.scale(loss) if self.scaler else loss).backward()
+            self.runtime.backward(model, self.scaler.scale(loss) if self.scaler else loss, last=last)
             step_loss += loss.detach()
-        if self.scaler is not None:
-            self.scaler.unscale_(optimizer)
-        grad_norm = self.runtime.clip_grad_norm(model, self.hyper.max_grad_norm)
-        if self.scaler is not None:
-            self.scaler.step(optimizer)
-            self.scaler.update()
-        else:
-            optimizer.step()
+        grad_norm = self.runtime.optimizer_step(model, optimizer, self.hyper.max_grad_norm, self.scaler)
         scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
         return step_loss, grad_norm, tokens, ended_epoch
 
     def _to_device(self, tensor: Tensor) -> Tensor:
@@ -280,6 +272,7 @@ class TrainingLoop:
         model = runtime.wrap(self.inputs.model)
         # hyper.gradient_checkpointing is applied by the model loader (trainer.models), before any wrapping.
         optimizer = build_optimizer(model, hyper, runtime.device)
+        model = runtime.prepare(model, optimizer, max_grad_norm=hyper.max_grad_norm, micro_batch_size=self.spec.data_config.batch_size)
         schedule = partial(lr_lambda, kind=hyper.lr_scheduler_type, warmup=hyper.warmup_steps, total=self.total_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
@@ -418,7 +411,7 @@ class TrainingLoop:
             return {}
         if not during_training:
             self.events.set_phase(TrainerPhase.EVALUATING)
-        shard = self.spec.training_config.framework.type != FrameworkType.FSDP
+        shard = not self.runtime.shards_parameters
         metrics = evaluate(
             model if not shard else self.runtime.unwrap(model),
             self.inputs.reference_model,
@@ -430,7 +423,7 @@ class TrainingLoop:
             autocast=self.autocast,
             shard=shard,
             # Only a sharded (DDP) evaluation may stop early: its ranks agree through the final all-reduce,
-            # while FSDP ranks would wait for each other's forward passes forever.
+            # while FSDP / ZeRO-3 ranks would wait for each other's forward passes forever.
             should_stop=(lambda: self.stop.requested and not during_training) if shard else (lambda: False),
         )
         if metrics:
