@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -141,3 +143,38 @@ def start_subprocess(root: Path, spec: dict[str, Any], extra_env: dict[str, str]
     return subprocess.Popen(
         [sys.executable, "-m", "trainer"], env=env, cwd=str(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
     )
+
+
+@dataclass
+class StoppedRun:
+    """A trainer child process stopped with SIGTERM: its exit code, every event, stderr, and how long
+    it took to exit after the signal."""
+
+    returncode: int
+    events: list[TrainerEvent]
+    stderr: str
+    seconds_to_exit: float
+
+
+def run_until_sigterm(root: Path, spec: dict[str, Any], after_step: int, timeout: float = 240) -> StoppedRun:
+    """Start the trainer; SIGTERM it once (rank 0) reports `after_step`; wait for it to exit."""
+    proc = start_subprocess(root, spec)
+    events: list[TrainerEvent] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        for line in proc.stdout:
+            event = TrainerEvent.from_line(line.rstrip("\n"))
+            if event is not None:
+                events.append(event)
+                if event.kind == TrainerEventKind.PROGRESS and event.data["step"] >= after_step:
+                    break
+            assert time.monotonic() < deadline, f"the trainer never reached step {after_step}"
+        signalled = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        rest, err = proc.communicate(timeout=120)
+        took = time.monotonic() - signalled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return StoppedRun(proc.returncode, events + parse_events(rest), err, took)

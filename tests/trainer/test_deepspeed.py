@@ -5,9 +5,6 @@ and final weights as a run never interrupted)."""
 from __future__ import annotations
 
 import hashlib
-import signal
-import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +13,8 @@ import torch
 from safetensors.torch import load_file
 
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
-from schemas.trainer import ExitCode, TrainerEvent, TrainerEventKind
-from tests.trainer.runs import TINY_LLAMA, make_spec, metrics_points, parse_events, start_subprocess
+from schemas.trainer import ExitCode, TrainerEventKind
+from tests.trainer.runs import TINY_LLAMA, make_spec, metrics_points, run_until_sigterm, start_subprocess
 
 STEPS = 24
 
@@ -50,28 +47,6 @@ def _run(root: Path, spec: dict[str, Any]) -> tuple[int, str, str]:
     return proc.returncode, out, err
 
 
-def _run_until_sigterm(root: Path, spec: dict[str, Any], after_step: int) -> tuple[subprocess.Popen[str], list[TrainerEvent], str]:
-    """Start the job; SIGTERM the supervisor once rank 0 reports `after_step`; wait for the exit."""
-    proc = start_subprocess(root, spec)
-    events: list[TrainerEvent] = []
-    try:
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 240
-        for line in proc.stdout:
-            event = TrainerEvent.from_line(line.rstrip("\n"))
-            if event is not None:
-                events.append(event)
-                if event.kind == TrainerEventKind.PROGRESS and event.data["step"] >= after_step:
-                    break
-            assert time.monotonic() < deadline, f"the trainer never reached step {after_step}"
-        proc.send_signal(signal.SIGTERM)
-        rest, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    return proc, events + parse_events(rest), err
-
-
 def _losses(root: Path) -> dict[int, float]:
     return {p.step: p.loss for p in metrics_points(root) if p.loss is not None}
 
@@ -91,10 +66,11 @@ def test_zero_workers_stop_on_sigterm_with_a_checkpoint_and_resume_exactly(zero_
     assert sum(reference[s] for s in range(STEPS - 3, STEPS + 1)) < 0.8 * sum(reference[s] for s in range(1, 5))
 
     # When the same job gets SIGTERM mid-run
-    proc, events, err = _run_until_sigterm(interrupted, _spec(interrupted, zero_stage), after_step=3)
+    stopped = run_until_sigterm(interrupted, _spec(interrupted, zero_stage), after_step=3)
+    events, err = stopped.events, stopped.stderr
 
     # Then it exits "stopped with checkpoint", naming a complete checkpoint of its last step
-    assert proc.returncode == ExitCode.STOPPED_WITH_CHECKPOINT, err[-4000:]
+    assert stopped.returncode == ExitCode.STOPPED_WITH_CHECKPOINT, err[-4000:]
     done = [e for e in events if e.kind == TrainerEventKind.DONE]
     assert len(done) == 1 and done[0].data["stopped"] is True and done[0].data["exit_code"] == 75
     stopped_at = max(e.data["step"] for e in events if e.kind == TrainerEventKind.PROGRESS)

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import signal
-import time
 from pathlib import Path
 
 import pytest
 
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
-from schemas.trainer import ExitCode, TrainerEvent, TrainerEventKind
-from tests.trainer.runs import make_spec, start_subprocess
+from schemas.trainer import ExitCode, TrainerEventKind
+from tests.trainer.runs import make_spec, run_until_sigterm
 
 
 @pytest.mark.slow
@@ -20,30 +18,12 @@ def test_sigterm_mid_run_leaves_a_complete_checkpoint_and_exits_75(tmp_path: Pat
     spec = make_spec(
         tmp_path, hyperparameters={"max_steps": "100000", "learning_rate": "1e-3"}, output_config={"checkpoint": {"save_steps": 2}}
     )
-    proc = start_subprocess(tmp_path, spec)
-    events: list[TrainerEvent] = []
-    try:
-        # When it has trained a few steps and gets SIGTERM
-        assert proc.stdout is not None
-        deadline = time.monotonic() + 240
-        for line in proc.stdout:
-            event = TrainerEvent.from_line(line.rstrip("\n"))
-            if event is not None:
-                events.append(event)
-                if event.kind == TrainerEventKind.PROGRESS and event.data["step"] >= 3:
-                    break
-            assert time.monotonic() < deadline, "the trainer never reached step 3"
-        signalled = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        rest, err = proc.communicate(timeout=120)
-        took = time.monotonic() - signalled
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    events += [e for line in rest.splitlines() if (e := TrainerEvent.from_line(line)) is not None]
+    # When it has trained a few steps and gets SIGTERM
+    stopped = run_until_sigterm(tmp_path, spec, after_step=3)
+    events, err, took = stopped.events, stopped.stderr, stopped.seconds_to_exit
 
     # Then it exits "stopped with checkpoint" well inside SageMaker's 120 s grace
-    assert proc.returncode == ExitCode.STOPPED_WITH_CHECKPOINT, err[-3000:]
+    assert stopped.returncode == ExitCode.STOPPED_WITH_CHECKPOINT, err[-3000:]
     assert took < 60
     done = [e for e in events if e.kind == TrainerEventKind.DONE]
     assert len(done) == 1 and done[0].data["stopped"] is True and done[0].data["exit_code"] == 75
