@@ -52,7 +52,7 @@ def _losses(root: Path) -> dict[int, float]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("zero_stage", [2, 3])
+@pytest.mark.parametrize("zero_stage", [1, 2, 3])
 def test_zero_workers_stop_on_sigterm_with_a_checkpoint_and_resume_exactly(zero_stage: int, tmp_path: Path) -> None:
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
 
