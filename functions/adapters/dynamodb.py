@@ -266,18 +266,31 @@ class DynamoJobRepository:
             del update["ExpressionAttributeValues"]
         self._update_existing(job_id, update)
 
-    def record_progress(self, job_id: str, progress: Progress) -> None:
-        self._update_existing(
-            job_id,
-            {
-                "TableName": self.table,
-                "Key": _meta_key(job_id),
-                "UpdateExpression": "SET #progress = :p",
-                "ConditionExpression": "attribute_exists(#pk)",
-                "ExpressionAttributeNames": {"#progress": "progress", "#pk": c.PK},
-                "ExpressionAttributeValues": {":p": items.field_attr("progress", progress.model_dump(mode="json", exclude_none=True))},
-            },
-        )
+    def record_progress(self, job_id: str, progress: Progress) -> bool:
+        # Reports arrive at least once and out of order: the write is conditional on the stored progress
+        # being older (Progress.supersedes, as a condition), so a late or repeated report changes nothing.
+        names = {"#progress": "progress", "#pk": c.PK, "#a": "attempt", "#s": "step", "#p": "percent"}
+        values = {":p": items.field_attr("progress", progress.model_dump(mode="json", exclude_none=True))}
+        condition = "attribute_exists(#pk)"
+        if progress.attempt is not None:
+            values.update({":a": {"N": str(progress.attempt)}, ":s": {"N": str(progress.step)}, ":pc": {"N": repr(float(progress.percent))}})
+            condition += (
+                " AND (attribute_not_exists(#progress.#a) OR #progress.#a < :a"
+                " OR (#progress.#a = :a AND (#progress.#s < :s OR (#progress.#s = :s AND #progress.#p < :pc))))"
+            )
+        try:
+            self._ddb.update_item(
+                TableName=self.table,
+                Key=_meta_key(job_id),
+                UpdateExpression="SET #progress = :p",
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+            return True
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            self.get(job_id)  # JobNotFound if that was why
+            return False
 
     def add_checkpoint(
         self, job_id: str, ref: CheckpointRef, *, best_checkpoint_id: str | None = None, keep: list[str] | None = None
@@ -297,7 +310,9 @@ class DynamoJobRepository:
             if len(refs) > MAX_CHECKPOINT_REFS:
                 others = [r for r in refs if r.checkpoint_id != best][-(MAX_CHECKPOINT_REFS - 1) :]
                 refs = [r for r in refs if r.checkpoint_id == best] + others
-            new = _apply(current, {"checkpoints": refs, "latest_checkpoint_id": ref.checkpoint_id, "best_checkpoint_id": best})
+            # The newest by step, whatever order the reports came in (at-least-once, unordered delivery).
+            latest = max(refs, key=lambda r: r.step).checkpoint_id
+            new = _apply(current, {"checkpoints": refs, "latest_checkpoint_id": latest, "best_checkpoint_id": best})
             update = _update_expression(new, ["checkpoints", "latest_checkpoint_id", "best_checkpoint_id"], reindex=False)
             update.update(TableName=self.table, Key=_meta_key(job_id))
             update["ExpressionAttributeNames"]["#checkpoints"] = "checkpoints"

@@ -89,13 +89,15 @@ class JobRepository(Protocol):
     def append_event(self, job_id: str, event: StatusEvent) -> None:
         """Append a history entry without touching the job (e.g. "retried as job X" on a terminal job)."""
 
-    def record_progress(self, job_id: str, progress: Progress) -> None:
-        """Unversioned write of the progress attribute (frequent, last writer wins, never a 409)."""
+    def record_progress(self, job_id: str, progress: Progress) -> bool:
+        """Unversioned write of the progress attribute (frequent, never a 409), only if it supersedes the
+        stored progress (Progress.supersedes): False when a newer one is already there."""
 
     def add_checkpoint(
         self, job_id: str, ref: CheckpointRef, *, best_checkpoint_id: str | None = None, keep: list[str] | None = None
     ) -> Job:
-        """Append a checkpoint (and set latest / best); `keep` drops refs no longer retained. Unversioned."""
+        """Add or replace a checkpoint; latest = the highest step, best as given; `keep` drops refs no longer
+        retained. Unversioned."""
 
     def history(self, job_id: str) -> list[StatusEvent]:
         """The job's status history, oldest first."""

@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         events.set_phase(TrainerPhase.PREPARING)
         spec = load_run_spec(paths)
+        events.bind(spec.job_id, spec.attempt)
         stop.max_runtime_seconds = spec.max_runtime_seconds
         os.environ.update(spec.training_config.environment)
         if spec.training_config.framework.type == FrameworkType.CUSTOM:
