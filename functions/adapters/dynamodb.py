@@ -268,21 +268,22 @@ class DynamoJobRepository:
 
     def record_progress(self, job_id: str, progress: Progress) -> bool:
         # Reports arrive at least once and out of order: the write is conditional on the stored progress
-        # being older (Progress.supersedes, as a condition), so a late or repeated report changes nothing.
-        names = {"#progress": "progress", "#pk": c.PK, "#a": "attempt", "#s": "step", "#p": "percent"}
+        # being older (Progress.supersedes). The progress document is packed, so the order lives beside it
+        # as one string that sorts like (attempt, step, percent): a late or repeated report changes nothing.
+        names = {"#progress": "progress", "#pk": c.PK}
         values = {":p": items.field_attr("progress", progress.model_dump(mode="json", exclude_none=True))}
+        update = "SET #progress = :p"
         condition = "attribute_exists(#pk)"
         if progress.attempt is not None:
-            values.update({":a": {"N": str(progress.attempt)}, ":s": {"N": str(progress.step)}, ":pc": {"N": repr(float(progress.percent))}})
-            condition += (
-                " AND (attribute_not_exists(#progress.#a) OR #progress.#a < :a"
-                " OR (#progress.#a = :a AND (#progress.#s < :s OR (#progress.#s = :s AND #progress.#p < :pc))))"
-            )
+            names["#order"] = PROGRESS_ORDER_ATTR
+            values[":order"] = {"S": progress_order(progress)}
+            update += ", #order = :order"
+            condition += " AND (attribute_not_exists(#order) OR #order < :order)"
         try:
             self._ddb.update_item(
                 TableName=self.table,
                 Key=_meta_key(job_id),
-                UpdateExpression="SET #progress = :p",
+                UpdateExpression=update,
                 ConditionExpression=condition,
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
@@ -429,6 +430,14 @@ class DynamoJobRepository:
 
 def _meta_key(job_id: str) -> dict[str, Any]:
     return {c.PK: {"S": items.job_pk(job_id)}, c.SK: {"S": items.META}}
+
+
+PROGRESS_ORDER_ATTR = "progress_order"  # not a Job field: the order of the stored progress (record_progress)
+
+
+def progress_order(progress: Progress) -> str:
+    """(attempt, step, percent) as a string DynamoDB compares in the same order (Progress.supersedes)."""
+    return f"{progress.attempt or 0:06d}:{progress.step:012d}:{progress.percent:07.3f}"
 
 
 def _check_changes(changes: Mapping[str, Any]) -> None:

@@ -295,9 +295,8 @@ class LifecycleService:
             return
         if event.kind == TrainerEventKind.PHASE:
             self._on_phase(job, event)
-        elif event.kind == TrainerEventKind.PROGRESS:
-            if self._progress_due(job_id, attempt, event):
-                self.repository.record_progress(job_id, progress_of(event.data, self.clock(), attempt))
+        elif event.kind == TrainerEventKind.PROGRESS and self._progress_due(job_id, attempt, event):
+            self.repository.record_progress(job_id, progress_of(event.data, self.clock(), attempt))
         self._heartbeat(job)
         self._check_budget(job)
 

@@ -150,9 +150,7 @@ class RunSpecs:
         else:
             percent = job.progress.percent if same_attempt else 0.0
         fields = {k: last[k] for k in ("epoch", "loss", "tokens_per_second") if isinstance(last.get(k), int | float)}
-        return Progress(
-            percent=min(max(percent, 0.0), 100.0), step=step, total_steps=total, updated_at=now, attempt=job.attempt, **fields
-        )
+        return Progress(percent=min(max(percent, 0.0), 100.0), step=step, total_steps=total, updated_at=now, attempt=job.attempt, **fields)
 
 
 def progress_of(data: Mapping[str, Any], now: datetime, attempt: int | None = None) -> Progress:

@@ -34,9 +34,7 @@ class Events:
         self.job_id, self.attempt = job_id, attempt
 
     def emit(self, kind: TrainerEventKind, data: dict[str, Any] | None = None) -> TrainerEvent:
-        event = TrainerEvent(
-            kind=kind, time=time.time(), data=data or {}, job_id=self.job_id, attempt=self.attempt, seq=self._seq.next()
-        )
+        event = TrainerEvent(kind=kind, time=time.time(), data=data or {}, job_id=self.job_id, attempt=self.attempt, seq=self._seq.next())
         if self.enabled:
             self.line(event.to_line())
         return event
