@@ -28,7 +28,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # these paths are sent to `docker build` (the rest, .venv and cdk.out above all, stays out).
 TRAINER_DOCKERFILE = "trainer_image/Dockerfile"
 TRAINER_BUILD_CONTEXT = ("trainer_image", "schemas")  # tests/infra check the Dockerfile COPYs nothing else
-SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+SAGEMAKER_LOG_GROUP = constants.SAGEMAKER_TRAINING_LOG_GROUP
 # The Deep Learning AMI (Ubuntu) boots from /dev/sda1; Settings.ec2_root_device_name says the same.
 ROOT_DEVICE = "/dev/sda1"
 _ECR_URI = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repo>[a-z0-9._/-]+)[:@]")
