@@ -305,6 +305,7 @@ class DynamoJobRepository:
             current = items.job_from_item(item)
             refs = [r for r in current.checkpoints if r.checkpoint_id != ref.checkpoint_id and (keep is None or r.checkpoint_id in keep)]
             refs.append(ref)
+            refs.sort(key=lambda r: r.step)  # in step order, whatever order the reports came in
             best = best_checkpoint_id or current.best_checkpoint_id
             if best is not None and best not in {r.checkpoint_id for r in refs}:
                 best = None

@@ -22,10 +22,10 @@ test_lifecycle_moto_lambda.py fails loudly if an upgrade changes what it relies 
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 import base64
 import gzip
+import importlib
+import importlib.metadata
 import json
 import logging
 import os
