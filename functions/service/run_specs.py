@@ -123,6 +123,10 @@ class RunSpecs:
             return None
         config = job.output_config.checkpoint
         best = best_of(refs, config.metric_for_best_model, config.greater_is_better)
+        # The same retention as for reported checkpoints (the trainer applies it to S3 too).
+        newest = sorted(refs, key=lambda r: r.step)
+        keep = {r.checkpoint_id for r in (newest[-config.save_total_limit :] if config.save_total_limit else newest)} | {best}
+        refs = [r for r in newest if r.checkpoint_id in keep]
         latest = max(refs, key=lambda r: r.step).checkpoint_id
         if set(known) == {r.checkpoint_id for r in refs} and best == job.best_checkpoint_id and latest == job.latest_checkpoint_id:
             return None
