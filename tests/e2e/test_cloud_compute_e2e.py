@@ -277,6 +277,11 @@ def test_the_record_shows_phases_progress_and_checkpoints_exactly_as_with_comput
     assert records["ec2"] == records["local"]
     streams = sagemaker_plane.client("logs").describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs")["logStreams"]
     assert any(s["logStreamName"].startswith(f"tp-{jobs['sagemaker']}-a1/") for s in streams)
+    # The channel is the log group's subscription filter to the events function, as deployed in the cloud
+    for plane, group in ((sagemaker_plane, "/aws/sagemaker/TrainingJobs"), (ec2_plane, "/trainplane/trainer")):
+        (subscription,) = plane.client("logs").describe_subscription_filters(logGroupName=group)["subscriptionFilters"]
+        assert subscription["filterPattern"] == '"TRAINPLANE_EVENT"'
+        assert subscription["destinationArn"].endswith(":function:trainplane-events")
 
 
 @pytest.mark.parametrize("engine", ["sagemaker", "ec2"])

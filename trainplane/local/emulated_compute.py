@@ -568,10 +568,10 @@ def _ensure_stream(logs: Any, group: str, stream: str) -> None:
 
 
 class _LambdaContext:
-    function_name = "trainplane-events"
+    function_name = constants.EVENTS_FUNCTION_NAME
     function_version = "$LATEST"
     memory_limit_in_mb = 512
-    invoked_function_arn = f"arn:aws:lambda:{constants.LOCAL_REGION}:{constants.LOCAL_ACCOUNT_ID}:function:trainplane-events"
+    invoked_function_arn = f"arn:aws:lambda:{constants.LOCAL_REGION}:{constants.LOCAL_ACCOUNT_ID}:function:{constants.EVENTS_FUNCTION_NAME}"
     aws_request_id = "emulated"
 
 
