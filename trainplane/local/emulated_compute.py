@@ -68,6 +68,7 @@ logger = logging.getLogger(__name__)
 PINNED_MOTO_VERSION = "5.2.5"
 INTERRUPT_TAG = "trainplane-emulator:interrupt"
 POLL_SECONDS = 0.5
+LOG_DELIVERY_WAIT_SECONDS = 2.0
 EMULATED_AMI = "ami-0trainplane0local0"
 LAUNCH_TEMPLATE = "trainplane-trainer"
 _LOG_KEY = re.compile(r"^jobs/(?P<job_id>.+)/logs/attempt-(?P<attempt>\d+)\.log$")
@@ -249,6 +250,7 @@ class EmulatedCompute:
             job.failure_reason = failure
         _transition(job, secondary, failure or f"Training job {status.lower()}")
         run.ended.set()
+        self._logs_delivered()
         self._emit_sagemaker(job)
 
     def _emit_sagemaker(self, job: Any) -> None:
@@ -319,6 +321,7 @@ class EmulatedCompute:
             self.client("s3").put_object(Bucket=self.bucket, Key=key, Body=json.dumps(document).encode())
             ec2.terminate_instances(InstanceIds=[run.run_id])
         run.ended.set()
+        self._logs_delivered()
         self._emit(EC2_STATE_CHANGE, "aws.ec2", self._instance_arn(run.run_id), {"instance-id": run.run_id, "state": "terminated"})
 
     # --- SageMaker tags (the interrupt control) --------------------------------------------------
@@ -417,6 +420,19 @@ class EmulatedCompute:
         except Exception:
             # As EventBridge: a failed delivery is not the emitter's problem; the reconciler catches up.
             logger.exception("emulated %s event for %s not delivered", detail_type, resource)
+
+    def _logs_delivered(self) -> None:
+        """Before a run's end event: the subscription deliveries of its last lines, for a moment at most.
+
+        SageMaker and the awslogs driver flush a container's last lines as it exits, and the subscription
+        usually delivers them before the end's EventBridge event is handled; here the two would race
+        on every run. Not a guarantee the control plane relies on: a report that comes after the end is
+        caught up from S3 (LifecycleService.catch_up), only its phase-history entry would be missing.
+        """
+        from trainplane.local import moto_lambda
+
+        if not moto_lambda.wait_for_deliveries(LOG_DELIVERY_WAIT_SECONDS):
+            logger.info("emulated %s: log subscription deliveries still pending at a run's end", self.compute)
 
     def _instance_arn(self, instance_id: str) -> str:
         return f"arn:aws:ec2:{self.region}:{self.account_id}:instance/{instance_id}"

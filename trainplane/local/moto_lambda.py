@@ -51,6 +51,8 @@ _installed_send_log_event: Callable[..., Any] | None = None
 _lock = threading.Lock()
 _deliveries: queue.SimpleQueue[tuple[Any, dict[str, Any]]] = queue.SimpleQueue()
 _deliverer: threading.Thread | None = None
+_outstanding = 0  # queued or being delivered
+_settled = threading.Condition()
 
 
 class MotoVersionError(RuntimeError):
@@ -212,6 +214,9 @@ def _send_log_event(self: Any, function_arn: str, filter_name: str, log_group_na
     # AWS's event ids are 56-digit strings; moto's are small ints.
     matching = [{**e, "id": f"{int(e['id']):056d}" if str(e.get("id", "")).isdigit() else str(e.get("id"))} for e in matching]
     function = self.get_function(function_arn)
+    global _outstanding
+    with _settled:
+        _outstanding += 1
     _deliveries.put((function, awslogs_event(self.account_id, log_group_name, log_stream_name, filter_name, matching)))
     _start_deliverer()
 
@@ -225,22 +230,39 @@ def _start_deliverer() -> None:
 
 
 def _deliver_forever() -> None:
+    global _outstanding
     while True:
         function, event = _deliveries.get()
-        if os.environ.get(DROP_REPORTS_ENV, "").lower() in {"1", "true", "yes"}:
-            logger.info("%s is set: a subscription delivery to %s dropped", DROP_REPORTS_ENV, function.function_name)
+        try:
+            _deliver(function, event)
+        finally:
+            with _settled:
+                _outstanding -= 1
+                _settled.notify_all()
+
+
+def _deliver(function: Any, event: dict[str, Any]) -> None:
+    if os.environ.get(DROP_REPORTS_ENV, "").lower() in {"1", "true", "yes"}:
+        logger.info("%s is set: a subscription delivery to %s dropped", DROP_REPORTS_ENV, function.function_name)
+        return
+    for _ in range(1 + _ASYNC_RETRIES):
+        headers: dict[str, str] = {}
+        try:
+            _call(function, event, headers)
+        except Exception:
+            logger.exception("subscription delivery to %s failed", function.function_name)
             continue
-        for _ in range(1 + _ASYNC_RETRIES):
-            headers: dict[str, str] = {}
-            try:
-                _call(function, event, headers)
-            except Exception:
-                logger.exception("subscription delivery to %s failed", function.function_name)
-                continue
-            if "x-amz-function-error" not in headers:
-                break
+        if "x-amz-function-error" not in headers:
+            break
 
 
 def pending_deliveries() -> int:
-    """Deliveries queued and not yet taken (tests wait for 0)."""
-    return _deliveries.qsize()
+    """Deliveries queued or being delivered (tests wait for 0)."""
+    with _settled:
+        return _outstanding
+
+
+def wait_for_deliveries(timeout: float) -> bool:
+    """Wait until every subscription delivery queued so far has been handled; False on timeout."""
+    with _settled:
+        return _settled.wait_for(lambda: _outstanding == 0, timeout)
