@@ -30,7 +30,8 @@ from schemas.configs import ModelSource
 from schemas.job import Job, SubmitJobRequest
 
 DATA_PREFIX = "data/"
-SHARED_PREFIXES = ("shared/", "datasets/")
+SHARED_PREFIX = "shared/"
+SHARED_PREFIXES = (SHARED_PREFIX, "datasets/")
 MAX_TREE_ENTRIES = 10_000  # files checked under one local directory (symlinks inside it)
 MAX_OUTPUT_PROBE = 1000  # objects looked at under an explicit output_path
 _CHECKPOINT_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
