@@ -86,3 +86,18 @@ def test_the_functions_get_the_bucket_grants_as_settings(synth: Synth) -> None:
             ("s3://team-models/out/", "read-write", PROD["bucket_grants"][0]["principals"]),
             ("s3://team-datasets/llm/", "read", ("*",)),
         }
+
+
+def test_bucket_grants_come_from_cdk_context_as_json() -> None:
+    from infra.config import ConfigError, StageConfig
+
+    config = StageConfig.parse(
+        {"bucket_grants": '[{"uri": "s3://team/x/", "access": "read-write"}]', "training_data_uris": "s3://data-bucket/llm"}
+    )
+    assert [(g.uri, g.access, g.principals) for g in config.all_bucket_grants()] == [
+        ("s3://team/x/", "read-write", ("*",)),
+        ("s3://data-bucket/llm", "read", ("*",)),
+    ]
+    for bad in ('[{"uri": "https://x"}]', '[{"uri": "s3://b/../c"}]', "not json"):
+        with pytest.raises(ConfigError, match="bucket_grants"):
+            StageConfig.parse({"bucket_grants": bad})
