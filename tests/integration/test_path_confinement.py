@@ -350,3 +350,13 @@ def test_the_run_spec_carries_the_access_set_the_trainer_enforces(plane: Plane) 
     stale = plane.repo_job(with_path("data_config.sources[0].path", "s3://not-granted/x"), JobStatus.QUEUED)
     with pytest.raises(Exception, match=r"data_config.sources\[0\].path"):
         rules.access_for(repo.get(stale))
+
+
+@pytest.mark.parametrize("key", ["TRAINPLANE_CACHE_DIR", "HF_HOME", "TMPDIR", "AWS_ENDPOINT_URL_S3", "SM_MODEL_DIR", "PYTHONPATH"])
+def test_environment_variables_that_move_the_trainers_files_are_refused(plane: Plane, key: str) -> None:
+    body = request_body()
+    body["training_config"]["environment"] = {key: str(plane.root / "allowed" / "state")}
+    reply = plane.call("api_submit_job", body=body)
+    assert reply.status == 422 and reply.field() == f"training_config.environment.{key}", reply.body
+    body["training_config"]["environment"] = {"MY_FLAG": "1", "HF_ENDPOINT": "http://127.0.0.1:1"}
+    assert plane.call("api_submit_job", body=body).status == 201
