@@ -96,3 +96,12 @@ def test_settings_read_grants_and_local_dirs_from_the_environment() -> None:
     assert settings.bucket_grants == (BucketGrant(uri="s3://team/x/", access="read-write", principals=("arn:aws:iam::1:user/a",)),)
     assert settings.local_allowed_dirs == ("/data/a", "/data/b") and settings.local_mode
     assert not Settings.from_env({}).local_mode
+
+
+def test_local_mode_allows_the_given_directories_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trainplane.local.up import allowed_dirs
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "examples").mkdir()
+    dirs = allowed_dirs([Path("examples")], os.pathsep.join(["/data/a", "", "/data/a"]))
+    assert dirs == [(tmp_path / "examples").resolve(), Path("/data/a")]
