@@ -79,7 +79,13 @@ def state(job: Job) -> dict[str, Any]:
 EXPECTED = {
     "status": S.EXPORTING,
     "checkpoints": [
-        (f"step-{s:06d}", s, {"loss": round(1 / (1 + s), 6)}, f"s3://trainplane-artifacts/jobs/{JOB_ID}/checkpoints/step-{s:06d}", None)
+        (
+            f"step-{s:06d}",
+            s,
+            {"loss": round(1 / (1 + s), 6)},
+            f"s3://bkt/jobs/{JOB_ID}/checkpoints/step-{s:06d}",
+            None,
+        )  # the own prefix, whatever the report says
         for s in (4, 8)
     ],
     "latest": "step-000008",
