@@ -59,7 +59,11 @@ class DashboardSite:
                 return self._file(self.static_dir / "index.html", "no-cache")
             if path == CONFIG_PATH:
                 config = {"mode": "local", "region": self.region, "api_url": ""}
-                return 200, [("Content-Type", "application/json"), ("Cache-Control", "no-cache"), *SECURITY_HEADERS], json.dumps(config).encode()
+                return (
+                    200,
+                    [("Content-Type", "application/json"), ("Cache-Control", "no-cache"), *SECURITY_HEADERS],
+                    json.dumps(config).encode(),
+                )
             if match := _ASSET.match(path):
                 # Vite names each asset by its content hash: cacheable for ever.
                 return self._file(self.static_dir / "assets" / match.group(1), "public, max-age=31536000, immutable")

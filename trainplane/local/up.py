@@ -137,7 +137,12 @@ class LocalPlane:
         # Bound now, served at the end: a busy port fails in a second, not after the deployers.
         site = DashboardSite(state_dir=self.state_dir, principals=self.principals, region=constants.LOCAL_REGION)
         self.front_door = FrontDoor(
-            self.host, self.port, principals=self.principals, region=constants.LOCAL_REGION, account_id=constants.LOCAL_ACCOUNT_ID, site=site
+            self.host,
+            self.port,
+            principals=self.principals,
+            region=constants.LOCAL_REGION,
+            account_id=constants.LOCAL_ACCOUNT_ID,
+            site=site,
         )
         self._started.append("front_door")
 

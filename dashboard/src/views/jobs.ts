@@ -7,6 +7,7 @@ import type { View } from "./view";
 
 const PAGE_SIZE = 50;
 const FILTERS = ["q", "status", "band", "experiment", "label", "queue"] as const;
+const MAX_PAGE = 200; // the API's largest page
 type Filters = Record<(typeof FILTERS)[number], string>;
 
 export function statusBadge(status: string): HTMLElement {
@@ -36,6 +37,8 @@ export function jobsView(params: URLSearchParams): View {
   let nextToken: string | null = null;
   let jobs: Job[] = [];
   let selected: string | null = params.get("selected");
+  // ?size= sets the page size (a link reproduces it too); 50 by default.
+  const size = Math.max(1, Math.min(MAX_PAGE, Number(params.get("size")) || PAGE_SIZE));
   let experiments = new Set<string>();
 
   const cards = h("section", { class: "cards", "aria-label": "Summary" });
@@ -74,13 +77,14 @@ export function jobsView(params: URLSearchParams): View {
   function writeUrl(): void {
     const query = new URLSearchParams();
     for (const k of FILTERS) if (filters[k]) query.set(k, filters[k]);
+    if (size !== PAGE_SIZE) query.set("size", String(size));
     if (selected) query.set("selected", selected);
     const qs = query.toString();
     history.replaceState(null, "", `#/jobs${qs ? `?${qs}` : ""}`);
   }
 
   function query(): Record<string, string | number> {
-    const q: Record<string, string | number> = { limit: filters.band ? 200 : PAGE_SIZE };
+    const q: Record<string, string | number> = { limit: filters.band ? MAX_PAGE : size };
     if (filters.q) q.name = filters.q;
     if (filters.status) q.status = filters.status;
     if (filters.queue) q.queue = filters.queue;
@@ -149,7 +153,7 @@ export function jobsView(params: URLSearchParams): View {
     clear(empty, anyFilter ? [h("p", null, "No job matches these filters."), clearButton] : [h("p", null, "No jobs yet."), h("a", { class: "button primary", href: "#/create" }, "Create your first job")]);
     if (focused) tbody.querySelector<HTMLElement>(`tr[data-job-id="${CSS.escape(focused)}"]`)?.focus({ preventScroll: true });
     window.scrollTo(0, scroll);
-    pageInfo.textContent = `Page ${page + 1}${filters.band ? ` · ${filters.band} priority among the first 200 matches` : ""}`;
+    pageInfo.textContent = `Page ${page + 1}${filters.band ? ` · ${filters.band} priority among the first ${MAX_PAGE} matches` : ""}`;
     prev.disabled = page === 0;
     next.disabled = !nextToken;
     for (const j of jobs) if (j.labels?.experiment) experiments.add(j.labels.experiment);
