@@ -124,10 +124,11 @@ def test_queue_view_and_queue_position_on_the_details(fake_plane: LocalPlane, op
         api.wait(second["job_id"], lambda j: j["status"] == "QUEUED" and j.get("queue_position") is not None, 30, "a queue position")
         dash = open_dashboard(fake_plane)
         dash.go("#/queues")
-        queue = dash.page.wait_for_selector('section[data-queue="default"]')
-        row = dash.page.wait_for_selector(f'section[data-queue="default"] tr[data-job-id="{second["job_id"]}"]')
+        queue = dash.page.locator('section[data-queue="default"]')  # locators: the view is redrawn live
+        row = queue.locator(f'tr[data-job-id="{second["job_id"]}"]')
+        row.wait_for()
         position = api.job(second["job_id"])["queue_position"]
-        assert row.query_selector("td").inner_text() == str(position)
+        assert row.locator("td").first.inner_text() == str(position)
         assert "Low · 3" in row.inner_text()
         assert "Estimated wait" in queue.inner_text()
         dash.shot("queues")

@@ -21,6 +21,11 @@ def card(dash: Dashboard, key: str) -> int:
     return int(dash.page.locator(f'[data-card="{key}"] .card-value').inner_text())
 
 
+def row_ids(dash: Dashboard) -> list[str]:
+    """The listed job ids, read in one go (the rows are redrawn every few seconds)."""
+    return list(dash.page.evaluate("[...document.querySelectorAll('tbody tr')].map(r => r.dataset.jobId)"))
+
+
 def hash_query(dash: Dashboard) -> dict[str, list[str]]:
     fragment = dash.page.evaluate("location.hash")
     return parse_qs(fragment.split("?", 1)[1]) if "?" in fragment else {}
@@ -52,9 +57,10 @@ def test_job_list_columns_search_filters_in_the_url_paging_and_live_refresh(
     # Given a running job (holding the plane's one slot), and two waiting behind it, in two experiments
     running = submit(
         fake_plane,
-        fake_spec("list-runner", max_steps=100_000, step_seconds=0.05),
+        fake_spec("list-runner", max_steps=3000, step_seconds=0.05),
         labels={"experiment": "exp-a", "team": "nlp"},
         scheduling_config={"priority": 8},
+        output_config={"checkpoint": {"save_steps": 100_000}},  # stays TRAINING (no CHECKPOINTING blips)
     )
     api.wait_status(running["job_id"], "TRAINING", timeout=60)
     medium = submit(fake_plane, fake_spec("list-medium"), labels={"experiment": "exp-b"}, scheduling_config={"priority": 5})
@@ -64,15 +70,16 @@ def test_job_list_columns_search_filters_in_the_url_paging_and_live_refresh(
     try:
         dash = open_dashboard(fake_plane)
         dash.go("#/jobs?q=list-")
-        row = dash.page.wait_for_selector(f'tr[data-job-id="{running["job_id"]}"]')
-        wait_for(lambda: int(row.query_selector('[role="progressbar"]').get_attribute("aria-valuenow") or 0) > 0, 30, "progress to move")
+        row = dash.page.locator(f'tr[data-job-id="{running["job_id"]}"]')  # a locator: rows are redrawn live
+        row.wait_for()
+        wait_for(lambda: int(row.locator('[role="progressbar"]').get_attribute("aria-valuenow") or 0) > 0, 30, "progress to move")
         # Columns: name + type, colour-coded badge, priority band with number, experiment, progress %, created, actions
         assert "list-runner" in row.inner_text() and "SFT" in row.inner_text()
-        badge = row.query_selector(".badge")
+        badge = row.locator(".badge")
         assert badge.get_attribute("data-status") == "TRAINING" and "badge-run" in badge.get_attribute("class")
-        assert row.query_selector(".label").inner_text() == "exp-a"
-        assert "%" in row.query_selector(".progress-text").inner_text()
-        created = row.query_selector("time")
+        assert row.locator(".label").inner_text() == "exp-a"
+        assert "%" in row.locator(".progress-text").inner_text()
+        created = row.locator("time")
         assert ("ago" in created.inner_text() or created.inner_text() == "just now") and "2026" in created.get_attribute("title")
         high_row = dash.page.locator(f'tr[data-job-id="{high["job_id"]}"]')
         assert high_row.locator(".prio").inner_text() == "High · 9"
@@ -81,7 +88,7 @@ def test_job_list_columns_search_filters_in_the_url_paging_and_live_refresh(
         assert dash.page.locator(f'tr[data-job-id="{medium["job_id"]}"] .prio').inner_text() == "Medium · 5"
         assert dash.page.locator(f'tr[data-job-id="{low["job_id"]}"] .prio').inner_text() == "Low · 1"
         # The actions menu: the verbs this status allows, the others disabled with why
-        row.query_selector(".menu-button").click()
+        row.locator(".menu-button").click()
         menu = dash.page.locator(".menu")
         assert menu.locator('[data-action="pause"]').is_enabled() and menu.locator('[data-action="cancel"]').is_enabled()
         assert menu.locator('[data-action="delete"]').is_disabled()
@@ -90,7 +97,7 @@ def test_job_list_columns_search_filters_in_the_url_paging_and_live_refresh(
         dash.page.keyboard.press("Escape")
 
         def visible_ids() -> set[str]:
-            return {tr.get_attribute("data-job-id") for tr in dash.page.locator("tbody tr").all()}
+            return set(row_ids(dash))
 
         # Filters, each written into the URL
         dash.page.select_option('select[name="status"]', "TRAINING")
@@ -117,19 +124,19 @@ def test_job_list_columns_search_filters_in_the_url_paging_and_live_refresh(
         other = open_dashboard(fake_plane)
         other.page.goto(link)
         other.page.wait_for_selector(f'tr[data-job-id="{medium["job_id"]}"]')
-        assert {tr.get_attribute("data-job-id") for tr in other.page.locator("tbody tr").all()} == {medium["job_id"], low["job_id"]}
+        assert set(row_ids(other)) == {medium["job_id"], low["job_id"]}
         assert other.page.input_value('input[name="experiment"]') == "exp-b"
         # Paging, one job a page
         dash.go("#/jobs?q=list-&size=1")
         dash.page.wait_for_selector("tbody tr")
-        seen = [dash.page.locator("tbody tr").get_attribute("data-job-id")]
+        seen = row_ids(dash)
         for _ in range(3):
             dash.page.click('[data-testid="next-page"]')
-            wait_for(lambda: dash.page.locator("tbody tr").get_attribute("data-job-id") not in seen, 10, "the next page")
-            seen.append(dash.page.locator("tbody tr").get_attribute("data-job-id"))
+            (shown,) = wait_for(lambda: (ids := row_ids(dash)) and ids[0] not in seen and ids, 10, "the next page")
+            seen.append(shown)
         assert set(seen) == set(ids) and dash.page.locator('[data-testid="next-page"]').is_disabled()
         dash.page.click('[data-testid="prev-page"]')
-        wait_for(lambda: dash.page.locator("tbody tr").get_attribute("data-job-id") == seen[2], 10, "the previous page")
+        wait_for(lambda: row_ids(dash) == [seen[2]], 10, "the previous page")
 
         # Live refresh keeps the selection, the focused row and the scroll position
         small = open_dashboard(fake_plane, viewport={"width": 1280, "height": 300})
