@@ -80,7 +80,7 @@ export function dialog(opts: {
     const confirmButton = h("button", { type: "submit", class: opts.danger ? "danger" : "primary" }, opts.confirm);
     const form = h(
       "form",
-      { method: "dialog", class: "dialog-form" },
+      { method: "dialog", class: "dialog-form", novalidate: true },
       h("h2", null, opts.title),
       ...opts.body,
       errors,

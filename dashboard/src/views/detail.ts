@@ -7,6 +7,7 @@ import { clear, h } from "../dom";
 import { absoluteTime, duration, money, num, relativeTime, TERMINAL } from "../format";
 import { api, toast } from "../ui";
 import { priorityText, progressBar, statusBadge } from "./jobs";
+import { positionText } from "./queues";
 import type { View } from "./view";
 
 const LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"] as const;
@@ -90,7 +91,7 @@ export function detailView(jobId: string): View {
         ["Owner", j.owner],
         ["Created", h("time", { datetime: j.created_at, title: absoluteTime(j.created_at) }, `${relativeTime(j.created_at)} (${absoluteTime(j.created_at)})`)],
         ["Attempt", j.attempt],
-        ...(waiting ? ([["Queue position", j.queue_position ?? "—"], ["Estimated wait", duration(j.estimated_wait_seconds)], ["Waiting because", j.pending_reason]] as [string, unknown][]) : []),
+        ...(waiting ? ([["Queue position", j.queue_position === null || j.queue_position === undefined ? "—" : `${positionText(j.queue_position)} (1 = next)`], ["Estimated wait", duration(j.estimated_wait_seconds)], ["Waiting because", j.pending_reason]] as [string, unknown][]) : []),
         ...(j.error_type ? ([["Error", `${j.error_type}: ${j.error_message ?? ""}`]] as [string, unknown][]) : []),
       ]),
     );

@@ -5,12 +5,19 @@ import { api } from "../ui";
 import { priorityText } from "./jobs";
 import type { View } from "./view";
 
+/** The API counts from 0 (next in line); people count from 1. */
+export function positionText(position: number | null | undefined): string {
+  return position === null || position === undefined ? "—" : String(position + 1);
+}
+
 export function queuesView(): View {
   const body = h("div", { class: "queues" });
   async function load(): Promise<void> {
     const [queues, queued] = await Promise.all([api().get("/queues"), api().get("/jobs", { status: "QUEUED", limit: 200 })]);
+    // The list route leaves queue_position out (it is computed per job): ask each waiting job (first 50).
+    const detailed = await Promise.all(queued.jobs.slice(0, 50).map((j: any) => api().get(`/jobs/${encodeURIComponent(j.job_id)}`).catch(() => j)));
     const byQueue = new Map<string, any[]>();
-    for (const job of queued.jobs) {
+    for (const job of detailed) {
       const q = job.scheduling_config?.queue ?? "default";
       byQueue.set(q, [...(byQueue.get(q) ?? []), job]);
     }
@@ -34,9 +41,9 @@ export function queuesView(): View {
             h("dt", null, "Capacity"), h("dd", null, (q.pools ?? []).map((p: any) => `${p.pool}: ${p.in_use}/${p.capacity ?? "∞"} in use`).join(", ") || "—")),
           mine.length
             ? h("table", { class: "compact" },
-                h("thead", null, h("tr", null, ["Position", "Job", "Priority", "Estimated wait", "Waiting since"].map((t) => h("th", null, t)))),
+                h("thead", null, h("tr", null, ["Position (1 = next)", "Job", "Priority", "Estimated wait", "Waiting since"].map((t) => h("th", null, t)))),
                 h("tbody", null, mine.map((j) => h("tr", { "data-job-id": j.job_id },
-                  h("td", null, j.queue_position ?? "—"),
+                  h("td", null, positionText(j.queue_position)),
                   h("td", null, h("a", { href: `#/jobs/${encodeURIComponent(j.job_id)}` }, j.name)),
                   h("td", null, priorityText(j)),
                   h("td", null, duration(j.estimated_wait_seconds)),
