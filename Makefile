@@ -91,6 +91,8 @@ bootstrap: install
 # Needs AWS credentials and a Docker daemon (the trainer image is built here unless -c trainer_image_uri=...).
 deploy: install
 	$(CDK) deploy --app "$(BIN)/python infra/app.py" -c stage=$(STAGE) $(DEPLOY_ARGS)
+	# The web dashboard's files into its bucket (skipped by stacks deployed with -c dashboard=false).
+	$(BIN)/python -m infra.publish_dashboard --stack Trainplane-$(STAGE) --if-deployed
 
 up: install
 	$(BIN)/trainplane up --state-dir .state
