@@ -128,7 +128,10 @@ export function detailView(jobId: string): View {
     }
     clear(chartBox);
     const width = Math.max(280, Math.min(900, (chartBox.parentElement?.clientWidth ?? 700) - 24));
+    const started = performance.now();
     chart = lossChart(chartBox, usable, width);
+    // Read by scripts/bench_dashboard.py: the downsampling and drawing alone.
+    performance.measure("loss-chart", { start: started, end: performance.now() });
     chartBox.dataset.points = String(usable.length);
     chartNote.textContent = `${usable.length} points${usable.length > 2 * width ? ` (drawn min/max per pixel: ${chart.data[0].length} points)` : ""}.`;
   }
@@ -242,11 +245,17 @@ export function detailView(jobId: string): View {
 
   async function refresh(): Promise<void> {
     const wasTerminal = job !== null && TERMINAL.has(job.status);
-    const [j, events] = await Promise.all([api().get(`/jobs/${encodeURIComponent(jobId)}`), api().get(`/jobs/${encodeURIComponent(jobId)}/events`)]);
+    // The curve's points come with the job, not after it: a long curve costs one round trip, not two.
+    const wantMetrics = job === null || !wasTerminal;
+    const [j, events, fetched] = await Promise.all([
+      api().get(`/jobs/${encodeURIComponent(jobId)}`),
+      api().get(`/jobs/${encodeURIComponent(jobId)}/events`),
+      wantMetrics ? api().get(`/jobs/${encodeURIComponent(jobId)}/metrics`) : Promise.resolve(null),
+    ]);
     const changed = !job || job.version !== j.version || job.status !== j.status;
     job = j;
     if (changed || !wasTerminal) {
-      const metrics = await api().get(`/jobs/${encodeURIComponent(jobId)}/metrics`);
+      const metrics = fetched ?? (await api().get(`/jobs/${encodeURIComponent(jobId)}/metrics`));
       const moved = metrics.points.length !== points.length;
       points = metrics.points;
       renderProgress(j);
