@@ -50,9 +50,9 @@ export function jobsView(params: URLSearchParams): View {
     tbody,
   );
   const empty = h("div", { class: "empty", hidden: true });
-  const pageInfo = h("span", { class: "page-info" });
-  const prev = h("button", { onclick: () => go(page - 1), "data-testid": "prev-page" }, "← Previous");
-  const next = h("button", { onclick: () => go(page + 1), "data-testid": "next-page" }, "Next →");
+  const pageInfo = h("span", { class: "page-info" }, "Loading…");
+  const prev = h("button", { onclick: () => go(page - 1), "data-testid": "prev-page", disabled: true }, "← Previous");
+  const next = h("button", { onclick: () => go(page + 1), "data-testid": "next-page", disabled: true }, "Next →");
 
   const search = h("input", { type: "search", placeholder: "Search by name  ( / )", value: filters.q, "aria-label": "Search by name", name: "q" });
   const statusSelect = h("select", { "aria-label": "Status", name: "status" }, h("option", { value: "" }, "Any status"), STATUSES.map((s) => h("option", { value: s, selected: s === filters.status }, s)));

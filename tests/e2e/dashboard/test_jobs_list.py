@@ -198,7 +198,7 @@ def test_keyboard_dark_mode_phone_width_and_empty_states(fake_plane: LocalPlane,
         dash.page.keyboard.press("t")
         assert dash.page.evaluate("document.documentElement.dataset.theme") == "dark"
         dash.page.reload()
-        dash.page.wait_for_selector('[data-card="total"]')
+        dash.page.wait_for_selector(f'tr[data-job-id="{a["job_id"]}"]')
         assert dash.page.evaluate("document.documentElement.dataset.theme") == "dark"
         assert dash.page.evaluate("getComputedStyle(document.body).backgroundColor") == "rgb(13, 17, 23)"
         dash.shot("jobs-dark-1280x800")
