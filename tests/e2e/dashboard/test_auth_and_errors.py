@@ -18,6 +18,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 def test_page_and_assets_are_served_unsigned_with_security_headers(fake_plane: LocalPlane) -> None:
+    # `trainplane up` prints where the page is
+    assert f"dashboard: {fake_plane.api_url}/" in fake_plane.log_path.read_text()
     page = requests.get(fake_plane.api_url + "/", timeout=10)
     assert page.status_code == 200 and page.headers["Content-Type"].startswith("text/html")
     assert "default-src 'self'" in page.headers["Content-Security-Policy"]
