@@ -50,6 +50,13 @@ function signOut(): void {
   saveCredentials(null);
   app.creds = null;
   app.api = null;
+  const cognito = app.config?.mode === "cloud" ? app.config.cognito : undefined;
+  if (cognito) {
+    // End the Hosted UI session too, or "Sign in" would sign the same person straight back in.
+    const params = new URLSearchParams({ client_id: cognito.client_id, logout_uri: location.origin + "/" });
+    location.assign(`${cognito.domain}/logout?${params}`);
+    return;
+  }
   location.hash = "#/signin";
 }
 

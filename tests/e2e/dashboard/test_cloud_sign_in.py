@@ -66,6 +66,9 @@ def test_hosted_ui_sign_in_then_every_api_call_signed_with_the_identity_pools_cr
             seen["token"] = parse_qs(route.request.post_data)
             route.fulfill(status=200, body=json.dumps({"id_token": id_token, "access_token": "a", "expires_in": 3600}),
                           headers={"Content-Type": "application/json", "Access-Control-Allow-Origin": SITE})  # fmt: skip
+        elif url.path == "/logout":
+            seen["logout"] = parse_qs(url.query)
+            route.fulfill(status=302, headers={"Location": seen["logout"]["logout_uri"][0]})
         else:
             route.fulfill(status=404)
 
@@ -133,3 +136,8 @@ def test_hosted_ui_sign_in_then_every_api_call_signed_with_the_identity_pools_cr
         for _, auth, token_ in seen["api"]
     )
     assert "code=" not in page.url and page.url.endswith("#/jobs")
+    # Sign out ends the Hosted UI session too, and the keys are gone from the tab
+    page.click("text=Sign out")
+    page.wait_for_selector("text=Sign in with your team account")
+    assert seen["logout"] == {"client_id": ["client123"], "logout_uri": [SITE + "/"]}
+    assert page.evaluate("sessionStorage.getItem('trainplane.credentials')") is None
