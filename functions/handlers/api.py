@@ -23,6 +23,7 @@ from functions import composition, constants
 from functions.handlers import errors, policies, queues
 from functions.handlers.errors import Forbidden, IdempotencyInProgress, IdempotencyKeyReused, responses
 from functions.handlers.tracing import LazyTracer
+from functions.service.principal import caller_arn
 from schemas.api import (
     CancelRequest,
     EventList,
@@ -64,7 +65,8 @@ JobId = Annotated[str, Path(min_length=1, max_length=128, description="The job's
 
 def _principal(router: Router) -> Principal:
     event = cast("APIGatewayProxyEvent", router.current_event)
-    arn = event.request_context.identity.user_arn
+    identity = event.request_context.identity
+    arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
     if not arn:
         raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
     return composition.job_service().principal(arn)

@@ -17,7 +17,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from functions import composition, constants
 from functions.handlers.errors import Forbidden, responses
-from functions.service.principal import Principal
+from functions.service.principal import Principal, caller_arn
 from schemas.api import ErrorResponse
 from schemas.retraining import PolicyList, RetrainingPolicy, RetrainingPolicyPatch, RetrainingPolicyRequest
 
@@ -48,7 +48,8 @@ def _responses(status: int, description: str, *codes: int, content: bool = True)
 
 
 def _principal(policy_id: str | None = None) -> Principal:
-    arn = cast("APIGatewayProxyEvent", router.current_event).request_context.identity.user_arn
+    identity = cast("APIGatewayProxyEvent", router.current_event).request_context.identity
+    arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
     if not arn:
         raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
     if policy_id is not None:

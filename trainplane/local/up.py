@@ -33,6 +33,7 @@ from functions.adapters import aws as aws_clients
 from functions.settings import PREFIX
 from trainplane.local import moto_hooks
 from trainplane.local.credentials import ADMIN, Principal, load_or_create
+from trainplane.local.dashboard import DashboardSite
 from trainplane.local.frontdoor import FrontDoor, Handler
 from trainplane.local.journal import Journal
 from trainplane.local.moto_inprocess import InProcessAws
@@ -84,6 +85,7 @@ def run_up(
         print(f"endpoint and credentials: {plane.endpoint_path}  (Ctrl-C to stop)", flush=True)
         shown = os.pathsep.join(str(d) for d in plane.allowed_dirs) or "none (trainplane up --allow-dir DIR)"
         print(f"local files jobs may name: {shown}", flush=True)
+        print(f"dashboard: {plane.api_url}/  (`trainplane dashboard` opens it signed in)", flush=True)
         while not stop.wait(0.2):
             pass
     finally:
@@ -149,8 +151,14 @@ class LocalPlane:
         self.principals = load_or_create(self.state_dir)
         admin = next(p for p in self.principals if p.name == ADMIN)
         # Bound now, served at the end: a busy port fails in a second, not after the deployers.
+        site = DashboardSite(state_dir=self.state_dir, principals=self.principals, region=constants.LOCAL_REGION)
         self.front_door = FrontDoor(
-            self.host, self.port, principals=self.principals, region=constants.LOCAL_REGION, account_id=constants.LOCAL_ACCOUNT_ID
+            self.host,
+            self.port,
+            principals=self.principals,
+            region=constants.LOCAL_REGION,
+            account_id=constants.LOCAL_ACCOUNT_ID,
+            site=site,
         )
         self._started.append("front_door")
 
