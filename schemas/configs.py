@@ -1,6 +1,9 @@
 """The five configs of a SubmitJobRequest (seeds/000_*.txt), with their defaults and ranges.
 
 Every model forbids unknown fields: a misspelt option is a 422 naming it, never silently dropped.
+Every number has bounds a real job can use and storage can hold (a float like 1e40 does not fit a
+DynamoDB number, a seed past 2**32-1 does not fit the samplers that take it), and no float may be NaN
+or Infinity: JSON cannot carry them, and a stored null would read back as "no limit".
 """
 
 from __future__ import annotations
@@ -11,11 +14,14 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, SerializationInfo, field_serializer, model_validator
 
 Priority = Annotated[int, Field(ge=0, le=10, description="0 (lowest) to 10 (highest).")]
+# numpy's and torch's samplers take a 32-bit unsigned seed: a larger one fails inside the run.
+MAX_SEED = 2**32 - 1
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED, description="0 to 2**32-1.")]
 StrMap = dict[str, str]
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_enum_values=False, defer_build=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_enum_values=False, defer_build=True, allow_inf_nan=False)
 
 
 class TrainingType(StrEnum):
@@ -163,8 +169,8 @@ class TrainingConfig(Strict):
 
 class Sampling(Strict):
     fraction: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_samples: int | None = Field(default=None, ge=1)
-    seed: int | None = None
+    max_samples: int | None = Field(default=None, ge=1, le=2**63 - 1)
+    seed: Seed | None = None
 
 
 class DataSource(Strict):
@@ -196,16 +202,17 @@ class DataConfig(Strict):
     num_workers: int = Field(default=0, ge=0, le=128)
     pin_memory: bool = True
     validation_split: float = Field(default=0.0, ge=0.0, le=1.0)
-    seed: int = 42
+    seed: Seed = 42
 
 
 class ResourceConfig(Strict):
     gpu_count: int = Field(default=1, ge=0, le=1024, description="GPUs per node; 0 is a CPU-only job.")
     gpu_type: str | None = Field(default=None, description="e.g. H100, A100-80GB, L4, A10G, T4.")
-    gpu_memory_min_mb: int | None = Field(default=None, ge=1)
-    cpu_cores: int | None = Field(default=None, ge=1)
-    ram_min_mb: int | None = Field(default=None, ge=1)
-    storage_min_mb: int | None = Field(default=None, ge=1)
+    # Upper bounds past the largest machines there are (a 24 TiB instance, a 64 TiB EBS volume).
+    gpu_memory_min_mb: int | None = Field(default=None, ge=1, le=1_048_576)
+    cpu_cores: int | None = Field(default=None, ge=1, le=4096)
+    ram_min_mb: int | None = Field(default=None, ge=1, le=33_554_432)
+    storage_min_mb: int | None = Field(default=None, ge=1, le=67_108_864)
     node_count: int = Field(default=1, ge=1, le=256, description="Nodes (instances) for multi-node training.")
     node_affinity: list[str] = Field(default_factory=list)
     node_anti_affinity: list[str] = Field(default_factory=list)
@@ -213,8 +220,8 @@ class ResourceConfig(Strict):
 
 class CheckpointConfig(Strict):
     save_strategy: SaveStrategy = SaveStrategy.STEPS
-    save_steps: int = Field(default=500, ge=1)
-    save_total_limit: int | None = Field(default=3, ge=1)
+    save_steps: int = Field(default=500, ge=1, le=100_000_000)
+    save_total_limit: int | None = Field(default=3, ge=1, le=1000)
     metric_for_best_model: str | None = None
     greater_is_better: bool | None = None
     save_on_each_node: bool = False
@@ -253,4 +260,9 @@ class SchedulingConfig(Strict):
     preemptible: bool = False
     max_runtime_seconds: int | None = Field(default=None, ge=1, le=28 * 24 * 3600)
     required_capabilities: list[str] = Field(default_factory=list)
-    max_cost_usd: float | None = Field(default=None, gt=0, description="Stop (with a checkpoint) before the estimated cost passes this.")
+    max_cost_usd: float | None = Field(
+        default=None,
+        ge=0.01,
+        le=1_000_000,
+        description="Stop (with a checkpoint) before the estimated cost passes this (0.01 to 1,000,000).",
+    )

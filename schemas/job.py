@@ -22,14 +22,20 @@ from schemas.configs import (
 from schemas.status import JobStatus
 
 LabelKey = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_.\-/]+$")]
+# Label values: any text but control characters (they would break list filters and log lines).
+LabelValue = Annotated[str, Field(max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")]
 JobName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")]
 MAX_LABELS = 32
+Labels = Annotated[
+    dict[LabelKey, LabelValue],
+    Field(max_length=MAX_LABELS, description=f"At most {MAX_LABELS}; keys 1-63 of A-Z a-z 0-9 _ . - /, values up to 256 characters."),
+]
 
 
 class SubmitJobRequest(Strict):
     name: JobName
     description: str | None = Field(default=None, max_length=4096)
-    labels: dict[LabelKey, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
     training_config: TrainingConfig
     data_config: DataConfig
     resource_config: ResourceConfig = Field(default_factory=ResourceConfig)
@@ -39,8 +45,6 @@ class SubmitJobRequest(Strict):
     @model_validator(mode="after")
     def _supported_and_consistent(self) -> SubmitJobRequest:
         tc = self.training_config
-        if len(self.labels) > MAX_LABELS:
-            raise ValueError(f"at most {MAX_LABELS} labels")
         if tc.training_type in UNSUPPORTED_TRAINING_TYPES:
             raise ValueError(UNSUPPORTED_TRAINING_TYPES[tc.training_type])
         if tc.framework.type in UNSUPPORTED_FRAMEWORKS:
