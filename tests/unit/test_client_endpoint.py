@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from botocore.credentials import Credentials
 
-from trainplane.endpoint import ENV_ENDPOINT, ENV_STATE_DIR, read_endpoint_file, region_from_url, resolve
 from trainplane.client import Client
+from trainplane.endpoint import ENV_ENDPOINT, ENV_STATE_DIR, read_endpoint_file, region_from_url, resolve
 from trainplane.errors import EndpointNotConfigured, StaleEndpoint
 
 LOCAL_URL = "http://127.0.0.1:18080"
