@@ -11,13 +11,47 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, SerializationInfo, field_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, SerializationInfo, ValidationError, field_serializer, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
+# The built-in byte-level tokenizer (trainer/tokenizer.py): 256 bytes + PAD, BOS, EOS.
+BYTE_TOKENIZER_ID = "byte"
+BYTE_VOCAB_SIZE = 259
 Priority = Annotated[int, Field(ge=0, le=10, description="0 (lowest) to 10 (highest).")]
 # numpy's and torch's samplers take a 32-bit unsigned seed: a larger one fails inside the run.
 MAX_SEED = 2**32 - 1
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED, description="0 to 2**32-1.")]
 StrMap = dict[str, str]
+
+
+def relocated(exc: ValidationError, prefix: tuple[str | int, ...], title: str) -> ValidationError:
+    """`exc`'s errors under `prefix` (raised in a validator, pydantic prefixes them with the field's own location)."""
+    details = [
+        InitErrorDetails(type=err["type"], loc=(*prefix, *err["loc"]), input=err["input"], ctx=err.get("ctx", {}))
+        if err["type"] not in _CUSTOM
+        else InitErrorDetails(type=PydanticCustomError(err["type"], err["msg"]), loc=(*prefix, *err["loc"]), input=err["input"])
+        for err in exc.errors()
+    ]
+    return ValidationError.from_exception_data(title, details)
+
+
+_CUSTOM = frozenset({"unknown_hyperparameter", "invalid_hyperparameter", "invalid_config"})
+
+
+def s3_uri_problem(uri: str) -> str | None:
+    """Why the trainer could not read `uri` as s3://bucket/key (trainer/sources.py), or None."""
+    if not uri.startswith("s3://"):
+        return f"not an s3:// URI: {uri!r}"
+    if not uri[len("s3://") :].split("/", 1)[0]:
+        return f"s3 URI has no bucket: {uri!r}"
+    return None
+
+
+def raise_at(loc: tuple[str | int, ...], message: str, value: object, title: str) -> None:
+    """Raise a validation error located at `loc` under the model being validated (not at the model itself)."""
+    raise ValidationError.from_exception_data(
+        title, [InitErrorDetails(type=PydanticCustomError("invalid_config", message), loc=loc, input=value)]
+    )
 
 
 class Strict(BaseModel):
@@ -105,7 +139,32 @@ class BaseModelSpec(Strict):
     def _config_needs_architecture(self) -> BaseModelSpec:
         if self.source == ModelSource.CONFIG and "architecture" not in self.model_kwargs:
             raise ValueError("model_kwargs.architecture is required when source is 'config' (e.g. 'llama')")
+        if self.source == ModelSource.CONFIG:
+            self._check_config_model()
+        if self.resolved_source() == ModelSource.S3 and s3_uri_problem(self.model_id):
+            raise_at(("model_id",), f"source is 's3': {s3_uri_problem(self.model_id)}", self.model_id, type(self).__name__)
+        if self.tokenizer_id and self.tokenizer_id.startswith("s3:") and s3_uri_problem(self.tokenizer_id):
+            raise_at(("tokenizer_id",), str(s3_uri_problem(self.tokenizer_id)), self.tokenizer_id, type(self).__name__)
         return self
+
+    def _check_config_model(self) -> None:
+        """What the trainer refuses about a model built from its config, without building it."""
+        from schemas.model_architectures import model_type_of, unknown_architecture_message
+
+        architecture = self.model_kwargs["architecture"]
+        if not isinstance(architecture, str) or model_type_of(architecture) is None:
+            raise_at(("model_kwargs", "architecture"), unknown_architecture_message(str(architecture)), architecture, type(self).__name__)
+        vocab_size = self.model_kwargs.get("vocab_size")
+        if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1):
+            raise_at(("model_kwargs", "vocab_size"), "must be a positive integer", vocab_size, type(self).__name__)
+        if self.tokenizer_id in (None, BYTE_TOKENIZER_ID) and isinstance(vocab_size, int) and vocab_size < BYTE_VOCAB_SIZE:
+            # A config-built model without a tokenizer of its own gets the byte tokenizer (trainer/tokenizer.py).
+            raise_at(
+                ("model_kwargs", "vocab_size"),
+                f"{vocab_size} does not cover the byte tokenizer's {BYTE_VOCAB_SIZE} tokens",
+                vocab_size,
+                type(self).__name__,
+            )
 
 
 class DistributedConfig(Strict):
@@ -158,6 +217,18 @@ class TrainingConfig(Strict):
     priority: Priority = 5
 
     @model_validator(mode="after")
+    def _trainer_accepts_hyperparameters(self) -> TrainingConfig:
+        # The trainer's own rules (schemas/hyperparameters.py), so a bad key fails at submit, not in
+        # PREPARING; each error is located at training_config.hyperparameters.<key>.
+        from schemas.hyperparameters import Hyperparameters
+
+        try:
+            Hyperparameters.parse(self.hyperparameters, self.training_type)
+        except ValidationError as exc:
+            raise relocated(exc, ("hyperparameters",), type(self).__name__) from None
+        return self
+
+    @model_validator(mode="after")
     def _deepspeed_precision(self) -> TrainingConfig:
         # float16 needs a dynamic loss scaler inside DeepSpeed's engine, whose state our checkpoints do
         # not carry; bfloat16 (autocast over fp32 weights, as for DDP/FSDP) needs none.
@@ -174,13 +245,19 @@ class Sampling(Strict):
 
 
 class DataSource(Strict):
-    path: str = Field(min_length=1, description="s3://bucket/key, a local path, or a directory of *.jsonl[.gz].")
+    path: str = Field(min_length=1, max_length=4096, description="s3://bucket/key, a local path, or a directory of *.jsonl[.gz].")
     type: Literal["jsonl"] = "jsonl"
     split: Literal["train", "validation"] = "train"
     format: Literal["jsonl", "jsonl.gz", "auto"] = "auto"
     columns: list[str] | None = Field(default=None, description="Column projection: only these fields are read.")
     filters: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Keep rows whose fields equal these values.")
     sampling: Sampling | None = None
+
+    @model_validator(mode="after")
+    def _readable_uri(self) -> DataSource:
+        if self.path.startswith("s3:") and s3_uri_problem(self.path):
+            raise_at(("path",), str(s3_uri_problem(self.path)), self.path, type(self).__name__)
+        return self
 
 
 class PreprocessConfig(Strict):
@@ -203,6 +280,12 @@ class DataConfig(Strict):
     pin_memory: bool = True
     validation_split: float = Field(default=0.0, ge=0.0, le=1.0)
     seed: Seed = 42
+
+    @model_validator(mode="after")
+    def _something_to_train_on(self) -> DataConfig:
+        if all(source.split == "validation" for source in self.sources):
+            raise_at(("sources",), "no source with split 'train' (every source is a validation source)", None, type(self).__name__)
+        return self
 
 
 class ResourceConfig(Strict):

@@ -12,12 +12,14 @@ from schemas.configs import (
     UNSUPPORTED_FRAMEWORKS,
     UNSUPPORTED_TRAINING_TYPES,
     DataConfig,
+    FrameworkType,
     OutputConfig,
     ResourceConfig,
     SchedulingConfig,
     Strict,
     TrainingConfig,
     TrainingType,
+    raise_at,
 )
 from schemas.status import JobStatus
 
@@ -51,7 +53,46 @@ class SubmitJobRequest(Strict):
             raise ValueError(UNSUPPORTED_FRAMEWORKS[tc.framework.type])
         if tc.training_type == TrainingType.QLORA and self.resource_config.gpu_count == 0:
             raise ValueError("QLORA needs a GPU (4-bit kernels are CUDA-only): set resource_config.gpu_count >= 1")
+        self._check_distributed()
+        self._check_hub_push()
         return self
+
+    def _check_distributed(self) -> None:
+        """The trainer's validate_framework (trainer/distributed.py) refusals that need no host."""
+        tc, rc = self.training_config, self.resource_config
+        world, nodes, gpus = tc.framework.distributed.world_size, rc.node_count, rc.gpu_count
+        here = ("training_config", "framework", "distributed", "world_size")
+        if world % nodes:
+            raise_at(here, f"world_size={world} is not a multiple of resource_config.node_count={nodes}", world, "SubmitJobRequest")
+        if gpus > 0 and world > 1 and world // nodes > gpus:
+            raise_at(
+                here,
+                f"world_size={world} over {nodes} node(s) needs {world // nodes} GPUs per node; resource_config.gpu_count={gpus}",
+                world,
+                "SubmitJobRequest",
+            )
+        if world > 1 and tc.training_type == TrainingType.QLORA and tc.framework.type in (FrameworkType.FSDP, FrameworkType.DEEPSPEED):
+            why = (
+                "4-bit weights cannot be sharded by FSDP2"
+                if tc.framework.type == FrameworkType.FSDP
+                else "ZeRO does not partition 4-bit weights"
+            )
+            raise_at(
+                ("training_config", "framework", "type"),
+                f"QLORA with {tc.framework.type.value} is not supported ({why}); use HF_TRAINER (DDP)",
+                tc.framework.type.value,
+                "SubmitJobRequest",
+            )
+
+    def _check_hub_push(self) -> None:
+        out = self.output_config
+        if out.push_to_hub and out.hub_token is None and not self.training_config.environment.get("HF_TOKEN"):
+            raise_at(
+                ("output_config", "hub_token"),
+                "push_to_hub needs output_config.hub_token (or HF_TOKEN in training_config.environment)",
+                None,
+                "SubmitJobRequest",
+            )
 
     @property
     def effective_priority(self) -> int:

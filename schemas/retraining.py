@@ -218,6 +218,14 @@ def _split_target(target: str) -> list[str | int]:
 
 def target_problem(document: dict[str, Any], target: str) -> str | None:
     """Why `target` does not name a settable field of `document` (None when it does)."""
+    hyperparameters = "training_config.hyperparameters."
+    if target.startswith(hyperparameters):
+        from schemas.hyperparameters import known_hyperparameters
+
+        key = target.removeprefix(hyperparameters)
+        if key not in known_hyperparameters():
+            return f"{key!r} is not a hyperparameter the trainer knows (known: {', '.join(known_hyperparameters())})"
+        return None
     for free in _FREE_KEY_MAPS:
         if target.startswith(free + "."):
             return None
