@@ -9,10 +9,21 @@ or Infinity: JSON cannot carry them, and a stored null would read back as "no li
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, SerializationInfo, ValidationError, field_serializer, model_validator
-from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetJsonSchemaHandler,
+    Field,
+    SecretStr,
+    SerializationInfo,
+    ValidationError,
+    field_serializer,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
 # The built-in byte-level tokenizer (trainer/tokenizer.py): 256 bytes + PAD, BOS, EOS.
 BYTE_TOKENIZER_ID = "byte"
@@ -67,6 +78,10 @@ class TrainingType(StrEnum):
     CONTINUED_PRETRAIN = "CONTINUED_PRETRAIN"
     FULL_FINETUNE = "FULL_FINETUNE"
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return _offered_only(handler(core_schema), handler, UNSUPPORTED_TRAINING_TYPES)
+
 
 class FrameworkType(StrEnum):
     HF_TRAINER = "HF_TRAINER"
@@ -74,6 +89,19 @@ class FrameworkType(StrEnum):
     FSDP = "FSDP"
     MEGATRON = "MEGATRON"
     CUSTOM = "CUSTOM"
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return _offered_only(handler(core_schema), handler, UNSUPPORTED_FRAMEWORKS)
+
+
+def _offered_only(schema: JsonSchemaValue, handler: GetJsonSchemaHandler, refused: dict[Any, str]) -> JsonSchemaValue:
+    """The enum's JSON schema (openapi.json) lists only what submit accepts; the refused values are named
+    in its description (they stay in the Python enum: the seed's API has them, and submit answers 422)."""
+    target = handler.resolve_ref_schema(schema)
+    target["enum"] = [value for value in target.get("enum", []) if value not in {str(r) for r in refused}]
+    target["description"] = "Refused at submit with a 422, not supported yet: " + "; ".join(refused.values()) + "."
+    return schema
 
 
 # Accepted in the schema (they are part of the seed's API) but refused at submit until the trainer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, field_serializer, model_validator
 
@@ -23,14 +23,29 @@ from schemas.configs import (
 )
 from schemas.status import JobStatus
 
-LabelKey = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_.\-/]+$")]
+LabelKey = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_.\-/]+$")]  # = LABEL_KEY_PATTERN
 # Label values: any text but control characters (they would break list filters and log lines).
 LabelValue = Annotated[str, Field(max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")]
 JobName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")]
 MAX_LABELS = 32
+LABEL_KEY_PATTERN = r"^[A-Za-z0-9_.\-/]+$"
+
+
+def _label_keys_schema(schema: dict[str, Any]) -> None:
+    # pydantic writes the key rule as patternProperties, which lets any other key through as an
+    # additional property: say it as propertyNames, so the document allows no key the server refuses.
+    values = schema.pop("patternProperties", {}).get(LABEL_KEY_PATTERN, {"type": "string"})
+    schema["additionalProperties"] = values
+    schema["propertyNames"] = {"minLength": 1, "maxLength": 63, "pattern": LABEL_KEY_PATTERN}
+
+
 Labels = Annotated[
     dict[LabelKey, LabelValue],
-    Field(max_length=MAX_LABELS, description=f"At most {MAX_LABELS}; keys 1-63 of A-Z a-z 0-9 _ . - /, values up to 256 characters."),
+    Field(
+        max_length=MAX_LABELS,
+        description=f"At most {MAX_LABELS}; keys 1-63 of A-Z a-z 0-9 _ . - /, values up to 256 characters without control characters.",
+        json_schema_extra=_label_keys_schema,
+    ),
 ]
 
 

@@ -29,7 +29,7 @@ _LABEL_KEY = re.compile(r"^[A-Za-z0-9_.\-/]{1,63}$")
 class S3Trigger(Strict):
     """New objects under a prefix (EventBridge 'Object Created' from S3)."""
 
-    type: Literal["s3"] = "s3"
+    type: Literal["s3"]  # the union's discriminator: required (as the server has always required it)
     bucket: str | None = Field(
         default=None,
         pattern=r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$",
@@ -40,7 +40,7 @@ class S3Trigger(Strict):
 
 
 class ScheduleTrigger(Strict):
-    type: Literal["schedule"] = "schedule"
+    type: Literal["schedule"]  # the union's discriminator: required (as the server has always required it)
     expression: str = Field(description="EventBridge Scheduler syntax: cron(min hour dom month dow year) or rate(N unit).")
     timezone: str = Field(default="UTC", description="IANA time zone the cron fields are read in (ScheduleExpressionTimezone).")
 
@@ -65,7 +65,7 @@ class ScheduleTrigger(Strict):
 class EventPatternTrigger(Strict):
     """Any EventBridge event pattern, e.g. a model-monitor drift alarm's state change."""
 
-    type: Literal["event"] = "event"
+    type: Literal["event"]  # the union's discriminator: required (as the server has always required it)
     pattern: dict[str, Any]
 
     @field_validator("pattern")

@@ -21,7 +21,7 @@ from tests.fakes import RecordingWorkflow
 from tests.helpers.aws import emulated_aws, fresh_resources
 from tests.helpers.events import FakeLambdaContext, api_event
 from tests.helpers.jobs import ADMIN, request_body
-from tests.integration.test_api_handler import Api
+from tests.integration.test_api_handler import DOCUMENT, Api
 
 NO_KEY = {"Idempotency-Key": ""}
 
@@ -283,3 +283,58 @@ def test_label_values_refuse_control_characters(call: Api, value: str) -> None:
 def test_too_many_labels_is_an_error_naming_labels(call: Api) -> None:
     reply = call("api_submit_job", body=request_body(labels={f"k{i}": "v" for i in range(33)}), headers=NO_KEY)
     assert reply.status == 422 and [e["field"] for e in reply.body["errors"]] == ["labels"], reply.body
+
+
+# --- openapi.json says what the server does ------------------------------------------------------------
+
+
+def _schemas() -> dict[str, Any]:
+    return DOCUMENT["components"]["schemas"]  # type: ignore[no-any-return]
+
+
+def test_the_document_documents_405_everywhere_and_413_415_where_a_body_is_read() -> None:
+    for path, operations in DOCUMENT["paths"].items():
+        for method, operation in operations.items():
+            codes = set(operation["responses"])
+            assert "405" in codes, (method, path)
+            if "requestBody" in operation:
+                assert {"400", "413", "415"} <= codes, (method, path)
+
+
+def test_refused_training_types_and_frameworks_are_not_offered(call: Api) -> None:
+    schemas = _schemas()
+    assert "RLHF" not in schemas["TrainingType"]["enum"] and "RLHF" in schemas["TrainingType"]["description"]
+    assert "MEGATRON" not in schemas["FrameworkType"]["enum"] and "MEGATRON" in schemas["FrameworkType"]["description"]
+    # And the server does refuse them
+    body = request_body()
+    body["training_config"]["training_type"] = "RLHF"
+    assert call("api_submit_job", body=body, headers=NO_KEY).status == 422
+
+
+def test_label_keys_the_server_refuses_are_not_allowed_by_the_document(call: Api) -> None:
+    labels = next(s for name, s in _schemas().items() if name.startswith("SubmitJobRequest"))["properties"]["labels"]
+    names = labels["propertyNames"]
+    assert "patternProperties" not in labels and names["pattern"] == "^[A-Za-z0-9_.\\-/]+$" and names["maxLength"] == 63
+    reply = call("api_submit_job", body=request_body(labels={"no spaces": "x"}), headers=NO_KEY)
+    assert reply.status == 422 and reply.body["errors"][0]["field"].startswith("labels")
+
+
+def test_the_trigger_type_discriminator_is_required() -> None:
+    for trigger in ("S3Trigger", "ScheduleTrigger", "EventPatternTrigger"):
+        schema = _schemas()[trigger]
+        assert "type" in schema["required"] and "default" not in schema["properties"]["type"], trigger
+
+
+def test_a_bad_hyperparameter_or_architecture_is_422_naming_it_through_the_api(call: Api) -> None:
+    body = request_body()
+    body["training_config"]["hyperparameters"] = {"learning_rat": "1e-3"}
+    body["training_config"]["base_model"]["model_kwargs"]["architecture"] = "LlamaForCausalLM"  # accepted
+    reply = call("api_submit_job", body=body, headers=NO_KEY)
+    assert reply.status == 422 and [e["field"] for e in reply.body["errors"]] == ["training_config.hyperparameters.learning_rat"]
+    assert "unknown hyperparameter" in reply.body["message"]
+    body["training_config"]["hyperparameters"] = {"max_steps": "4"}
+    assert call("api_submit_job", body=body, headers=NO_KEY).status == 201
+    # And PATCH names the key too
+    job = call.submit()
+    patched = call("api_patch_job", job_id=job["job_id"], body={"hyperparameters": {"warmup_steps": "1.5"}})
+    assert patched.status == 422 and patched.body["errors"][0]["field"] == "training_config.hyperparameters.warmup_steps"
