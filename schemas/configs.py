@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
-    GetJsonSchemaHandler,
     Field,
+    GetJsonSchemaHandler,
     SecretStr,
     SerializationInfo,
     ValidationError,
