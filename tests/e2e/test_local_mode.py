@@ -270,6 +270,27 @@ def submit(plane: LocalPlane, name: str, **overrides: Any) -> dict[str, Any]:
     return response.json()
 
 
+def test_bad_input_over_real_http_is_a_4xx_never_a_5xx(local_plane: LocalPlane) -> None:
+    # Given the real API behind local mode's front door (the same handler API Gateway invokes)
+    def post(body: bytes, content_type: str) -> requests.Response:
+        return local_plane.request("POST", "/jobs", data=body, headers={"Content-Type": content_type})
+
+    valid = json.dumps(job_body("edge")).encode()
+    # When bodies that used to crash the handler arrive / Then each is the 4xx that says why
+    assert post(valid, "text/plain").status_code == 415
+    assert post(valid, "multipart/form-data").status_code == 415
+    assert post(b'{"name": "\xff\xfe"}', "application/json").status_code == 400  # not UTF-8: handed over base64
+    assert post(b"[" * 1000 + b"]" * 1000, "application/json").status_code == 400
+    assert post(valid.replace(b'"batch_size": 2', b'"batch_size": NaN'), "application/json").status_code == 400
+    big = job_body("edge-big")
+    big["training_config"]["environment"] = {f"V{i}": "x" * 8192 for i in range(60)}
+    too_big = local_plane.request("POST", "/jobs", json=big)
+    assert too_big.status_code == 413 and "262,144 bytes" in too_big.json()["message"]
+    # And a method the path lacks is 405 with Allow
+    wrong = local_plane.request("PUT", "/summary")
+    assert wrong.status_code == 405 and wrong.headers["Allow"] == "GET"
+
+
 def wait_status(plane: LocalPlane, job_id: str, statuses: set[str], timeout: float = 60) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
