@@ -6,9 +6,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, field_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, ValidationInfo, field_serializer, model_validator
 
 from schemas.configs import (
+    STORED,
     UNSUPPORTED_FRAMEWORKS,
     UNSUPPORTED_TRAINING_TYPES,
     DataConfig,
@@ -19,6 +20,7 @@ from schemas.configs import (
     Strict,
     TrainingConfig,
     TrainingType,
+    is_stored,
     raise_at,
 )
 from schemas.status import JobStatus
@@ -60,7 +62,7 @@ class SubmitJobRequest(Strict):
     scheduling_config: SchedulingConfig = Field(default_factory=SchedulingConfig)
 
     @model_validator(mode="after")
-    def _supported_and_consistent(self) -> SubmitJobRequest:
+    def _supported_and_consistent(self, info: ValidationInfo) -> SubmitJobRequest:
         tc = self.training_config
         if tc.training_type in UNSUPPORTED_TRAINING_TYPES:
             raise ValueError(UNSUPPORTED_TRAINING_TYPES[tc.training_type])
@@ -68,8 +70,9 @@ class SubmitJobRequest(Strict):
             raise ValueError(UNSUPPORTED_FRAMEWORKS[tc.framework.type])
         if tc.training_type == TrainingType.QLORA and self.resource_config.gpu_count == 0:
             raise ValueError("QLORA needs a GPU (4-bit kernels are CUDA-only): set resource_config.gpu_count >= 1")
-        self._check_distributed()
-        self._check_hub_push()
+        if not is_stored(info):
+            self._check_distributed()
+            self._check_hub_push()
         return self
 
     def _check_distributed(self) -> None:
@@ -265,13 +268,15 @@ class Job(BaseModel):
         return self.scheduling_config.queue
 
     def submit_request(self) -> SubmitJobRequest:
-        return SubmitJobRequest(
-            name=self.name,
-            description=self.description,
-            labels=self.labels,
-            training_config=self.training_config,
-            data_config=self.data_config,
-            resource_config=self.resource_config,
-            output_config=self.output_config,
-            scheduling_config=self.scheduling_config,
-        )
+        """The request this job was made from, as stored (a retry or PATCH validates what it makes of it in full)."""
+        fields = {
+            "name": self.name,
+            "description": self.description,
+            "labels": self.labels,
+            "training_config": self.training_config,
+            "data_config": self.data_config,
+            "resource_config": self.resource_config,
+            "output_config": self.output_config,
+            "scheduling_config": self.scheduling_config,
+        }
+        return SubmitJobRequest.model_validate(fields, context=STORED)

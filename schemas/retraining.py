@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from schemas.configs import Strict
+from schemas.configs import Strict, is_stored
 from schemas.job import MAX_LABELS, JobName, SubmitJobRequest
 from schemas.schedule_expr import parse_schedule_expression
 
@@ -139,6 +139,8 @@ class RetrainingPolicyRequest(Strict):
     @classmethod
     def _mapping_targets_exist(cls, mappings: list[InputMapping], info: ValidationInfo) -> list[InputMapping]:
         template_model = info.data.get("job_template")
+        if is_stored(info):
+            return mappings  # checked when created or patched, and the job it makes is checked when it fires
         if not isinstance(template_model, SubmitJobRequest):
             return mappings  # the template itself is invalid and reported on its own
         template = template_model.model_dump(mode="python")

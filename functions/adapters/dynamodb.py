@@ -22,6 +22,7 @@ from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
 from functions.adapters.ports import JobQuery, Transition
 from functions.service.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, TooLarge
+from schemas.configs import STORED
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of
 
@@ -443,7 +444,8 @@ def _apply(job: Job, changes: Mapping[str, Any]) -> Job:
     """The job with `changes` applied, validated as a whole (a bad value fails here, before writing)."""
     document = job.model_dump()
     document.update(changes)
-    return Job.model_validate(document)
+    # As stored: what a caller submits or patches was checked in full before (service layer).
+    return Job.model_validate(document, context=STORED)
 
 
 def _update_expression(new: Job, fields: list[str], *, reindex: bool) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from functions import constants as c
+from schemas.configs import STORED
 from schemas.job import Job, StatusEvent
 from schemas.status import JobStatus
 
@@ -255,7 +256,7 @@ def submitted_size(item: Mapping[str, Any]) -> int:
 
 def job_from_item(item: Mapping[str, Any]) -> Job:
     doc = {k: v for k, v in from_item(item).items() if k not in KEY_ATTRS}
-    return Job.model_validate(doc)
+    return Job.model_validate(doc, context=STORED)
 
 
 def event_item(job_id: str, event: StatusEvent, seq: int) -> dict[str, Any]:

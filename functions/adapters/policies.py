@@ -31,6 +31,7 @@ from functions import constants as c
 from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
 from functions.service.errors import InvalidRequest, PolicyConflict, PolicyNotFound, TooLarge
+from schemas.configs import STORED
 from schemas.retraining import FireOutcome, RetrainingPolicy
 
 POLICY_PREFIX = "POLICY#"
@@ -476,7 +477,7 @@ def _check_size(item: Mapping[str, Any]) -> None:
 
 def policy_from_item(item: Mapping[str, Any]) -> RetrainingPolicy:
     doc = {k: v for k, v in items.from_item(item).items() if k not in items.KEY_ATTRS}
-    return RetrainingPolicy.model_validate(doc)
+    return RetrainingPolicy.model_validate(doc, context=STORED)
 
 
 def route_item(route: Route) -> dict[str, Any]:

@@ -338,3 +338,31 @@ def test_a_bad_hyperparameter_or_architecture_is_422_naming_it_through_the_api(c
     job = call.submit()
     patched = call("api_patch_job", job_id=job["job_id"], body={"hyperparameters": {"warmup_steps": "1.5"}})
     assert patched.status == 422 and patched.body["errors"][0]["field"] == "training_config.hyperparameters.warmup_steps"
+
+
+def test_a_job_stored_before_the_submit_rules_still_reads_and_its_retry_is_a_422(call: Api) -> None:
+    # Given a FAILED job stored before submit checked hyperparameters (one the trainer refused)
+    from functions import composition
+    from functions.adapters.ports import Transition
+    from schemas.status import JobStatus
+
+    job = call.submit()
+    repo = composition.current().repository
+    stored = repo.get(job["job_id"])
+    old_training = stored.training_config.model_construct(
+        **{**dict(stored.training_config), "hyperparameters": {"learning_rat": "1e-3"}}  # as written back then
+    )
+    item = dynamodb_items.job_item(stored.model_copy(update={"training_config": old_training}))
+    call.clients.dynamodb().put_item(TableName=call.settings.jobs_table, Item=item)
+    for status in (JobStatus.QUEUED, JobStatus.FAILED):
+        current = repo.get(job["job_id"])
+        repo.transition(Transition(job["job_id"], current.version, current.status, status, actor="system"))
+    # When it is read, listed and retried
+    got = call("api_get_job", job_id=job["job_id"])
+    listed = call("api_list_jobs", query={})
+    retried = call("api_retry_job", job_id=job["job_id"], body={})
+    # Then it reads as it is (no 5xx), and the retry, a new submission, is refused naming the key
+    assert got.status == 200 and got.body["training_config"]["hyperparameters"] == {"learning_rat": "1e-3"}
+    assert listed.status == 200 and [j["job_id"] for j in listed.body["jobs"]] == [job["job_id"]]
+    assert retried.status == 422, retried.body
+    assert retried.body["errors"][0]["field"] == "training_config.hyperparameters.learning_rat"
