@@ -11,7 +11,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install test test-fast lint format demo bench bench-trainer synth bootstrap deploy openapi clean up dashboard browser bench-dashboard
+.PHONY: install test test-fast lint format demo bench bench-trainer synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
 
 install: $(STAMP) dashboard browser
 
@@ -66,6 +66,9 @@ format: install
 
 openapi: install
 	$(BIN)/python -m functions.handlers.openapi > schemas/openapi.json
+
+architectures: install  # schemas/model_architectures.json from the installed transformers (after upgrading it)
+	$(BIN)/python scripts/gen_model_architectures.py
 
 demo: install
 	$(BIN)/python examples/demo.py

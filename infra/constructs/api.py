@@ -35,6 +35,7 @@ from infra.constructs.storage import Storage
 OPENAPI_PATH = Path(__file__).resolve().parents[2] / "schemas" / "openapi.json"
 API_STAGE = "v1"
 HTTP_METHODS = ("get", "post", "put", "patch", "delete")
+ANY_METHOD = "ANY"  # per path: the methods it lacks reach the handler, which answers 405 with Allow
 API = FunctionSpec(
     name="api",
     handler="functions.handlers.api.lambda_handler",
@@ -193,6 +194,12 @@ class Api(Construct):
                 request_parameters=route.parameters or None,
                 request_models={"application/json": json_object} if route.body_required else None,
             )
+        # Every other method of a known path goes to the handler too (API Gateway prefers the explicit
+        # methods above), which answers 405 with `Allow`; without it the gateway answers a method the
+        # path lacks with 403 "Missing Authentication Token". Signed like the rest.
+        for path in sorted({route.path for route in routes}):
+            resource = self.rest_api.root.resource_for_path(path) if path != "/" else self.rest_api.root
+            resource.add_method(ANY_METHOD, integration, authorization_type=apigw.AuthorizationType.IAM)
 
     def _gateway_responses(self) -> None:
         # The same error shape as the handler's ({"message", "errors"}), for what the gateway refuses itself.

@@ -94,7 +94,8 @@ def fake_job(name: str, bucket: str, *, max_steps: str, resources: dict[str, Any
         "training_config": {
             "training_type": "SFT",
             "base_model": {"model_id": "tiny", "source": "config", "tokenizer_id": "byte", "model_kwargs": {"architecture": "llama"}},
-            "hyperparameters": {"max_steps": max_steps, "fake_step_seconds": "0.15"},
+            "hyperparameters": {"max_steps": max_steps},
+            "environment": {"fake_step_seconds": "0.15"},  # the fake trainer's knob (tests/fake_trainer.py)
         },
         "data_config": {"sources": [{"path": f"s3://{bucket}/shared/train.jsonl"}]},
         "resource_config": resources,
@@ -319,7 +320,7 @@ def test_with_the_reports_channel_cut_the_record_ends_in_the_same_state(local_fa
     # Given the same job on compute local and on SageMaker whose log subscription drops every delivery
     reference = submit(local_fake_plane, reported_job("reference", local_fake_plane, "12"))
     body = reported_job("cut", cut_plane, "12")
-    body["training_config"]["hyperparameters"]["fake_step_seconds"] = "0.5"  # long enough to be seen training
+    body["training_config"]["environment"]["fake_step_seconds"] = "0.5"  # long enough to be seen training
     cut = submit(cut_plane, body)
     expected = record(local_fake_plane, wait_for(lambda: ended(local_fake_plane, reference, "COMPLETED"), 180, "local", local_fake_plane))
     # When the cut one trains: no report arrives (no phase change, no progress, no checkpoint)...
