@@ -66,7 +66,8 @@ class EventPatternTrigger(Strict):
     """Any EventBridge event pattern, e.g. a model-monitor drift alarm's state change."""
 
     type: Literal["event"] = "event"
-    pattern: dict[str, Any]
+    # minProperties: the document says what _valid_pattern refuses (an empty pattern).
+    pattern: dict[str, Any] = Field(json_schema_extra={"minProperties": 1})
 
     @field_validator("pattern")
     @classmethod

@@ -31,16 +31,20 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import sys
 import threading
 import time
+import warnings
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
 import schemathesis
+from schemathesis.core.failures import ContentTypeServerError, FailureGroup, ServerError
+from schemathesis.openapi.checks import UnsupportedMethodResponse
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tests.e2e.conftest import REPO_ROOT, LocalPlane, PlaneFactory
@@ -179,76 +183,242 @@ def fuzz_config() -> schemathesis.Config:
 schema = schemathesis.openapi.from_dict(json.loads(OPENAPI.read_text(encoding="utf-8")), config=fuzz_config())
 
 
-# --- the checks of our own -----------------------------------------------------------------------
+# --- what a schema-valid request may be refused for ----------------------------------------------
 
 PATH_IDS = ("job_id", "policy_id")
 
 
-def _error_types(response: Any) -> set[str]:
-    try:
-        body = json.loads(response.content or b"{}")
-    except ValueError:
-        return set()
-    return {str(e.get("type")) for e in body.get("errors", []) if isinstance(e, dict)} if isinstance(body, dict) else set()
+@dataclass(frozen=True)
+class Refusal:
+    """One legitimate reason to refuse a schema-valid request: a fact about the plane's state or its
+    deployment, or a rule across fields, that openapi.json cannot state as a JSON Schema constraint."""
+
+    why: str
+    status: int
+    operations: tuple[str, ...] = ()  # "METHOD /path" prefixes; () = any
+    field: str | None = None  # regex the error's field must match (422 only)
+    message: str | None = None  # regex the error's message must match (422 only)
+
+    def explains(self, operation: str, status: int, error: dict[str, Any] | None) -> bool:
+        if status != self.status or (self.operations and not operation.startswith(self.operations)):
+            return False
+        if error is None:
+            return self.field is None and self.message is None
+        return bool(
+            (self.field is None or re.fullmatch(self.field, str(error.get("field", ""))))
+            and (self.message is None or re.search(self.message, str(error.get("message", ""))))
+        )
 
 
-def _legitimate_refusal(case: Any, response: Any) -> str | None:
-    """Why a schema-valid request may be refused, or None. Each entry depends on the plane's state, which no
-    schema can state; anything else refused (a 400, a 413, a 415, a 422 for a value the document allows)
-    means the document and the server disagree, and fails."""
-    status = response.status_code
-    has_id = any(p in (case.path_parameters or {}) for p in PATH_IDS)
-    if status == 404 and has_id:
-        return "the id names no object of the caller's (unknown, deleted, or another principal's)"
-    if status == 409 and (case.method.upper() != "GET"):
-        return "the object's status does not allow this (e.g. cancel a COMPLETED job), or a concurrent change"
-    if status == 422 and case.path.endswith(("/resume", "/retry")) and "not_found" in _error_types(response):
-        return "the checkpoint_id names no checkpoint of this job"
-    return None
+_BY_ID = tuple(
+    f"{m} {p}"
+    for p, ms in (("/jobs/{job_id}", ("GET", "PATCH", "DELETE", "POST")), ("/retraining-policies/{policy_id}", ("GET", "PATCH", "DELETE")))
+    for m in ms
+)
+LEGITIMATE_REFUSALS = (
+    Refusal("the id names no object of the caller's: unknown, deleted, or another principal's", 404, _BY_ID),
+    Refusal("the object's status does not allow the action (cancel a COMPLETED job, ...), or a concurrent change", 409),
+    Refusal("the Idempotency-Key was used before with another body", 422, ("POST /jobs",), r"Idempotency-Key"),
+    Refusal("next_token is opaque: only a token the API returned is one", 422, ("GET ",), r"next_token", r"not a token this API returned"),
+    Refusal(
+        "checkpoint_id names no checkpoint of this job", 422, ("POST /jobs/{job_id}/resume", "POST /jobs/{job_id}/retry"), r"checkpoint_id"
+    ),
+    Refusal(
+        "a time zone must exist in the IANA database",
+        422,
+        ("POST /retraining-policies", "PATCH /retraining-policies"),
+        r".*timezone",
+        r"time ?zone|IANA",
+    ),
+    Refusal(
+        "the artifacts bucket starts jobs only from objects under datasets/ (the deployment's layout)",
+        422,
+        ("POST /retraining-policies", "PATCH /retraining-policies"),
+        r"trigger\.prefix",
+        r"only objects under",
+    ),
+    Refusal(
+        "a schedule expression or an input mapping's target must parse (EventBridge Scheduler's cron()/rate() grammar,"
+        " a dotted path into the job request): a grammar, not a JSON Schema pattern",
+        422,
+        ("POST /retraining-policies", "PATCH /retraining-policies"),
+        r"trigger\.schedule\.expression|input_mapping\.\d+",
+        r"a schedule is cron|not a valid (cron|rate)|is not a dotted path",
+    ),
+    Refusal(
+        "a rule across fields: a field required when another has a given value",
+        422,
+        (),
+        r".*",
+        r"(is required when|give exactly one of)",
+    ),
+)
 
 
-def accepted_when_valid(ctx: Any, response: Any, case: Any) -> bool | None:
-    meta = case.meta
-    if meta is None or not meta.generation.mode.is_positive or response.status_code < 400:
-        return None
-    if response.status_code >= 500:
-        return None  # not_a_server_error reports it
-    if _legitimate_refusal(case, response) is None:
-        raise AssertionError(f"Schema-valid request refused: {response.status_code} {response.content[:600]!r}")
-    return None
+# --- defects issue 11 point 2 / point 4 gives to i11-edge: tolerated only while a probe shows them ----------
+
+
+@dataclass(frozen=True)
+class KnownDefect:
+    """A defect another branch is fixing (i11-edge, issue 11 points 2 and 4). `probe` reproduces it on the
+    running plane; only while it does are failures it explains set aside, listed in the run's output.
+    Once the fix is merged the probe comes back clean and every such failure fails the test again."""
+
+    name: str
+    probe: Any  # (plane, document) -> True while the defect is there
+    server_error: str | None = None  # regex on the exception the plane logged for a 5xx
+    method_404: bool = False  # an undeclared method answered 404 (want 405 with Allow)
+    refusal: Refusal | None = None  # a 422 for a value the document allows
+
+
+def _post(plane: LocalPlane, path: str, **kwargs: Any) -> int:
+    return plane.request("POST", path, **kwargs).status_code
+
+
+def _enum(document: dict[str, Any], name: str) -> list[str]:
+    return list(document["components"]["schemas"].get(name, {}).get("enum", []))
+
+
+def _requires_type(document: dict[str, Any]) -> bool:
+    schemas = document["components"]["schemas"]
+    return all("type" in schemas.get(n, {}).get("required", []) for n in ("S3Trigger", "ScheduleTrigger", "EventPatternTrigger"))
+
+
+def _labels_schema_refuses_bad_keys(document: dict[str, Any]) -> bool:
+    labels = document["components"]["schemas"]["SubmitJobRequest-Input"]["properties"]["labels"]
+    return labels.get("additionalProperties") is False or "pattern" in labels.get("propertyNames", {})
+
+
+KNOWN_DEFECTS = (
+    KnownDefect(
+        "undeclared method answers 404, not 405 with Allow (i11-edge, point 2)",
+        lambda plane, doc: plane.request("PUT", "/summary").status_code == 404,
+        method_404=True,
+    ),
+    KnownDefect(
+        "multipart/form-data without a boundary is a 500 (i11-edge, point 2)",
+        lambda plane, doc: _post(plane, "/jobs", data=b"{}", headers={"Content-Type": "multipart/form-data"}) >= 500,
+        server_error=r"Missing boundary in multipart",
+    ),
+    KnownDefect(
+        "a non-UTF-8 body is a 500, not a 400 (i11-edge, point 2)",
+        lambda plane, doc: _post(plane, "/jobs", data=b'"\xff"', headers={"Content-Type": "application/json"}) >= 500,
+        server_error=r"^UnicodeDecodeError",
+    ),
+    KnownDefect(
+        "a tiny or huge max_cost_usd overflows the Decimal conversion (i11-edge, point 2)",
+        lambda plane, doc: (
+            _post(plane, "/jobs", json={**job_body("fuzz-probe-decimal", gpu_count=1), "scheduling_config": {"max_cost_usd": 5e-324}})
+            >= 500
+        ),
+        server_error=r"^decimal\.",
+    ),
+    KnownDefect(
+        "the trigger's `type` discriminator is not required in openapi.json (i11-edge, point 4)",
+        lambda plane, doc: not _requires_type(doc),
+        refusal=Refusal("", 422, (), r"trigger", r"discriminator"),
+    ),
+    KnownDefect(
+        "labels keys the server refuses are allowed by openapi.json (i11-edge, point 4)",
+        lambda plane, doc: not _labels_schema_refuses_bad_keys(doc),
+        refusal=Refusal("", 422, (), r"labels\..*"),
+    ),
+    KnownDefect(
+        "a training type / framework refused at submit is offered by openapi.json (i11-edge, point 4)",
+        lambda plane, doc: "RLHF" in _enum(doc, "TrainingType") or "MEGATRON" in _enum(doc, "FrameworkType"),
+        refusal=Refusal("", 422, (), r".*", r"not supported yet"),
+    ),
+)
 
 
 @dataclass
-class CaseIds:
-    others: bool = False
+class Run:
+    """What the run shares across cases: the real ids, the defects still present, what was set aside."""
+
+    plane: LocalPlane
+    ids: Ids
+    defects: tuple[KnownDefect, ...]
+    set_aside: dict[str, int] = field(default_factory=dict)
+
+    def note(self, defect: KnownDefect) -> None:
+        self.set_aside[defect.name] = self.set_aside.get(defect.name, 0) + 1
 
 
-_case_ids: dict[int, CaseIds] = {}
+@pytest.fixture(scope="module")
+def fuzz_run(fuzz_plane: LocalPlane, real_ids: Ids) -> Iterator[Run]:
+    document = json.loads(OPENAPI.read_text(encoding="utf-8"))
+    run = Run(fuzz_plane, real_ids, tuple(d for d in KNOWN_DEFECTS if d.probe(fuzz_plane, document)))
+    yield run
+    if run.defects:
+        lines = [f"  {run.set_aside.get(d.name, 0):5d} x {d.name}" for d in run.defects]
+        message = "fuzzing set aside failures of defects other branches are fixing (probe still reproduces them):\n" + "\n".join(lines)
+        print("\n" + message)
+        warnings.warn(message, stacklevel=1)
 
 
-def others_objects_are_not_found(ctx: Any, response: Any, case: Any) -> bool | None:
-    marker = _case_ids.get(id(case))
-    if marker is not None and marker.others and response.status_code != 404 and response.status_code < 500:
-        # 400/415/422 before the lookup are fine (the input is refused whoever owns the id); anything else is not
-        if response.status_code < 400 or response.status_code in (409,):
-            raise AssertionError(f"Another principal's object reached: {response.status_code} {response.content[:300]!r}")
+# --- the checks of our own -----------------------------------------------------------------------
+
+_current: dict[str, Any] = {}  # the case being checked: its run and whether an id of admin's was put in it
+
+
+def _errors(response: Any) -> list[dict[str, Any]]:
+    try:
+        body = json.loads(response.content or b"{}")
+    except ValueError:
+        return []
+    errors = body.get("errors", []) if isinstance(body, dict) else []
+    return [e for e in errors if isinstance(e, dict)]
+
+
+def _explained(run: Run | None, operation: str, status: int, error: dict[str, Any] | None) -> bool:
+    if any(r.explains(operation, status, error) for r in LEGITIMATE_REFUSALS):
+        return True
+    for defect in run.defects if run else ():
+        if defect.refusal is not None and defect.refusal.explains(operation, status, error):
+            run.note(defect)  # type: ignore[union-attr]
+            return True
+    return False
+
+
+def accepted_when_valid(ctx: Any, response: Any, case: Any) -> bool | None:
+    """A request openapi.json says is valid is accepted, or refused for a reason in LEGITIMATE_REFUSALS (every
+    error it names must have one)."""
+    meta = case.meta
+    status = response.status_code
+    if meta is None or not meta.generation.mode.is_positive or status < 400 or status >= 500:
+        return None  # 5xx: not_a_server_error reports it
+    run, operation = _current.get("run"), case.operation.label
+    errors = _errors(response) if status == 422 else []
+    unexplained = [e for e in errors if not _explained(run, operation, status, e)] if errors else []
+    if (errors and unexplained) or (not errors and not _explained(run, operation, status, None)):
+        detail = json.dumps(unexplained) if unexplained else response.content[:600].decode(errors="replace")
+        raise AssertionError(f"Schema-valid request refused with {status}, for no reason LEGITIMATE_REFUSALS lists: {detail}")
     return None
 
 
-def use_real_ids(case: Any, ids: Ids) -> CaseIds:
-    marker = CaseIds()
-    params = case.path_parameters or {}
+def others_objects_are_not_found(ctx: Any, response: Any, case: Any) -> bool | None:
+    """An id of admin's job or policy, sent by alice: never a success, never a status conflict (which would
+    tell her it exists); input refused before the lookup (400/422) tells her nothing."""
+    if _current.get("others") and (response.status_code < 400 or response.status_code == 409):
+        raise AssertionError(f"alice reached admin's object: {response.status_code} {response.content[:300]!r}")
+    return None
+
+
+def use_real_ids(case: Any, ids: Ids) -> bool:
+    """Swap generated valid path ids for real ones (part of the time); True when one of admin's was put in."""
+    others = False
+    params = dict(case.path_parameters or {})
     for name in PATH_IDS:
         generated = params.get(name)
         if not isinstance(generated, str) or not 1 <= len(generated) <= 128:
-            continue  # an invalid id is part of a negative case: keep it
+            continue  # an invalid id is what makes a negative case negative: keep it
         picked = ids.pick(name, generated)
         if picked is not None:
-            params = {**params, name: picked[0]}
-            marker.others = marker.others or picked[1]
+            params[name], theirs = picked
+            others = others or theirs
     if params != (case.path_parameters or {}):
         case.path_parameters = params
-    return marker
+    return others
 
 
 def remember_created(case: Any, response: Any, ids: Ids) -> None:
@@ -264,40 +434,65 @@ def remember_created(case: Any, response: Any, ids: Ids) -> None:
         ids.add("job_id", body["job_id"])
 
 
+def _last_exception_logged(plane: LocalPlane) -> str:
+    for line in reversed(plane.log_tail(400).splitlines()):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Underflow|Overflow|Operation|Clamped|Inexact|Rounded)\b.*:", line):
+            return line
+    return ""
+
+
+def set_aside_known(run: Run, case: Any, response: Any, group: BaseExceptionGroup[Any]) -> list[Any]:
+    """The failures of `group` no active KnownDefect explains."""
+    logged = _last_exception_logged(run.plane) if response.status_code >= 500 else ""
+    left = []
+    for failure in group.exceptions:
+        defect = None
+        if isinstance(failure, ServerError | ContentTypeServerError) and logged:
+            defect = next((d for d in run.defects if d.server_error and re.search(d.server_error, logged)), None)
+        elif isinstance(failure, UnsupportedMethodResponse) and response.status_code == 404:
+            defect = next((d for d in run.defects if d.method_404), None)
+        if defect is None:
+            left.append(failure)
+        else:
+            run.note(defect)
+    return left
+
+
 # --- the test: one sub-test per operation of openapi.json ----------------------------------------
 
 
 @schema.parametrize()
-def test_every_operation_holds_its_contract(case: Any, fuzz_plane: LocalPlane, real_ids: Ids) -> None:
-    marker = use_real_ids(case, real_ids)
-    _case_ids[id(case)] = marker
+def test_every_operation_holds_its_contract(case: Any, fuzz_run: Run) -> None:
+    _current.update(run=fuzz_run, others=use_real_ids(case, fuzz_run.ids))
     try:
-        response = case.call(base_url=fuzz_plane.api_url, auth=fuzz_plane.auth("alice"), timeout=REQUEST_TIMEOUT_S)
-        remember_created(case, response, real_ids)
+        response = case.call(base_url=fuzz_run.plane.api_url, auth=fuzz_run.plane.auth("alice"), timeout=REQUEST_TIMEOUT_S)
+        remember_created(case, response, fuzz_run.ids)
         try:
             case.validate_response(
                 response,
                 additional_checks=[accepted_when_valid, others_objects_are_not_found],
                 excluded_checks=[positive_data_acceptance],
             )
-        except BaseException as exc:
-            if os.environ.get("FUZZ_EXPLORE"):
-                with open("/tmp/fuzz_explore.jsonl", "a") as out:
-                    for f in getattr(exc, "exceptions", [exc]):
-                        out.write(json.dumps({"op": case.operation.label, "cls": type(f).__name__, "title": getattr(f, "title", ""), "status": response.status_code, "msg": str(getattr(f, "message", f))[:300], "req_ct": case.media_type, "path": case.formatted_path, "body": repr(case.body)[:300], "resp": response.content[:300].decode(errors="replace")}) + "\n")
-            else:
-                raise
+        except FailureGroup as group:
+            left = set_aside_known(fuzz_run, case, response, group)
+            if left:
+                raise FailureGroup(left, str(group)) from None
     finally:
-        _case_ids.pop(id(case), None)
+        _current.clear()
 
 
 def test_the_fuzzer_covers_every_operation_of_the_document() -> None:
     """The run above is over the whole document: no operation left out by a filter or lost by the loader."""
     document = json.loads(OPENAPI.read_text(encoding="utf-8"))
-    loaded = schemathesis.openapi.from_dict(document, config=fuzz_config())
-    operations = {op.ok().label for op in loaded.get_all_operations()}
+    operations = {op.ok().label for op in schema.get_all_operations()}
     declared = {f"{method.upper()} {path}" for path, item in document["paths"].items() for method in item}
     assert operations == declared and len(declared) >= 20
 
 
-
+def test_legitimate_refusals_are_narrow() -> None:
+    """A refusal rule explains only what it names: a 422 for an unknown field or a bad type is never legitimate."""
+    unknown = {"field": "training_config.hyperparameters", "message": "unknown field (not part of the schema)", "type": "extra_forbidden"}
+    assert not any(r.explains("POST /jobs", 422, unknown) for r in LEGITIMATE_REFUSALS)
+    assert not any(r.explains("POST /jobs", 400, None) for r in LEGITIMATE_REFUSALS)
+    assert not any(r.explains("GET /summary", 404, None) for r in LEGITIMATE_REFUSALS)
+    assert any(r.explains("GET /jobs/{job_id}", 404, None) for r in LEGITIMATE_REFUSALS)

@@ -190,3 +190,22 @@ def test_checkpoint_ids() -> None:
     assert checkpoint_id_for(40) == "step-000040" and step_of("step-000040") == 40
     with pytest.raises(ValueError, match="not a checkpoint id"):
         step_of("latest")
+
+
+# --- what openapi.json states is what the models refuse (found by the fuzzer, tests/e2e/test_fuzz_api.py) ---
+
+
+def test_an_empty_patch_is_refused_and_the_schema_says_so() -> None:
+    assert PatchJobRequest.model_json_schema()["minProperties"] == 1
+    with pytest.raises(ValidationError, match="nothing to change"):
+        PatchJobRequest.model_validate({})
+    assert PatchJobRequest.model_validate({"name": "renamed"}).name == "renamed"
+
+
+def test_an_empty_event_pattern_is_refused_and_the_schema_says_so() -> None:
+    from schemas.retraining import EventPatternTrigger
+
+    assert EventPatternTrigger.model_json_schema()["properties"]["pattern"]["minProperties"] == 1
+    with pytest.raises(ValidationError, match="non-empty"):
+        EventPatternTrigger.model_validate({"type": "event", "pattern": {}})
+    assert EventPatternTrigger.model_validate({"pattern": {"source": ["aws.s3"]}}).pattern == {"source": ["aws.s3"]}
