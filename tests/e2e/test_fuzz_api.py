@@ -83,7 +83,8 @@ def job_body(name: str, *, gpu_count: int = 0) -> dict[str, Any]:
 
 @dataclass
 class Ids:
-    """Ids of real objects: alice's (seeded, then every one the fuzzer creates) and admin's (local mode's other principal; never alice's to see)."""
+    """Ids of real objects: alice's (seeded, then every one the fuzzer creates) and admin's (local mode's
+    other principal, whose objects alice must never see)."""
 
     jobs: list[str] = field(default_factory=list)
     policies: list[str] = field(default_factory=list)
@@ -162,10 +163,13 @@ def real_ids(fuzz_plane: LocalPlane) -> Ids:
     return seed(fuzz_plane)
 
 
+RUN_SEED = int(SEED) if SEED.isdigit() else random.SystemRandom().randrange(2**32)
+
+
 def fuzz_config() -> schemathesis.Config:
     return schemathesis.Config.from_dict(
         {
-            "seed": int(SEED) if SEED.isdigit() else random.SystemRandom().randrange(2**32),
+            "seed": RUN_SEED,
             "request-timeout": REQUEST_TIMEOUT_S,
             "generation": {"mode": "all", "max-examples": EXAMPLES, "database": "none", "no-shrink": True},
             "phases": {
@@ -244,6 +248,15 @@ LEGITIMATE_REFUSALS = (
         ("POST /retraining-policies", "PATCH /retraining-policies"),
         r"trigger\.schedule\.expression|input_mapping\.\d+",
         r"a schedule is cron|not a valid (cron|rate)|is not a dotted path",
+    ),
+    Refusal(
+        "an EventBridge event pattern must follow EventBridge's grammar (values in non-empty lists, known operators,"
+        " numeric in pairs): openapi.json states its outer shape (a non-empty object), not the grammar",
+        422,
+        ("POST /retraining-policies", "PATCH /retraining-policies"),
+        r"trigger\.event\.pattern|trigger\.pattern",
+        r"^event pattern .*(an empty list matches nothing|values must be in a list|is not a value or an operator|"
+        r"unsupported operator|numeric takes pairs|exists takes)",
     ),
     Refusal(
         "a rule across fields: a field required when another has a given value",
@@ -348,6 +361,7 @@ class Run:
 def fuzz_run(fuzz_plane: LocalPlane, real_ids: Ids) -> Iterator[Run]:
     document = json.loads(OPENAPI.read_text(encoding="utf-8"))
     run = Run(fuzz_plane, real_ids, tuple(d for d in KNOWN_DEFECTS if d.probe(fuzz_plane, document)))
+    print(f"\nfuzzing with seed {RUN_SEED} (TRAINPLANE_FUZZ_SEED={RUN_SEED} replays it), {EXAMPLES} examples per operation")
     yield run
     if run.defects:
         lines = [f"  {run.set_aside.get(d.name, 0):5d} x {d.name}" for d in run.defects]
@@ -434,16 +448,34 @@ def remember_created(case: Any, response: Any, ids: Ids) -> None:
         ids.add("job_id", body["job_id"])
 
 
-def _last_exception_logged(plane: LocalPlane) -> str:
-    for line in reversed(plane.log_tail(400).splitlines()):
-        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Underflow|Overflow|Operation|Clamped|Inexact|Rounded)\b.*:", line):
-            return line
-    return ""
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Underflow|Overflow|Operation|Clamped|Inexact|Rounded)\b.*:", re.M)
 
 
-def set_aside_known(run: Run, case: Any, response: Any, group: BaseExceptionGroup[Any]) -> list[Any]:
+def _log_size(plane: LocalPlane) -> int:
+    try:
+        return plane.log_path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _exception_logged_since(plane: LocalPlane, offset: int, wait_s: float = 3.0) -> str:
+    """The last exception line the plane logged after `offset` (its log is written by another process:
+    the line can land a moment after the response)."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        with open(plane.log_path, "rb") as log:
+            log.seek(offset)
+            lines = [m.group(0) for m in _EXCEPTION_LINE.finditer(log.read().decode(errors="replace"))]
+        if lines:
+            return lines[-1]
+        if time.monotonic() > deadline:
+            return ""
+        time.sleep(0.1)
+
+
+def set_aside_known(run: Run, response: Any, group: BaseExceptionGroup[Any], log_offset: int) -> list[Any]:
     """The failures of `group` no active KnownDefect explains."""
-    logged = _last_exception_logged(run.plane) if response.status_code >= 500 else ""
+    logged = _exception_logged_since(run.plane, log_offset) if response.status_code >= 500 else ""
     left = []
     for failure in group.exceptions:
         defect = None
@@ -465,6 +497,7 @@ def set_aside_known(run: Run, case: Any, response: Any, group: BaseExceptionGrou
 def test_every_operation_holds_its_contract(case: Any, fuzz_run: Run) -> None:
     _current.update(run=fuzz_run, others=use_real_ids(case, fuzz_run.ids))
     try:
+        log_offset = _log_size(fuzz_run.plane)
         response = case.call(base_url=fuzz_run.plane.api_url, auth=fuzz_run.plane.auth("alice"), timeout=REQUEST_TIMEOUT_S)
         remember_created(case, response, fuzz_run.ids)
         try:
@@ -474,7 +507,7 @@ def test_every_operation_holds_its_contract(case: Any, fuzz_run: Run) -> None:
                 excluded_checks=[positive_data_acceptance],
             )
         except FailureGroup as group:
-            left = set_aside_known(fuzz_run, case, response, group)
+            left = set_aside_known(fuzz_run, response, group, log_offset)
             if left:
                 raise FailureGroup(left, str(group)) from None
     finally:
