@@ -209,8 +209,8 @@ class Refusal:
         if error is None:
             return self.field is None and self.message is None
         return bool(
-            (self.field is None or re.fullmatch(self.field, str(error.get("field", ""))))
-            and (self.message is None or re.search(self.message, str(error.get("message", ""))))
+            (self.field is None or re.fullmatch(self.field, str(error.get("field", "")), re.S))
+            and (self.message is None or re.search(self.message, str(error.get("message", "")), re.S))
         )
 
 
@@ -255,7 +255,7 @@ LEGITIMATE_REFUSALS = (
         422,
         ("POST /retraining-policies", "PATCH /retraining-policies"),
         r"trigger\.event\.pattern|trigger\.pattern",
-        r"^event pattern .*(an empty list matches nothing|values must be in a list|is not a value or an operator|"
+        r"^event pattern .*(must be a non-empty object|an empty list matches nothing|values must be in a list|is not a value or an operator|"
         r"unsupported operator|numeric takes pairs|exists takes)",
     ),
     Refusal(
@@ -309,6 +309,11 @@ KNOWN_DEFECTS = (
         method_404=True,
     ),
     KnownDefect(
+        "JSON sent as text/plain or application/xml is a 500, not a 415 (i11-edge, point 2)",
+        lambda plane, doc: _post(plane, "/jobs/0/cancel", data=b"{}", headers={"Content-Type": "text/plain"}) >= 500,
+        server_error=r"RequestUnsupportedContentType",
+    ),
+    KnownDefect(
         "multipart/form-data without a boundary is a 500 (i11-edge, point 2)",
         lambda plane, doc: _post(plane, "/jobs", data=b"{}", headers={"Content-Type": "multipart/form-data"}) >= 500,
         server_error=r"Missing boundary in multipart",
@@ -334,7 +339,7 @@ KNOWN_DEFECTS = (
     KnownDefect(
         "labels keys the server refuses are allowed by openapi.json (i11-edge, point 4)",
         lambda plane, doc: not _labels_schema_refuses_bad_keys(doc),
-        refusal=Refusal("", 422, (), r"labels\..*"),
+        refusal=Refusal("", 422, (), r"(job_template\.)?labels\..*"),
     ),
     KnownDefect(
         "a training type / framework refused at submit is offered by openapi.json (i11-edge, point 4)",
@@ -448,7 +453,7 @@ def remember_created(case: Any, response: Any, ids: Ids) -> None:
         ids.add("job_id", body["job_id"])
 
 
-_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Underflow|Overflow|Operation|Clamped|Inexact|Rounded)\b.*:", re.M)
+_EXCEPTION_LINE = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*: .*$", re.M)  # a traceback's last line: module.Name: message
 
 
 def _log_size(plane: LocalPlane) -> int:
