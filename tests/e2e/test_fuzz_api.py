@@ -255,7 +255,8 @@ LEGITIMATE_REFUSALS = (
         422,
         ("POST /retraining-policies", "PATCH /retraining-policies"),
         r"trigger\.event\.pattern|trigger\.pattern",
-        r"^event pattern .*(must be a non-empty object|an empty list matches nothing|values must be in a list|is not a value or an operator|"
+        r"^event pattern .*(must be a non-empty object|an empty list matches nothing|values must be in a list|"
+        r"is not a value or an operator|"
         r"unsupported operator|numeric takes pairs|exists takes)",
     ),
     Refusal(
