@@ -111,7 +111,13 @@ class DistributedConfig(Strict):
 
 class FrameworkConfig(Strict):
     type: FrameworkType = FrameworkType.HF_TRAINER
-    config: StrMap = Field(default_factory=dict)
+    config: StrMap = Field(
+        default_factory=dict,
+        description=(
+            "Options of the framework named by `type`. DEEPSPEED takes only zero_stage ('1', '2' or '3'; default 2): "
+            "other keys, ZeRO-Offload included, are refused (422), as is base_model.dtype float16 with world_size > 1."
+        ),
+    )
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     custom_script_path: str | None = None
 

@@ -284,6 +284,14 @@ LEGITIMATE_REFUSALS = (
         r"output_config\.output_path)",
     ),
     Refusal(
+        "the options a framework takes depend on framework.type (DEEPSPEED: zero_stage 1-3 only, no ZeRO-Offload, no"
+        " float16 across processes), as framework.config's description in openapi.json says",
+        422,
+        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies"),
+        r"(job_template\.)?training_config(\.framework)?",
+        r"DEEPSPEED|ZeRO-Offload|framework\.config\.zero_stage",
+    ),
+    Refusal(
         "a rule across fields: a field required when another has a given value",
         422,
         (),
