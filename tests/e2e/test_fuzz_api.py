@@ -292,11 +292,19 @@ LEGITIMATE_REFUSALS = (
         r"DEEPSPEED|ZeRO-Offload|framework\.config\.zero_stage",
     ),
     Refusal(
-        "a rule across fields: a field required when another has a given value",
+        "an input mapping's target must name a field of the policy's job template, and labels the policy does not"
+        " set itself (a rule across input_mapping and job_template)",
+        422,
+        ("POST /retraining-policies", "PATCH /retraining-policies"),
+        r"input_mapping(\.\d+)?|job_template",
+        r"input_mapping\[\d+\]\.target|are set by the policy on every job it starts|jobs would carry \d+ labels",
+    ),
+    Refusal(
+        "a rule across fields: a field required when another has a given value, or a training type that needs a GPU",
         422,
         (),
         r".*",
-        r"(is required when|give exactly one of)",
+        r"(is required when|give exactly one of|needs a GPU)",
     ),
 )
 
@@ -372,7 +380,7 @@ KNOWN_DEFECTS = (
     KnownDefect(
         "labels keys the server refuses are allowed by openapi.json (i11-edge, point 4)",
         lambda plane, doc: not _labels_schema_refuses_bad_keys(doc),
-        refusal=Refusal("", 422, (), r"(job_template\.)?labels\..*"),
+        refusal=Refusal("", 422, (), r"(job_template\.)?(labels(\..*)?|body)", r"label|String should match pattern|valid string"),
     ),
     KnownDefect(
         "a training type / framework refused at submit is offered by openapi.json (i11-edge, point 4)",
