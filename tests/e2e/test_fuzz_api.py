@@ -496,7 +496,8 @@ def use_real_ids(case: Any, ids: Ids) -> bool:
 def use_allowed_data(case: Any) -> None:
     """Point part of the generated jobs' data sources at a file local mode allows, so that submissions get
     past path confinement (docs/SECURITY.md) to the rest of the lifecycle. Only where the source's path is
-    a valid string already: a negative case stays negative."""
+    a valid string already: a negative case stays negative. (Schemathesis re-derives a case's positive or
+    negative label from what is finally sent.)"""
     body = case.body
     if not isinstance(body, dict):
         return
@@ -512,6 +513,13 @@ def use_allowed_data(case: Any) -> None:
             path = source.get("path") if isinstance(source, dict) else None
             if isinstance(path, str) and path and zlib.crc32(path.encode("utf-8", "surrogatepass")) % 2 == 0:
                 source["path"] = str(DATA)
+    # A generated policy PATCH nearly always carries a whole trigger and job template, one of which is
+    # refused: half the valid ones lose them (when other fields remain), to reach the edit itself.
+    meta = case.meta
+    if case.method.upper() == "PATCH" and case.path.startswith("/retraining-policies/") and meta and meta.generation.mode.is_positive:
+        rest = {k: v for k, v in body.items() if k not in ("trigger", "job_template")}
+        if rest and len(rest) < len(body) and zlib.crc32(json.dumps(body, sort_keys=True, default=str).encode()) % 2 == 0:
+            case.body = rest
 
 
 def remember_created(case: Any, response: Any, ids: Ids) -> None:
