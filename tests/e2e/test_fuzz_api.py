@@ -119,15 +119,19 @@ class Ids:
             return (rng.choice(pool), is_others) if pool else None
 
 
-def wait_for_status(plane: LocalPlane, job_id: str, *statuses: str, principal: str = "alice", timeout: float = 120) -> None:
+def wait_for_status(plane: LocalPlane, job_id: str, status: str, *, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
+    job: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        reply = plane.request("GET", f"/jobs/{job_id}", principal=principal)
+        reply = plane.request("GET", f"/jobs/{job_id}")
         assert reply.status_code == 200, reply.text
-        if reply.json()["status"] in statuses:
+        job = reply.json()
+        if job["status"] == status:
             return
+        if job["status"] in ("COMPLETED", "FAILED", "CANCELLED"):
+            break
         time.sleep(0.3)
-    raise AssertionError(f"{job_id} not in {statuses} within {timeout:.0f}s:\n{plane.log_tail()}")
+    raise AssertionError(f"{job_id} is {job.get('status')} ({job.get('error_message')}), not {status}:\n{plane.log_tail()}")
 
 
 def seed(plane: LocalPlane) -> Ids:
