@@ -5,10 +5,12 @@ Every model forbids unknown fields: a misspelt option is a 422 naming it, never 
 
 from __future__ import annotations
 
+import json
+import types
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, SerializationInfo, field_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, SerializationInfo, ValidationInfo, field_serializer, model_validator
 
 Priority = Annotated[int, Field(ge=0, le=10, description="0 (lowest) to 10 (highest).")]
 StrMap = dict[str, str]
@@ -16,6 +18,47 @@ StrMap = dict[str, str]
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, use_enum_values=False, defer_build=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_numbers(cls, data: Any, info: ValidationInfo) -> Any:
+        # openapi.json says integer / number; pydantic's lax mode would also take true and "5" (found by the
+        # fuzzer, tests/e2e/test_fuzz_api.py). Refused here, once for every request model. A retraining
+        # policy's input mapping writes event text into a job (LAX_NUMBERS): "5" stays a number there.
+        if isinstance(data, dict) and not (info.context or {}).get(LAX_NUMBERS):
+            numeric = _numeric_fields(cls)
+            for key, value in data.items():
+                if key in numeric and isinstance(value, bool | str):
+                    raise ValueError(f"{key}: must be a number, not {json.dumps(value)}")
+        return data
+
+
+LAX_NUMBERS = "lax_numbers"  # validation context key: numbers may come as numeric strings (input mappings)
+_NUMERIC_FIELDS: dict[type, frozenset[str]] = {}
+
+
+def _is_number(annotation: Any) -> bool:
+    """int, float, or an optional / annotated one (a union with str or a model is not)."""
+    if annotation in (int, float):
+        return True
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _is_number(get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        return bool(members) and all(_is_number(a) for a in members)
+    return False
+
+
+def _numeric_fields(model: type[BaseModel]) -> frozenset[str]:
+    found = _NUMERIC_FIELDS.get(model)
+    if found is None:
+        names = set()
+        for name, info in model.model_fields.items():
+            if _is_number(info.annotation):
+                names.update({name, info.alias or name})
+        found = _NUMERIC_FIELDS[model] = frozenset(names)
+    return found
 
 
 class TrainingType(StrEnum):

@@ -286,6 +286,15 @@ def test_a_mapped_value_the_job_refuses_is_invalid_naming_the_field(plane: Plane
     assert result.outcome == "invalid" and "resource_config.gpu_count" in result.detail
 
 
+def test_a_template_mapped_into_a_number_is_read_as_the_number(plane: Plane) -> None:
+    # Given a mapping of event text into a numeric field (the API refuses "2" for a number; a mapping writes text)
+    plane.create(input_mapping=[{"template": "{detail.object.size}", "target": "resource_config.cpu_cores"}])
+    # When it fires / Then the job starts with the number the text says
+    (result,) = plane.service.dispatch(s3_event(size=3))
+    assert result.outcome == "started", result.detail
+    assert plane.repo.jobs[result.job_id].resource_config.cpu_cores == 3
+
+
 # --- duplicates, bursts, caps ----------------------------------------------------------------------
 
 

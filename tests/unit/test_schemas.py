@@ -209,3 +209,20 @@ def test_an_empty_event_pattern_is_refused_and_the_schema_says_so() -> None:
     with pytest.raises(ValidationError, match="non-empty"):
         EventPatternTrigger.model_validate({"type": "event", "pattern": {}})
     assert EventPatternTrigger.model_validate({"pattern": {"source": ["aws.s3"]}}).pattern == {"source": ["aws.s3"]}
+
+
+def test_numbers_are_numbers_not_booleans_or_strings() -> None:
+    # openapi.json says integer/number; pydantic's lax mode took true and "5" (found by the fuzzer)
+    body = request_body()
+    body["training_config"]["priority"] = False
+    with pytest.raises(ValidationError, match="priority: must be a number, not false"):
+        SubmitJobRequest.model_validate(body)
+    body = request_body()
+    body["scheduling_config"] = {"max_cost_usd": "1.5"}
+    with pytest.raises(ValidationError, match=r'max_cost_usd: must be a number, not "1\.5"'):
+        SubmitJobRequest.model_validate(body)
+    # And numbers (an optional one, a float given as an int) still pass
+    body["scheduling_config"] = {"max_cost_usd": 2, "priority": 3}
+    assert SubmitJobRequest.model_validate(body).scheduling_config.max_cost_usd == 2.0
+    with pytest.raises(ValidationError, match="must be a number"):
+        PatchJobRequest.model_validate({"priority": True})
