@@ -347,6 +347,16 @@ def _labels_schema_refuses_bad_keys(document: dict[str, Any]) -> bool:
     return labels.get("additionalProperties") is False or "pattern" in labels.get("propertyNames", {})
 
 
+def _with_hyperparameter(body: dict[str, Any], name: str, value: str) -> dict[str, Any]:
+    body["training_config"]["hyperparameters"][name] = value
+    return body
+
+
+def _hyperparameter_names_stated(document: dict[str, Any]) -> bool:
+    hyperparameters = document["components"]["schemas"]["TrainingConfig"]["properties"]["hyperparameters"]
+    return hyperparameters.get("additionalProperties") is False or "enum" in json.dumps(hyperparameters.get("propertyNames", {}))
+
+
 KNOWN_DEFECTS = (
     KnownDefect(
         "undeclared method answers 404, not 405 with Allow (i11-edge, point 2)",
@@ -387,6 +397,14 @@ KNOWN_DEFECTS = (
         refusal=Refusal("", 422, (), r"(job_template\.)?(labels(\..*)?|body)", r"label|String should match pattern|valid string"),
     ),
     KnownDefect(
+        "hyperparameter names the server refuses are allowed by openapi.json (i11-edge, points 3-4; appears with its merge)",
+        lambda plane, doc: (
+            _post(plane, "/jobs", json=_with_hyperparameter(job_body("fuzz-probe-hyperparameter", gpu_count=1), "fuzz_unknown", "1")) == 422
+            and not _hyperparameter_names_stated(doc)
+        ),
+        refusal=Refusal("", 422, (), r"(job_template\.)?(training_config\.)?hyperparameters(\..*)?", r"unknown hyperparameter"),
+    ),
+    KnownDefect(
         "a training type / framework refused at submit is offered by openapi.json (i11-edge, point 4)",
         lambda plane, doc: "RLHF" in _enum(doc, "TrainingType") or "MEGATRON" in _enum(doc, "FrameworkType"),
         refusal=Refusal("", 422, (), r".*", r"not supported yet"),
@@ -403,6 +421,7 @@ class Run:
     defects: tuple[KnownDefect, ...]
     set_aside: dict[str, int] = field(default_factory=dict)
     statuses: Counter[tuple[str, int]] = field(default_factory=Counter)  # (operation, status) -> responses
+    refusals: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # valid requests' legitimate 422s
 
     def table(self) -> str:
         by_operation: dict[str, list[str]] = {}
@@ -421,6 +440,8 @@ def fuzz_run(fuzz_plane: LocalPlane, real_ids: Ids) -> Iterator[Run]:
     print(f"\nfuzzing with seed {RUN_SEED} (TRAINPLANE_FUZZ_SEED={RUN_SEED} replays it), {EXAMPLES} examples per operation")
     yield run
     print("\nresponses by operation (status x count):\n" + run.table())
+    common = "\n".join(f"  {n:5d} x {op}: {where}: {message}" for (op, where, message), n in run.refusals.most_common(12))
+    print("\nthe commonest legitimate refusals of valid requests (first error):\n" + common)
     if run.defects:
         lines = [f"  {run.set_aside.get(d.name, 0):5d} x {d.name}" for d in run.defects]
         message = "fuzzing set aside failures of defects other branches are fixing (probe still reproduces them):\n" + "\n".join(lines)
@@ -465,6 +486,8 @@ def accepted_when_valid(ctx: Any, response: Any, case: Any) -> bool | None:
     if (errors and unexplained) or (not errors and not _explained(run, operation, status, None)):
         detail = json.dumps(unexplained) if unexplained else response.content[:600].decode(errors="replace")
         raise AssertionError(f"Schema-valid request refused with {status}, for no reason LEGITIMATE_REFUSALS lists: {detail}")
+    if run is not None and errors:
+        run.refusals[(operation, re.sub(r"\d+", "N", str(errors[0].get("field")))[:60], str(errors[0].get("message"))[:70])] += 1
     return None
 
 
