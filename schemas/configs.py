@@ -21,43 +21,50 @@ class Strict(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _numbers_are_numbers(cls, data: Any, info: ValidationInfo) -> Any:
-        # openapi.json says integer / number; pydantic's lax mode would also take true and "5" (found by the
-        # fuzzer, tests/e2e/test_fuzz_api.py). Refused here, once for every request model. A retraining
-        # policy's input mapping writes event text into a job (LAX_NUMBERS): "5" stays a number there.
+    def _json_types_are_kept(cls, data: Any, info: ValidationInfo) -> Any:
+        # openapi.json says integer / number / boolean; pydantic's lax mode would also take true and "5" for a
+        # number, 0 and "yes" for a boolean (found by the fuzzer, tests/e2e/test_fuzz_api.py). Refused here,
+        # once for every request model. A retraining policy's input mapping writes event text into a job
+        # (LAX_NUMBERS): "5" stays a number there.
         if isinstance(data, dict) and not (info.context or {}).get(LAX_NUMBERS):
-            numeric = _numeric_fields(cls)
+            numeric, boolean = _typed_fields(cls)
             for key, value in data.items():
                 if key in numeric and isinstance(value, bool | str):
                     raise ValueError(f"{key}: must be a number, not {json.dumps(value)}")
+                if key in boolean and value is not None and not isinstance(value, bool):
+                    raise ValueError(f"{key}: must be true or false, not {json.dumps(value, default=str)}")
         return data
 
 
 LAX_NUMBERS = "lax_numbers"  # validation context key: numbers may come as numeric strings (input mappings)
-_NUMERIC_FIELDS: dict[type, frozenset[str]] = {}
+_TYPED_FIELDS: dict[type, tuple[frozenset[str], frozenset[str]]] = {}
 
 
-def _is_number(annotation: Any) -> bool:
-    """int, float, or an optional / annotated one (a union with str or a model is not)."""
-    if annotation in (int, float):
+def _is_a(annotation: Any, kinds: tuple[type, ...]) -> bool:
+    """One of `kinds`, or an optional / annotated one (a union with anything else is not)."""
+    if annotation in kinds:
         return True
     origin = get_origin(annotation)
     if origin is Annotated:
-        return _is_number(get_args(annotation)[0])
+        return _is_a(get_args(annotation)[0], kinds)
     if origin in (Union, types.UnionType):
         members = [a for a in get_args(annotation) if a is not type(None)]
-        return bool(members) and all(_is_number(a) for a in members)
+        return bool(members) and all(_is_a(a, kinds) for a in members)
     return False
 
 
-def _numeric_fields(model: type[BaseModel]) -> frozenset[str]:
-    found = _NUMERIC_FIELDS.get(model)
+def _typed_fields(model: type[BaseModel]) -> tuple[frozenset[str], frozenset[str]]:
+    """(numeric, boolean) field names of `model`, aliases included."""
+    found = _TYPED_FIELDS.get(model)
     if found is None:
-        names = set()
+        numeric: set[str] = set()
+        boolean: set[str] = set()
         for name, info in model.model_fields.items():
-            if _is_number(info.annotation):
-                names.update({name, info.alias or name})
-        found = _NUMERIC_FIELDS[model] = frozenset(names)
+            if _is_a(info.annotation, (bool,)):
+                boolean.update({name, info.alias or name})
+            elif _is_a(info.annotation, (int, float)):
+                numeric.update({name, info.alias or name})
+        found = _TYPED_FIELDS[model] = (frozenset(numeric), frozenset(boolean))
     return found
 
 

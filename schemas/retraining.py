@@ -167,7 +167,9 @@ class RetrainingPolicyPatch(Strict):
     """Only the fields given change; null clears description and daily_cap and leaves any other field as it is."""
 
     # minProperties: the document says what the service refuses (an empty body: nothing to change).
-    model_config = ConfigDict(**Strict.model_config, json_schema_extra={"minProperties": 1})
+    model_config = ConfigDict(
+        **Strict.model_config, json_schema_extra={"minProperties": 1, "examples": [{"enabled": False, "daily_cap": 3}]}
+    )
 
     description: str | None = Field(default=None, max_length=4096)
     trigger: Trigger | None = None

@@ -49,6 +49,7 @@ from typing import Any
 import pytest
 import schemathesis
 from schemathesis.core.failures import ContentTypeServerError, FailureGroup, ServerError
+from schemathesis.generation.meta import TestPhase
 from schemathesis.openapi.checks import UnsupportedMethodResponse
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
@@ -104,11 +105,12 @@ class Ids:
             if value not in pool:
                 pool.append(value)
 
-    def pick(self, kind: str, generated: str, *, deleting: bool = False) -> tuple[str, bool] | None:
+    def pick(self, kind: str, generated: str, *, deleting: bool = False, example: bool = False) -> tuple[str, bool] | None:
         """A real id for this generated one (the choice derived from it, so a replay picks the same), or None.
-        A DELETE gets only objects the fuzzer created: the seeded ones stay for the operations after it."""
+        A DELETE gets only objects the fuzzer created: the seeded ones stay for the operations after it. The
+        document's examples (a valid body each) always get one of alice's: every run reaches a real object."""
         rng = random.Random(zlib.crc32(generated.encode("utf-8", "surrogatepass")))
-        roll = rng.random()
+        roll = 1.0 if example else rng.random()
         if roll < 0.3:
             return None  # keep the generated id: an unknown one
         with self.lock:
@@ -304,11 +306,12 @@ LEGITIMATE_REFUSALS = (
         r"input_mapping\[\d+\]\.target|are set by the policy on every job it starts|jobs would carry \d+ labels",
     ),
     Refusal(
-        "a rule across fields: a field required when another has a given value, or a training type that needs a GPU",
+        "a rule across fields: a field required when another has a given value, a training type that needs a GPU,"
+        " processes (world_size) the GPUs asked for cannot hold",
         422,
         (),
         r".*",
-        r"(is required when|give exactly one of|needs a GPU)",
+        r"(is required when|give exactly one of|needs a GPU|needs \d+ GPUs per node)",
     ),
 )
 
@@ -507,7 +510,8 @@ def use_real_ids(case: Any, ids: Ids) -> bool:
         generated = params.get(name)
         if not isinstance(generated, str) or not 1 <= len(generated) <= 128:
             continue  # an invalid id is what makes a negative case negative: keep it
-        picked = ids.pick(name, generated, deleting=case.method.upper() == "DELETE")
+        example = case.meta is not None and case.meta.phase.name == TestPhase.EXAMPLES
+        picked = ids.pick(name, generated, deleting=case.method.upper() == "DELETE", example=example)
         if picked is not None:
             params[name], theirs = picked
             others = others or theirs

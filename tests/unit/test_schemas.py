@@ -208,7 +208,7 @@ def test_an_empty_event_pattern_is_refused_and_the_schema_says_so() -> None:
     assert EventPatternTrigger.model_json_schema()["properties"]["pattern"]["minProperties"] == 1
     with pytest.raises(ValidationError, match="non-empty"):
         EventPatternTrigger.model_validate({"type": "event", "pattern": {}})
-    assert EventPatternTrigger.model_validate({"pattern": {"source": ["aws.s3"]}}).pattern == {"source": ["aws.s3"]}
+    assert EventPatternTrigger.model_validate({"type": "event", "pattern": {"source": ["aws.s3"]}}).pattern == {"source": ["aws.s3"]}
 
 
 def test_numbers_are_numbers_not_booleans_or_strings() -> None:
@@ -226,3 +226,15 @@ def test_numbers_are_numbers_not_booleans_or_strings() -> None:
     assert SubmitJobRequest.model_validate(body).scheduling_config.max_cost_usd == 2.0
     with pytest.raises(ValidationError, match="must be a number"):
         PatchJobRequest.model_validate({"priority": True})
+
+
+def test_booleans_are_booleans_not_numbers_or_strings() -> None:
+    body = request_body()
+    body["training_config"]["base_model"]["trust_remote_code"] = 0
+    with pytest.raises(ValidationError, match="trust_remote_code: must be true or false, not 0"):
+        SubmitJobRequest.model_validate(body)
+    body["training_config"]["base_model"]["trust_remote_code"] = "yes"
+    with pytest.raises(ValidationError, match="must be true or false"):
+        SubmitJobRequest.model_validate(body)
+    body["training_config"]["base_model"]["trust_remote_code"] = True
+    assert SubmitJobRequest.model_validate(body).training_config.base_model.trust_remote_code is True
