@@ -307,11 +307,11 @@ LEGITIMATE_REFUSALS = (
     ),
     Refusal(
         "a rule across fields: a field required when another has a given value, a training type that needs a GPU,"
-        " processes (world_size) the GPUs asked for cannot hold",
+        " processes (world_size) the nodes and GPUs asked for cannot hold",
         422,
         (),
         r".*",
-        r"(is required when|give exactly one of|needs a GPU|needs \d+ GPUs per node)",
+        r"(is required when|give exactly one of|needs a GPU|needs \d+ GPUs per node|is not a multiple of resource_config)",
     ),
 )
 
