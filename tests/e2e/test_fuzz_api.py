@@ -218,14 +218,16 @@ class Refusal:
     operations: tuple[str, ...] = ()  # "METHOD /path" prefixes; () = any
     field: str | None = None  # regex the error's field must match (422 only)
     message: str | None = None  # regex the error's message must match (422 only)
+    kind: str | None = None  # the error's type, exactly (422 only)
 
     def explains(self, operation: str, status: int, error: dict[str, Any] | None) -> bool:
         if status != self.status or (self.operations and not operation.startswith(self.operations)):
             return False
         if error is None:
-            return self.field is None and self.message is None
+            return self.field is None and self.message is None and self.kind is None
         return bool(
-            (self.field is None or re.fullmatch(self.field, str(error.get("field", "")), re.S))
+            (self.kind is None or error.get("type") == self.kind)
+            and (self.field is None or re.fullmatch(self.field, str(error.get("field", "")), re.S))
             and (self.message is None or re.search(self.message, str(error.get("message", "")), re.S))
         )
 
@@ -304,6 +306,13 @@ LEGITIMATE_REFUSALS = (
         ("POST /retraining-policies", "PATCH /retraining-policies"),
         r"input_mapping(\.\d+)?|job_template",
         r"input_mapping\[\d+\]\.target|are set by the policy on every job it starts|jobs would carry \d+ labels",
+    ),
+    Refusal(
+        "a rule of the trainer's checked at submit (issue 11 point 3: error type invalid_config), across fields or"
+        " list items (e.g. no data source with split 'train', world_size over the GPUs)",
+        422,
+        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies"),
+        kind="invalid_config",
     ),
     Refusal(
         "a rule across fields: a field required when another has a given value, a training type that needs a GPU,"
