@@ -138,7 +138,7 @@ def wait_for_status(plane: LocalPlane, job_id: str, status: str, *, timeout: flo
 
 def seed(plane: LocalPlane) -> Ids:
     """Real objects in several states: a COMPLETED job (retry, delete, metrics, logs), one QUEUED for a GPU
-    (cancel, patch), one CANCELLED; a policy of alice's; admin's job and policy."""
+    (cancel, patch), CANCELLED ones; policies of alice's; admin's job and policy."""
     ids = Ids()
 
     def submit(body: dict[str, Any], principal: str = "alice") -> str:
@@ -155,13 +155,17 @@ def seed(plane: LocalPlane) -> Ids:
 
     completed = submit(job_body("fuzz-seed-completed"))
     queued = submit(job_body("fuzz-seed-queued", gpu_count=1))
-    cancelled = submit(job_body("fuzz-seed-cancelled", gpu_count=1))
-    assert plane.request("POST", f"/jobs/{cancelled}/cancel", json={"reason": "fuzz seed"}).status_code == 200
+    cancelled, expendable = submit(job_body("fuzz-seed-cancelled", gpu_count=1)), submit(job_body("fuzz-seed-expendable", gpu_count=1))
+    for job_id in (cancelled, expendable):
+        assert plane.request("POST", f"/jobs/{job_id}/cancel", json={"reason": "fuzz seed"}).status_code == 200
     ids.jobs += [completed, queued, cancelled]
     ids.others_jobs.append(submit(job_body("fuzz-seed-admins"), principal="admin"))
     ids.policies.append(create_policy("alice"))
     ids.others_policies.append(create_policy("admin"))
     ids.seeded.update(ids.jobs + ids.policies)
+    # One job and one policy a DELETE may take even when the fuzzer created none of its own
+    ids.jobs.append(expendable)
+    ids.policies.append(create_policy("alice"))
     wait_for_status(plane, completed, "COMPLETED")
     return ids
 
@@ -551,8 +555,8 @@ def use_allowed_data(case: Any) -> None:
             continue
         for source in sources:
             path = source.get("path") if isinstance(source, dict) else None
-            if isinstance(path, str) and path and zlib.crc32(path.encode("utf-8", "surrogatepass")) % 2 == 0:
-                source["path"] = str(DATA)
+            if isinstance(path, str) and path and zlib.crc32(path.encode("utf-8", "surrogatepass")) % 4 != 0:
+                source["path"] = str(DATA)  # three in four: the fourth keeps exercising the confinement
     # A generated policy PATCH nearly always carries a whole trigger and job template, one of which is
     # refused: half the valid ones lose them (when other fields remain), to reach the edit itself.
     meta = case.meta
