@@ -146,6 +146,14 @@ def seed(plane: LocalPlane) -> Ids:
         assert reply.status_code == 201, reply.text
         return str(reply.json()["job_id"])
 
+    def cancel(job_id: str) -> None:
+        for _ in range(50):  # a 409 while the engine moves the job on (PENDING -> QUEUED): ask again
+            reply = plane.request("POST", f"/jobs/{job_id}/cancel", json={"reason": "fuzz seed"})
+            if reply.status_code != 409:
+                break
+            time.sleep(0.2)
+        assert reply.status_code == 200, reply.text
+
     def create_policy(principal: str) -> str:
         body = policy_body(job_template=job_body("fuzz-template"))
         del body["input_mapping"]  # the template's data source stays the allowed local file
@@ -157,7 +165,7 @@ def seed(plane: LocalPlane) -> Ids:
     queued = submit(job_body("fuzz-seed-queued", gpu_count=1))
     cancelled, expendable = submit(job_body("fuzz-seed-cancelled", gpu_count=1)), submit(job_body("fuzz-seed-expendable", gpu_count=1))
     for job_id in (cancelled, expendable):
-        assert plane.request("POST", f"/jobs/{job_id}/cancel", json={"reason": "fuzz seed"}).status_code == 200
+        cancel(job_id)
     ids.jobs += [completed, queued, cancelled]
     ids.others_jobs.append(submit(job_body("fuzz-seed-admins"), principal="admin"))
     ids.policies.append(create_policy("alice"))
