@@ -147,10 +147,13 @@ def seed(plane: LocalPlane) -> Ids:
         return str(reply.json()["job_id"])
 
     def cancel(job_id: str) -> None:
-        for _ in range(50):  # a 409 while the engine moves the job on (PENDING -> QUEUED): ask again
+        """Make the job terminal: cancel it (asked again on a 409 while the engine moves it on)."""
+        for _ in range(50):
             reply = plane.request("POST", f"/jobs/{job_id}/cancel", json={"reason": "fuzz seed"})
             if reply.status_code != 409:
                 break
+            if plane.request("GET", f"/jobs/{job_id}").json()["status"] in ("COMPLETED", "FAILED", "CANCELLED"):
+                return  # ended on its own: terminal is all a seed needs
             time.sleep(0.2)
         assert reply.status_code == 200, reply.text
 
