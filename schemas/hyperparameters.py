@@ -13,7 +13,8 @@ than a refusal with the key's name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, Self
+import types
+from typing import Any, Literal, Self, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -114,6 +115,33 @@ class Hyperparameters(BaseModel):
             else:
                 out[key] = str(value)
         return out
+
+
+_INT = r"^[0-9]+$"
+_FLOAT = r"^[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
+
+
+def _value_schema(annotation: Any) -> dict[str, Any]:
+    """The spelling of one hyperparameter's string value, for openapi.json (ranges are left to the server)."""
+    kinds = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) in (Union, types.UnionType) else [annotation]
+    if len(kinds) != 1:
+        return {"type": "string"}
+    kind = kinds[0]
+    if kind is bool:
+        return {"type": "string", "enum": sorted(_TRUE | _FALSE)}
+    if kind is int:
+        return {"type": "string", "pattern": _INT}
+    if kind is float:
+        return {"type": "string", "pattern": _FLOAT}
+    if get_origin(kind) is Literal:
+        return {"type": "string", "enum": [str(v) for v in get_args(kind)]}
+    return {"type": "string"}
+
+
+def hyperparameters_json_schema(schema: dict[str, Any]) -> None:
+    """openapi.json's hyperparameters: only the keys the trainer knows, each value spelt as it parses."""
+    schema["propertyNames"] = {"enum": known_hyperparameters()}
+    schema["properties"] = {name: _value_schema(info.annotation) for name, info in sorted(Hyperparameters.model_fields.items())}
 
 
 def known_hyperparameters() -> list[str]:
