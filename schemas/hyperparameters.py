@@ -147,15 +147,25 @@ class Hyperparameters(BaseModel):
             errors.append(field_error("fp16", "bf16 and fp16 are both true: choose one", values["fp16"]))
         if self.torch_compile:
             errors.append(
-                field_error("torch_compile", "torch_compile=true is not supported yet (the trainer runs the eager model)", values["torch_compile"])
+                field_error(
+                    "torch_compile", "torch_compile=true is not supported yet (the trainer runs the eager model)", values["torch_compile"]
+                )
             )
         if self.eval_strategy is not None and self.evaluation_strategy is not None and self.eval_strategy != self.evaluation_strategy:
-            errors.append(field_error("evaluation_strategy", "eval_strategy and evaluation_strategy disagree: give one", values["evaluation_strategy"]))
+            errors.append(
+                field_error(
+                    "evaluation_strategy", "eval_strategy and evaluation_strategy disagree: give one", values["evaluation_strategy"]
+                )
+            )
         if self.evaluation_strategy_name() == "no" and self.eval_steps is not None:
             errors.append(field_error("eval_steps", "eval_steps is set but eval_strategy is no", values["eval_steps"]))
         if self.label_smoothing_factor and training_type == TrainingType.DPO:
             errors.append(
-                field_error("label_smoothing_factor", "label_smoothing_factor applies to token cross-entropy, not to DPO's loss", values["label_smoothing_factor"])
+                field_error(
+                    "label_smoothing_factor",
+                    "label_smoothing_factor applies to token cross-entropy, not to DPO's loss",
+                    values["label_smoothing_factor"],
+                )
             )
         return errors
 

@@ -85,7 +85,12 @@ class SubmitJobRequest(Strict):
         here = ("training_config", "hyperparameters")
         for name in ("bf16", "fp16"):
             if getattr(parsed, name) and self.resource_config.gpu_count == 0:
-                raise_at((*here, name), f"{name}=true needs a GPU (mixed precision is CUDA-only here): set resource_config.gpu_count >= 1", hp[name], "SubmitJobRequest")
+                raise_at(
+                    (*here, name),
+                    f"{name}=true needs a GPU (mixed precision is CUDA-only here): set resource_config.gpu_count >= 1",
+                    hp[name],
+                    "SubmitJobRequest",
+                )
         checkpoint = self.output_config.checkpoint
         aliases = (
             ("per_device_train_batch_size", self.data_config, "batch_size", "data_config.batch_size"),
@@ -99,7 +104,12 @@ class SubmitJobRequest(Strict):
                 continue
             current = getattr(config, field)
             if str(getattr(current, "value", current)) != str(value):
-                raise_at((*here, name), f"{name}={value} conflicts with {where}={getattr(current, 'value', current)}: give one", hp[name], "SubmitJobRequest")
+                raise_at(
+                    (*here, name),
+                    f"{name}={value} conflicts with {where}={getattr(current, 'value', current)}: give one",
+                    hp[name],
+                    "SubmitJobRequest",
+                )
 
     def _check_distributed(self) -> None:
         """The trainer's validate_framework (trainer/distributed.py) refusals that need no host."""

@@ -300,7 +300,11 @@ class TrainingLoop:
             last = k == len(batches) - 1
             with contextlib.nullcontext() if last else self.runtime.no_sync(model), self.autocast():
                 result = loss_sum(
-                    model, self.inputs.reference_model, batch, dpo_beta=self.hyper.dpo_beta, label_smoothing=self.hyper.label_smoothing_factor
+                    model,
+                    self.inputs.reference_model,
+                    batch,
+                    dpo_beta=self.hyper.dpo_beta,
+                    label_smoothing=self.hyper.label_smoothing_factor,
                 )
                 loss = result.total / denominator
             self.runtime.backward(model, self.scaler.scale(loss) if self.scaler else loss, last=last)

@@ -65,7 +65,9 @@ def causal_lm_sum(model: nn.Module, batch: dict[str, Tensor], label_smoothing: f
     shift_logits = logits[:, :-1, :].float()
     shift_labels = labels[:, 1:]
     total = F.cross_entropy(
-        shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1), ignore_index=IGNORE_INDEX,
+        shift_logits.reshape(-1, shift_logits.size(-1)),
+        shift_labels.reshape(-1),
+        ignore_index=IGNORE_INDEX,
         reduction="sum",
         label_smoothing=label_smoothing,
     )
