@@ -117,7 +117,7 @@ def build_optimizer(model: nn.Module, hyper: Hyper, device: torch.device) -> tor
         raise UserError("the model has no trainable parameters")
     groups = [g for g in ({"params": decay, "weight_decay": hyper.weight_decay}, {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
     name, lr = hyper.optimizer_name(), hyper.learning_rate
-    adam = {"lr": lr, "betas": (hyper.adam_beta1, hyper.adam_beta2), "eps": hyper.adam_epsilon}
+    adam: dict[str, Any] = {"lr": lr, "betas": (hyper.adam_beta1, hyper.adam_beta2), "eps": hyper.adam_epsilon}
     if name == "adamw_torch":
         fused = device.type == "cuda"  # one kernel per step on GPU; CPU keeps the default (foreach)
         return torch.optim.AdamW(groups, **adam, fused=fused or None)
