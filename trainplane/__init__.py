@@ -10,12 +10,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trainplane.async_client import AsyncClient
     from trainplane.client import Client
     from trainplane.errors import (
         AuthError,
         Conflict,
         ConnectionFailed,
         EndpointNotConfigured,
+        JobFailed,
         NotFound,
         ServerError,
         TrainplaneError,
@@ -24,7 +26,9 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "AsyncClient": "trainplane.async_client",
     "Client": "trainplane.client",
+    "JobFailed": "trainplane.errors",
     "AuthError": "trainplane.errors",
     "Conflict": "trainplane.errors",
     "ConnectionFailed": "trainplane.errors",
@@ -37,11 +41,13 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AsyncClient",
     "AuthError",
     "Client",
     "Conflict",
     "ConnectionFailed",
     "EndpointNotConfigured",
+    "JobFailed",
     "NotFound",
     "ServerError",
     "TrainplaneError",

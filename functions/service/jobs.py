@@ -214,15 +214,22 @@ class JobService(LifecycleControls):
         )
         lines: list[LogLine] = []
         last_stamp = 0.0
+        # Where a reader resumes: just after the last line this request looked at (returned or skipped).
+        # A file is only ever appended to, so (attempt, line index) stays valid as the run writes on.
+        resume_at = (start_attempt, start_line)
         for attempt, key in files:
             for index, (stamp, message) in enumerate(_stamped(self.store.read_lines(key), last_stamp)):
                 last_stamp = stamp
-                if (attempt, index) < (start_attempt, start_line) or (since is not None and stamp <= since):
+                if (attempt, index) < (start_attempt, start_line):
                     continue
                 if len(lines) == limit:
-                    return LogsResponse(lines=lines, next_token=_encode_log_token(attempt, index))
+                    token = _encode_log_token(attempt, index)
+                    return LogsResponse(lines=lines, next_token=token, cursor=token)
+                resume_at = (attempt, index + 1)
+                if since is not None and stamp <= since:
+                    continue
                 lines.append(LogLine(timestamp=stamp, attempt=attempt, message=message))
-        return LogsResponse(lines=lines, next_token=None)
+        return LogsResponse(lines=lines, next_token=None, cursor=_encode_log_token(*resume_at))
 
     # --- edit and delete -------------------------------------------------------------------------
 
