@@ -58,6 +58,7 @@ from trainplane.waits import (
     decide,
     failure,
     handlers,
+    new_idempotency_key,
     view_for,
     why_not,
 )
@@ -205,7 +206,7 @@ class AsyncClient:
         on_update: UpdateHandler | None = None,
         idempotency_key: str | None = None,
     ) -> Job:
-        job = await self.submit(request, idempotency_key=idempotency_key)
+        job = await self.submit(request, idempotency_key=idempotency_key or new_idempotency_key())
         return await self._run_wait(Goal.of(until), job.job_id, timeout_s, poll_interval_s, follow_logs, progress, on_log, on_update)
 
     async def wait_for_existing(

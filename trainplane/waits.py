@@ -31,6 +31,7 @@ import functools
 import math
 import sys
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -250,6 +251,10 @@ def why_not(job: Job, goal: Goal) -> str:
     return ""
 
 
+def new_idempotency_key() -> str:
+    return f"wait-{uuid.uuid4()}"
+
+
 def existing_child(api: _Api, parent: Job) -> Job | None:
     """A child job (retry) of `parent` made since it last changed, if there is one."""
     jobs, _ = api.list_page(name=parent.name, limit=50)
@@ -370,11 +375,13 @@ class WaitMethods:
         timeout: float | None = None,
         poll: float | None = None,
     ) -> Job:
-        """Submit, then wait as wait_for_existing does (default: until COMPLETED).
+        """Submit (with an Idempotency-Key, made up when not given, so a lost answer is retried safely),
+        then wait as wait_for_existing does (default: until COMPLETED).
 
         `timeout` and `poll` are the older names of `timeout_s` and `poll_interval_s`.
         """
-        job = self.submit(request, idempotency_key=idempotency_key)
+        # Always with an Idempotency-Key: a submit whose answer was lost is repeated safely (same job).
+        job = self.submit(request, idempotency_key=idempotency_key or new_idempotency_key())
         return WaitMethods.wait_for_existing(
             self,  # type: ignore[arg-type]
             job.job_id,
