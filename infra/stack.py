@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_cdk import AssetHashType, CfnOutput, Stack
@@ -58,6 +59,7 @@ class TrainplaneStack(Stack):
                 "trainer_log_group": compute.trainer_log_group.log_group_name,
                 "gpu_quotas": config.gpu_quotas or None,
                 "cors_origin": config.cors_origin,
+                "training_shapes": json.dumps(config.training_shapes) if config.training_shapes else None,
             }
         )
         lifecycle = Lifecycle(self, "Lifecycle", config=config, storage=storage, compute=compute, code=code, environment=environment)

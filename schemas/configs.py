@@ -209,6 +209,12 @@ class ResourceConfig(Strict):
     node_count: int = Field(default=1, ge=1, le=256, description="Nodes (instances) for multi-node training.")
     node_affinity: list[str] = Field(default_factory=list)
     node_anti_affinity: list[str] = Field(default_factory=list)
+    training_shape: str | None = Field(
+        default=None,
+        max_length=72,
+        pattern=r"^[a-z0-9][a-z0-9._-]{0,63}(@[1-9][0-9]{0,5})?$",
+        description="A training shape (GET /training-shapes) instead of gpu_count/gpu_type/node_count: 'name' (latest) or 'name@version'.",
+    )
 
 
 class CheckpointConfig(Strict):

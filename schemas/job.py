@@ -19,6 +19,7 @@ from schemas.configs import (
     TrainingConfig,
     TrainingType,
 )
+from schemas.shapes import TrainingShapeProfile
 from schemas.status import JobStatus
 
 LabelKey = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_.\-/]+$")]
@@ -168,6 +169,8 @@ class Job(BaseModel):
     best_checkpoint_id: str | None = None
     progress: Progress = Field(default_factory=Progress)
     cost: Cost = Field(default_factory=Cost)
+    # The training shape resource_config.training_shape resolved to at submit, with its version.
+    training_shape: TrainingShapeProfile | None = None
     # Control-plane bookkeeping
     version: int = 1
     attempt: int = 0
@@ -205,13 +208,18 @@ class Job(BaseModel):
         return self.scheduling_config.queue
 
     def submit_request(self) -> SubmitJobRequest:
+        """The request this job is (a retry's child starts from it); a job on a training shape names the
+        exact version it resolved to, so the child runs on the same profile."""
+        resource_config = self.resource_config
+        if self.training_shape is not None:
+            resource_config = resource_config.model_copy(update={"training_shape": self.training_shape.ref})
         return SubmitJobRequest(
             name=self.name,
             description=self.description,
             labels=self.labels,
             training_config=self.training_config,
             data_config=self.data_config,
-            resource_config=self.resource_config,
+            resource_config=resource_config,
             output_config=self.output_config,
             scheduling_config=self.scheduling_config,
         )

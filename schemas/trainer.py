@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.configs import DataConfig, OutputConfig, ResourceConfig, TrainingConfig
+from schemas.shapes import TrainingShapeProfile
 
 # --- Environment (each overrides the SageMaker default path in brackets) -------------------------
 ENV_RUN_SPEC = "TRAINPLANE_RUN_SPEC"  # path or s3:// URI of config/run.json [hyperparameters.json "run_spec"]
@@ -101,6 +102,7 @@ class RunSpec(BaseModel):
     metrics_uri: str | None = None
     output_uri: str | None = None
     max_runtime_seconds: int | None = None
+    training_shape: TrainingShapeProfile | None = Field(default=None, description="The job's training shape, when it names one.")
 
 
 # --- Metric lines on stdout (SageMaker MetricDefinitions) ------------------------------------------

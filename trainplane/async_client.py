@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from schemas.api import LogLine, MetricsPoint, Summary
 from schemas.configs import ResourceConfig
 from schemas.job import Job, StatusEvent
+from schemas.shapes import TrainingShapeList, TrainingShapeProfile
 from schemas.status import JobStatus
 from trainplane import endpoint as endpoint_mod
 from trainplane.client import (
@@ -43,6 +44,7 @@ from trainplane.client import (
     _job_of,
     _job_path,
     _request_body,
+    _shape_path,
 )
 from trainplane.errors import AuthError, Conflict, ConnectionFailed, TrainplaneError, error_from_response
 from trainplane.waits import (
@@ -190,6 +192,12 @@ class AsyncClient:
 
     async def summary(self) -> Summary:
         return Summary.model_validate(await self._call("GET", "/summary"))
+
+    async def list_training_shapes(self) -> builtins.list[TrainingShapeProfile]:
+        return TrainingShapeList.model_validate(await self._call("GET", "/training-shapes")).shapes
+
+    async def get_training_shape(self, name: str, version: int | None = None) -> TrainingShapeProfile:
+        return TrainingShapeProfile.model_validate(await self._call("GET", _shape_path(name), params={"version": version}))
 
     # --- the seed's waits (trainplane/waits.py) ----------------------------------------------------
 

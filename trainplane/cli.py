@@ -278,6 +278,8 @@ def get(
         rows["labels"] = ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items()))
     if job.parent_job_id:
         rows["parent_job_id"] = job.parent_job_id
+    if job.training_shape is not None:
+        rows["training_shape"] = shape_text(job.training_shape)
     if job.error_type or job.error_message:
         rows["error"] = f"{job.error_type or ''} {job.error_message or ''}".strip()
     if job.latest_checkpoint_id:
@@ -617,8 +619,10 @@ def _when(value: datetime | None) -> str:
 
 
 from trainplane.cli_policies import policies_app  # noqa: E402 (it builds on the helpers above)
+from trainplane.cli_shapes import shape_text, shapes_app  # noqa: E402
 
 app.add_typer(policies_app, name="policies")
+app.add_typer(shapes_app, name="shapes")
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from schemas.api import LogLine, MetricsPoint, PatchJobRequest, Summary
 from schemas.configs import ResourceConfig
 from schemas.job import Job, StatusEvent, SubmitJobRequest
+from schemas.shapes import TrainingShapeList, TrainingShapeProfile
 from schemas.status import TERMINAL, JobStatus
 from trainplane import endpoint as endpoint_mod
 from trainplane.client_policies import PolicyMethods
@@ -194,6 +195,15 @@ class Client(WaitMethods, PolicyMethods):
     def summary(self) -> Summary:
         return Summary.model_validate(self._call("GET", "/summary"))
 
+    # --- training shapes --------------------------------------------------------------------------
+
+    def list_training_shapes(self) -> builtins.list[TrainingShapeProfile]:
+        return TrainingShapeList.model_validate(self._call("GET", "/training-shapes")).shapes
+
+    def get_training_shape(self, name: str, version: int | None = None) -> TrainingShapeProfile:
+        """The shape's latest version, or the one given (NotFound if the deployment has no such shape)."""
+        return TrainingShapeProfile.model_validate(self._call("GET", _shape_path(name), params={"version": version}))
+
     def openapi(self) -> dict[str, Any]:
         return dict(self._call("GET", "/openapi.json"))
 
@@ -288,6 +298,12 @@ def _job_path(job_id: str, action: str = "") -> str:
     if not job_id or "/" in job_id:
         raise ValueError(f"not a job id: {job_id!r}")
     return f"/jobs/{quote(job_id, safe='')}" + (f"/{action}" if action else "")
+
+
+def _shape_path(name: str) -> str:
+    if not name or "/" in name:
+        raise ValueError(f"not a training shape name: {name!r}")
+    return f"/training-shapes/{quote(name, safe='')}"
 
 
 def _job_of(body: Mapping[str, Any]) -> Job:

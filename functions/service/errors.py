@@ -71,3 +71,12 @@ class PolicyConflict(ConcurrentModification):
         )
         self.job_id = policy_id  # ConcurrentModification's attribute, for handlers that read it
         self.policy_id = policy_id
+
+
+class ShapeNotFound(DomainError):
+    """No such training shape (or version) in this deployment (404 on /training-shapes)."""
+
+    def __init__(self, name: str, version: int | None = None) -> None:
+        super().__init__(f"training shape {name}{'@' + str(version) if version else ''} not found")
+        self.name = name
+        self.version = version

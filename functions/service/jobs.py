@@ -22,9 +22,11 @@ from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, Log
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.principal import Principal
+from functions.service.shapes import ShapeCatalog, apply_shape, catalog_from_json
 from functions.settings import Settings
 from schemas.api import EventList, JobList, LogLine, LogsResponse, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
 from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest
+from schemas.shapes import parse_shape_ref
 from schemas.status import EDITABLE, RUNNING, TERMINAL, JobStatus
 from schemas.trainer import EVENT_PREFIX
 
@@ -79,6 +81,7 @@ class JobService(LifecycleControls):
         reason: str = "submitted",
     ) -> Job:
         """Create the job PENDING (with its first history entry), then start its lifecycle if wired."""
+        request, shape = apply_shape(request, self.shape_catalog())
         self._check_compute(request)
         now = self.clock()
         priority = request.effective_priority
@@ -97,6 +100,7 @@ class JobService(LifecycleControls):
             parent_job_id=parent_job_id,
             created_at=now,
             updated_at=now,
+            training_shape=shape,
         )
         self.repo.create(job, StatusEvent(at=now, from_status=None, to_status=JobStatus.PENDING, reason=reason, actor=Actor.USER.value))
         if self.workflow is None:
@@ -111,13 +115,24 @@ class JobService(LifecycleControls):
         # Re-read: the execution may already have moved the job on (PENDING -> QUEUED).
         return self.repo.get(job.job_id)
 
+    def shape_catalog(self) -> ShapeCatalog:
+        """The deployment's training shapes (defaults + settings.training_shapes), built once."""
+        catalog: ShapeCatalog | None = getattr(self, "_shape_catalog", None)
+        if catalog is None:
+            catalog = self._shape_catalog = catalog_from_json(self.settings.training_shapes)
+        return catalog
+
     def _check_compute(self, request: SubmitJobRequest) -> None:
         """What the configured compute cannot run is refused now (422 naming the field), not at launch."""
         if self.settings.compute == "local":
             return
         from functions.adapters.launchers.cloud import validate_cloud_job
 
-        validate_cloud_job(request.training_config, request.data_config, request.resource_config, self.settings.compute)
+        shape = None
+        if request.resource_config.training_shape:
+            name, version = parse_shape_ref(request.resource_config.training_shape)
+            shape = self.shape_catalog().get(name, version)
+        validate_cloud_job(request.training_config, request.data_config, request.resource_config, self.settings.compute, shape)
 
     def _fail_unstarted(self, job: Job, exc: Exception) -> None:
         try:
@@ -257,7 +272,14 @@ class JobService(LifecycleControls):
             changes["resource_config"] = request.resource_config
         if not changes:
             raise InvalidRequest("body", "nothing to change")
-        self._check_compute(_revalidate(job, changes))
+        edited = _revalidate(job, changes)
+        if "resource_config" in changes and request.resource_config is not None:
+            # New resources: the shape they name (if any) is resolved again, as at submit, against the
+            # fields the edit itself sets.
+            edited = edited.model_copy(update={"resource_config": request.resource_config})
+            edited, shape = apply_shape(edited, self.shape_catalog(), only_resources_are_the_users=True)
+            changes.update(resource_config=edited.resource_config, training_config=edited.training_config, training_shape=shape)
+        self._check_compute(edited)
         return self.repo.update(job_id, job.version, changes, EDITABLE, action="edit")
 
     def delete(self, job_id: str, principal: Principal) -> None:

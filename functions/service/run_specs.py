@@ -61,6 +61,7 @@ class RunSpecs:
             metrics_uri=self.s3_uri(constants.metrics_key(job.job_id)),
             output_uri=job.output_config.output_path or self.s3_uri(f"{constants.job_prefix(job.job_id)}model"),
             max_runtime_seconds=job.scheduling_config.max_runtime_seconds,
+            training_shape=job.training_shape,
         )
 
     def checkpoint(self, job: Job, data: Mapping[str, Any], now: datetime) -> tuple[CheckpointRef, str | None, list[str]] | None:
