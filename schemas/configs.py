@@ -147,7 +147,10 @@ class TrainingConfig(Strict):
         default_factory=dict, description="Strings, parsed by the trainer (max_steps, learning_rate, lora_rank...)."
     )
     environment: StrMap = Field(default_factory=dict)
-    resume_from_checkpoint: str | None = None
+    resume_from_checkpoint: str | None = Field(
+        default=None,
+        description="A checkpoint id of this job, a checkpoint URI, or 'latest': the newest under the job's checkpoint location.",
+    )
     max_retries: int = Field(default=0, ge=0, le=20, description="Retries for retryable user-code failures.")
     priority: Priority = 5
 
@@ -236,6 +239,13 @@ class OutputConfig(Strict):
     hub_token: SecretStr | None = Field(default=None, description="Write-only: never returned by the API.")
     export_format: ExportFormat = ExportFormat.SAFETENSORS
     merge_lora: bool = False
+    layout: Literal["trainplane", "deepfinery"] = Field(
+        default="trainplane",
+        description=(
+            "'deepfinery': output_path is a run's root as seeds/004 lays it out: checkpoints/ (ours, each with a "
+            "step-XXXXXX.json entry beside it), logs/, config/run.json, and the exported model under model/."
+        ),
+    )
 
     @field_serializer("hub_token", when_used="json")
     def _mask_token(self, value: SecretStr | None, info: SerializationInfo) -> str | None:
@@ -250,6 +260,8 @@ class OutputConfig(Strict):
     def _hub_needs_repo(self) -> OutputConfig:
         if self.push_to_hub and not self.hub_repo_id:
             raise ValueError("hub_repo_id is required when push_to_hub is true")
+        if self.layout == "deepfinery" and not self.output_path:
+            raise ValueError("output_path (the run's root) is required when layout is 'deepfinery'")
         return self
 
 

@@ -103,6 +103,10 @@ class RunSpec(BaseModel):
     output_uri: str | None = None
     max_runtime_seconds: int | None = None
     training_shape: TrainingShapeProfile | None = Field(default=None, description="The job's training shape, when it names one.")
+    # output_config.layout 'deepfinery': the run's root (checkpoint_uri is its checkpoints/), and whether
+    # a first attempt resumes from the newest checkpoint there (resume_from_checkpoint 'latest').
+    layout_uri: str | None = None
+    resume_latest: bool = True
 
 
 # --- Metric lines on stdout (SageMaker MetricDefinitions) ------------------------------------------

@@ -20,7 +20,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 
 from functions import composition, constants
-from functions.handlers import errors, policies, queues, shapes
+from functions.handlers import errors, policies, queues, shapes, train
 from functions.handlers.errors import Forbidden, IdempotencyInProgress, IdempotencyKeyReused, responses
 from functions.handlers.tracing import LazyTracer
 from schemas.api import (
@@ -363,6 +363,7 @@ app.include_router(reports)
 app.include_router(policies.router)
 app.include_router(queues.router)
 app.include_router(shapes.router)
+app.include_router(train.router)
 errors.register(app, on_error=_count_error)
 
 

@@ -13,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from trainer.contract import ContainerPaths, load_run_spec
 from trainer.events import Events, log
 from trainer.failures import UserError, classify, write_failure
 from trainer.hyper import Hyper
+from trainer.run_layout import RunLayout
 from trainer.signals import StopRequest
 
 
@@ -143,6 +145,12 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
         reference_model=loaded.reference_model,
         extra_files=_config_files(loaded.model, loaded.is_adapter),
     )
+    layout = RunLayout.of(spec)
+    if layout is not None and runtime.is_main:
+        layout.prepare()
+    on_saved = emit_checkpoint_event(events)
+    if layout is not None:
+        on_saved = _both(on_saved, layout.on_saved)
     checkpoints = CheckpointManager(
         spec.checkpoint_uri,
         paths.checkpoint_dir,
@@ -150,12 +158,15 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
         job_id=spec.job_id,
         attempt=spec.attempt,
         training_type=tc.training_type.value,
-        on_saved=emit_checkpoint_event(events),
+        on_saved=on_saved,
         asynchronous=hyper.async_checkpoint,
     )
     metrics = MetricsLog(paths.output_data_dir / "metrics.jsonl", spec.metrics_uri, attempt=spec.attempt, enabled=runtime.is_main)
     loop = TrainingLoop(spec, hyper, inputs, runtime=runtime, checkpoints=checkpoints, events=events, metrics=metrics, stop=stop)
     result = loop.run(_resume_uri(spec))
+    if layout is not None and runtime.is_main:
+        checkpoints.wait()
+        layout.finish(paths.output_data_dir / "metrics.jsonl")
     if result.stopped:
         log(f"stopped ({stop.reason}) at step {result.step}/{result.total_steps}; checkpoint {result.checkpoint_uri}")
         return _finish(events, ExitCode.STOPPED_WITH_CHECKPOINT, result.checkpoint_uri)
@@ -176,12 +187,22 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
     return _finish(events, ExitCode.COMPLETED, result.checkpoint_uri)
 
 
+def _both(first: Callable[[Any, str], None], second: Callable[[Any, str], None]) -> Callable[[Any, str], None]:
+    def both(manifest: Any, uri: str) -> None:
+        first(manifest, uri)
+        second(manifest, uri)
+
+    return both
+
+
 def _resume_uri(spec: RunSpec) -> str | None:
     if spec.resume_from:
         return spec.resume_from
     if spec.training_config.resume_from_checkpoint:
         # A checkpoint id ("step-000500") names a checkpoint of this job; a URI names any.
         ref = spec.training_config.resume_from_checkpoint
+        if ref == "latest":
+            return None  # the newest checkpoint under checkpoint_uri, as for an automatic resume
         return ref if "/" in ref else storage.join(spec.checkpoint_uri, ref)
     return None
 
