@@ -103,7 +103,11 @@ class BaseModelSpec(Strict):
 
 
 class DistributedConfig(Strict):
-    world_size: int = Field(default=1, ge=1, le=4096)
+    world_size: int = Field(default=1, ge=1, le=4096, description="Processes in all (nodes x processes per node).")
+    procs_per_node: int | Literal["gpu"] | None = Field(
+        default=None,
+        description="OME's numProcPerNode: processes per node, or 'gpu' (one per GPU); sets world_size = node_count x it.",
+    )
     backend: str = "nccl"
     strategy: str | None = None
     config: StrMap = Field(default_factory=dict)
@@ -114,11 +118,24 @@ class FrameworkConfig(Strict):
     config: StrMap = Field(default_factory=dict)
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     custom_script_path: str | None = None
+    command: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="CUSTOM: the command to run (OME's trainer.command), e.g. ['python', 'train.py'].",
+    )
+    args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list, max_length=1024, description="CUSTOM: arguments after the command or script (OME's trainer.args)."
+    )
 
     @model_validator(mode="after")
     def _custom_needs_script(self) -> FrameworkConfig:
-        if self.type == FrameworkType.CUSTOM and not self.custom_script_path:
-            raise ValueError("custom_script_path is required when framework.type is CUSTOM")
+        if self.type == FrameworkType.CUSTOM and not (self.custom_script_path or self.command):
+            raise ValueError("custom_script_path or command is required when framework.type is CUSTOM")
+        if self.type == FrameworkType.CUSTOM and self.custom_script_path and self.command:
+            raise ValueError("give custom_script_path or command, not both")
+        if self.type != FrameworkType.CUSTOM and (self.command or self.args):
+            raise ValueError("command and args are for framework.type CUSTOM")
         if self.type == FrameworkType.DEEPSPEED:
             self._check_deepspeed_options()
         return self
@@ -175,9 +192,22 @@ class DataSource(Strict):
     type: Literal["jsonl"] = "jsonl"
     split: Literal["train", "validation"] = "train"
     format: Literal["jsonl", "jsonl.gz", "auto"] = "auto"
+    compression: Literal["gzip", "none"] | None = Field(
+        default=None, description="OME's dataset compression parameter; gzip = format jsonl.gz."
+    )
     columns: list[str] | None = Field(default=None, description="Column projection: only these fields are read.")
     filters: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Keep rows whose fields equal these values.")
     sampling: Sampling | None = None
+
+    @model_validator(mode="after")
+    def _compression_is_a_format(self) -> DataSource:
+        if self.compression is None:
+            return self
+        # OME says {format: jsonl, compression: gzip} for what our format calls jsonl.gz.
+        if self.compression == "none" and self.format == "jsonl.gz":
+            raise ValueError(f"format {self.format!r} contradicts compression {self.compression!r}")
+        self.format = "jsonl.gz" if self.compression == "gzip" else "jsonl"
+        return self
 
 
 class PreprocessConfig(Strict):

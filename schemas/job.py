@@ -19,6 +19,7 @@ from schemas.configs import (
     TrainingConfig,
     TrainingType,
 )
+from schemas.ome import OmeTrainer
 from schemas.shapes import TrainingShapeProfile
 from schemas.status import JobStatus
 
@@ -36,6 +37,7 @@ class SubmitJobRequest(Strict):
     resource_config: ResourceConfig = Field(default_factory=ResourceConfig)
     output_config: OutputConfig = Field(default_factory=OutputConfig)
     scheduling_config: SchedulingConfig = Field(default_factory=SchedulingConfig)
+    trainer: OmeTrainer | None = Field(default=None, description="OME's trainer block (seeds/002), mapped onto the fields above at submit.")
 
     @model_validator(mode="after")
     def _supported_and_consistent(self) -> SubmitJobRequest:
@@ -48,7 +50,30 @@ class SubmitJobRequest(Strict):
             raise ValueError(UNSUPPORTED_FRAMEWORKS[tc.framework.type])
         if tc.training_type == TrainingType.QLORA and self.resource_config.gpu_count == 0:
             raise ValueError("QLORA needs a GPU (4-bit kernels are CUDA-only): set resource_config.gpu_count >= 1")
+        self._procs_per_node()
         return self
+
+    def _procs_per_node(self) -> None:
+        """OME's numNodes x numProcPerNode: world_size follows from procs_per_node when it is given."""
+        distributed = self.training_config.framework.distributed
+        per_node = distributed.procs_per_node
+        if per_node is None:
+            return
+        if per_node == "gpu":
+            if self.resource_config.gpu_count == 0:
+                raise ValueError("training_config.framework.distributed.procs_per_node 'gpu' needs resource_config.gpu_count >= 1")
+            per_node = self.resource_config.gpu_count
+        elif per_node < 1:
+            raise ValueError("training_config.framework.distributed.procs_per_node must be >= 1 or 'gpu'")
+        world = per_node * self.resource_config.node_count
+        if "world_size" in distributed.model_fields_set and distributed.world_size != world:
+            raise ValueError(
+                f"training_config.framework.distributed.world_size {distributed.world_size} contradicts "
+                f"procs_per_node x node_count = {world}; give one of them"
+            )
+        distributed.world_size = world
+        # Derived, not the submitter's: a later re-validation (a training shape's node_count) derives it again.
+        distributed.__pydantic_fields_set__.discard("world_size")
 
     @property
     def effective_priority(self) -> int:

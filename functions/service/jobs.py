@@ -21,6 +21,7 @@ from functions import constants
 from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, Transition, Workflow
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
+from functions.service.ome import apply_ome_trainer
 from functions.service.principal import Principal
 from functions.service.shapes import ShapeCatalog, apply_shape, catalog_from_json
 from functions.settings import Settings
@@ -81,6 +82,7 @@ class JobService(LifecycleControls):
         reason: str = "submitted",
     ) -> Job:
         """Create the job PENDING (with its first history entry), then start its lifecycle if wired."""
+        request = apply_ome_trainer(request)
         request, shape = apply_shape(request, self.shape_catalog())
         self._check_compute(request)
         now = self.clock()

@@ -247,27 +247,31 @@ def _exportable_model(trained: Any, runtime: Any, spec: RunSpec, hyper: Hyper, l
 
 
 def run_custom_script(spec: RunSpec, paths: ContainerPaths, stop: StopRequest, argv: list[str]) -> int:
-    """Run framework.custom_script_path; its exit code is ours. The script gets the same environment
-    (paths, TRAINPLANE_RUN_SPEC as a local file) and the hyperparameters as `--key value` arguments,
-    as SageMaker script mode passes them. SIGTERM is forwarded: the script owns its graceful stop."""
-    script_ref = spec.training_config.framework.custom_script_path or ""
+    """Run framework.custom_script_path, or framework.command (OME's trainer.command) as given; its exit
+    code is ours. A script gets the hyperparameters as `--key value` arguments, as SageMaker script mode
+    passes them; a command gets only framework.args. Both get framework.args last and the same
+    environment (paths, TRAINPLANE_RUN_SPEC as a local file). SIGTERM is forwarded: the child owns its
+    graceful stop."""
+    framework = spec.training_config.framework
     work = paths.output_data_dir / "custom"
     work.mkdir(parents=True, exist_ok=True)
-    if storage.is_s3(script_ref):
-        script = work / Path(storage.split_s3(script_ref)[1]).name
-        storage.download_file(script_ref, script)
-    else:
-        script = storage.local_path(script_ref)
-    if not script.is_file():
-        raise UserError(f"framework.custom_script_path not found: {script_ref}")
     spec_file = work / "run.json"
     spec_file.write_text(spec.model_dump_json(context={"reveal_secrets": True}), encoding="utf-8")
-    command = [sys.executable, str(script)] if script.suffix == ".py" else ["/bin/sh", str(script)]
-    for key, value in sorted(spec.training_config.hyperparameters.items()):
-        command += [f"--{key}", value]
+    if framework.command:
+        command = list(framework.command)
+        log(f"CUSTOM: running {' '.join(command)}")
+    else:
+        script = _custom_script(framework.custom_script_path or "", work)
+        command = [sys.executable, str(script)] if script.suffix == ".py" else ["/bin/sh", str(script)]
+        for key, value in sorted(spec.training_config.hyperparameters.items()):
+            command += [f"--{key}", value]
+        log(f"CUSTOM: running {script}")
+    command += framework.args
     env = {**os.environ, ENV_RUN_SPEC: str(spec_file)}
-    log(f"CUSTOM: running {script}")
-    child = subprocess.Popen([*command, *argv], env=env)
+    try:
+        child = subprocess.Popen([*command, *argv], env=env)
+    except OSError as exc:
+        raise UserError(f"framework.command cannot be run: {exc}") from exc
 
     def forward(signum: int, _frame: Any) -> None:
         stop.request(signal.Signals(signum).name)
@@ -282,6 +286,17 @@ def run_custom_script(spec: RunSpec, paths: ContainerPaths, stop: StopRequest, a
     if code < 0:
         return int(ExitCode.STOPPED_WITH_CHECKPOINT) if stop.requested and code == -signal.SIGTERM else int(ExitCode.INTERNAL_ERROR)
     return code
+
+
+def _custom_script(script_ref: str, work: Path) -> Path:
+    if storage.is_s3(script_ref):
+        script = work / Path(storage.split_s3(script_ref)[1]).name
+        storage.download_file(script_ref, script)
+    else:
+        script = storage.local_path(script_ref)
+    if not script.is_file():
+        raise UserError(f"framework.custom_script_path not found: {script_ref}")
+    return script
 
 
 if __name__ == "__main__":
