@@ -26,7 +26,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
 from pydantic import BaseModel
 
-from schemas.api import LogLine, MetricsPoint, Summary
+from schemas.api import LogLine, MetricsPoint, PatchJobRequest, Summary
 from schemas.configs import ResourceConfig
 from schemas.job import Job, StatusEvent
 from schemas.shapes import TrainingShapeList, TrainingShapeProfile
@@ -148,6 +148,10 @@ class AsyncClient:
                 yield job
             if not token:
                 return
+
+    async def patch(self, job_id: str, changes: PatchJobRequest | Mapping[str, Any]) -> Job:
+        body = changes.model_dump(mode="json", exclude_unset=True) if isinstance(changes, BaseModel) else dict(changes)
+        return Job.model_validate(await self._call("PATCH", _job_path(job_id), body=body))
 
     async def delete(self, job_id: str) -> None:
         await self._call("DELETE", _job_path(job_id))

@@ -66,6 +66,7 @@ class JobService(LifecycleControls):
         self.settings = settings
         self.clock = clock
         self.ids = ids
+        self._shape_catalog: ShapeCatalog | None = None
 
     def principal(self, arn: str) -> Principal:
         return Principal.from_arn(arn, self.settings.admin_arns)
@@ -119,10 +120,9 @@ class JobService(LifecycleControls):
 
     def shape_catalog(self) -> ShapeCatalog:
         """The deployment's training shapes (defaults + settings.training_shapes), built once."""
-        catalog: ShapeCatalog | None = getattr(self, "_shape_catalog", None)
-        if catalog is None:
-            catalog = self._shape_catalog = catalog_from_json(self.settings.training_shapes)
-        return catalog
+        if self._shape_catalog is None:
+            self._shape_catalog = catalog_from_json(self.settings.training_shapes)
+        return self._shape_catalog
 
     def _check_compute(self, request: SubmitJobRequest) -> None:
         """What the configured compute cannot run is refused now (422 naming the field), not at launch."""
