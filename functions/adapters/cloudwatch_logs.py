@@ -7,7 +7,8 @@ Where each engine writes them:
 The same shape as the API's reader of local logs (JobService.logs): `read(job, since=, next_token=,
 limit=)` -> LogsResponse; `since` is exclusive (epoch seconds of the last line seen), `next_token`
 resumes exactly where a page ended, and the `cursor` every answer carries resumes after its last line
-(a follower's bookmark; a line that CloudWatch ingests late with an earlier time than that is not seen). Lines of a multi-node run's other hosts carry their host name.
+(a follower's bookmark; a line that CloudWatch ingests late with an earlier time than that is not seen).
+Lines of a multi-node run's other hosts carry their host name.
 """
 
 from __future__ import annotations
