@@ -60,6 +60,7 @@ class TrainplaneStack(Stack):
                 "gpu_quotas": config.gpu_quotas or None,
                 "cors_origin": config.cors_origin,
                 "training_shapes": json.dumps(config.training_shapes) if config.training_shapes else None,
+                "bucket_grants": _grants_json(config),
             }
         )
         lifecycle = Lifecycle(self, "Lifecycle", config=config, storage=storage, compute=compute, code=code, environment=environment)
@@ -104,3 +105,9 @@ class TrainplaneStack(Stack):
             "RetrainingStatus",
             value="deployed" if retraining else f"not deployed: the bundle has no {RETRAINING.handler} yet",
         )
+
+
+def _grants_json(config: StageConfig) -> str | None:
+    """Settings.bucket_grants (TRAINPLANE_BUCKET_GRANTS) from the stage's bucket_grants and training_data_uris."""
+    grants = config.all_bucket_grants()
+    return json.dumps([g.model_dump(mode="json") for g in grants]) if grants else None

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.access import AccessSet
 from schemas.configs import DataConfig, OutputConfig, ResourceConfig, TrainingConfig
 from schemas.shapes import TrainingShapeProfile
 
@@ -107,6 +108,11 @@ class RunSpec(BaseModel):
     # a first attempt resumes from the newest checkpoint there (resume_from_checkpoint 'latest').
     layout_uri: str | None = None
     resume_latest: bool = True
+    access: AccessSet | None = Field(
+        default=None,
+        description="What this job may read and write (docs/SECURITY.md); the trainer refuses any other path. "
+        "The control plane always sets it; None is a hand-made spec for a trainer run outside trainplane.",
+    )
 
 
 # --- Metric lines on stdout (SageMaker MetricDefinitions) ------------------------------------------

@@ -22,6 +22,7 @@ from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, Log
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.ome import apply_ome_trainer
+from functions.service.paths import PathRules
 from functions.service.principal import Principal
 from functions.service.shapes import ShapeCatalog, apply_shape, catalog_from_json
 from functions.settings import Settings
@@ -67,6 +68,7 @@ class JobService(LifecycleControls):
         self.clock = clock
         self.ids = ids
         self._shape_catalog: ShapeCatalog | None = None
+        self.paths = PathRules(settings, repo, store)
 
     def principal(self, arn: str) -> Principal:
         return Principal.from_arn(arn, self.settings.admin_arns)
@@ -86,6 +88,7 @@ class JobService(LifecycleControls):
         request = apply_ome_trainer(request)
         request, shape = apply_shape(request, self.shape_catalog())
         self._check_compute(request)
+        self.check_paths(request, principal, owner=owner)
         now = self.clock()
         priority = request.effective_priority
         job = Job(
@@ -123,6 +126,14 @@ class JobService(LifecycleControls):
         if self._shape_catalog is None:
             self._shape_catalog = catalog_from_json(self.settings.training_shapes)
         return self._shape_catalog
+
+    def check_paths(self, request: SubmitJobRequest, principal: Principal, *, owner: str | None = None) -> None:
+        """Every path the request names must be one its owner may use (docs/SECURITY.md): InvalidRequest
+        naming the field. The job runs with its owner's rights, also when an admin submits it for them."""
+        self.paths.check_submission(request, self.owner_principal(principal, owner))
+
+    def owner_principal(self, principal: Principal, owner: str | None) -> Principal:
+        return principal if owner is None or owner == principal.arn else self.principal(owner)
 
     def _check_compute(self, request: SubmitJobRequest) -> None:
         """What the configured compute cannot run is refused now (422 naming the field), not at launch."""

@@ -181,7 +181,11 @@ class TrainApi:
         active = self._newest(request.run_id, principal.arn)
         if active is not None and active.status not in TERMINAL:
             raise RunActive(request.run_id, active.job_id, active.status.value)
-        job = self.jobs.submit(submit_request, principal, reason=f"POST /train run {request.run_id}")
+        try:
+            job = self.jobs.submit(submit_request, principal, reason=f"POST /train run {request.run_id}")
+        except InvalidRequest as exc:
+            # The submit validation names the job's fields; the caller wrote /train's.
+            raise InvalidRequest(_train_field(tuple(exc.field.replace("[", ".").replace("]", "").split("."))), exc.message) from exc
         return status_of(job, request.run_id)
 
     def status(self, run_id: str, principal: Principal) -> TrainStatus:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from functions.service.paths import data_prefix
 from tests.e2e.conftest import LocalPlane
 from tests.unit.test_train_api import SEED_PAYLOAD
 
@@ -55,7 +56,7 @@ def test_the_seeds_payload_trains_keeps_the_layout_and_a_second_run_resumes(loca
     data = tmp_path / "fraud" / "aml_ruleset.jsonl"
     data.parent.mkdir(parents=True)
     data.write_text("".join(json.dumps({"text": f"rule {i}: flag transfers over {i * 100} within a day"}) + "\n" for i in range(40)))
-    base = f"s3://{local_plane.bucket}/data/alice/runs-{tmp_path.name}"
+    base = f"s3://{local_plane.bucket}/{data_prefix(local_plane.principal('alice')['arn'])}runs-{tmp_path.name}"
     body = copy.deepcopy(SEED_PAYLOAD)
     body.update(model_id=str(model), dataset_uri=str(data), checkpoint_base_uri=base, gpus_per_node=0)
     body["extra_args"] = {"max_steps": 4, "lr": 3e-5, "batch_size": 2, "save_steps": 2, "max_seq_len": 64}
@@ -71,6 +72,7 @@ def test_the_seeds_payload_trains_keeps_the_layout_and_a_second_run_resumes(loca
     prefix = base.split(local_plane.bucket + "/", 1)[1] + "/aml_ruleset_v4/framework=hf/"
     keys = {o["Key"][len(prefix) :] for o in s3.list_objects_v2(Bucket=local_plane.bucket, Prefix=prefix).get("Contents", [])}
     assert {"config/run.json", "logs/.keep", "checkpoints/step-000004.json", "checkpoints/step-000004/manifest.json"} <= keys
+    assert ".trainplane-export.json" in keys  # the run's root is claimed for alice (docs/SECURITY.md)
     assert "checkpoints/step-000002.json" in keys and any(k.startswith("model/") for k in keys)
     entry = json.loads(s3.get_object(Bucket=local_plane.bucket, Key=prefix + "checkpoints/step-000004.json")["Body"].read())
     assert entry["step"] == 4 and entry["job_id"] == first["job_id"]
@@ -94,6 +96,10 @@ def test_the_seeds_payload_trains_keeps_the_layout_and_a_second_run_resumes(loca
     local_plane.request("POST", "/train", json=body)
     failed = wait_for(local_plane, "aml_ruleset_v4", "failed", "succeeded")
     assert failed["status"] == "failed" and "already holds checkpoints up to step 6" in failed["detail"]
+    # A run outside alice's areas is refused by the same path check as POST /jobs, naming the /train field
+    elsewhere = f"s3://{local_plane.bucket}/data/someone-else/runs"
+    refused = local_plane.request("POST", "/train", json={**body, "run_id": "elsewhere", "checkpoint_base_uri": elsewhere})
+    assert refused.status_code == 422 and refused.json()["errors"][0]["field"] == "checkpoint_base_uri", refused.text
     # GET of a run nobody submitted is a 404; nemo is a clear 422
     assert local_plane.request("GET", "/train/never-submitted").status_code == 404
     nemo = local_plane.request("POST", "/train", json={**body, "framework": "nemo", "run_id": "n1"})

@@ -47,7 +47,7 @@ H100_V2 = {
 
 def shaped(shape: str, **resources: Any) -> SubmitJobRequest:
     body = request_body(resource_config={"training_shape": shape, **resources})
-    body["data_config"] = {"sources": [{"path": "s3://trainplane-artifacts/data/train.jsonl"}]}
+    body["data_config"] = {"sources": [{"path": "s3://trainplane-artifacts/shared/train.jsonl"}]}
     return SubmitJobRequest.model_validate(body)
 
 

@@ -16,6 +16,7 @@ from functions.service.principal import Principal
 from functions.service.run_specs import RunSpecs
 from functions.service.train_api import TrainApi, status_of, to_submit_request
 from functions.settings import Settings
+from schemas.access import BucketGrant
 from schemas.configs import DType, FrameworkType, TrainingType
 from schemas.job import ErrorType
 from schemas.status import JobStatus
@@ -47,11 +48,17 @@ def payload(**changes: Any) -> TrainRequest:
     return TrainRequest.model_validate({**copy.deepcopy(SEED_PAYLOAD), **changes})
 
 
-def make_service(compute: str = "local") -> JobService:
+# The seed's buckets, granted as a deployment grants buckets outside its own (docs/SECURITY.md).
+GRANTS = (
+    BucketGrant(uri="s3://deepfinery-training/runs/", access="read-write"),
+    BucketGrant(uri="s3://deepfinery-datasets/", access="read"),
+)
+
+
+def make_service(compute: str = "local", grants: tuple[BucketGrant, ...] = GRANTS) -> JobService:
     counter = itertools.count(1)
-    return JobService(
-        InMemoryJobRepository(), InMemoryArtifactStore(), None, Settings(compute=compute), ids=lambda: f"job-{next(counter):04d}"
-    )
+    settings = Settings(compute=compute, bucket_grants=grants)
+    return JobService(InMemoryJobRepository(), InMemoryArtifactStore(), None, settings, ids=lambda: f"job-{next(counter):04d}")
 
 
 def test_the_seeds_payload_maps_onto_a_job() -> None:
@@ -111,11 +118,15 @@ def test_submit_goes_through_the_same_validation_as_post_jobs() -> None:
     api = TrainApi(make_service(compute="sagemaker"))
     with pytest.raises(InvalidRequest) as caught:
         api.submit(payload(dataset_uri="/home/alice/data.jsonl", gpus_per_node=1), alice)
-    assert caught.value.field == "data_config.sources[0].path"
-    # And a training shape conflict or an impossible GPU count is refused as for POST /jobs
+    assert caught.value.field == "dataset_uri"
+    # And an impossible GPU count is refused as for POST /jobs
     with pytest.raises(InvalidRequest) as gpus:
         api.submit(payload(gpus_per_node=1000), alice)
-    assert gpus.value.field == "resource_config.gpu_count"
+    assert gpus.value.field == "gpus_per_node"
+    # And so is a run in a bucket the deployment does not let its callers write (path confinement)
+    with pytest.raises(InvalidRequest) as confined:
+        TrainApi(make_service(grants=GRANTS[1:])).submit(payload(gpus_per_node=0), alice)
+    assert confined.value.field == "checkpoint_base_uri" and "bucket_grants" in confined.value.message
 
 
 def test_one_job_per_run_at_a_time_and_the_status_in_the_seeds_words() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ def export_model(
     model_dir: Path,
     output_uri: str | None,
     info: dict[str, Any],
+    claim: Callable[[str], None] | None = None,
 ) -> ExportResult:
     safe = output.export_format == ExportFormat.SAFETENSORS
     merged = False
@@ -74,6 +76,8 @@ def export_model(
     # A deepfinery layout's output_path is the run's root: the model goes to its model/ (run_spec.output_uri).
     destination = output_uri if output.layout == "deepfinery" else (output.output_path or output_uri)
     if destination:
+        if claim is not None:
+            claim(destination)  # never over another principal's export (trainer/access.py)
         storage.upload_dir(model_dir, destination)
         log(f"exported the model to {destination}")
     result = ExportResult(local_dir=model_dir, uri=destination, merged=merged, is_adapter=exported_is_adapter)

@@ -23,6 +23,7 @@ from pathlib import Path
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
 from schemas.trainer import RunSpec
 from trainer import storage
+from trainer.access import claim_export
 from trainer.events import log
 from trainer.failures import UserError
 
@@ -41,7 +42,10 @@ class RunLayout:
         return cls(spec) if spec.layout_uri else None
 
     def prepare(self) -> None:
-        """Before training: refuse to overwrite another run's checkpoints unasked, then write config/ and logs/."""
+        """Before training: claim the run's root for the job's owner (the export marker: never another
+        principal's run, and the owner's next run of it passes the submit check), refuse to overwrite an
+        earlier run's checkpoints unasked, then write config/ and logs/."""
+        claim_export(self.root, self.spec)
         existing = self.saved_steps()
         if existing and not self.spec.resume_latest:
             raise UserError(
