@@ -141,3 +141,15 @@ def test_submit_folds_the_block_in_and_a_training_shapes_nodes_scale_the_process
     assert job.training_config.framework.type == FrameworkType.CUSTOM
     assert job.training_config.framework.distributed.world_size == 8  # 2 nodes x 4 GPUs
     assert "trainer" not in job.model_dump()
+
+
+def test_a_commands_script_is_confined_like_a_custom_script_path() -> None:
+    # Given a deployment that lets jobs name no local file  When a CUSTOM command names one
+    counter = itertools.count(1)
+    service = JobService(InMemoryJobRepository(), InMemoryArtifactStore(), None, Settings(), ids=lambda: f"job-{next(counter)}")
+    body = request_body()
+    trainer = {"command": ["python", "/home/bob/private/train.py"], "args": ["--x", "/not/checked/as/a/path"]}
+    # Then it is refused naming the command's element; a bare interpreter name is no path
+    with pytest.raises(InvalidRequest) as caught:
+        service.submit(SubmitJobRequest.model_validate({**body, "trainer": trainer}), Principal(ALICE))
+    assert caught.value.field == "training_config.framework.command[1]"
