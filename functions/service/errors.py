@@ -97,3 +97,11 @@ class RunActive(DomainError):
         super().__init__(f"run {run_id} is still going as job {job_id} ({status}); wait for it, or cancel it first")
         self.run_id = run_id
         self.job_id = job_id
+
+
+class TooLarge(DomainError):
+    """Input that passes the schema but cannot be stored: a record over its size budget (413)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field

@@ -9,7 +9,9 @@ when the catalog is built, so a bad configuration fails at start-up, never at a 
 Resolving at submit: the job's `resource_config.training_shape` ("name" = the latest version,
 "name@N" = that one) must exist (else 422 naming it); every field the shape owns must be left unset
 by the job, or set to the shape's own value (else 422 naming the field); the shape's values are filled in and the profile is recorded
-on the job. `data_config.max_seq_length` is bounded by max_supported_context_length (default: it).
+on the job. `data_config.max_seq_length` is bounded by max_supported_context_length (default: it), and
+a GPU shape runs one process per GPU on each node (procs_per_node "gpu") unless the job sets world_size
+or procs_per_node itself.
 """
 
 from __future__ import annotations
@@ -168,6 +170,10 @@ def apply_shape(
             raise InvalidRequest("data_config.max_seq_length", f"training shape {profile.ref} supports at most {limit}")
         if "max_seq_length" not in data.model_fields_set:
             data = _with(data, {"max_seq_length": limit})
+    distributed = tc.framework.distributed
+    if profile.accelerator_count > 0 and distributed.procs_per_node is None and "world_size" not in distributed.model_fields_set:
+        # The shape's GPUs are used: one process per GPU on each node, unless the job says otherwise.
+        updates["framework"]["distributed"] = _with(distributed, {"procs_per_node": "gpu"})
     framework = _with(tc.framework, updates["framework"])
     training = _with(tc, {"framework": framework, "base_model": _with(tc.base_model, updates["base_model"])})
     resources = _with(request.resource_config, {**updates["resources"], "training_shape": profile.ref})

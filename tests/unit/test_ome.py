@@ -72,7 +72,7 @@ def test_num_proc_per_node_gpu_is_one_process_per_gpu_and_env_is_the_environment
         ({"numProcPerNode": "auto"}, {}, "trainer.numProcPerNode", "give a number of processes or 'gpu'"),
         (
             {"numNodes": 4},
-            {"resource_config": {"gpu_count": 0, "node_count": 2}},
+            {"resource_config": {"gpu_count": 0, "node_count": 1}},
             "trainer.numNodes",
             "contradicts resource_config.node_count",
         ),

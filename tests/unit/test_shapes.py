@@ -125,7 +125,7 @@ def test_a_job_naming_a_shape_gets_its_resources_framework_precision_and_context
     [
         ({"resource_config": {"gpu_count": 4}}, "resource_config.gpu_count"),
         ({"resource_config": {"gpu_type": "A100"}}, "resource_config.gpu_type"),
-        ({"resource_config": {"node_count": 3}}, "resource_config.node_count"),
+        ({"resource_config": {"node_count": 1}}, "resource_config.node_count"),
         ({"training_config": {"framework": {"type": "FSDP"}}}, "training_config.framework.type"),
         ({"training_config": {"framework": {"type": "DEEPSPEED", "config": {"zero_stage": "2"}}}}, "training_config.framework.config"),
         ({"training_config": {"base_model": {"dtype": "float32"}}}, "training_config.base_model.dtype"),
