@@ -15,7 +15,8 @@ the caller. How the fields map:
 | resume_from_checkpoint | training_config.resume_from_checkpoint = "latest" (the highest step there)  |
 | extra_args             | the seed's knobs to their fields (lr, num_epochs, max_steps, batch_size,    |
 |                        | gradient_accumulation, max_seq_len, save_steps, dataset_text_field,         |
-|                        | precision); for hf any other key is a trainer argument (hyperparameter)     |
+|                        | precision); for hf any other key is a trainer argument (hyperparameter,     |
+|                        | checked as any job's: an unknown one is a 422 naming extra_args.<key>)      |
 | env                    | training_config.environment (plus FRAMEWORK, RUN_ID, CHECKPOINT_PREFIX)     |
 | labels / annotations   | labels / the description (as JSON)                                          |
 | image                  | label train_image: the job runs the deployment's trainer image              |
@@ -162,6 +163,10 @@ def _train_field(loc: tuple[str, ...]) -> str:
     }
     if path in direct:
         return direct[path]
+    if path.startswith("training_config.hyperparameters."):
+        name = path.removeprefix("training_config.hyperparameters.")
+        seed_name = {target: key for key, (section, target) in _KNOBS.items() if section == "hyperparameters"}.get(name, name)
+        return f"extra_args.{seed_name}"
     if path.startswith("labels"):
         return path
     for key, (section, name) in _KNOBS.items():

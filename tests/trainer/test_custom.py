@@ -90,7 +90,7 @@ def test_an_ome_command_and_args_run_as_given(tmp_path: Path, monkeypatch, capsy
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(SCRIPT)
     framework = {"type": "CUSTOM", "command": ["python", str(script)], "args": ["--model", "llama-7b", "--exit_code", "0"]}
-    spec = make_spec(tmp_path, hyperparameters={"not_passed": "1"}, framework=framework, output_config={"hub_token": "t"})
+    spec = make_spec(tmp_path, hyperparameters={"max_steps": "3"}, framework=framework, output_config={"hub_token": "t"})
     # When the trainer runs it
     outcome = run_in_process(tmp_path, spec, monkeypatch, capsys)
     # Then the command got exactly its args (not the hyperparameters), and the run spec

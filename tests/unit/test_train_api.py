@@ -105,6 +105,8 @@ def test_hf_forwards_other_extra_args_as_trainer_arguments_and_maps_the_text_fie
         ({"extra_args": {"batch_size": 0}}, "extra_args.batch_size", "greater than or equal to 1"),
         ({"extra_args": {"training_type": "RLHF"}}, "body", "RLHF"),
         ({"annotations": {"note": "x" * 5000}}, "annotations", "at most 4096"),
+        ({"extra_args": {"no_such_trainer_arg": 1}}, "extra_args.no_such_trainer_arg", "unknown hyperparameter"),
+        ({"extra_args": {"lr": "fast"}}, "extra_args.lr", "valid number"),
     ],
 )
 def test_what_cannot_be_a_job_is_refused_naming_the_train_field(changes: dict[str, Any], field: str, words: str) -> None:
