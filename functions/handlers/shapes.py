@@ -13,6 +13,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from functions import composition
 from functions.handlers.errors import Forbidden, responses
+from functions.service.principal import caller_arn
 from schemas.shapes import TrainingShapeList, TrainingShapeProfile
 
 if TYPE_CHECKING:
@@ -25,7 +26,8 @@ ShapeName = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9]
 
 def _signed() -> None:
     event = cast("APIGatewayProxyEvent", router.current_event)
-    if not event.request_context.identity.user_arn:
+    identity = event.request_context.identity
+    if not caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type):
         raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
 
 

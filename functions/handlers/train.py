@@ -12,7 +12,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
 from functions import composition
-from functions.handlers.errors import Forbidden, responses
+from functions.handlers.errors import BODY_ERRORS, Forbidden, responses
+from functions.service.principal import caller_arn
 from schemas.train import TrainRequest, TrainStatus
 
 if TYPE_CHECKING:
@@ -28,7 +29,8 @@ RunIdPath = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[A-Za-z0
 
 def _principal() -> Principal:
     event = cast("APIGatewayProxyEvent", router.current_event)
-    arn = event.request_context.identity.user_arn
+    identity = event.request_context.identity
+    arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
     if not arn:
         raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
     return composition.job_service().principal(arn)
@@ -45,7 +47,7 @@ def _train_api() -> TrainApi:
     status_code=201,
     summary="Submit a training run with DeepFinery's unified payload (seeds/004)",
     description="Becomes an ordinary job (validated as POST /jobs validates) named after run_id; IAM auth, no X-TRAINER-TOKEN.",
-    responses=responses(201, "The run, submitted (status and the job's id)", 400, 409, 422, 503),
+    responses=responses(201, "The run, submitted (status and the job's id)", *BODY_ERRORS, 409, 422, 503),
     tags=["train"],
 )
 def submit_train(body: Annotated[TrainRequest, Body()]) -> TrainStatus:
