@@ -283,8 +283,8 @@ class TrainingConfig(Strict):
         # PREPARING; each error is located at training_config.hyperparameters.<key>.
         from schemas.hyperparameters import Hyperparameters
 
-        if is_stored(info):
-            return self
+        if is_stored(info) or self.framework.type == FrameworkType.CUSTOM:
+            return self  # a CUSTOM script's hyperparameters are its own arguments (--key value), not ours
         try:
             Hyperparameters.parse(self.hyperparameters, self.training_type)
         except ValidationError as exc:

@@ -153,3 +153,15 @@ def test_a_commands_script_is_confined_like_a_custom_script_path() -> None:
     with pytest.raises(InvalidRequest) as caught:
         service.submit(SubmitJobRequest.model_validate({**body, "trainer": trainer}), Principal(ALICE))
     assert caught.value.field == "training_config.framework.command[1]"
+
+
+def test_a_custom_jobs_hyperparameters_are_its_scripts_own() -> None:
+    # A CUSTOM job's hyperparameters go to its script as --key value: not checked as our trainer's
+    body = request_body()
+    body["training_config"]["framework"] = {"type": "CUSTOM", "command": ["python", "train.py"]}
+    body["training_config"]["hyperparameters"] = {"my_own_knob": "x"}
+    assert SubmitJobRequest.model_validate(body).training_config.hyperparameters == {"my_own_knob": "x"}
+    # Our trainer's jobs still have theirs checked
+    body["training_config"]["framework"] = {"type": "HF_TRAINER"}
+    with pytest.raises(ValidationError, match="unknown hyperparameter"):
+        SubmitJobRequest.model_validate(body)
