@@ -284,7 +284,7 @@ class JobService(LifecycleControls):
         if "resource_config" in given and request.resource_config is not None:
             changes["resource_config"] = request.resource_config
         if not changes:
-            raise InvalidRequest("body", "nothing to change")
+            return job  # only nulls of fields a job cannot clear (the model refuses an empty body): a no-op
         edited = _revalidate(job, changes)
         if "resource_config" in changes and request.resource_config is not None:
             # New resources: the shape they name (if any) is resolved again, as at submit, against the
