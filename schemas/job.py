@@ -77,7 +77,8 @@ class SubmitJobRequest(Strict):
         if not is_stored(info):
             self._check_distributed()
             self._check_hub_push()
-            self._check_trainer_arguments()
+            if tc.framework.type != FrameworkType.CUSTOM:  # a CUSTOM script's hyperparameters are its own
+                self._check_trainer_arguments()
         return self
 
     def _check_trainer_arguments(self) -> None:
