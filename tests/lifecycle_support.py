@@ -1,6 +1,6 @@
 """Test support for the lifecycle engine: a fake capacity ledger, and `LocalEngine`, the whole engine
 on moto's server in this process (the real ASL on moto's Step Functions engine, the lifecycle
-handler through trainplane.local.moto_lambda, LocalLauncher running tests/fake_trainer.py as child
+handler through localmode.moto_lambda, LocalLauncher running tests/fake_trainer.py as child
 processes that reach the emulated S3 over HTTP), as `trainplane up` wires it, minus the HTTP API.
 """
 
@@ -281,7 +281,7 @@ class LocalEngine:
         from moto.server import ThreadedMotoServer
 
         from infra.statemachine import render
-        from trainplane.local import moto_hooks, moto_lambda
+        from localmode import moto_hooks, moto_lambda
 
         # As local mode runs moto: its DynamoDB and S3 are not thread-safe without these locks.
         moto_hooks.install()
@@ -379,7 +379,7 @@ class LocalEngine:
 
         from moto.moto_api._internal.models import moto_api_backend
 
-        from trainplane.local import moto_lambda
+        from localmode import moto_lambda
 
         # Let the last runs' reports land before their endpoint goes away.
         with contextlib.suppress(AssertionError):

@@ -135,7 +135,7 @@ def up(
     """Serve the whole control plane on this machine (emulated AWS, no account needed) until Ctrl-C."""
     directory = state_dir or state_dir_of(_opts(ctx).state_dir)
     try:
-        from trainplane.local.up import run_up  # the heavy local-mode stack loads only for this command
+        from localmode.up import run_up  # the heavy local-mode stack loads only for this command
     except ImportError as exc:
         err.print(f"[red]error[/red] local mode is not available: {exc} (install with: pip install 'trainplane[local]')")
         raise typer.Exit(1) from exc

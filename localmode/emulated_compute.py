@@ -56,7 +56,7 @@ from schemas.job import ErrorType
 from schemas.trainer import ExitCode, FailureReason, RunSpec, TrainerEvent
 
 if TYPE_CHECKING:
-    from infra.local import LocalContext
+    from localmode.deploy import LocalContext
 
 logger = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class EmulatedCompute:
         global _active
         if moto.__version__ != PINNED_MOTO_VERSION:
             raise RuntimeError(
-                f"trainplane.local.emulated_compute changes moto {PINNED_MOTO_VERSION}'s SageMaker internals but moto "
+                f"localmode.emulated_compute changes moto {PINNED_MOTO_VERSION}'s SageMaker internals but moto "
                 f"{moto.__version__} is installed: re-check FakeTrainingJob and SageMakerResponse, then update the pin"
             )
         with _active_lock:
@@ -619,7 +619,7 @@ def _install_patches() -> None:
 
 
 def deploy(ctx: LocalContext) -> None:
-    """infra/local deployer: the cloud launcher's resources in moto, and the emulated compute behind them."""
+    """localmode/deploy deployer: the cloud launcher's resources in moto, and the emulated compute behind them."""
     if ctx.compute not in {"sagemaker", "ec2"}:
         return
     # moto's EC2 loads thousands of default AMIs on first use (seconds); the template names its own.

@@ -44,8 +44,8 @@ from moto.dynamodb.responses import DynamoHandler
 from moto.s3.models import FakeKey, S3Backend, s3_backends
 from moto.s3.responses import S3Response
 
-from trainplane.local import moto_speedups
-from trainplane.local.journal import Journal, Op, State
+from localmode import moto_speedups
+from localmode.journal import Journal, Op, State
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def install() -> None:
         raise RuntimeError(
             f"trainplane's local mode hooks moto's internals and is pinned to moto {PINNED_MOTO_VERSION}, "
             f"but moto {moto.__version__} is installed: pin moto=={PINNED_MOTO_VERSION} (pyproject.toml) "
-            "or re-verify trainplane/local/moto_hooks.py against the new version"
+            "or re-verify localmode/moto_hooks.py against the new version"
         )
     # Write paths first: they mark what changed, and must run INSIDE the unit that flushes the marks.
     # Table.put_item/delete_item are the primitives that PutItem, BatchWriteItem, transactions and

@@ -42,7 +42,7 @@ def check_version() -> None:
     version = importlib.metadata.version("moto")
     if version != PINNED_MOTO_VERSION:
         raise MotoVersionError(
-            f"trainplane.local.moto_lambda is written against moto {PINNED_MOTO_VERSION} internals but moto {version} is installed; "
+            f"localmode.moto_lambda is written against moto {PINNED_MOTO_VERSION} internals but moto {version} is installed; "
             "re-check LambdaSimpleBackend.invoke and the Step Functions callback engine, then update PINNED_MOTO_VERSION"
         )
 

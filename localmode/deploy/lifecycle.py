@@ -1,7 +1,7 @@
 """Local deployer: the lifecycle Lambda and state machine in moto, the LocalLauncher, the reconciler timer.
 
 The state machine is created from THE definition (infra/statemachine) with the same substitutions as
-the cloud stack; the Lambda function's Handler is run in-process by trainplane.local.moto_lambda. The
+the cloud stack; the Lambda function's Handler is run in-process by localmode.moto_lambda. The
 composition root gets the LocalLauncher (so that the API's cancel and pause can stop local runs). The
 reconciler sweeps once at start-up (executions do not survive a restart: every job that was running
 or waiting gets a new one, running ones as PREEMPTED so they resume from their latest checkpoint) and
@@ -25,7 +25,7 @@ from infra.statemachine import render
 from schemas.trainer import TrainerEvent
 
 if TYPE_CHECKING:
-    from infra.local import LocalContext
+    from localmode.deploy import LocalContext
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class _ServiceObserver:
 
 
 def deploy(ctx: LocalContext) -> None:
-    from trainplane.local import moto_lambda
+    from localmode import moto_lambda
 
     moto_lambda.install()
     ctx.env.setdefault("TRAINPLANE_RUN_HEARTBEAT_SECONDS", LOCAL_HEARTBEAT_SECONDS)
@@ -81,7 +81,7 @@ def deploy(ctx: LocalContext) -> None:
         Runtime="python3.12",
         Role=role,
         Handler=HANDLER,
-        Code={"ZipFile": b"run in-process by trainplane.local.moto_lambda"},
+        Code={"ZipFile": b"run in-process by localmode.moto_lambda"},
         Timeout=900,
     )["FunctionArn"]
     definition = render(

@@ -46,7 +46,7 @@ def install() -> None:
     if _original_serialize is not None:
         return
     if "_serialize" in BaseJSONSerializer.__dict__:
-        raise RuntimeError("moto's BaseJSONSerializer now defines _serialize: re-verify trainplane/local/moto_speedups.py")
+        raise RuntimeError("moto's BaseJSONSerializer now defines _serialize: re-verify localmode/moto_speedups.py")
     original = BaseJSONSerializer._serialize
 
     def _serialize(self: BaseJSONSerializer, serialized: Any, value: Any, shape: Any, key: str) -> None:
