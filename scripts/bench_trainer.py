@@ -173,11 +173,11 @@ def run_ours(preset: Preset, training_type: TrainingType, device: torch.device, 
     """Our loop: warmup window, measured windows, then (stall_probe) one async checkpoint and the final save."""
     from trainer import data, models
     from trainer.checkpoint import CheckpointManager
-    from trainer.distributed import Runtime
     from trainer.events import Events
     from trainer.hyper import Hyper
     from trainer.loop import TrainingLoop, TrainInputs
     from trainer.metrics import MetricsLog
+    from trainer.runtime import Runtime
     from trainer.signals import StopRequest
 
     windows = math.ceil(preset.steps / preset.warmup)

@@ -29,9 +29,9 @@ from torch import nn
 
 from schemas.configs import FrameworkType
 from trainer.checkpoint import to_cpu
-from trainer.distributed import ADAPTER_NAME_RE, DistributedRuntime, WorkerEnv
 from trainer.events import log
 from trainer.failures import UserError
+from trainer.runtime import ADAPTER_NAME_RE, DistributedRuntime, WorkerEnv
 
 # Not tensors, so torch.load(weights_only=True) would refuse them. Both are safe to leave out: the loss
 # scaler is the static 1.0 one (fp16, which needs a dynamic scaler, is refused), and the parameter

@@ -27,13 +27,13 @@ from schemas.api import MetricsPoint
 from schemas.configs import DType
 from schemas.trainer import RunSpec, TrainerEventKind, TrainerPhase
 from trainer import checkpoint as ckpt
-from trainer.distributed import Runtime
 from trainer.evaluate import evaluate
 from trainer.events import Events, log
 from trainer.failures import UserError
 from trainer.hyper import Hyper
 from trainer.losses import count_targets, count_tokens, loss_sum
 from trainer.metrics import MetricsLog, Progress, report
+from trainer.runtime import Runtime
 from trainer.signals import StopRequest
 
 Collate = Callable[[list[dict[str, Any]]], dict[str, Tensor]]
