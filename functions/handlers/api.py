@@ -77,7 +77,7 @@ def _for_job(router: Router, job_id: str) -> Principal:
 
 def _reject_unknown_params(router: Router, known: frozenset[str], prefix: str | None = None) -> None:
     # A misspelt filter (?staus=QUEUED) would silently list everything; name it instead.
-    from functions.service.errors import InvalidRequest
+    from functions.errors import InvalidRequest
 
     for name in router.current_event.query_string_parameters or {}:
         if name not in known and not (prefix and name.startswith(prefix) and len(name) > len(prefix)):

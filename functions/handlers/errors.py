@@ -17,8 +17,7 @@ from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 
-from functions.service.controls import WorkflowUnavailable
-from functions.service.errors import (
+from functions.errors import (
     CheckpointNotFound,
     ConcurrentModification,
     DomainError,
@@ -28,6 +27,7 @@ from functions.service.errors import (
     PolicyNotFound,
     Unsupported,
 )
+from functions.service.controls import WorkflowUnavailable
 from schemas.api import ErrorResponse
 
 logger = logging.getLogger(__name__)

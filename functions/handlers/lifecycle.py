@@ -15,7 +15,7 @@ from typing import Any
 from aws_lambda_powertools import Logger
 
 from functions import constants
-from functions.service.errors import ConcurrentModification, JobNotFound
+from functions.errors import ConcurrentModification, JobNotFound
 from functions.service.lifecycle import LifecycleService, TransientError
 
 logger = Logger(service=constants.SERVICE_NAME)

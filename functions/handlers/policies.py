@@ -57,7 +57,7 @@ def _principal(policy_id: str | None = None) -> Principal:
 
 
 def _reject_unknown_params(known: frozenset[str]) -> None:
-    from functions.service.errors import InvalidRequest
+    from functions.errors import InvalidRequest
 
     for name in router.current_event.query_string_parameters or {}:
         if name not in known:

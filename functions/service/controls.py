@@ -18,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from functions.adapters.ports import ArtifactStore, JobRepository, Transition, Workflow
-from functions.service.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest
+from functions.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest
 from functions.service.principal import Principal
 from schemas.api import RetryRequest
 from schemas.job import Actor, CheckpointRef, Job, PendingAction, StatusEvent, SubmitJobRequest

@@ -19,8 +19,8 @@ from typing import Any
 
 from functions import constants
 from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, Transition, Workflow
+from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
-from functions.service.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.principal import Principal
 from functions.settings import Settings
 from schemas.api import EventList, JobList, LogLine, LogsResponse, MetricsPoint, MetricsResponse, PatchJobRequest, Summary

@@ -23,8 +23,8 @@ from typing import Any, Protocol
 from functions import constants
 from functions.adapters.launchers.base import Launcher, LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.ports import ArtifactStore, JobRepository, Transition
+from functions.errors import ConcurrentModification, IllegalTransition
 from functions.service import costs
-from functions.service.errors import ConcurrentModification, IllegalTransition
 from functions.service.lifecycle_outcomes import decide_run_end
 from functions.service.run_specs import RunSpecs, progress_of
 from functions.service.scheduler import WAIT_CAPACITY, NeverFits, Scheduler

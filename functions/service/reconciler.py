@@ -21,7 +21,7 @@ from typing import Protocol
 
 from functions.adapters.launchers.base import TERMINAL_RUN_STATES, Launcher, LaunchHandle, RunDescription, RunState
 from functions.adapters.ports import JobQuery, JobRepository
-from functions.service.errors import ConcurrentModification, IllegalTransition, JobNotFound
+from functions.errors import ConcurrentModification, IllegalTransition, JobNotFound
 from functions.service.lifecycle import LifecycleService
 from schemas.job import Job
 from schemas.status import RUNNING, JobStatus

@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 from functions.adapters.policies import PolicyRepository, Route
 from functions.adapters.schedules import ScheduleManager
+from functions.errors import InvalidRequest, PolicyNotFound
 from functions.service.controls import WorkflowUnavailable
-from functions.service.errors import InvalidRequest, PolicyNotFound
 from functions.service.jobs import JobService
 from functions.service.principal import Principal
 from functions.service.retraining_dispatch import Dispatcher

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from functions.adapters.policies import EventRecord, FireClaim, PolicyRepository
 from functions.adapters.ports import JobQuery
-from functions.service.errors import ConcurrentModification, IllegalTransition, JobNotFound, PolicyConflict, PolicyNotFound
+from functions.errors import ConcurrentModification, IllegalTransition, JobNotFound, PolicyConflict, PolicyNotFound
 from functions.service.jobs import JobService
 from functions.service.retraining_routes import accepts, route_keys_of
 from schemas.job import Job, SubmitJobRequest

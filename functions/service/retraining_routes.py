@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from functions.adapters.policies import Route
-from functions.service.errors import InvalidRequest
+from functions.errors import InvalidRequest
 from schemas.event_pattern import matches
 from schemas.retraining import CUSTOM_EVENT_SOURCE, EventPatternTrigger, RetrainingPolicyRequest, S3Trigger
 

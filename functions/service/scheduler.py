@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from functions.adapters.ports import JobRepository, Transition
-from functions.service.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
+from functions.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
 from schemas.job import Actor, Job, PendingAction
 from schemas.status import PAUSABLE, JobStatus
 

@@ -19,7 +19,7 @@ from functions.adapters.aws import AwsClients
 from functions.adapters.dynamodb import DynamoJobRepository
 from functions.adapters.dynamodb_items import job_item
 from functions.adapters.ports import JobQuery, Transition
-from functions.service.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
+from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
 from schemas.job import CheckpointRef, Job, PendingAction, Progress, StatusEvent
 from schemas.status import JobStatus
 from tests.fakes import InMemoryJobRepository

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 
-from functions.service.errors import ConcurrentModification, IllegalTransition
+from functions.errors import ConcurrentModification, IllegalTransition
 from functions.service.reconciler import Reconciler
 from schemas.job import ErrorType
 from schemas.status import TERMINAL, JobStatus

@@ -17,7 +17,7 @@ import pytest
 from functions import constants as c
 from functions.adapters.aws import AwsClients
 from functions.adapters.policies import DynamoPolicyRepository, FireClaim, Route
-from functions.service.errors import InvalidRequest, PolicyConflict, PolicyNotFound
+from functions.errors import InvalidRequest, PolicyConflict, PolicyNotFound
 from schemas.retraining import RetrainingPolicy
 from tests.helpers.aws import emulated_aws, fresh_resources
 from tests.helpers.jobs import ALICE, BOB

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
+from functions.errors import ConcurrentModification
 from functions.handlers import lifecycle as handler
-from functions.service.errors import ConcurrentModification
 from functions.service.lifecycle import LifecycleConfig, LifecycleService, TransientError
 from functions.service.lifecycle_outcomes import decide_run_end
 from functions.service.scheduler import LocalCapacity, Scheduler

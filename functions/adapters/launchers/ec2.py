@@ -40,7 +40,7 @@ from functions.adapters.launchers.cloud import (
 )
 from functions.adapters.launchers.instances import InstanceChoice, select_instance
 from functions.adapters.launchers.sagemaker import classify_failure
-from functions.service.errors import Unsupported
+from functions.errors import Unsupported
 from functions.settings import Settings
 from schemas.job import ErrorType
 from schemas.trainer import ENV_GRACE_SECONDS, ExitCode

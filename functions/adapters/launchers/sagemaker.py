@@ -20,7 +20,7 @@ from functions import constants
 from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.launchers.cloud import ClientSource, LaunchCapacityError, check_request, launch_environment, launch_tags
 from functions.adapters.launchers.instances import InstanceChoice, select_instance
-from functions.service.errors import Unsupported
+from functions.errors import Unsupported
 from functions.settings import Settings
 from schemas.job import ErrorType
 from schemas.trainer import DEFAULT_STOP_GRACE_SECONDS, METRIC_DEFINITIONS, FailureReason
