@@ -18,11 +18,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from functions import constants
+from functions import composition, constants
 from functions.adapters.launchers.local import LocalLauncher
 from functions.adapters.ports import Transition
 from functions.adapters.stepfunctions import StepFunctionsWorkflow
-from functions.handlers import lifecycle as lifecycle_handler
 from functions.service.lifecycle import LifecycleConfig, LifecycleService
 from functions.service.scheduler import LocalCapacity, Scheduler
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
@@ -370,7 +369,7 @@ class LocalEngine:
         )
         self.service = LifecycleService(self.repository, self.artifacts, launchers, self.workflow, self.workflow, self.scheduler, config)
         self.launcher.observer = self.service
-        lifecycle_handler.use(lambda: self.service)
+        composition.configure(lifecycle=self.service)
         self.controls = Controls(self.repository, self.workflow)
         return self
 
@@ -386,7 +385,7 @@ class LocalEngine:
             wait_until(lambda: not self.launcher.active(), 10, what="runs to end")
         time.sleep(0.3)
         self.launcher.shutdown(timeout=5)
-        lifecycle_handler.use(None)
+        composition.reset()
         moto_lambda.uninstall()
         self.server.stop()
         moto_api_backend.set_config(self._saved_config)

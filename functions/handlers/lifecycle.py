@@ -8,8 +8,7 @@ exists ends its execution quietly.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -22,30 +21,11 @@ logger = Logger(service=constants.SERVICE_NAME)
 
 _THROTTLING = {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded", "TooManyRequestsException"}
 
-_factory: Callable[[], LifecycleService] | None = None
-_service: LifecycleService | None = None
-_lock = threading.Lock()
-
-
-def use(factory: Callable[[], LifecycleService] | None) -> None:
-    """Wire the service (local mode, tests); None goes back to the composition root's default."""
-    global _factory, _service
-    with _lock:
-        _factory, _service = factory, None
-
 
 def service() -> LifecycleService:
-    global _service
-    if _service is None:
-        with _lock:
-            if _service is None:
-                if _factory is not None:
-                    _service = _factory()
-                else:
-                    from functions import composition  # the composition root wires the real adapters
+    from functions import composition  # the composition root wires the real adapters (tests: composition.configure)
 
-                    _service = composition.lifecycle_service()
-    return _service
+    return composition.lifecycle_service()
 
 
 def _dispatch(svc: LifecycleService, event: Mapping[str, Any]) -> dict[str, Any]:

@@ -14,26 +14,16 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from functions import composition
 from functions.handlers.errors import Forbidden, responses
 from functions.service.queues import QueueList, QueueView
-from functions.service.scheduler import capacity_model
 from schemas.job import Job
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
 router = Router()
-_views: dict[int, QueueView] = {}
 
 
 def queue_view() -> QueueView:
-    root = composition.current()
-    view = _views.get(id(root))
-    if view is None:
-        from functions.adapters.capacity import DynamoDBCapacityLedger
-
-        view = QueueView(root.repository, DynamoDBCapacityLedger(root.clients, root.settings.jobs_table), capacity_model(root.settings))
-        _views.clear()
-        _views[id(root)] = view
-    return view
+    return composition.current().queue_view
 
 
 def with_position(job: Job) -> Job:

@@ -489,28 +489,3 @@ class LifecycleService:
             timeout = self.config.no_timeout_seconds
         heartbeat = min(self.config.heartbeat_seconds, timeout - 1)
         return {"next": "wait", "timeout_seconds": timeout, "heartbeat_seconds": heartbeat}
-
-
-def build_service(root: Any) -> LifecycleService:
-    """The composition root's default lifecycle (functions/composition.py: DEFAULT_LIFECYCLE_FACTORY).
-
-    `root` is the Composition: its settings, clients, repository, artifact store, launchers and
-    workflow (the Step Functions adapter, which also answers task tokens).
-    """
-    from functions.adapters.capacity import DynamoDBCapacityLedger
-    from functions.service.scheduler import capacity_model
-
-    settings = root.settings
-    workflow = root.workflow
-    if workflow is None:
-        raise RuntimeError("settings.state_machine_arn is not set: the lifecycle engine needs its state machine")
-    ledger = DynamoDBCapacityLedger(root.clients, settings.jobs_table)
-    scheduler = Scheduler(root.repository, ledger, capacity_model(settings), workflow, workflow)
-    config = LifecycleConfig(
-        bucket=settings.artifacts_bucket,
-        launcher=settings.compute,
-        heartbeat_seconds=settings.run_heartbeat_seconds,
-        stop_grace_seconds=settings.stop_grace_seconds,
-        max_preemptions=settings.max_preemptions,
-    )
-    return LifecycleService(root.repository, root.artifacts, root.launchers, workflow, workflow, scheduler, config)
