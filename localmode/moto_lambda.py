@@ -23,6 +23,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from schemas.lifecycle import Next
+
 logger = logging.getLogger(__name__)
 
 PINNED_MOTO_VERSION = "5.2.5"
@@ -93,7 +95,7 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
     module_name, _, attr = spec.rpartition(".")
     if not module_name:
         raise ValueError(f"Handler {spec!r} is not 'package.module.function'")
-    return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def _invoke(self: Any, function_name: str, qualifier: str | None, body: Any, headers: Any, response_headers: Any) -> bytes:
@@ -116,7 +118,7 @@ def _call(function: Any, event: Any, response_headers: dict[str, str]) -> bytes:
         response_headers["x-amz-function-error"] = "Unhandled"
         error = {"errorType": type(exc).__name__, "errorMessage": str(exc), "stackTrace": traceback.format_exception(exc)[-5:]}
         return json.dumps(error).encode()
-    if isinstance(event, dict) and event.get("token") and isinstance(result, dict) and result.get("next") == "answered":
+    if isinstance(event, dict) and event.get("token") and isinstance(result, dict) and result.get("next") == Next.ANSWERED:
         _nudge(function, str(event["token"]))
     return json.dumps(result, default=str).encode()
 
