@@ -53,7 +53,7 @@ from functions.adapters.launchers.local import DEFAULT_COMMAND, LocalLauncher
 from functions.adapters.launchers.sagemaker import LOG_GROUP, RUN_SPEC_HYPERPARAMETER, parse_training_job_name, training_job_name
 from functions.service.cloud_events import EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_STATE_CHANGE
 from schemas.job import ErrorType
-from schemas.trainer import ExitCode, FailureReason, RunSpec, TrainerEvent
+from schemas.trainer import ERROR_EXIT_CODES, ERROR_FAILURE_REASONS, ExitCode, FailureReason, RunSpec, TrainerEvent
 
 if TYPE_CHECKING:
     from localmode.deploy import LocalContext
@@ -65,22 +65,8 @@ INTERRUPT_TAG = "trainplane-emulator:interrupt"
 POLL_SECONDS = 0.5
 EMULATED_AMI = "ami-0trainplane0local0"
 LAUNCH_TEMPLATE = "trainplane-trainer"
-_LOG_KEY = re.compile(r"^jobs/(?P<job_id>.+)/logs/attempt-(?P<attempt>\d+)\.log$")
 _RUN_SPEC_LINE = re.compile(r"^RUN_SPEC_URI=(?P<value>.+)$", re.MULTILINE)
 _MAX_RUNTIME_LINE = re.compile(r"^MAX_RUNTIME_SECONDS=(?P<value>.+)$", re.MULTILINE)
-# The trainer's FailureReason word for an ErrorType (what /opt/ml/output/failure would have said).
-_REASON_WORD = {
-    ErrorType.OUT_OF_MEMORY: FailureReason.OUT_OF_MEMORY.value,
-    ErrorType.DATA_ERROR: FailureReason.DATA_ERROR.value,
-    ErrorType.USER_ERROR: FailureReason.USER_ERROR.value,
-    ErrorType.INTERNAL: FailureReason.INTERNAL.value,
-}
-_EXIT_CODES = {
-    ErrorType.OUT_OF_MEMORY: ExitCode.OUT_OF_MEMORY,
-    ErrorType.DATA_ERROR: ExitCode.DATA_ERROR,
-    ErrorType.USER_ERROR: ExitCode.USER_ERROR,
-    ErrorType.INTERNAL: ExitCode.INTERNAL_ERROR,
-}
 
 EventSink = Callable[[dict[str, Any]], None]
 ClientFactory = Callable[[str], Any]
@@ -426,7 +412,7 @@ class EmulatedCompute:
         """The LocalLauncher's log upload: to S3 as in local mode, and the new lines to CloudWatch Logs."""
         if self._upload_log is not None:
             self._upload_log(key, body)
-        match = _LOG_KEY.match(key)
+        match = constants.LOG_KEY.match(key)
         if match is None:
             return
         job_id, attempt = match.group("job_id"), int(match.group("attempt"))
@@ -482,7 +468,7 @@ def _sagemaker_end(description: RunDescription, run: _Run) -> tuple[str, str, st
     if state == RunState.FAILED and description.error_type == ErrorType.TIMEOUT:
         return "Stopped", "MaxRuntimeExceeded", None
     if state == RunState.FAILED:
-        word = _REASON_WORD.get(description.error_type or ErrorType.INTERNAL, FailureReason.INTERNAL.value)
+        word = ERROR_FAILURE_REASONS.get(description.error_type or ErrorType.INTERNAL, FailureReason.INTERNAL.value)
         return "Failed", "Failed", f"AlgorithmError: {word}: {description.message or 'the trainer failed'}"
     return "Stopped", "Interrupted", "Training job interrupted: the training instance was lost"
 
@@ -499,9 +485,9 @@ def _exit_status(description: RunDescription, run: _Run) -> dict[str, Any]:
         return {"exit_code": int(ExitCode.STOPPED_WITH_CHECKPOINT), "reason": "max-runtime", "failure": None}
     if state == RunState.FAILED:
         error = description.error_type or ErrorType.INTERNAL
-        word = _REASON_WORD.get(error, FailureReason.INTERNAL.value)
+        word = ERROR_FAILURE_REASONS.get(error, FailureReason.INTERNAL.value)
         return {
-            "exit_code": int(_EXIT_CODES.get(error, ExitCode.INTERNAL_ERROR)),
+            "exit_code": int(ERROR_EXIT_CODES.get(error, ExitCode.INTERNAL_ERROR)),
             "reason": reason,
             "failure": f"{word}: {description.message}",
         }

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.configs import DataConfig, OutputConfig, ResourceConfig, TrainingConfig
+from schemas.job import ErrorType
 
 # --- Environment (each overrides the SageMaker default path in brackets) -------------------------
 ENV_RUN_SPEC = "TRAINPLANE_RUN_SPEC"  # path or s3:// URI of config/run.json [hyperparameters.json "run_spec"]
@@ -51,6 +52,25 @@ class FailureReason(StrEnum):
     OUT_OF_MEMORY = "OutOfMemory"
     PREEMPTED = "Preempted"
     INTERNAL = "InternalError"
+
+
+# THE mapping between what a trainer says about a failure and the job's ErrorType (every launcher reads
+# it, local mode's emulated compute writes it back): its exit code, and the first word of its failure file.
+EXIT_CODE_ERRORS: dict[int, ErrorType] = {
+    ExitCode.USER_ERROR: ErrorType.USER_ERROR,
+    ExitCode.DATA_ERROR: ErrorType.DATA_ERROR,
+    ExitCode.INTERNAL_ERROR: ErrorType.INTERNAL,
+    ExitCode.OUT_OF_MEMORY: ErrorType.OUT_OF_MEMORY,
+}
+FAILURE_REASON_ERRORS: dict[str, ErrorType] = {
+    FailureReason.USER_ERROR.value: ErrorType.USER_ERROR,
+    FailureReason.DATA_ERROR.value: ErrorType.DATA_ERROR,
+    FailureReason.OUT_OF_MEMORY.value: ErrorType.OUT_OF_MEMORY,
+    FailureReason.INTERNAL.value: ErrorType.INTERNAL,
+}
+# The other way: what a trainer failing with an ErrorType exits with and writes.
+ERROR_EXIT_CODES: dict[ErrorType, ExitCode] = {error: ExitCode(code) for code, error in EXIT_CODE_ERRORS.items()}
+ERROR_FAILURE_REASONS: dict[ErrorType, str] = {error: word for word, error in FAILURE_REASON_ERRORS.items()}
 
 
 class TrainerPhase(StrEnum):

@@ -9,7 +9,7 @@ pays it): boto3, the adapters and the idempotency layer load on first use, throu
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
@@ -21,7 +21,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from functions import composition, constants
 from functions.handlers import errors, policies, queues
-from functions.handlers.errors import Forbidden, IdempotencyInProgress, IdempotencyKeyReused, responses
+from functions.handlers.errors import IdempotencyInProgress, IdempotencyKeyReused, caller_arn, responses
 from functions.handlers.tracing import LazyTracer
 from schemas.api import (
     CancelRequest,
@@ -39,7 +39,6 @@ from schemas.job import Job, SubmitJobRequest
 from schemas.status import JobStatus
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from functions.service.principal import Principal
@@ -63,11 +62,7 @@ JobId = Annotated[str, Path(min_length=1, max_length=128, description="The job's
 
 
 def _principal(router: Router) -> Principal:
-    event = cast("APIGatewayProxyEvent", router.current_event)
-    arn = event.request_context.identity.user_arn
-    if not arn:
-        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
-    return composition.job_service().principal(arn)
+    return composition.job_service().principal(caller_arn(router))
 
 
 def _for_job(router: Router, job_id: str) -> Principal:

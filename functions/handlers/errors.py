@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -30,6 +30,10 @@ from functions.errors import (
 from functions.service.controls import WorkflowUnavailable
 from schemas.api import ErrorResponse
 
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler.api_gateway import Router
+    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+
 logger = logging.getLogger(__name__)
 
 # Where pydantic's error location starts with where the value came from; the field path follows.
@@ -38,6 +42,15 @@ _SOURCES = {"body", "query", "path", "header", "cookie"}
 
 class Forbidden(DomainError):
     """No IAM caller in the request context (API Gateway with AWS_IAM auth always sets one)."""
+
+
+def caller_arn(router: Router) -> str:
+    """The IAM caller of the request a route is serving; 403 when there is none (every route asks here)."""
+    event = cast("APIGatewayProxyEvent", router.current_event)
+    arn = event.request_context.identity.user_arn
+    if not arn:
+        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
+    return arn
 
 
 class BadRequest(DomainError):

@@ -8,7 +8,7 @@ policy is 404, as for jobs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response, content_types
@@ -16,13 +16,13 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from functions import composition, constants
-from functions.handlers.errors import Forbidden, responses
+from functions.handlers.errors import caller_arn, responses
 from functions.service.principal import Principal
 from schemas.api import ErrorResponse
 from schemas.retraining import PolicyList, RetrainingPolicy, RetrainingPolicyPatch, RetrainingPolicyRequest
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+    pass
 
 router = Router()
 logger = Logger(service=constants.SERVICE_NAME, child=True)
@@ -48,9 +48,7 @@ def _responses(status: int, description: str, *codes: int, content: bool = True)
 
 
 def _principal(policy_id: str | None = None) -> Principal:
-    arn = cast("APIGatewayProxyEvent", router.current_event).request_context.identity.user_arn
-    if not arn:
-        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
+    arn = caller_arn(router)
     if policy_id is not None:
         logger.append_keys(policy_id=policy_id)
     return composition.retraining_service().principal(arn)

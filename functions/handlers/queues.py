@@ -7,17 +7,17 @@ per scheduler pass, no Scan).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions import composition
-from functions.handlers.errors import Forbidden, responses
+from functions.handlers.errors import caller_arn, responses
 from functions.service.queues import QueueList, QueueView
 from schemas.job import Job
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+    pass
 
 router = Router()
 
@@ -37,9 +37,5 @@ def with_position(job: Job) -> Job:
     tags=["reports"],
 )
 def list_queues() -> QueueList:
-    event = cast("APIGatewayProxyEvent", router.current_event)
-    arn = event.request_context.identity.user_arn
-    if not arn:
-        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
-    principal = composition.job_service().principal(arn)
+    principal = composition.job_service().principal(caller_arn(router))
     return queue_view().list(principal.can_see)

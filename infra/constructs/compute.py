@@ -21,7 +21,7 @@ from constructs import Construct
 from functions import constants
 from infra.config import ConfigError, StageConfig
 from infra.constructs.common import allow, arn, log_retention, removal_policy
-from infra.constructs.storage import DATASETS_PREFIX, Storage
+from infra.constructs.storage import Storage
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The image's build context is the repository root because the trainer imports schemas/; only
@@ -223,7 +223,7 @@ class Compute(Construct):
         self.storage.grant_artifacts(
             role, prefixes=[f"{constants.JOBS_PREFIX}/"], write=True, delete=True
         )  # checkpoints, retention, metrics
-        self.storage.grant_artifacts(role, prefixes=[f"{DATASETS_PREFIX}/"])
+        self.storage.grant_artifacts(role, prefixes=[constants.DATASETS_PREFIX])
         partition = Stack.of(self).partition
         for uri in self.config.training_data_uris:
             name, _, prefix = uri.removeprefix("s3://").partition("/")

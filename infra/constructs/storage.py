@@ -16,7 +16,6 @@ from infra.config import StageConfig
 from infra.constructs.common import allow, removal_policy
 
 # Datasets users upload for training live beside the jobs' artifacts; trainers may read them.
-DATASETS_PREFIX = "datasets"
 
 # Data-plane actions only: Scan is left out on purpose (the repository never scans, DESIGN.md).
 JOBS_READ_ACTIONS = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem")
