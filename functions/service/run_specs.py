@@ -10,7 +10,7 @@ from typing import Any
 
 from functions import constants
 from functions.adapters.ports import ArtifactStore
-from schemas.checkpoint import step_of
+from schemas.checkpoint import best_checkpoint, retained, step_of
 from schemas.job import CheckpointRef, Job, Progress
 from schemas.trainer import RunSpec
 
@@ -77,12 +77,17 @@ class RunSpecs:
         )
         refs = [r for r in job.checkpoints if r.checkpoint_id != checkpoint_id] + [ref]
         config = job.output_config.checkpoint
-        best = best_of(refs, config.metric_for_best_model, config.greater_is_better)
-        newest = sorted(refs, key=lambda r: r.step)
-        keep = {r.checkpoint_id for r in (newest[-config.save_total_limit :] if config.save_total_limit else newest)}
-        if best:
-            keep.add(best)
-        return ref, best, sorted(keep)
+        # The trainer's own computation (schemas/checkpoint.py), so the record names what S3 holds.
+        best = best_checkpoint(refs, config.metric_for_best_model, config.greater_is_better)
+        resumed_from = data.get("resumed_from")
+        keep = retained(
+            refs,
+            save_total_limit=config.save_total_limit,
+            metric=config.metric_for_best_model,
+            greater_is_better=config.greater_is_better,
+            resumed_from=str(resumed_from) if resumed_from else None,
+        )
+        return ref, best.checkpoint_id if best is not None else None, sorted(keep)
 
 
 def progress_of(data: Mapping[str, Any], now: datetime) -> Progress:
@@ -91,15 +96,3 @@ def progress_of(data: Mapping[str, Any], now: datetime) -> Progress:
     if percent is None and data.get("total_steps"):
         percent = 100.0 * float(data.get("step", 0)) / float(data["total_steps"])
     return Progress(percent=min(max(float(percent or 0.0), 0.0), 100.0), updated_at=now, **fields)
-
-
-def best_of(refs: list[CheckpointRef], metric: str | None, greater: bool | None) -> str | None:
-    """The best checkpoint by `metric` (greater is better unless it names a loss); ties go to the earlier."""
-    if not metric:
-        return None
-    scored = [r for r in refs if metric in r.metrics]
-    if not scored:
-        return None
-    higher = greater if greater is not None else not metric.endswith("loss")
-    chosen = max(scored, key=lambda r: (r.metrics[metric], -r.step)) if higher else min(scored, key=lambda r: (r.metrics[metric], r.step))
-    return chosen.checkpoint_id
