@@ -6,7 +6,7 @@ DescribeInstances, and run ends arrive as EventBridge events at the events Lambd
 (functions/handlers/events.py). What no emulator provides, this module does:
 
 - moto's training job is `Completed` the moment it is created and has no StopTrainingJob
-  (LOCAL_AWS.md). Here a created job is `InProgress` (Starting, then Training) until its trainer
+  (docs/LOCAL_AWS.md). Here a created job is `InProgress` (Starting, then Training) until its trainer
   ends; StopTrainingJob exists (Stopping, SIGTERM, then Stopped); the job's end fills
   TrainingTimeInSeconds, BillableTimeInSeconds, FailureReason ("AlgorithmError: DataError: ...") as
   SageMaker does. These are the only moto internals touched (pinned; tests fail on an upgrade).

@@ -1,9 +1,9 @@
-"""THE one module that reaches into moto's internals. Pinned to moto 5.2.5; tests/integration/
-test_journal_hooks.py fails loudly when an upgrade moves anything this relies on.
+"""THE one module that reaches into moto's internals. Pinned to moto 5.2.5; tests/integration/test_journal.py
+(test_hooks_are_pinned_to_the_moto_they_were_written_for) fails loudly when an upgrade moves anything this relies on.
 
 Two jobs:
 1. Thread safety. moto is not thread-safe: under concurrent HTTP load an optimistic-lock UpdateItem
-   lost a write (LOCAL_AWS.md). One process-wide re-entrant lock per service serialises every
+   lost a write (docs/LOCAL_AWS.md). One process-wide re-entrant lock per service serialises every
    DynamoDB request (condition check + write + response serialisation: moto's update_item mutates
    items in place, so readers must not run beside it) and every S3 request and write.
 2. Durability. The write paths mark what they touch (a table + key, a bucket + key); when the

@@ -206,7 +206,7 @@ class LocalPlane:
         logger.info("stopped in %.1fs", time.monotonic() - began)
 
     def endpoint_document(self) -> dict[str, Any]:
-        """endpoint.json, exactly CONTRACTS.md's shape."""
+        """endpoint.json, exactly docs/CONTRACTS.md's shape."""
         return {
             "api_url": self.api_url,
             "region": self.ctx.region,

@@ -16,7 +16,7 @@ from schemas.configs import DataConfig, OutputConfig, ResourceConfig, TrainingCo
 from schemas.job import ErrorType
 
 # --- Environment (each overrides the SageMaker default path in brackets) -------------------------
-ENV_RUN_SPEC = "TRAINPLANE_RUN_SPEC"  # path or s3:// URI of config/run.json [hyperparameters.json "run_spec"]
+ENV_RUN_SPEC = "TRAINPLANE_RUN_SPEC"  # path or s3:// URI of config/run-NNN.json [hyperparameters.json "run_spec"]
 ENV_SM_HYPERPARAMETERS = "SM_HPS_FILE"  # [/opt/ml/input/config/hyperparameters.json]
 ENV_MODEL_DIR = "SM_MODEL_DIR"  # [/opt/ml/model]
 ENV_CHECKPOINT_DIR = "TRAINPLANE_CHECKPOINT_DIR"  # [/opt/ml/checkpoints]
@@ -107,7 +107,7 @@ class TrainerEvent(BaseModel):
 
 
 class RunSpec(BaseModel):
-    """config/run.json: everything one attempt of a job needs, written by PREPARING."""
+    """config/run-NNN.json (NNN: the attempt, functions/constants.run_spec_key): everything one attempt needs, written by PREPARING."""
 
     model_config = ConfigDict(extra="forbid")
     job_id: str

@@ -1,4 +1,4 @@
-"""The REST API Lambda (API Gateway REST proxy, AWS_IAM auth): every route of CONTRACTS.md.
+"""The REST API Lambda (API Gateway REST proxy, AWS_IAM auth): every route of docs/CONTRACTS.md.
 
 Thin routes: the resolver validates input against the pydantic models (unknown fields rejected),
 each route calls one service method and returns a typed model; errors become HTTP in errors.py only.

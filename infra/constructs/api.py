@@ -153,7 +153,9 @@ class Api(Construct):
         Validations.of(self.rest_api).acknowledge(
             Acknowledgment(
                 id="AwsSolutions-COG4",
-                reason="Callers are IAM principals: every method uses AWS_IAM (SigV4), by design (DESIGN.md); there are no Cognito users.",
+                reason=(
+                    "Callers are IAM principals: every method uses AWS_IAM (SigV4), by design (docs/DESIGN.md); there are no Cognito users."
+                ),
             )
         )
         self._gateway_responses()

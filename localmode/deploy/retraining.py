@@ -5,7 +5,7 @@ What the cloud stack has (infra/constructs/retraining.py), in the emulated AWS:
   localmode.moto_lambda), and a schedule group + role for EventBridge Scheduler, published as
   the settings the API uses to create one schedule per schedule-policy - the same adapter as in AWS;
 - the dispatcher's rules on the local bus, from THE patterns (functions/service/retraining_routes.py).
-  moto matches rules but cannot deliver to a Lambda target (LOCAL_AWS.md), so the rules' target is an
+  moto matches rules but cannot deliver to a Lambda target (docs/LOCAL_AWS.md), so the rules' target is an
   SQS queue and `EventPump` hands each event to the dispatcher: objects written to the artifacts bucket
   (S3 -> EventBridge notifications, as in the cloud) and custom events put on the bus both arrive so;
 - moto stores schedules but never fires them: `ScheduleTicker` reads the group's schedules and invokes

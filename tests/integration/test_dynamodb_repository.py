@@ -346,7 +346,7 @@ def test_delete_removes_the_job_history_and_counts(repo: Any) -> None:
 
 
 def _serialize_moto_calls(repo: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # moto's DynamoDB backend is not thread-safe (LOCAL_AWS.md); DynamoDB itself applies each call
+    # moto's DynamoDB backend is not thread-safe (docs/LOCAL_AWS.md); DynamoDB itself applies each call
     # atomically. One lock per API call restores that, and keeps the read-then-conditional-write race.
     if isinstance(repo, DynamoJobRepository):
         client = repo._ddb
