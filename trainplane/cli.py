@@ -90,7 +90,8 @@ def up(
     try:
         from localmode.up import run_up  # the heavy local-mode stack loads only for this command
     except ImportError as exc:
-        err.print(f"[red]error[/red] local mode is not available: {exc} (install with: pip install 'trainplane[local]')")
+        install = escape("pip install 'trainplane[local]'")  # escaped: rich would read [local] as markup
+        err.print(f"[red]error[/red] local mode is not available: {escape(str(exc))} (install with: {install})")
         raise typer.Exit(1) from exc
     run_up(host, port, directory, compute.value)
 

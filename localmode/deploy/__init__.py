@@ -29,8 +29,7 @@ from typing import Any
 
 from functions import constants
 from functions.settings import PREFIX, Settings
-from localmode import emulated_compute
-from localmode.deploy import lifecycle, retraining, storage
+from localmode.deploy import emulated_compute, lifecycle, retraining, storage
 
 logger = logging.getLogger(__name__)
 

@@ -357,7 +357,9 @@ def capture_rng() -> dict[str, Any]:
     import numpy as np
 
     version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    legacy = np.random.get_state(legacy=True)
+    assert isinstance(legacy, tuple)  # legacy=True: (kind, keys, pos, has_gauss, cached)
+    kind, keys, pos, has_gauss, cached = legacy
     state: dict[str, Any] = {
         # Plain tensors and numbers only: loaded back with torch.load(weights_only=True).
         "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},

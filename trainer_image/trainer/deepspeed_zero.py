@@ -84,7 +84,7 @@ class DeepSpeedRuntime(DistributedRuntime):
         if self.is_main:
             stage = engine.zero_optimization_stage()
             log(f"DEEPSPEED: {type(engine.optimizer).__name__} (ZeRO stage {stage}) on {self.world_size} workers")
-        return engine  # type: ignore[no-any-return]
+        return engine
 
     def after_training(self) -> None:
         # With ZeRO-3 configured, transformers builds every new model inside deepspeed.zero.Init, a

@@ -101,7 +101,8 @@ def lr_lambda(step: int, *, kind: str, warmup: int, total: int) -> float:
 
 
 def build_optimizer(model: nn.Module, hyper: Hyper, device: torch.device) -> torch.optim.Optimizer:
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for _name, param in model.named_parameters():
         if param.requires_grad:
             # Biases and norm weights (1-D) are not decayed, as in every reference recipe.
@@ -230,7 +231,7 @@ class TrainingLoop:
     # --- one step ----------------------------------------------------------------------------
     def _next_micro_batches(self) -> tuple[list[list[int]], bool]:
         """The micro-batches of the next step, advancing the position; True when the step ends an epoch."""
-        batches = []
+        batches: list[list[int]] = []
         while len(batches) < self.accum:
             batches.append(self.order.micro_batch(self.epoch, self.micro))
             self.micro += 1

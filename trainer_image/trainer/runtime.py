@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -202,8 +202,8 @@ class DistributedRuntime(Runtime):
 
     def no_sync(self, model: nn.Module) -> contextlib.AbstractContextManager[Any]:
         # Reduce gradients only on the last micro-batch of a step.
-        if hasattr(model, "no_sync"):
-            return model.no_sync()  # DDP
+        if (no_sync := getattr(model, "no_sync", None)) is not None:
+            return cast("contextlib.AbstractContextManager[Any]", no_sync())  # DDP
         if hasattr(model, "set_requires_gradient_sync"):
             return _fsdp_no_sync(model)  # FSDP2
         return contextlib.nullcontext()
@@ -218,7 +218,8 @@ class DistributedRuntime(Runtime):
             return super().model_state(model, is_adapter)
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        full = get_model_state_dict(model, options=self._options())  # collective; rank 0 gets the tensors
+        # collective; rank 0 gets the tensors (full_state_dict: plain tensors, never DTensor shards)
+        full = cast("dict[str, torch.Tensor]", get_model_state_dict(model, options=self._options()))
         if is_adapter:
             # The same key names as peft's get_peft_model_state_dict (single process), so either kind
             # of run can resume the other's checkpoint.
@@ -237,7 +238,8 @@ class DistributedRuntime(Runtime):
             if unknown:
                 raise UserError(f"checkpoint adapter does not fit this model: unexpected keys {unknown[:5]}")
             tensors = {by_peft_name[k]: v for k, v in tensors.items()}
-        set_model_state_dict(model, tensors, options=StateDictOptions(full_state_dict=True, strict=not is_adapter))
+        state: dict[str, Any] = dict(tensors)  # torch's ValueType union; plain tensors here
+        set_model_state_dict(model, state, options=StateDictOptions(full_state_dict=True, strict=not is_adapter))
 
     def optimizer_state(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         if self.framework != FrameworkType.FSDP:

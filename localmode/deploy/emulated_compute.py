@@ -149,7 +149,7 @@ class EmulatedCompute:
         global _active
         if moto.__version__ != PINNED_MOTO_VERSION:
             raise RuntimeError(
-                f"localmode.emulated_compute changes moto {PINNED_MOTO_VERSION}'s SageMaker internals but moto "
+                f"localmode.deploy.emulated_compute changes moto {PINNED_MOTO_VERSION}'s SageMaker internals but moto "
                 f"{moto.__version__} is installed: re-check FakeTrainingJob and SageMakerResponse, then update the pin"
             )
         with _active_lock:
