@@ -11,7 +11,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install test test-fast lint format demo bench bench-trainer synth bootstrap deploy openapi clean up
+.PHONY: install test test-fast lint mypy format demo bench bench-trainer synth bootstrap deploy openapi clean up
 
 install: $(STAMP)
 
@@ -28,16 +28,24 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-test: install
+# What CI runs (.ci/run): the lint, then the whole suite.
+test: lint
 	$(BIN)/python -m pytest
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not e2e and not slow"
 
+# Every package: the control plane, the client, local mode, the CDK app, the trainer, scripts and examples.
+MYPY_PATHS := schemas functions trainplane localmode infra trainer_image/trainer scripts examples
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy schemas functions
+	$(BIN)/mypy $(MYPY_PATHS)
+	PYTHONPATH=trainer_image $(BIN)/lint-imports
+
+mypy: install
+	$(BIN)/mypy $(MYPY_PATHS)
 
 format: install
 	$(BIN)/ruff format .
