@@ -21,7 +21,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from functions import composition, constants
 from functions.handlers import errors, policies, queues
-from functions.handlers.errors import IdempotencyInProgress, IdempotencyKeyReused, caller_arn, responses
+from functions.handlers.errors import IdempotencyInProgress, IdempotencyKeyReused, caller_of, responses
 from functions.handlers.tracing import LazyTracer
 from schemas.api import (
     CancelRequest,
@@ -62,7 +62,7 @@ JobId = Annotated[str, Path(min_length=1, max_length=128, description="The job's
 
 
 def _principal(router: Router) -> Principal:
-    return composition.job_service().principal(caller_arn(router))
+    return composition.job_service().principal(caller_of(router))
 
 
 def _for_job(router: Router, job_id: str) -> Principal:

@@ -44,7 +44,7 @@ class Forbidden(DomainError):
     """No IAM caller in the request context (API Gateway with AWS_IAM auth always sets one)."""
 
 
-def caller_arn(router: Router) -> str:
+def caller_of(router: Router) -> str:
     """The IAM caller of the request a route is serving; 403 when there is none (every route asks here)."""
     event = cast("APIGatewayProxyEvent", router.current_event)
     arn = event.request_context.identity.user_arn

@@ -16,7 +16,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from functions import composition, constants
-from functions.handlers.errors import caller_arn, responses
+from functions.handlers.errors import caller_of, responses
 from functions.service.principal import Principal
 from schemas.api import ErrorResponse
 from schemas.retraining import PolicyList, RetrainingPolicy, RetrainingPolicyPatch, RetrainingPolicyRequest
@@ -48,7 +48,7 @@ def _responses(status: int, description: str, *codes: int, content: bool = True)
 
 
 def _principal(policy_id: str | None = None) -> Principal:
-    arn = caller_arn(router)
+    arn = caller_of(router)
     if policy_id is not None:
         logger.append_keys(policy_id=policy_id)
     return composition.retraining_service().principal(arn)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions import composition
-from functions.handlers.errors import caller_arn, responses
+from functions.handlers.errors import caller_of, responses
 from functions.service.queues import QueueList, QueueView
 from schemas.job import Job
 
@@ -37,5 +37,5 @@ def with_position(job: Job) -> Job:
     tags=["reports"],
 )
 def list_queues() -> QueueList:
-    principal = composition.job_service().principal(caller_arn(router))
+    principal = composition.job_service().principal(caller_of(router))
     return queue_view().list(principal.can_see)
