@@ -77,7 +77,7 @@ deploy: install
 	$(CDK) deploy --app "$(BIN)/python infra/app.py" -c stage=$(STAGE) $(DEPLOY_ARGS)
 
 up: install
-	$(BIN)/trainplane up --state-dir .state
+	$(BIN)/trainplane up --state-dir .state --allow-dir examples
 
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -232,6 +232,7 @@ class Composition:
 
         def build() -> LifecycleService:
             from functions.service.lifecycle import LifecycleConfig, LifecycleService
+            from functions.service.paths import PathRules
             from functions.service.scheduler import Scheduler, capacity_model
 
             settings = self.settings
@@ -244,7 +245,8 @@ class Composition:
                 stop_grace_seconds=settings.stop_grace_seconds,
                 max_preemptions=settings.max_preemptions,
             )
-            return LifecycleService(self.repository, self.artifacts, self.launchers, workflow, workflow, scheduler, config)
+            paths = PathRules(settings, self.repository, self.artifacts)
+            return LifecycleService(self.repository, self.artifacts, self.launchers, workflow, workflow, scheduler, config, paths=paths)
 
         return self._given_or("lifecycle", build)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_cdk import AssetHashType, CfnOutput, Stack
@@ -58,6 +59,7 @@ class TrainplaneStack(Stack):
                 "trainer_log_group": compute.trainer_log_group.log_group_name,
                 "gpu_quotas": config.gpu_quotas or None,
                 "cors_origin": config.cors_origin,
+                "bucket_grants": _grants_json(config),
             }
         )
         lifecycle = Lifecycle(self, "Lifecycle", config=config, storage=storage, compute=compute, code=code, environment=environment)
@@ -102,3 +104,9 @@ class TrainplaneStack(Stack):
             "RetrainingStatus",
             value="deployed" if retraining else f"not deployed: the bundle has no {RETRAINING.handler} yet",
         )
+
+
+def _grants_json(config: StageConfig) -> str | None:
+    """Settings.bucket_grants (TRAINPLANE_BUCKET_GRANTS) from the stage's bucket_grants and training_data_uris."""
+    grants = config.all_bucket_grants()
+    return json.dumps([g.model_dump(mode="json") for g in grants]) if grants else None

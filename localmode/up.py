@@ -23,6 +23,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -38,6 +39,7 @@ from localmode.moto_inprocess import InProcessAws
 from localmode.server import LOOPBACK, EmulatedAws
 
 logger = logging.getLogger("localmode")
+ALLOWED_DIRS_ENV = PREFIX + "LOCAL_ALLOWED_DIRS"
 
 DEFAULT_API_HANDLER = "functions.handlers.api:lambda_handler"
 ENDPOINT_FILE = "endpoint.json"
@@ -59,6 +61,7 @@ def run_up(
     *,
     api_handler: str = DEFAULT_API_HANDLER,
     exit_process: bool = True,
+    allow_dirs: Sequence[Path] = (),
 ) -> None:
     """Serve until SIGINT/SIGTERM. `port=0` picks a free port (endpoint.json tells which).
 
@@ -74,11 +77,13 @@ def run_up(
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    plane = LocalPlane(host, port, Path(state_dir), compute=compute, api_handler=api_handler)
+    plane = LocalPlane(host, port, Path(state_dir), compute=compute, api_handler=api_handler, allow_dirs=allow_dirs)
     try:
         plane.start()
         print(f"trainplane local mode: API {plane.api_url}  AWS {plane.aws_endpoint_url}  state {plane.state_dir}", flush=True)
         print(f"endpoint and credentials: {plane.endpoint_path}  (Ctrl-C to stop)", flush=True)
+        shown = os.pathsep.join(str(d) for d in plane.allowed_dirs) or "none (trainplane up --allow-dir DIR)"
+        print(f"local files jobs may name: {shown}", flush=True)
         while not stop.wait(0.2):
             pass
     finally:
@@ -95,12 +100,23 @@ def run_up(
 class LocalPlane:
     """Local mode's parts, started and stopped in order. run_up() drives one per process."""
 
-    def __init__(self, host: str, port: int, state_dir: Path, *, compute: str = "local", api_handler: str = DEFAULT_API_HANDLER) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        state_dir: Path,
+        *,
+        compute: str = "local",
+        api_handler: str = DEFAULT_API_HANDLER,
+        allow_dirs: Sequence[Path] = (),
+    ) -> None:
         if compute not in COMPUTE_CHOICES:
             raise ValueError(f"compute: must be one of {', '.join(COMPUTE_CHOICES)}, not {compute!r}")
         self.host = host
         self.port = port
         self.state_dir = state_dir.resolve()
+        # Directories whose files jobs may name (docs/SECURITY.md): --allow-dir, then the environment.
+        self.allowed_dirs = allowed_dirs(allow_dirs, os.environ.get(ALLOWED_DIRS_ENV, ""))
         self.compute = compute
         self.api_handler = api_handler
         self.endpoint_path = self.state_dir / ENDPOINT_FILE
@@ -167,6 +183,9 @@ class LocalPlane:
         admins = [a for a in self.ctx.env.get(PREFIX + "ADMIN_ARNS", "").split(",") if a]
         self.ctx.env[PREFIX + "ADMIN_ARNS"] = ",".join(dict.fromkeys([admin.arn, *admins]))
         self.ctx.env.setdefault(PREFIX + "COMPUTE", self.compute)
+        # Path confinement: local files only under the allowed directories, never the state directory.
+        self.ctx.env[PREFIX + "LOCAL_STATE_DIR"] = str(self.state_dir)
+        self.ctx.env[ALLOWED_DIRS_ENV] = os.pathsep.join(str(d) for d in self.allowed_dirs)
         os.environ.update(self.ctx.env)
 
         self.ctx.start_background()
@@ -238,6 +257,12 @@ class LocalPlane:
         self._lock_file.truncate()
         self._lock_file.write(str(os.getpid()))
         self._lock_file.flush()
+
+
+def allowed_dirs(given: Sequence[Path], from_env: str) -> list[Path]:
+    """--allow-dir values and TRAINPLANE_LOCAL_ALLOWED_DIRS (os.pathsep-separated), absolute and resolved."""
+    dirs = [*given, *(Path(d) for d in from_env.split(os.pathsep) if d)]
+    return list(dict.fromkeys(d.expanduser().resolve() for d in dirs))
 
 
 def _set_aws_environment(endpoint_url: str) -> None:

@@ -131,6 +131,9 @@ class S3Artifacts:
             keys.extend(obj["Key"] for obj in page.get("Contents", []))
         return sorted(keys)
 
+    def first_keys(self, prefix: str, limit: int) -> list[str]:
+        return self.list_keys(prefix)[:limit]
+
     def list_manifests(self, job_id: str) -> list[CheckpointManifest]:
         keys = [k for k in self.list_keys(constants.checkpoints_prefix(job_id)) if k.endswith("/" + MANIFEST_NAME)]
         found = [CheckpointManifest.model_validate_json(self.s3.get_object(Bucket=self.bucket, Key=k)["Body"].read()) for k in keys]

@@ -84,8 +84,17 @@ def up(
     port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port (see endpoint.json).")] = 8080,
     state_dir: Annotated[Path | None, typer.Option(help="Where jobs, history and bucket objects persist.")] = None,
     compute: Annotated[Compute, typer.Option(help="Where training runs.")] = Compute.LOCAL,
+    allow_dir: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--allow-dir",
+            help="A directory whose files jobs may name (repeatable; also $TRAINPLANE_LOCAL_ALLOWED_DIRS). Never the state dir.",
+        ),
+    ] = None,
 ) -> None:
-    """Serve the whole control plane on this machine (emulated AWS, no account needed) until Ctrl-C."""
+    """Serve the whole control plane on this machine (emulated AWS, no account needed) until Ctrl-C.
+
+    Jobs may name local files only under the --allow-dir directories (docs/SECURITY.md)."""
     directory = state_dir or state_dir_of(_opts(ctx).state_dir)
     try:
         from localmode.up import run_up  # the heavy local-mode stack loads only for this command
@@ -93,7 +102,7 @@ def up(
         install = escape("pip install 'trainplane[local]'")  # escaped: rich would read [local] as markup
         err.print(f"[red]error[/red] local mode is not available: {escape(str(exc))} (install with: {install})")
         raise typer.Exit(1) from exc
-    run_up(host, port, directory, compute.value)
+    run_up(host, port, directory, compute.value, allow_dirs=allow_dir or [])
 
 
 @app.command()

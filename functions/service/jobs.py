@@ -21,6 +21,7 @@ from functions import constants
 from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, Transition, Workflow
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
+from functions.service.paths import PathRules
 from functions.service.principal import Principal
 from functions.settings import Settings
 from schemas.api import EventList, JobList, LogLine, LogsResponse, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
@@ -62,6 +63,7 @@ class JobService(LifecycleControls):
         self.settings = settings
         self.clock = clock
         self.ids = ids
+        self.paths = PathRules(settings, repo, store)
 
     def principal(self, arn: str) -> Principal:
         return Principal.from_arn(arn, self.settings.admin_arns)
@@ -79,6 +81,7 @@ class JobService(LifecycleControls):
     ) -> Job:
         """Create the job PENDING (with its first history entry), then start its lifecycle if wired."""
         self._check_compute(request)
+        self.check_paths(request, principal, owner=owner)
         now = self.clock()
         priority = request.effective_priority
         job = Job(
@@ -109,6 +112,14 @@ class JobService(LifecycleControls):
         self.repo.annotate(job.job_id, {"execution_arn": execution_arn})
         # Re-read: the execution may already have moved the job on (PENDING -> QUEUED).
         return self.repo.get(job.job_id)
+
+    def check_paths(self, request: SubmitJobRequest, principal: Principal, *, owner: str | None = None) -> None:
+        """Every path the request names must be one its owner may use (docs/SECURITY.md): InvalidRequest
+        naming the field. The job runs with its owner's rights, also when an admin submits it for them."""
+        self.paths.check_submission(request, self.owner_principal(principal, owner))
+
+    def owner_principal(self, principal: Principal, owner: str | None) -> Principal:
+        return principal if owner is None or owner == principal.arn else self.principal(owner)
 
     def _check_compute(self, request: SubmitJobRequest) -> None:
         """What the configured compute cannot run is refused now (422 naming the field), not at launch."""

@@ -24,6 +24,7 @@ from aws_cdk import aws_wafv2 as wafv2
 from constructs import Construct
 
 from functions import constants
+from functions.service.paths import DATA_PREFIX
 from infra.config import ConfigError, StageConfig
 from infra.constructs.common import allow, arn, log_retention, removal_policy
 from infra.constructs.compute import Compute
@@ -119,6 +120,8 @@ class Api(Construct):
         storage.grant_idempotency(role)
         # Run specs and metrics are read, a deleted job's prefix is removed.
         storage.grant_artifacts(role, prefixes=[f"{constants.JOBS_PREFIX}/"], write=True, delete=True)
+        # Path confinement at submit: is an output_path in a data area empty, or whose export is it?
+        storage.grant_artifacts(role, prefixes=[DATA_PREFIX])
         lifecycle.grant_start(role)
         lifecycle.grant_answer_tasks(role)
         compute.grant_stop(role)  # pause and cancel stop the run directly (Workflow.stop_run)

@@ -47,7 +47,8 @@ def fake_spec(name: str, *, max_steps: int = 6, step_seconds: float = 0.05, **hp
             "base_model": {"model_id": "tiny", "source": "config", "tokenizer_id": "byte", "model_kwargs": {"architecture": "llama"}},
             "hyperparameters": {"max_steps": str(max_steps), "fake_step_seconds": str(step_seconds), **hp},
         },
-        "data_config": {"sources": [{"path": "/dev/null"}]},
+        # Not read by the fake trainer; named where local mode allows local files (docs/SECURITY.md).
+        "data_config": {"sources": [{"path": str(REPO_ROOT / "examples" / "data" / "tiny-qa.jsonl")}]},
         "resource_config": {"gpu_count": 0},
         "output_config": {"checkpoint": {"save_steps": 2}},
     }
