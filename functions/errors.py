@@ -72,3 +72,11 @@ class PolicyConflict(ConcurrentModification):
         )
         self.job_id = policy_id  # ConcurrentModification's attribute, for handlers that read it
         self.policy_id = policy_id
+
+
+class TooLarge(DomainError):
+    """Input that passes the schema but cannot be stored: a record over its size budget (413)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field

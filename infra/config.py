@@ -57,8 +57,14 @@ class StageConfig(BaseModel):
     # The deploying account is always allowed.
     api_allowed_account_ids: tuple[str, ...] = ()
     api_allowed_org_id: str | None = Field(default=None, pattern=r"^o-[a-z0-9]{10,32}$")
-    # A dashboard origin (https://...) allowed by CORS; None switches CORS off.
+    # A dashboard origin (https://...) allowed by CORS. None: the stack's own dashboard distribution when
+    # `dashboard` is on, else CORS off.
     cors_origin: str | None = None
+    # The web dashboard (CloudFront + assets bucket + Cognito sign-in, infra/constructs/dashboard.py).
+    dashboard: bool = True
+    # The Cognito Hosted UI domain prefix (<prefix>.auth.<region>.amazoncognito.com), unique per region;
+    # default trainplane-<stage>-<account>.
+    dashboard_auth_domain_prefix: str | None = Field(default=None, pattern=r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
     api_throttle_rate: float = Field(default=50.0, gt=0, le=10_000)
     api_throttle_burst: int = Field(default=100, ge=1, le=5_000)
     # An existing WAFv2 web ACL to associate with the API stage.

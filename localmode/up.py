@@ -20,6 +20,8 @@ import json
 import logging
 import os
 import signal
+import socket
+import stat
 import sys
 import threading
 import time
@@ -33,6 +35,7 @@ from functions.adapters import aws as aws_clients
 from functions.settings import PREFIX
 from localmode import moto_hooks
 from localmode.credentials import ADMIN, Principal, load_or_create
+from localmode.dashboard import DashboardSite
 from localmode.frontdoor import FrontDoor, Handler
 from localmode.journal import Journal
 from localmode.moto_inprocess import InProcessAws
@@ -84,6 +87,7 @@ def run_up(
         print(f"endpoint and credentials: {plane.endpoint_path}  (Ctrl-C to stop)", flush=True)
         shown = os.pathsep.join(str(d) for d in plane.allowed_dirs) or "none (trainplane up --allow-dir DIR)"
         print(f"local files jobs may name: {shown}", flush=True)
+        print(f"dashboard: {plane.api_url}/  (`trainplane dashboard` opens it signed in)", flush=True)
         while not stop.wait(0.2):
             pass
     finally:
@@ -144,13 +148,20 @@ class LocalPlane:
     def start(self) -> None:
         from localmode.deploy import LocalContext, deploy_all  # localmode/deploy: local-mode-only, loads with it
 
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.state_dir)
         self._lock_state_dir()
+        self._remove_stale_endpoint()
         self.principals = load_or_create(self.state_dir)
         admin = next(p for p in self.principals if p.name == ADMIN)
         # Bound now, served at the end: a busy port fails in a second, not after the deployers.
+        site = DashboardSite(state_dir=self.state_dir, principals=self.principals, region=constants.LOCAL_REGION)
         self.front_door = FrontDoor(
-            self.host, self.port, principals=self.principals, region=constants.LOCAL_REGION, account_id=constants.LOCAL_ACCOUNT_ID
+            self.host,
+            self.port,
+            principals=self.principals,
+            region=constants.LOCAL_REGION,
+            account_id=constants.LOCAL_ACCOUNT_ID,
+            site=site,
         )
         self._started.append("front_door")
 
@@ -225,18 +236,30 @@ class LocalPlane:
         logger.info("stopped in %.1fs", time.monotonic() - began)
 
     def endpoint_document(self) -> dict[str, Any]:
-        """endpoint.json, exactly docs/CONTRACTS.md's shape."""
+        """endpoint.json: docs/CONTRACTS.md's shape, plus who wrote it (`pid`, `hostname`), so that a reader
+        can tell a stale file (its process killed with -9) from a live one (trainplane/endpoint.py)."""
         return {
             "api_url": self.api_url,
             "region": self.ctx.region,
             "aws_endpoint_url": self.aws.endpoint_url,
             "bucket": self.ctx.settings().artifacts_bucket,
             "credentials": [p.public() for p in self.principals],
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
         }
+
+    def _remove_stale_endpoint(self) -> None:
+        # We hold the state dir's lock, so no live `up` wrote what is there: its process died without
+        # shutting down (kill -9, a crash). Gone now, so that nobody reads it while this one starts.
+        for leftover in (self.endpoint_path, self.endpoint_path.with_name(ENDPOINT_FILE + ".tmp")):
+            if leftover.exists():
+                print(f"trainplane local mode: replacing the stale {leftover} (its process is gone)", flush=True)
+                leftover.unlink(missing_ok=True)
 
     def _write_endpoint(self) -> None:
         tmp = self.endpoint_path.with_name(ENDPOINT_FILE + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the secret keys
+        tmp.unlink(missing_ok=True)  # O_CREAT keeps an existing file's mode: start from none
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the secret keys
         with os.fdopen(fd, "w") as fh:
             json.dump(self.endpoint_document(), fh, indent=2)
             fh.flush()
@@ -263,6 +286,15 @@ def allowed_dirs(given: Sequence[Path], from_env: str) -> list[Path]:
     """--allow-dir values and TRAINPLANE_LOCAL_ALLOWED_DIRS (os.pathsep-separated), absolute and resolved."""
     dirs = [*given, *(Path(d) for d in from_env.split(os.pathsep) if d)]
     return list(dict.fromkeys(d.expanduser().resolve() for d in dirs))
+
+
+def _private_dir(path: Path) -> None:
+    """The state dir holds the principals' secret keys and every job's data: owner-only (0700)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        logger.warning("state dir %s was readable by others (mode %o): now 0700", path, mode)
+        path.chmod(0o700)
 
 
 def _set_aws_environment(endpoint_url: str) -> None:

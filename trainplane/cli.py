@@ -6,6 +6,7 @@ Errors print the API's message and each field error and exit 1; usage errors exi
 
 from __future__ import annotations
 
+import webbrowser
 from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
@@ -36,8 +37,9 @@ from trainplane.cli_output import (
     resolve_relative_data_paths,
 )
 from trainplane.cli_policies import policies_app
+from trainplane.dashboard_signin import CODE_TTL_SECONDS, issue_code
 from trainplane.endpoint import resolve, state_dir_of
-from trainplane.errors import WaitTimeout
+from trainplane.errors import EndpointNotConfigured, WaitTimeout
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="trainplane: a control plane for ML training jobs.")
 jobs_app = typer.Typer(no_args_is_help=True, help="Submit, inspect and control training jobs.")
@@ -122,6 +124,35 @@ def endpoint(ctx: typer.Context) -> None:
         info["aws_endpoint_url"] = r.local.aws_endpoint_url or ""
         info["bucket"] = r.local.bucket or ""
     _print_mapping(o, info)
+
+
+@app.command()
+@handles_api_errors
+def dashboard(
+    ctx: typer.Context,
+    open_browser: Annotated[bool, typer.Option("--open/--no-open", help="Open the page in the default browser.")] = True,
+) -> None:
+    """Open local mode's web dashboard signed in as a principal of endpoint.json (--principal NAME)."""
+    o = _opts(ctx)
+    r = resolve(o.endpoint, region=o.region, state_dir=o.state_dir, principal=o.principal)
+    if r.local is None:
+        raise EndpointNotConfigured(
+            f"{r.url} is not a local-mode endpoint: in the cloud, open the stack's DashboardUrl output and sign in "
+            "with your team account (docs/DEPLOY.md)"
+        )
+    principal = r.local.principal_with_key(r.credentials.access_key)
+    if principal is None:
+        raise EndpointNotConfigured(f"the signing keys are not a principal of {r.local.path}: pass --principal NAME")
+    # A single-use code in the URL fragment (never sent to a server); trainplane/dashboard_signin.py.
+    code = issue_code(r.local.path.parent, principal.name)
+    url = f"{r.local.api_url.rstrip('/')}/#code={code}"
+    if o.json:
+        _print_raw({"url": url, "principal": principal.name, "expires_in_seconds": CODE_TTL_SECONDS})
+    else:
+        out.print(f"dashboard for {principal.name}: {url}")
+        out.print(f"(the link signs in once, within {CODE_TTL_SECONDS // 60} minutes)")
+    if open_browser:
+        webbrowser.open(url)
 
 
 @app.command()

@@ -234,4 +234,7 @@ def _validated(submission: SubmitJobRequest, updates: dict[str, Any]) -> SubmitJ
         field = "new_resource_config" if "resource_config" in updates else "checkpoint_id"
         errors = getattr(exc, "errors", None)
         message = str(errors()[0].get("msg")) if callable(errors) else str(exc)
+        located = ".".join(str(part) for part in errors()[0].get("loc", ())) if callable(errors) else ""
+        if located and not located.startswith("resource_config"):
+            field = located  # e.g. training_config.hyperparameters.<key> of a job submitted before that rule
         raise InvalidRequest(field, message.removeprefix("Value error, ")) from exc

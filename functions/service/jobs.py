@@ -283,8 +283,17 @@ def _revalidate(job: Job, changes: Mapping[str, Any]) -> SubmitJobRequest:
     try:
         return SubmitJobRequest.model_validate(request)
     except ValueError as exc:
-        field = "resource_config" if "resource_config" in changes else next(iter(changes))
+        field = _first_location(exc) or ("resource_config" if "resource_config" in changes else next(iter(changes)))
         raise InvalidRequest(field, _first_error(exc)) from exc
+
+
+def _first_location(exc: ValueError) -> str | None:
+    # A rule with a field of its own (training_config.hyperparameters.<key>) names it; model-wide rules do not.
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        location = ".".join(str(part) for part in errors()[0].get("loc", ()))
+        return location or None
+    return None
 
 
 def _first_error(exc: ValueError) -> str:

@@ -432,8 +432,9 @@ def test_buckets_are_encrypted_and_tls_only(synth: Synth, stage: str) -> None:
         denies = [s for s in policies[logical_id]["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
         assert any(s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in denies), logical_id
         assert all(bucket["Properties"]["PublicAccessBlockConfiguration"].values()), logical_id
-    # Only the access-log bucket is SSE-S3: S3 server access logging cannot deliver to SSE-KMS buckets
-    assert len(sse_s3) == 1 and "AccessLogs" in sse_s3[0]
+    # SSE-S3 only where KMS cannot be used: access-log buckets (S3 server access logging and CloudFront's logs
+    # cannot deliver to SSE-KMS buckets) and the dashboard's public page (read by CloudFront through OAC)
+    assert sse_s3 and all("AccessLogs" in b or b.startswith("DashboardAssets") for b in sse_s3), sse_s3
 
 
 @pytest.mark.parametrize("stage", STAGES)
