@@ -8,9 +8,9 @@ import itertools
 from typing import Any
 
 import pytest
-from functions.errors import InvalidRequest, RunActive, RunNotFound
 
 from functions.adapters.ports import Transition
+from functions.errors import InvalidRequest, RunActive, RunNotFound
 from functions.service.jobs import JobService
 from functions.service.principal import Principal
 from functions.service.run_specs import RunSpecs
