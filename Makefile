@@ -11,7 +11,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install test test-fast fuzz lint format demo bench bench-trainer synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
+.PHONY: install test test-fast fuzz lint mypy format demo bench bench-trainer synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
 
 install: $(STAMP) dashboard browser
 
@@ -29,7 +29,8 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-test: install
+# What CI runs (.ci/run): the lint, then the whole suite.
+test: lint
 	$(BIN)/python -m pytest
 
 # The web dashboard: dashboard/ (TypeScript, package-lock.json) builds into dashboard_assets/static, which is
@@ -63,10 +64,17 @@ FUZZ_SEED ?= random
 fuzz: install
 	TRAINPLANE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TRAINPLANE_FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest --no-cov -m fuzz -rA tests/e2e/test_fuzz_api.py
 
+# Every package: the control plane, the client, local mode, the CDK app, the trainer, scripts and examples.
+MYPY_PATHS := schemas functions trainplane localmode infra trainer_image/trainer scripts examples
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy schemas functions
+	$(BIN)/mypy $(MYPY_PATHS)
+	PYTHONPATH=trainer_image $(BIN)/lint-imports
+
+mypy: install
+	$(BIN)/mypy $(MYPY_PATHS)
 
 format: install
 	$(BIN)/ruff format .

@@ -1,25 +1,27 @@
-"""The one composition root: builds the services from Settings with lazily created adapters.
+"""The one composition root: the ONLY place that builds services and adapters and wires them together.
 
 Nothing is built at import time. The first request builds what it needs (settings, boto3 clients,
-repository, store, workflow) and keeps it for the life of the process (a Lambda execution
-environment, or local mode). Tests and local mode replace parts with `configure(...)`:
+repository, store, workflow, services) and keeps it for the life of the process (a Lambda execution
+environment, or local mode). Every handler asks this root for its service; no other module
+constructs a collaborator of another. The cloud deployment uses the defaults; local mode and tests
+differ only in the parts they hand to `configure(...)` - an instance, or a builder `f(root)` that is
+called once with this root:
 
     from functions import composition
     composition.configure(settings=Settings(...), repository=InMemoryJobRepository(), workflow=None)
-    composition.configure(workflow_factory=lambda root: StepFunctionsWorkflow(root.clients, arn, launchers))
-    composition.configure(factories={"lifecycle": lambda root: LifecycleService(root.repository, ...)})
+    composition.configure(launchers=lambda root: {"local": launcher, **cloud_launchers(root.settings, root.clients)})
+    composition.configure(lifecycle=LifecycleService(...))
     composition.reset()  # back to the defaults (from the environment)
 
 Defaults: DynamoJobRepository and S3ArtifactStore on `Settings`' tables, bucket, region and endpoint;
 the Workflow is StepFunctionsWorkflow on `settings.state_machine_arn` (None when unset: the API then
-records decisions without starting executions), with the cloud launchers of `settings.compute` so
-that cancel and pause can stop runs. Other services are named factories `f(root)`: `factories=` wins,
-else DEFAULT_FACTORIES (the lifecycle engine's and the retraining dispatcher's `build_service`).
+records decisions without starting executions), with the cloud launcher of `settings.compute` so
+that cancel and pause can stop runs; the lifecycle engine, the retraining service, the cloud-events
+service, the queue view and the reconciler are built below from those parts.
 """
 
 from __future__ import annotations
 
-import importlib
 import threading
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -29,27 +31,34 @@ if TYPE_CHECKING:
     from functions.adapters.aws import AwsClients
     from functions.adapters.launchers.base import Launcher
     from functions.adapters.ports import ArtifactStore, JobRepository, Workflow
+    from functions.adapters.stepfunctions import StepFunctionsWorkflow
+    from functions.service.cloud_events import CloudEventsService
     from functions.service.jobs import JobService
+    from functions.service.lifecycle import LifecycleService
+    from functions.service.queues import QueueView
+    from functions.service.reconciler import Reconciler
     from functions.service.retraining import RetrainingService
+    from functions.service.scheduler import CapacityLedger
+    from functions.service.trainer_reports import TrainerLogReports
     from functions.settings import Settings
 
-WorkflowFactory = Callable[["Composition"], "Workflow | None"]
-LifecycleFactory = Callable[["Composition"], Any]
-LaunchersFactory = Callable[["Composition"], "Mapping[str, Launcher]"]
-
-# Launchers the API may need to stop a run, by the `launcher` name stored in a job's run_handle.
-CLOUD_LAUNCHERS = {
-    "sagemaker": "functions.adapters.launchers.sagemaker:SageMakerLauncher",
-    "ec2": "functions.adapters.launchers.ec2:EC2Launcher",
-}
-# Services owned by other parts of the system, built from this root on first use: name -> "module:function".
-DEFAULT_FACTORIES = {
-    "lifecycle": "functions.service.lifecycle:build_service",
-    "retraining": "functions.service.retraining:build_service",
-}
-DEFAULT_LIFECYCLE_FACTORY = DEFAULT_FACTORIES["lifecycle"]
+# The cloud launchers, by the `launcher` name stored in a job's run_handle (cloud_launchers below).
+CLOUD_LAUNCHER_NAMES = frozenset({"sagemaker", "ec2"})
 
 _UNSET: Any = object()
+
+
+def cloud_launchers(settings: Settings, clients: AwsClients) -> dict[str, Launcher]:
+    """The cloud launcher `settings.compute` names (none for the local engine), so the API can stop its runs."""
+    if settings.compute == "sagemaker":
+        from functions.adapters.launchers.sagemaker import SageMakerLauncher
+
+        return {"sagemaker": SageMakerLauncher(settings, clients)}
+    if settings.compute == "ec2":
+        from functions.adapters.launchers.ec2 import EC2Launcher
+
+        return {"ec2": EC2Launcher(settings, clients)}
+    return {}
 
 
 class Composition:
@@ -62,11 +71,14 @@ class Composition:
         clients: AwsClients | None = None,
         repository: JobRepository | None = None,
         artifacts: ArtifactStore | None = None,
-        workflow: Workflow | None = _UNSET,
-        workflow_factory: WorkflowFactory | None = None,
-        launchers: Mapping[str, Launcher] | LaunchersFactory | None = None,
-        lifecycle_factory: LifecycleFactory | None = None,
-        factories: Mapping[str, Callable[[Composition], Any]] | None = None,
+        # Each part: the thing itself, or a builder called once with this root.
+        workflow: Workflow | Callable[[Composition], Workflow | None] | None = _UNSET,
+        launchers: Mapping[str, Launcher] | Callable[[Composition], Mapping[str, Launcher]] | None = None,
+        lifecycle: LifecycleService | Callable[[Composition], LifecycleService] | None = None,
+        retraining: RetrainingService | Callable[[Composition], RetrainingService] | None = None,
+        cloud_events: CloudEventsService | Callable[[Composition], CloudEventsService] | None = None,
+        trainer_reports: TrainerLogReports | Callable[[Composition], TrainerLogReports] | None = None,
+        reconciler: Callable[[Composition], Reconciler] | None = None,
         clock: Callable[[], datetime] | None = None,
         ids: Callable[[], str] | None = None,
         idempotency_store: Any = None,
@@ -77,16 +89,28 @@ class Composition:
             "repository": repository,
             "artifacts": artifacts,
             "idempotency_store": idempotency_store,
+            "lifecycle": lifecycle,
+            "retraining": retraining,
+            "cloud_events": cloud_events,
+            "trainer_reports": trainer_reports,
         }
         self._workflow = workflow
-        self._workflow_factory = workflow_factory
         self._launchers = launchers
-        self._factories: dict[str, Callable[[Composition], Any]] = dict(factories or {})
-        if lifecycle_factory is not None:
-            self._factories["lifecycle"] = lifecycle_factory
+        self._reconciler = reconciler
         self._clock = clock
         self._ids = ids
         self._lock = threading.RLock()
+
+    def _given_or(self, name: str, build: Callable[[], Any]) -> Any:
+        """What was handed in for `name` (called with the root when it is a builder), else `build()`; once."""
+
+        def make() -> Any:
+            given = self._given.get(name)
+            if given is None:
+                return build()
+            return given(self) if callable(given) else given
+
+        return self._once("_" + name, make)
 
     def _once(self, name: str, build: Callable[[], Any]) -> Any:
         # cached_property is not thread-safe; local mode serves requests from many threads.
@@ -144,8 +168,7 @@ class Composition:
                 return self._launchers(self)
             if self._launchers is not None:
                 return self._launchers
-            names = [self.settings.compute] if self.settings.compute in CLOUD_LAUNCHERS else []
-            return {name: _load(CLOUD_LAUNCHERS[name])(self.settings, self.clients) for name in names}
+            return cloud_launchers(self.settings, self.clients)
 
         return self._once("_launchers", build)
 
@@ -153,9 +176,8 @@ class Composition:
     def workflow(self) -> Workflow | None:
         def build() -> Workflow | None:
             if self._workflow is not _UNSET:
-                return self._workflow
-            if self._workflow_factory is not None:
-                return self._workflow_factory(self)
+                given = self._workflow
+                return given(self) if callable(given) else given
             if not self.settings.state_machine_arn:
                 return None
             from functions.adapters.stepfunctions import StepFunctionsWorkflow
@@ -184,31 +206,117 @@ class Composition:
 
         return self._once("_jobs", build)
 
-    def service(self, name: str) -> Any:
-        """A named service (e.g. "lifecycle", "retraining"), built once by its factory."""
+    @property
+    def engine(self) -> StepFunctionsWorkflow:
+        """The workflow as the lifecycle engine uses it: executions, task tokens and run stops (Step Functions)."""
+        from functions.adapters.stepfunctions import StepFunctionsWorkflow
 
-        def build() -> Any:
-            factory = self._factories.get(name)
-            if factory is None:
-                spec = DEFAULT_FACTORIES.get(name)
-                if spec is None:
-                    raise RuntimeError(f"no service {name!r}: configure(factories={{{name!r}: ...}})")
-                try:
-                    factory = _load(spec)
-                except (ImportError, AttributeError) as exc:
-                    raise RuntimeError(f"service {name!r} is not wired: configure(factories=...) or define {spec}") from exc
-            return factory(self)
-
-        return self._once("_service_" + name, build)
+        workflow = self.workflow
+        if workflow is None:
+            raise RuntimeError("settings.state_machine_arn is not set: the lifecycle engine needs its state machine")
+        if not isinstance(workflow, StepFunctionsWorkflow):
+            raise TypeError(f"the lifecycle engine needs the Step Functions workflow, not {type(workflow).__name__}")
+        return workflow
 
     @property
-    def lifecycle(self) -> Any:
-        return self.service("lifecycle")
+    def capacity_ledger(self) -> CapacityLedger:
+        """Who holds which capacity (the scheduler's ledger in the jobs table)."""
+
+        def build() -> CapacityLedger:
+            from functions.adapters.capacity import DynamoDBCapacityLedger
+
+            return DynamoDBCapacityLedger(self.clients, self.settings.jobs_table)
+
+        return self._once("_capacity_ledger", build)
+
+    @property
+    def lifecycle(self) -> LifecycleService:
+        """The lifecycle engine: the state machine's tasks, run reports and ends (functions/service/lifecycle.py)."""
+
+        def build() -> LifecycleService:
+            from functions.service.lifecycle import LifecycleConfig, LifecycleService
+            from functions.service.paths import PathRules
+            from functions.service.scheduler import Scheduler, capacity_model
+
+            settings = self.settings
+            workflow = self.engine
+            scheduler = Scheduler(self.repository, self.capacity_ledger, capacity_model(settings), workflow, workflow)
+            config = LifecycleConfig(
+                bucket=settings.artifacts_bucket,
+                launcher=settings.compute,
+                heartbeat_seconds=settings.run_heartbeat_seconds,
+                stop_grace_seconds=settings.stop_grace_seconds,
+                max_preemptions=settings.max_preemptions,
+            )
+            paths = PathRules(settings, self.repository, self.artifacts)
+            return LifecycleService(self.repository, self.artifacts, self.launchers, workflow, workflow, scheduler, config, paths=paths)
+
+        return self._given_or("lifecycle", build)
 
     @property
     def retraining(self) -> RetrainingService:
-        """Retraining policies and their dispatcher (functions/service/retraining.py:build_service)."""
-        return self.service("retraining")
+        """Retraining policies and their dispatcher: the DynamoDB repository on the jobs table, Scheduler when configured."""
+
+        def build() -> RetrainingService:
+            from functions.adapters.policies import DynamoPolicyRepository
+            from functions.adapters.schedules import EventBridgeSchedules
+            from functions.service.retraining import RetrainingService
+
+            settings = self.settings
+            schedules = None
+            if settings.retraining_schedule_group and settings.retraining_scheduler_role_arn and settings.retraining_function_arn:
+                schedules = EventBridgeSchedules(
+                    self.clients,
+                    settings.retraining_schedule_group,
+                    settings.retraining_scheduler_role_arn,
+                    settings.retraining_function_arn,
+                )
+            policies = DynamoPolicyRepository(self.clients, settings.jobs_table)
+            return RetrainingService(policies, self.jobs, settings, schedules)
+
+        return self._given_or("retraining", build)
+
+    @property
+    def cloud_events(self) -> CloudEventsService:
+        """SageMaker / EC2 state changes -> the lifecycle (the events Lambda's service)."""
+
+        def build() -> CloudEventsService:
+            from functions.service.cloud_events import CloudEventsService
+
+            return CloudEventsService(self.repository, self.lifecycle, self.launchers)
+
+        return self._given_or("cloud_events", build)
+
+    @property
+    def trainer_reports(self) -> TrainerLogReports:
+        """The trainer's TRAINPLANE_EVENT lines from the CloudWatch Logs subscription -> the lifecycle."""
+
+        def build() -> TrainerLogReports:
+            from functions.service.trainer_reports import TrainerLogReports
+
+            return TrainerLogReports(self.lifecycle)
+
+        return self._given_or("trainer_reports", build)
+
+    @property
+    def queue_view(self) -> QueueView:
+        """The read side of the scheduler for the API: GET /queues and a queued job's place."""
+
+        def build() -> QueueView:
+            from functions.service.queues import QueueView
+            from functions.service.scheduler import capacity_model
+
+            return QueueView(self.repository, self.capacity_ledger, capacity_model(self.settings))
+
+        return self._once("_queue_view", build)
+
+    def new_reconciler(self) -> Reconciler:
+        """A reconciler on this root's parts (the events Lambda builds one per tick; local mode keeps one)."""
+        if self._reconciler is not None:
+            return self._reconciler(self)
+        from functions.service.reconciler import Reconciler
+
+        return Reconciler(self.repository, self.lifecycle, self.engine, self.launchers)
 
     @property
     def idempotency_store(self) -> Any:
@@ -229,11 +337,6 @@ class Composition:
             )
 
         return self._once("_idempotency_store", build)
-
-
-def _load(spec: str) -> Any:
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
 
 
 _current: Composition | None = None
@@ -272,5 +375,5 @@ def retraining_service() -> RetrainingService:
     return current().retraining
 
 
-def lifecycle_service() -> Any:
+def lifecycle_service() -> LifecycleService:
     return current().lifecycle

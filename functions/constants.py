@@ -5,6 +5,8 @@ The DynamoDB key design these names serve is described in functions/adapters/TAB
 
 from __future__ import annotations
 
+import re
+
 SERVICE_NAME = "trainplane"
 METRICS_NAMESPACE = "Trainplane"
 
@@ -51,6 +53,10 @@ IDEMPOTENCY_TTL_ATTR = "expiration"
 
 # S3 layout under the artifacts bucket.
 JOBS_PREFIX = "jobs"
+# New training data. The artifacts bucket takes checkpoints, logs and metrics all day: only this prefix of
+# it is a retraining trigger (functions/service/retraining_routes.py); the trainer roles may read it
+# (infra/constructs/compute.py).
+DATASETS_PREFIX = "datasets/"
 
 
 def job_prefix(job_id: str) -> str:
@@ -71,3 +77,16 @@ def metrics_key(job_id: str) -> str:
 
 def logs_prefix(job_id: str) -> str:
     return f"{JOBS_PREFIX}/{job_id}/logs/"
+
+
+def log_file_name(attempt: int) -> str:
+    """One attempt's trainer log, as a file name (the run directory) and under logs_prefix (the bucket)."""
+    return f"attempt-{attempt:03d}.log"
+
+
+def log_key(job_id: str, attempt: int) -> str:
+    return logs_prefix(job_id) + log_file_name(attempt)
+
+
+# A log_key, parsed back: job id and attempt.
+LOG_KEY = re.compile(rf"^{JOBS_PREFIX}/(?P<job_id>.+)/logs/attempt-(?P<attempt>\d+)\.log$")

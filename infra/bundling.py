@@ -42,7 +42,7 @@ SOURCE_PACKAGES = ("schemas", "functions")
 BOTOCORE_SERVICES = frozenset(
     {"dynamodb", "s3", "stepfunctions", "sagemaker", "ec2", "logs", "events", "scheduler", "sts", "cloudwatch", "ssm"}
 )
-# Never in a Lambda bundle (DESIGN.md): each is hundreds of MB or seconds of import time.
+# Never in a Lambda bundle (docs/DESIGN.md): each is hundreds of MB or seconds of import time.
 FORBIDDEN_DISTRIBUTIONS = ("torch", "transformers", "sagemaker", "peft", "accelerate", "trl", "tokenizers", "safetensors", "moto")
 SIZE_GOAL_BYTES = 30 * 1024 * 1024
 PRUNE_VERSION = "1"  # bump when the pruning rules change: it is part of the cache key
@@ -307,7 +307,7 @@ def _link_or_copy(src: str, dst: str) -> None:
 def _check_forbidden(tree: Path) -> None:
     found = sorted({p.name for p in tree.iterdir() if _normalise(p.name.split("-")[0]) in FORBIDDEN_DISTRIBUTIONS})
     if found:
-        raise BundlingError(f"the Lambda bundle must not contain {', '.join(found)} (DESIGN.md: no torch, no sagemaker SDK in Lambda)")
+        raise BundlingError(f"the Lambda bundle must not contain {', '.join(found)} (docs/DESIGN.md: no torch, no sagemaker SDK in Lambda)")
 
 
 def _drop_old_bundles(bundles: Path, keep: Path, spare: int = 3) -> None:

@@ -1,4 +1,4 @@
-"""Request and response bodies of the HTTP API (CONTRACTS.md), beside SubmitJobRequest and Job."""
+"""Request and response bodies of the HTTP API (docs/CONTRACTS.md), beside SubmitJobRequest and Job."""
 
 from __future__ import annotations
 

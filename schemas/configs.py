@@ -1,4 +1,4 @@
-"""The five configs of a SubmitJobRequest (seeds/000_*.txt), with their defaults and ranges.
+"""The five configs of a SubmitJobRequest (docs/seeds/000_*.txt), with their defaults and ranges.
 
 Every model forbids unknown fields: a misspelt option is a 422 naming it, never silently dropped.
 Every number has bounds a real job can use and storage can hold (a float like 1e40 does not fit a

@@ -1,6 +1,6 @@
 """JobStatus and the transition table, as data.
 
-The lifecycle of seeds/000_*.txt: PENDING -> QUEUED -> SCHEDULING -> PREPARING -> TRAINING ->
+The lifecycle of docs/seeds/000_*.txt: PENDING -> QUEUED -> SCHEDULING -> PREPARING -> TRAINING ->
 CHECKPOINTING -> EVALUATING -> EXPORTING -> COMPLETED, with PAUSED, CANCELLED, FAILED and PREEMPTED.
 
 Two refinements of the seed, both deliberate:

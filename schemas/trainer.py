@@ -16,10 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.access import AccessSet
 from schemas.configs import DataConfig, OutputConfig, ResourceConfig, TrainingConfig
+from schemas.job import ErrorType
 from schemas.shapes import TrainingShapeProfile
 
 # --- Environment (each overrides the SageMaker default path in brackets) -------------------------
-ENV_RUN_SPEC = "TRAINPLANE_RUN_SPEC"  # path or s3:// URI of config/run.json [hyperparameters.json "run_spec"]
+ENV_RUN_SPEC = "TRAINPLANE_RUN_SPEC"  # path or s3:// URI of config/run-NNN.json [hyperparameters.json "run_spec"]
 ENV_SM_HYPERPARAMETERS = "SM_HPS_FILE"  # [/opt/ml/input/config/hyperparameters.json]
 ENV_MODEL_DIR = "SM_MODEL_DIR"  # [/opt/ml/model]
 ENV_CHECKPOINT_DIR = "TRAINPLANE_CHECKPOINT_DIR"  # [/opt/ml/checkpoints]
@@ -55,6 +56,25 @@ class FailureReason(StrEnum):
     OUT_OF_MEMORY = "OutOfMemory"
     PREEMPTED = "Preempted"
     INTERNAL = "InternalError"
+
+
+# THE mapping between what a trainer says about a failure and the job's ErrorType (every launcher reads
+# it, local mode's emulated compute writes it back): its exit code, and the first word of its failure file.
+EXIT_CODE_ERRORS: dict[int, ErrorType] = {
+    ExitCode.USER_ERROR: ErrorType.USER_ERROR,
+    ExitCode.DATA_ERROR: ErrorType.DATA_ERROR,
+    ExitCode.INTERNAL_ERROR: ErrorType.INTERNAL,
+    ExitCode.OUT_OF_MEMORY: ErrorType.OUT_OF_MEMORY,
+}
+FAILURE_REASON_ERRORS: dict[str, ErrorType] = {
+    FailureReason.USER_ERROR.value: ErrorType.USER_ERROR,
+    FailureReason.DATA_ERROR.value: ErrorType.DATA_ERROR,
+    FailureReason.OUT_OF_MEMORY.value: ErrorType.OUT_OF_MEMORY,
+    FailureReason.INTERNAL.value: ErrorType.INTERNAL,
+}
+# The other way: what a trainer failing with an ErrorType exits with and writes.
+ERROR_EXIT_CODES: dict[ErrorType, ExitCode] = {error: ExitCode(code) for code, error in EXIT_CODE_ERRORS.items()}
+ERROR_FAILURE_REASONS: dict[ErrorType, str] = {error: word for word, error in FAILURE_REASON_ERRORS.items()}
 
 
 class TrainerPhase(StrEnum):
@@ -128,7 +148,7 @@ class ReportSequence:
 
 
 class RunSpec(BaseModel):
-    """config/run.json: everything one attempt of a job needs, written by PREPARING."""
+    """config/run-NNN.json (NNN: the attempt, functions/constants.run_spec_key): everything one attempt needs, written by PREPARING."""
 
     model_config = ConfigDict(extra="forbid")
     job_id: str

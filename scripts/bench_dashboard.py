@@ -45,7 +45,7 @@ STATUSES = ["QUEUED", "TRAINING", "COMPLETED", "FAILED", "PAUSED", "CANCELLED"]
 def make_jobs(n: int) -> list[dict[str, Any]]:
     rng = random.Random(7)
     now = datetime.now(UTC)
-    jobs = []
+    jobs: list[dict[str, Any]] = []
     for i in range(n):
         status = STATUSES[i % len(STATUSES)]
         created = (now - timedelta(minutes=i * 7)).isoformat()
@@ -99,8 +99,8 @@ def api_answer(jobs: list[dict[str, Any]], points: list[dict[str, Any]], url: st
             return 200, {"events": []}
         if path.endswith("/logs"):
             return 200, {"lines": [], "next_token": None}
-        job = next((j for j in jobs if j["job_id"] == job_id), None)
-        return (200, job) if job else (404, {"message": "not found"})
+        found: dict[str, Any] | None = next((j for j in jobs if j["job_id"] == job_id), None)
+        return (200, found) if found else (404, {"message": "not found"})
     return 404, {"message": "unknown"}
 
 

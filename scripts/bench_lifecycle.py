@@ -22,14 +22,18 @@ import tempfile
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+if TYPE_CHECKING:
+    from tests.lifecycle_support import LocalEngine
 
 WRITE_CALLS = {"PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "BatchWriteItem"}
 
@@ -58,6 +62,14 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.0f} ms"
 
 
+def run_handle(engine: LocalEngine, job_id: str) -> dict[str, str] | None:
+    return engine.job(job_id).run_handle
+
+
+def stepped(engine: LocalEngine, job_id: str, steps: int) -> bool:
+    return engine.job(job_id).progress.step >= steps
+
+
 def bench_engine(jobs: int) -> None:
     from schemas.status import JobStatus as S
     from tests.lifecycle_support import LocalEngine, make_request, wait_until
@@ -70,7 +82,7 @@ def bench_engine(jobs: int) -> None:
             counter.reset()
             started = time.perf_counter()
             job = engine.submit(make_request(f"bench-{i}", max_steps=4, save_steps=2, step_seconds=0.01))
-            wait_until(lambda job_id=job.job_id: engine.job(job_id).run_handle, 30, 0.005, "TRAINING with its run launched")
+            wait_until(partial(run_handle, engine, job.job_id), 30, 0.005, "TRAINING with its run launched")
             to_training.append(time.perf_counter() - started)
             engine.wait_status(job.job_id, S.COMPLETED, S.FAILED, timeout=60)
             engine.wait_execution(job.job_id, "SUCCEEDED", "FAILED")
@@ -88,7 +100,7 @@ def bench_engine(jobs: int) -> None:
         pauses: list[tuple[float, float, float]] = []
         for i in range(jobs):
             job = engine.submit(make_request(f"pause-{i}", max_steps=100_000, save_steps=1_000_000, step_seconds=0.01))
-            wait_until(lambda job_id=job.job_id: engine.job(job_id).progress.step >= 5, 30, 0.01, "progress")
+            wait_until(partial(stepped, engine, job.job_id, 5), 30, 0.01, "progress")
             requested = time.perf_counter()
             engine.controls.pause(job.job_id)
             wait_until(lambda: not engine.launcher.active(), 30, 0.002, "the trainer to exit")

@@ -29,12 +29,15 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO), str(REPO / "trainer_image")]
 
 import torch  # noqa: E402
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 from schemas.configs import (  # noqa: E402
     BaseModelSpec,
@@ -128,7 +131,8 @@ def peak_tflops(device: torch.device, override: float | None) -> tuple[float | N
 
 
 def matmul_params(model: torch.nn.Module) -> int:
-    embedding = model.get_input_embeddings()
+    # The trainer builds transformers models; their input embedding is an nn.Embedding.
+    embedding = cast("torch.nn.Embedding | None", cast("PreTrainedModel", model).get_input_embeddings())
     skip = {id(p) for p in embedding.parameters()} if embedding is not None else set()
     tied = getattr(model.config, "tie_word_embeddings", False)
     count = sum(p.numel() for p in model.parameters() if id(p) not in skip)
@@ -173,11 +177,11 @@ def run_ours(preset: Preset, training_type: TrainingType, device: torch.device, 
     """Our loop: warmup window, measured windows, then (stall_probe) one async checkpoint and the final save."""
     from trainer import data, models
     from trainer.checkpoint import CheckpointManager
-    from trainer.distributed import Runtime
     from trainer.events import Events
     from trainer.hyper import Hyper
     from trainer.loop import TrainingLoop, TrainInputs
     from trainer.metrics import MetricsLog
+    from trainer.runtime import Runtime
     from trainer.signals import StopRequest
 
     windows = math.ceil(preset.steps / preset.warmup)

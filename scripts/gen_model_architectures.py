@@ -2,7 +2,7 @@
 
 `base_model.model_kwargs.architecture` (source "config") may be spelt as the model type (`llama`) or as
 the class name a config.json's `architectures` lists (`LlamaForCausalLM`). Submit checks it against
-this list, since the API Lambda must not import transformers; tests/unit/test_model_architectures.py
+this list, since the API Lambda must not import transformers; tests/unit/test_submit_rules.py
 checks the committed file against the installed transformers, so an upgrade that changes the list
 fails until this script is run again:
 

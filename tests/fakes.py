@@ -19,7 +19,7 @@ from typing import Any
 
 from functions import constants
 from functions.adapters.ports import JobQuery, Transition
-from functions.service.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
+from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
 from schemas.checkpoint import CHECKPOINT_PREFIX, MANIFEST_NAME, CheckpointManifest
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of

@@ -1,6 +1,6 @@
 """Test support for the lifecycle engine: a fake capacity ledger, and `LocalEngine`, the whole engine
 on moto's server in this process (the real ASL on moto's Step Functions engine, the lifecycle
-handler through trainplane.local.moto_lambda, LocalLauncher running tests/fake_trainer.py as child
+handler through localmode.moto_lambda, LocalLauncher running tests/fake_trainer.py as child
 processes that reach the emulated S3 over HTTP), as `trainplane up` wires it, minus the HTTP API.
 """
 
@@ -18,15 +18,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from functions import constants
+from functions import composition, constants
 from functions.adapters.launchers.local import LocalLauncher
 from functions.adapters.ports import Transition
 from functions.adapters.stepfunctions import StepFunctionsWorkflow
-from functions.handlers import lifecycle as lifecycle_handler
 from functions.service.lifecycle import LifecycleConfig, LifecycleService
 from functions.service.scheduler import LocalCapacity, Scheduler
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
 from schemas.job import Actor, Job, PendingAction, StatusEvent, SubmitJobRequest
+from schemas.lifecycle import Decision
 from schemas.status import JobStatus
 from tests.fake_trainer import knobs_apart
 from tests.fakes import InMemoryJobRepository
@@ -241,7 +241,7 @@ class Controls:
                 {"resume_checkpoint_id": checkpoint_id or None},
             )
         )
-        self.workflow.answer_wait(job, "resume")
+        self.workflow.answer_wait(job, Decision.RESUME)
         return job
 
     def cancel(self, job_id: str) -> Job:
@@ -250,7 +250,7 @@ class Controls:
             Transition(job_id, job.version, job.status, JobStatus.CANCELLED, "cancelled", Actor.USER.value, {})
         )
         self.workflow.stop_run(job, graceful=False, reason="cancel")
-        self.workflow.answer_wait(job, "cancel")
+        self.workflow.answer_wait(job, Decision.CANCEL)
         return job
 
 
@@ -286,7 +286,7 @@ class LocalEngine:
         from moto.server import ThreadedMotoServer
 
         from infra.statemachine import render
-        from trainplane.local import moto_hooks, moto_lambda
+        from localmode import moto_hooks, moto_lambda
 
         # As local mode runs moto: its DynamoDB and S3 are not thread-safe without these locks.
         moto_hooks.install()
@@ -375,7 +375,7 @@ class LocalEngine:
         )
         self.service = LifecycleService(self.repository, self.artifacts, launchers, self.workflow, self.workflow, self.scheduler, config)
         self.launcher.observer = self.service
-        lifecycle_handler.use(lambda: self.service)
+        composition.configure(lifecycle=self.service)
         self.controls = Controls(self.repository, self.workflow)
         return self
 
@@ -384,14 +384,14 @@ class LocalEngine:
 
         from moto.moto_api._internal.models import moto_api_backend
 
-        from trainplane.local import moto_lambda
+        from localmode import moto_lambda
 
         # Let the last runs' reports land before their endpoint goes away.
         with contextlib.suppress(AssertionError):
             wait_until(lambda: not self.launcher.active(), 10, what="runs to end")
         time.sleep(0.3)
         self.launcher.shutdown(timeout=5)
-        lifecycle_handler.use(None)
+        composition.reset()
         moto_lambda.uninstall()
         self.server.stop()
         moto_api_backend.set_config(self._saved_config)
@@ -417,7 +417,7 @@ class LocalEngine:
 
     def execution(self, job_id: str) -> dict[str, Any]:
         arn = self.job(job_id).execution_arn
-        return self.clients.client("stepfunctions").describe_execution(executionArn=arn)  # type: ignore[no-any-return]
+        return self.clients.client("stepfunctions").describe_execution(executionArn=arn)
 
     def wait_execution(self, job_id: str, *statuses: str, timeout: float = 30.0) -> dict[str, Any]:
         return wait_until(

@@ -1,7 +1,7 @@
 """trainplane's client: the Python SDK (`Client`, errors) and the `trainplane` CLI (trainplane.cli).
 
-Names load on first use, so importing a submodule (local mode's `trainplane.local`, the CLI) does not
-pay for the SDK's HTTP stack, and the SDK does not pay for typer/rich or moto.
+Names load on first use, so importing a submodule (the CLI) does not pay for the SDK's HTTP stack, and
+the SDK does not pay for typer/rich. Local mode is its own package (localmode/, `trainplane up`).
 """
 
 from __future__ import annotations

@@ -6,44 +6,46 @@ Errors print the API's message and each field error and exit 1; usage errors exi
 
 from __future__ import annotations
 
-import functools
-import json
-import os
-import sys
 import webbrowser
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any
 
 import typer
-import yaml
-from pydantic import BaseModel
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from schemas.api import MetricsPoint
 from schemas.job import Job
 from schemas.status import JobStatus
-from trainplane.client import Client
+from trainplane.cli_output import (
+    Options,
+    Output,
+    _opts,
+    _print_json,
+    _print_mapping,
+    _print_raw,
+    _print_table,
+    _when,
+    err,
+    handles_api_errors,
+    load_document,
+    out,
+    resolve_relative_data_paths,
+)
+from trainplane.cli_policies import policies_app
+from trainplane.cli_shapes import shape_text, shapes_app
 from trainplane.dashboard_signin import CODE_TTL_SECONDS, issue_code
 from trainplane.endpoint import resolve, state_dir_of
-from trainplane.errors import EndpointNotConfigured, TrainplaneError
-
-P = ParamSpec("P")
-R = TypeVar("R")
+from trainplane.errors import EndpointNotConfigured
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="trainplane: a control plane for ML training jobs.")
 jobs_app = typer.Typer(no_args_is_help=True, help="Submit, inspect and control training jobs.")
 app.add_typer(jobs_app, name="jobs")
 
-out = Console(highlight=False, soft_wrap=False)
-err = Console(stderr=True, highlight=False)
 
-PIPED_WIDTH = 200
 UNSUCCESSFUL = frozenset({JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.PREEMPTED})
 STATUS_STYLE = {
     JobStatus.COMPLETED: "green",
@@ -52,54 +54,6 @@ STATUS_STYLE = {
     JobStatus.PREEMPTED: "yellow",
     JobStatus.PAUSED: "cyan",
 }
-
-
-class Output(StrEnum):
-    TABLE = "table"
-    JSON = "json"
-
-
-@dataclass
-class Options:
-    endpoint: str | None = None
-    state_dir: Path | None = None
-    principal: str | None = None
-    region: str | None = None
-    output: Output = Output.TABLE
-    _client: Client | None = field(default=None, repr=False)
-
-    def client(self) -> Client:
-        # Built on first use, so `trainplane up` and `--help` never need an endpoint.
-        if self._client is None:
-            self._client = Client(self.endpoint, region=self.region, state_dir=self.state_dir, principal=self.principal)
-        return self._client
-
-    @property
-    def json(self) -> bool:
-        return self.output == Output.JSON
-
-
-def _opts(ctx: typer.Context) -> Options:
-    if not isinstance(ctx.obj, Options):
-        ctx.obj = Options()
-    return ctx.obj
-
-
-def handles_api_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn SDK errors into the API's message + field errors on stderr and exit status 1."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except TrainplaneError as exc:
-            status = f" {exc.status}" if exc.status is not None else ""
-            err.print(f"[red]error{status}:[/red] {escape(exc.message)}")
-            for fe in exc.errors:
-                err.print(f"  - {fe.field or '(request)'}: {fe.message}", markup=False)
-            raise typer.Exit(1) from exc
-
-    return wrapper
 
 
 @app.callback()
@@ -145,9 +99,10 @@ def up(
     Jobs may name local files only under the --allow-dir directories (docs/SECURITY.md)."""
     directory = state_dir or state_dir_of(_opts(ctx).state_dir)
     try:
-        from trainplane.local.up import run_up  # the heavy local-mode stack loads only for this command
+        from localmode.up import run_up  # the heavy local-mode stack loads only for this command
     except ImportError as exc:
-        err.print(f"[red]error[/red] local mode is not available: {exc} (install with: pip install 'trainplane[local]')")
+        install = escape("pip install 'trainplane[local]'")  # escaped: rich would read [local] as markup
+        err.print(f"[red]error[/red] local mode is not available: {escape(str(exc))} (install with: {install})")
         raise typer.Exit(1) from exc
     run_up(host, port, directory, compute.value, allow_dirs=allow_dir or [])
 
@@ -525,39 +480,6 @@ def logs(
 # --- helpers -------------------------------------------------------------------------------------
 
 
-def load_document(path: str) -> dict[str, Any]:
-    """A JSON or YAML mapping from a file (or stdin for '-'); a clear usage error otherwise."""
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
-    except OSError as exc:
-        raise typer.BadParameter(f"cannot read {path}: {exc.strerror or exc}") from exc
-    try:
-        # YAML is a superset of JSON, so one parser covers .yaml, .yml and stdin.
-        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise typer.BadParameter(f"{path} is not valid {'JSON' if path.endswith('.json') else 'YAML/JSON'}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise typer.BadParameter(f"{path} must hold a mapping (an object), not {type(data).__name__}")
-    return data
-
-
-def resolve_relative_data_paths(document: dict[str, Any], base: Path) -> None:
-    """Data paths written relative to the job file are made absolute, as compose files do.
-
-    The trainer runs elsewhere (its own working directory, or another machine), so a relative path
-    means nothing there; only paths that exist next to the job file are rewritten.
-    """
-    data_config = document.get("data_config")
-    sources = data_config.get("sources") if isinstance(data_config, dict) else None
-    for source in sources if isinstance(sources, list) else []:
-        path = source.get("path") if isinstance(source, dict) else None
-        if not isinstance(path, str) or "://" in path or Path(path).is_absolute():
-            continue
-        candidate = (base / path).resolve()
-        if candidate.exists():
-            source["path"] = str(candidate)
-
-
 def parse_pairs(items: Iterable[str], option: str) -> dict[str, str]:
     pairs: dict[str, str] = {}
     for item in items:
@@ -587,34 +509,6 @@ def _print_job_line(o: Options, job: Job, verb: str) -> None:
         _print_json(job)
     else:
         out.print(f"{verb} {job.job_id} ({escape(job.name)}): {_status_text(job.status)}")
-
-
-def _print_mapping(o: Options, rows: dict[str, str]) -> None:
-    if o.json:
-        _print_raw(rows)
-        return
-    table = Table(show_header=False, box=None)
-    table.add_column(style="bold")
-    table.add_column(overflow="fold")
-    for key, value in rows.items():
-        table.add_row(key, escape(value))
-    _print_table(table)
-
-
-def _print_table(table: Table) -> None:
-    # Piped into a file or grep there is no terminal width to respect; 80 columns would cut job ids.
-    if out.is_terminal or "COLUMNS" in os.environ:
-        out.print(table)
-    else:
-        Console(highlight=False, width=PIPED_WIDTH).print(table)
-
-
-def _print_json(model: BaseModel) -> None:
-    typer.echo(model.model_dump_json(indent=2))
-
-
-def _print_raw(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, default=str))
 
 
 def _status_text(status: JobStatus) -> str:
@@ -653,13 +547,6 @@ def _fmt(value: Any) -> str:
         return ""
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
-
-def _when(value: datetime | None) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
-
-
-from trainplane.cli_policies import policies_app  # noqa: E402 (it builds on the helpers above)
-from trainplane.cli_shapes import shape_text, shapes_app  # noqa: E402
 
 app.add_typer(policies_app, name="policies")
 app.add_typer(shapes_app, name="shapes")

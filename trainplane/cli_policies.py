@@ -1,4 +1,4 @@
-"""`trainplane policies ...`: retraining policies over the SDK (registered in trainplane/cli.py).
+"""`trainplane policies ...`: retraining policies over the SDK (registered in trainplane/cli.py; helpers: cli_output.py).
 
 trainplane policies create policy.yaml
 trainplane policies list
@@ -19,7 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from schemas.retraining import CUSTOM_EVENT_SOURCE, EventPatternTrigger, RetrainingPolicy, S3Trigger, ScheduleTrigger
-from trainplane.cli import (
+from trainplane.cli_output import (
     Options,
     _opts,
     _print_json,

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from schemas.shapes import TrainingShapeProfile
-from trainplane.cli import _opts, _print_json, _print_mapping, _print_raw, _print_table, handles_api_errors
+from trainplane.cli_output import _opts, _print_json, _print_mapping, _print_raw, _print_table, handles_api_errors
 
 shapes_app = typer.Typer(no_args_is_help=True, help="Training shapes: named, versioned resource profiles a job can name.")
 

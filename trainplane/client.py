@@ -1,4 +1,4 @@
-"""The Python SDK: every route of the HTTP API (CONTRACTS.md), signed with SigV4 like any AWS call.
+"""The Python SDK: every route of the HTTP API (docs/CONTRACTS.md), signed with SigV4 like any AWS call.
 
     from trainplane import Client
     client = Client()                      # endpoint and keys found as trainplane/endpoint.py says

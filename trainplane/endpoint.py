@@ -52,7 +52,7 @@ class Principal:
 
 @dataclass(frozen=True)
 class LocalEndpoint:
-    """The endpoint.json of a running local mode (CONTRACTS.md)."""
+    """The endpoint.json of a running local mode (docs/CONTRACTS.md)."""
 
     api_url: str
     region: str

@@ -1,6 +1,6 @@
 """Errors the SDK raises: one class per kind of API answer, carrying the API's message and field errors.
 
-The HTTP API answers every error with `{"message": ..., "errors": [...]}` (CONTRACTS.md). The classes
+The HTTP API answers every error with `{"message": ..., "errors": [...]}` (docs/CONTRACTS.md). The classes
 below keep both, so the CLI (and any script) can print exactly what the server said.
 """
 

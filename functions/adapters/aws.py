@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from functions.settings import Settings
 
 # Called as hook(service, client) on every client AwsClients creates. Local mode registers one that
-# answers requests to its emulated AWS in-process instead of over HTTP (trainplane/local/moto_inprocess.py).
+# answers requests to its emulated AWS in-process instead of over HTTP (localmode/moto_inprocess.py).
 ClientHook = Callable[[str, Any], Any]
 _client_hooks: list[ClientHook] = []
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from functions.adapters.launchers import ec2, sagemaker
 from functions.adapters.launchers.cloud import ClientSource
-from functions.service.errors import InvalidRequest
+from functions.errors import InvalidRequest
 from functions.settings import Settings
 from schemas.api import LogLine, LogsResponse
 from schemas.job import Job

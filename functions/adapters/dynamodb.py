@@ -21,7 +21,7 @@ from functions import constants as c
 from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
 from functions.adapters.ports import JobQuery, Transition
-from functions.service.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, TooLarge
+from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, TooLarge
 from schemas.configs import STORED
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of

@@ -30,7 +30,7 @@ from typing import Any, Literal, Protocol
 from functions import constants as c
 from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
-from functions.service.errors import InvalidRequest, PolicyConflict, PolicyNotFound, TooLarge
+from functions.errors import InvalidRequest, PolicyConflict, PolicyNotFound, TooLarge
 from schemas.configs import STORED
 from schemas.retraining import FireOutcome, RetrainingPolicy
 

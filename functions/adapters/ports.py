@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from schemas.api import LogsResponse
 from schemas.checkpoint import CheckpointManifest
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
+from schemas.lifecycle import Decision
 from schemas.status import JobStatus
 from schemas.trainer import TrainerEvent
 
@@ -151,7 +152,7 @@ class Workflow(Protocol):
     def stop_run(self, job: Job, *, graceful: bool, reason: str) -> None:
         """Stop the job's running attempt: graceful = SIGTERM with checkpoint (pause, preempt), else cancel."""
 
-    def answer_wait(self, job: Job, decision: str, detail: Mapping[str, Any] | None = None) -> None:
+    def answer_wait(self, job: Job, decision: Decision, detail: Mapping[str, Any] | None = None) -> None:
         """Answer the task token the job's execution waits on (capacity or resume): 'resume', 'cancel', 'go'."""
 
 

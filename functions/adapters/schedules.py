@@ -6,7 +6,7 @@ placeholders at each invocation). The dispatcher dedupes on the scheduled time: 
 invocation with the same scheduled time, so a retried tick starts one job.
 
 Local mode uses this very adapter against the emulated Scheduler (moto stores schedules but never
-fires them); infra/local/retraining.py ticks them.
+fires them); localmode/deploy/retraining.py ticks them.
 """
 
 from __future__ import annotations

@@ -15,13 +15,12 @@ from typing import Any, Protocol
 
 from functions.adapters.launchers.base import Launcher, LaunchHandle
 from schemas.job import Job
+from schemas.lifecycle import ANSWERS_WAIT, Decision
 
 logger = logging.getLogger(__name__)
 
 # Errors that mean "nobody waits on this token any more".
 _GONE = {"TaskTimedOut", "InvalidToken", "TaskDoesNotExist", "ExecutionDoesNotExist", "InvalidArn"}
-# Which waits a user decision may answer: a resume must never end a capacity or run wait.
-_ANSWERS_WAIT = {"resume": {"resume"}, "go": {"capacity"}, "cancel": {"capacity", "resume", "run"}}
 _EXECUTION_NAME_MAX = 80
 
 
@@ -85,9 +84,9 @@ class StepFunctionsWorkflow:
         logger.info("stopping run of %s (graceful=%s): %s", job.job_id, graceful, reason)
         launcher.stop(handle, graceful=graceful)
 
-    def answer_wait(self, job: Job, decision: str, detail: Mapping[str, Any] | None = None) -> None:
+    def answer_wait(self, job: Job, decision: Decision, detail: Mapping[str, Any] | None = None) -> None:
         job = self._fresh(job)
-        if not job.task_token or job.task_token_kind not in _ANSWERS_WAIT.get(decision, set()):
+        if not job.task_token or job.task_token_kind not in ANSWERS_WAIT.get(decision, frozenset()):
             # No matching wait yet: the waiting task checks the job when it stores its token and answers itself.
             return
         self.send_success(job.task_token, {"next": decision, **(detail or {})})

@@ -1,4 +1,4 @@
-"""The REST API Lambda (API Gateway REST proxy, AWS_IAM auth): every route of CONTRACTS.md.
+"""The REST API Lambda (API Gateway REST proxy, AWS_IAM auth): every route of docs/CONTRACTS.md.
 
 Thin routes: the resolver validates input against the pydantic models (unknown fields rejected),
 each route calls one service method and returns a typed model; errors become HTTP in errors.py only.
@@ -9,7 +9,7 @@ pays it): boto3, the adapters and the idempotency layer load on first use, throu
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response
@@ -22,9 +22,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from functions import composition, constants
 from functions.handlers import errors, policies, queues, shapes, train
 from functions.handlers.edge import EdgeResolver
-from functions.handlers.errors import BODY_ERRORS, Forbidden, IdempotencyInProgress, IdempotencyKeyReused, responses
+from functions.handlers.errors import BODY_ERRORS, IdempotencyInProgress, IdempotencyKeyReused, caller_of, responses
 from functions.handlers.tracing import LazyTracer
-from functions.service.principal import caller_arn
 from schemas.api import (
     CancelRequest,
     EventList,
@@ -41,7 +40,6 @@ from schemas.job import Job, SubmitJobRequest
 from schemas.status import JobStatus
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from functions.service.principal import Principal
@@ -65,12 +63,7 @@ JobId = Annotated[str, Path(min_length=1, max_length=128, description="The job's
 
 
 def _principal(router: Router) -> Principal:
-    event = cast("APIGatewayProxyEvent", router.current_event)
-    identity = event.request_context.identity
-    arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
-    if not arn:
-        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
-    return composition.job_service().principal(arn)
+    return composition.job_service().principal(caller_of(router))
 
 
 def _for_job(router: Router, job_id: str) -> Principal:
@@ -80,7 +73,7 @@ def _for_job(router: Router, job_id: str) -> Principal:
 
 def _reject_unknown_params(router: Router, known: frozenset[str], prefix: str | None = None) -> None:
     # A misspelt filter (?staus=QUEUED) would silently list everything; name it instead.
-    from functions.service.errors import InvalidRequest
+    from functions.errors import InvalidRequest
 
     for name in router.current_event.query_string_parameters or {}:
         if name not in known and not (prefix and name.startswith(prefix) and len(name) > len(prefix)):

@@ -8,7 +8,7 @@ Whatever API Gateway hands over is screened before a route sees it, so that no i
   documents nested deeper than MAX_JSON_DEPTH are 400 (a deep one overflowed the parser's stack: 500);
 - a method the path does not have is 405 with an `Allow` header, not 404.
 The refusals are exceptions mapped in errors.py like every other error. The same resolver serves the
-cloud (behind API Gateway) and local mode (behind trainplane.local.frontdoor), so both hold.
+cloud (behind API Gateway) and local mode (behind localmode.frontdoor), so both hold.
 """
 
 from __future__ import annotations

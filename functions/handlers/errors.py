@@ -13,14 +13,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 
-from functions.service.controls import WorkflowUnavailable
-from functions.service.errors import (
+from functions.errors import (
     CheckpointNotFound,
     ConcurrentModification,
     DomainError,
@@ -34,7 +33,12 @@ from functions.service.errors import (
     TooLarge,
     Unsupported,
 )
+from functions.service.controls import WorkflowUnavailable
 from schemas.api import ErrorResponse
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.event_handler.api_gateway import Router
+    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +48,17 @@ _SOURCES = {"body", "query", "path", "header", "cookie"}
 
 class Forbidden(DomainError):
     """No IAM caller in the request context (API Gateway with AWS_IAM auth always sets one)."""
+
+
+def caller_of(router: Router) -> str:
+    """The IAM caller of the request a route is serving; 403 when there is none (every route asks here)."""
+    from functions.service.principal import caller_arn  # IAM user/role ARN, or the Cognito identity's (dashboard)
+
+    identity = cast("APIGatewayProxyEvent", router.current_event).request_context.identity
+    arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
+    if not arn:
+        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
+    return arn
 
 
 class BadRequest(DomainError):

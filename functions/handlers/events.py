@@ -11,8 +11,6 @@ event never strands a job, and the `TRAINPLANE_EVENT` lines of the trainer's log
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
@@ -31,64 +29,23 @@ SCHEDULED_EVENT = "Scheduled Event"
 
 logger = Logger(service=constants.SERVICE_NAME)
 
-_factory: Callable[[], CloudEventsService] | None = None
-_reconcile: Callable[[], dict[str, Any]] | None = None
-_service: CloudEventsService | None = None
-_reports: TrainerLogReports | None = None
-_reports_factory: Callable[[], TrainerLogReports] | None = None
-_lock = threading.Lock()
-
-
-def use(
-    factory: Callable[[], CloudEventsService] | None,
-    reconcile: Callable[[], dict[str, Any]] | None = None,
-    reports: Callable[[], TrainerLogReports] | None = None,
-) -> None:
-    """Wire the services and the reconciler sweep (tests); None goes back to the composition root's."""
-    global _factory, _reconcile, _service, _reports, _reports_factory
-    with _lock:
-        _factory, _reconcile, _service, _reports, _reports_factory = factory, reconcile, None, None, reports
-
 
 def service() -> CloudEventsService:
-    global _service
-    if _service is None:
-        with _lock:
-            if _service is None:
-                if _factory is not None:
-                    _service = _factory()
-                else:
-                    from functions import composition
-                    from functions.service.cloud_events import CloudEventsService
+    from functions import composition  # the composition root wires it (tests: composition.configure(cloud_events=...))
 
-                    root = composition.current()
-                    _service = CloudEventsService(root.repository, root.lifecycle, root.launchers)
-    return _service
+    return composition.current().cloud_events
 
 
 def reports() -> TrainerLogReports:
-    global _reports
-    if _reports is None:
-        with _lock:
-            if _reports is None:
-                if _reports_factory is not None:
-                    _reports = _reports_factory()
-                else:
-                    from functions import composition
-                    from functions.service.trainer_reports import TrainerLogReports
+    from functions import composition  # tests: composition.configure(trainer_reports=...)
 
-                    _reports = TrainerLogReports(composition.current().lifecycle)
-    return _reports
+    return composition.current().trainer_reports
 
 
 def reconcile_once() -> dict[str, Any]:
-    if _reconcile is not None:
-        return _reconcile()
     from functions import composition
-    from functions.service.reconciler import Reconciler
 
-    root = composition.current()
-    report = Reconciler(root.repository, root.lifecycle, root.workflow, root.launchers).run_once()  # type: ignore[arg-type]
+    report = composition.current().new_reconciler().run_once()
     return {"action": "reconciled", **{k: v for k, v in vars(report).items() if v}}
 
 

@@ -8,44 +8,25 @@ exists ends its execution quietly.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger
 
 from functions import constants
-from functions.service.errors import ConcurrentModification, JobNotFound
+from functions.errors import ConcurrentModification, JobNotFound
 from functions.service.lifecycle import LifecycleService, TransientError
+from schemas.lifecycle import Action, Next
 
 logger = Logger(service=constants.SERVICE_NAME)
 
 _THROTTLING = {"ThrottlingException", "ProvisionedThroughputExceededException", "RequestLimitExceeded", "TooManyRequestsException"}
 
-_factory: Callable[[], LifecycleService] | None = None
-_service: LifecycleService | None = None
-_lock = threading.Lock()
-
-
-def use(factory: Callable[[], LifecycleService] | None) -> None:
-    """Wire the service (local mode, tests); None goes back to the composition root's default."""
-    global _factory, _service
-    with _lock:
-        _factory, _service = factory, None
-
 
 def service() -> LifecycleService:
-    global _service
-    if _service is None:
-        with _lock:
-            if _service is None:
-                if _factory is not None:
-                    _service = _factory()
-                else:
-                    from functions import composition  # the composition root wires the real adapters
+    from functions import composition  # the composition root wires the real adapters (tests: composition.configure)
 
-                    _service = composition.lifecycle_service()
-    return _service
+    return composition.lifecycle_service()
 
 
 def _dispatch(svc: LifecycleService, event: Mapping[str, Any]) -> dict[str, Any]:
@@ -53,26 +34,26 @@ def _dispatch(svc: LifecycleService, event: Mapping[str, Any]) -> dict[str, Any]
     job_id = str(event["job_id"])
     execution = event.get("execution")
     token = event.get("token")
-    if action == "admit":
+    if action == Action.ADMIT:
         return svc.admit(job_id, execution)
-    if action == "wait_capacity":
+    if action == Action.WAIT_CAPACITY:
         return svc.wait_capacity(job_id, execution, str(token))
-    if action == "prepare":
+    if action == Action.PREPARE:
         return svc.prepare(job_id, execution)
-    if action == "launch":
+    if action == Action.LAUNCH:
         return svc.launch(job_id, execution)
-    if action == "wait_run":
+    if action == Action.WAIT_RUN:
         return svc.wait_run(job_id, execution, str(token))
-    if action == "wait_resume":
+    if action == Action.WAIT_RESUME:
         return svc.wait_resume(job_id, execution, str(token))
-    if action == "run_timeout":
+    if action == Action.RUN_TIMEOUT:
         return svc.run_timeout(job_id, execution)
-    if action == "crash":
+    if action == Action.CRASH:
         return svc.crash(job_id, execution, event.get("error"))
     raise ValueError(f"unknown lifecycle action {action!r}")
 
 
-ACTIONS = frozenset({"admit", "wait_capacity", "prepare", "launch", "wait_run", "wait_resume", "run_timeout", "crash"})
+ACTIONS = frozenset(Action)
 
 
 def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
@@ -85,8 +66,8 @@ def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:
     except JobNotFound:
         logger.warning("job %s no longer exists; ending its execution", event.get("job_id"))
         if event.get("token"):
-            svc.tokens.send_success(str(event["token"]), {"next": "ended"})
-        return {"next": "ended"}
+            svc.tokens.send_success(str(event["token"]), {"next": Next.ENDED})
+        return {"next": Next.ENDED}
     except ConcurrentModification as exc:
         raise TransientError(str(exc)) from exc
     except Exception as exc:

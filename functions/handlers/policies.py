@@ -8,7 +8,7 @@ policy is 404, as for jobs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler import Response, content_types
@@ -16,13 +16,13 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from functions import composition, constants
-from functions.handlers.errors import BODY_ERRORS, Forbidden, responses
-from functions.service.principal import Principal, caller_arn
+from functions.handlers.errors import BODY_ERRORS, caller_of, responses
+from functions.service.principal import Principal
 from schemas.api import ErrorResponse
 from schemas.retraining import PolicyList, RetrainingPolicy, RetrainingPolicyPatch, RetrainingPolicyRequest
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+    pass
 
 router = Router()
 logger = Logger(service=constants.SERVICE_NAME, child=True)
@@ -49,17 +49,14 @@ def _responses(status: int, description: str, *codes: int, content: bool = True)
 
 
 def _principal(policy_id: str | None = None) -> Principal:
-    identity = cast("APIGatewayProxyEvent", router.current_event).request_context.identity
-    arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
-    if not arn:
-        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
+    arn = caller_of(router)
     if policy_id is not None:
         logger.append_keys(policy_id=policy_id)
     return composition.retraining_service().principal(arn)
 
 
 def _reject_unknown_params(known: frozenset[str]) -> None:
-    from functions.service.errors import InvalidRequest
+    from functions.errors import InvalidRequest
 
     for name in router.current_event.query_string_parameters or {}:
         if name not in known:

@@ -7,34 +7,23 @@ per scheduler pass, no Scan).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions import composition
-from functions.handlers.errors import Forbidden, responses
-from functions.service.principal import caller_arn
+from functions.handlers.errors import caller_of, responses
 from functions.service.queues import QueueList, QueueView
-from functions.service.scheduler import capacity_model
 from schemas.job import Job
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+    pass
 
 router = Router()
-_views: dict[int, QueueView] = {}
 
 
 def queue_view() -> QueueView:
-    root = composition.current()
-    view = _views.get(id(root))
-    if view is None:
-        from functions.adapters.capacity import DynamoDBCapacityLedger
-
-        view = QueueView(root.repository, DynamoDBCapacityLedger(root.clients, root.settings.jobs_table), capacity_model(root.settings))
-        _views.clear()
-        _views[id(root)] = view
-    return view
+    return composition.current().queue_view
 
 
 def with_position(job: Job) -> Job:
@@ -48,10 +37,5 @@ def with_position(job: Job) -> Job:
     tags=["reports"],
 )
 def list_queues() -> QueueList:
-    event = cast("APIGatewayProxyEvent", router.current_event)
-    identity = event.request_context.identity
-    arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
-    if not arn:
-        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
-    principal = composition.job_service().principal(arn)
+    principal = composition.job_service().principal(caller_of(router))
     return queue_view().list(principal.can_see)

@@ -27,8 +27,8 @@ from functions.adapters.launchers.cloud import job_ref_from_tags
 from functions.adapters.launchers.ec2 import exit_status_key
 from functions.adapters.launchers.sagemaker import describe_training_job, parse_training_job_name
 from functions.adapters.ports import JobRepository
+from functions.errors import JobNotFound
 from functions.service import costs
-from functions.service.errors import JobNotFound
 from schemas.job import Job
 from schemas.status import RUNNING
 

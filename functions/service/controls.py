@@ -18,11 +18,12 @@ from datetime import datetime
 from typing import Any
 
 from functions.adapters.ports import ArtifactStore, JobRepository, Transition, Workflow
-from functions.service.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest
+from functions.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest
 from functions.service.paths import PathRules
 from functions.service.principal import Principal
 from schemas.api import RetryRequest
 from schemas.job import Actor, CheckpointRef, Job, PendingAction, StatusEvent, SubmitJobRequest
+from schemas.lifecycle import Decision
 from schemas.status import PAUSABLE, RUNNING, TERMINAL, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -108,7 +109,7 @@ class LifecycleControls:
                 if job.status in RUNNING:
                     self.workflow.stop_run(cancelled, graceful=False, reason=why)
                 # Also answer whatever wait the execution is in (capacity, resume, or the run itself).
-                self.workflow.answer_wait(cancelled, "cancel", {"reason": why})
+                self.workflow.answer_wait(cancelled, Decision.CANCEL, {"reason": why})
             except Exception:
                 logger.exception("job %s is CANCELLED but the engine was not told; its reconciler will stop it", job_id)
         return cancelled
@@ -174,7 +175,7 @@ class LifecycleControls:
         _, resumed = self._decide(job_id, principal, decide)
         if self.workflow is not None:
             try:
-                self.workflow.answer_wait(resumed, "resume", {"checkpoint_id": chosen or ""})
+                self.workflow.answer_wait(resumed, Decision.RESUME, {"checkpoint_id": chosen or ""})
             except Exception:
                 logger.exception("job %s is QUEUED again but its execution was not told; the reconciler will", job_id)
         return resumed

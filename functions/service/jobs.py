@@ -19,8 +19,8 @@ from typing import Any
 
 from functions import constants
 from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, Transition, Workflow
+from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
-from functions.service.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.ome import apply_ome_trainer
 from functions.service.paths import PathRules
 from functions.service.principal import Principal
@@ -37,7 +37,6 @@ logger = logging.getLogger(__name__)
 MAX_LIST_LIMIT = 200
 DEFAULT_LOG_LINES = 1000
 MAX_LOG_LINES = 5000
-_LOG_FILE = re.compile(r"attempt-(\d+)\.log$")
 
 
 def new_job_id() -> str:
@@ -236,9 +235,9 @@ class JobService(LifecycleControls):
             return self.log_source.read(job, since=since, next_token=next_token, limit=limit)
         start_attempt, start_line = _decode_log_token(next_token) if next_token else (0, 0)
         files = sorted(
-            (int(m.group(1)), key)
+            (int(m.group("attempt")), key)
             for key in self.store.list_keys(constants.logs_prefix(job_id))
-            if (m := _LOG_FILE.search(key)) is not None
+            if (m := constants.LOG_KEY.match(key)) is not None
         )
         lines: list[LogLine] = []
         last_stamp = 0.0

@@ -23,21 +23,20 @@ from typing import Any, Protocol
 from functions import constants
 from functions.adapters.launchers.base import Launcher, LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.ports import ArtifactStore, JobRepository, Transition
+from functions.errors import ConcurrentModification, IllegalTransition
 from functions.service import costs
-from functions.service.errors import ConcurrentModification, IllegalTransition
 from functions.service.lifecycle_outcomes import decide_run_end
 from functions.service.paths import PathRules
 from functions.service.run_specs import RunSpecs, progress_of
-from functions.service.scheduler import WAIT_CAPACITY, NeverFits, Scheduler
+from functions.service.scheduler import NeverFits, Scheduler
 from schemas.job import Actor, ErrorType, Job
+from schemas.lifecycle import Next, WaitKind
 from schemas.status import PAUSABLE, RUNNING, TERMINAL, JobStatus
 from schemas.trainer import TrainerEvent, TrainerEventKind, TrainerPhase
 
 logger = logging.getLogger(__name__)
 
 S = JobStatus
-WAIT_RUN = "run"
-WAIT_RESUME = "resume"
 # Phases the trainer reports while it runs; the machine itself never waits in them.
 RUN_PHASES = frozenset({S.TRAINING, S.CHECKPOINTING, S.EVALUATING, S.EXPORTING})
 _PHASE_STATUS = {
@@ -115,39 +114,39 @@ class LifecycleService:
         for _ in range(_RACE_RETRIES):
             job = self.repository.get(job_id)
             if self._superseded(job, execution):
-                return {"next": "ended"}
+                return {"next": Next.ENDED}
             self.scheduler.ledger.register_queue(job.queue)
             if job.status == S.QUEUED:
-                return {"next": "wait_capacity"}
+                return {"next": Next.WAIT_CAPACITY}
             if job.status == S.PAUSED:
-                return {"next": "paused"}  # a new execution for a paused job (after a restart) waits for resume
+                return {"next": Next.PAUSED}  # a new execution for a paused job (after a restart) waits for resume
             if job.status == S.PENDING:
                 changes: dict[str, Any] = {}
                 reason, actor = "admitted", Actor.SYSTEM
             elif job.status == S.PREEMPTED:
                 if job.preemptions > self.config.max_preemptions:
-                    return {"next": "ended"}
+                    return {"next": Next.ENDED}
                 changes = {"error_type": None, "error_message": None, "resume_checkpoint_id": None}
                 reason, actor = f"resuming after preemption from {job.latest_checkpoint_id or 'the start'}", Actor.SYSTEM
             else:
-                return {"next": "ended"}  # terminal, or a running job owned by another execution
+                return {"next": Next.ENDED}  # terminal, or a running job owned by another execution
             if self._move(job, S.QUEUED, reason, actor, changes) is not None:
-                return {"next": "wait_capacity"}
+                return {"next": Next.WAIT_CAPACITY}
         raise TransientError(f"admit {job_id}: kept losing races")
 
     def wait_capacity(self, job_id: str, execution: str | None, token: str) -> dict[str, Any]:
-        job = self._store_token(job_id, execution, token, WAIT_CAPACITY, waiting_in=frozenset({S.QUEUED}))
+        job = self._store_token(job_id, execution, token, WaitKind.CAPACITY, waiting_in=frozenset({S.QUEUED}))
         if job is None:
-            return {"next": "answered"}
+            return {"next": Next.ANSWERED}
         try:
             self.scheduler.capacity.demand(job)
         except NeverFits as exc:
             failed = self._move(job, S.FAILED, str(exc), Actor.SCHEDULER, {"error_type": ErrorType.CAPACITY, "error_message": str(exc)})
-            self.tokens.send_success(token, {"next": "failed" if failed else "ended"})
-            return {"next": "answered"}
+            self.tokens.send_success(token, {"next": Next.FAILED if failed else Next.ENDED})
+            return {"next": Next.ANSWERED}
         if self.scheduler.worth_a_pass(job):
             self.scheduler.run_pass([job.queue])
-        return {"next": "waiting"}
+        return {"next": Next.WAITING}
 
     def prepare(self, job_id: str, execution: str | None) -> dict[str, Any]:
         for _ in range(_RACE_RETRIES):
@@ -173,7 +172,7 @@ class LifecycleService:
             }
             reason = f"attempt {attempt}: run spec {uri}" + (f", resuming from {resume_from}" if resume_from else "")
             if self._move(job, S.PREPARING, reason, Actor.SYSTEM, changes) is not None:
-                return {"next": "launch"}
+                return {"next": Next.LAUNCH}
         raise TransientError(f"prepare {job_id}: kept losing races")
 
     def launch(self, job_id: str, execution: str | None) -> dict[str, Any]:
@@ -231,28 +230,28 @@ class LifecycleService:
         if not self._superseded(job, execution) and job.status in RUNNING and not job.run_outcome:
             # Store, then look again: on_run_finished writes its decision, then reads the token. Of two
             # such write-then-read pairs one always sees the other's write, so the wait is answered.
-            self.repository.annotate(job_id, {"task_token": token, "task_token_kind": WAIT_RUN})
+            self.repository.annotate(job_id, {"task_token": token, "task_token_kind": WaitKind.RUN})
             job = self.repository.get(job_id)
             if not self._superseded(job, execution) and job.status in RUNNING and not job.run_outcome:
-                return {"next": "waiting"}
+                return {"next": Next.WAITING}
         if self._superseded(job, execution):
-            answer = {"next": "ended"}
+            answer: dict[str, Any] = {"next": Next.ENDED}
         elif job.run_outcome:
             answer = {"next": job.run_outcome}  # decided before this wait could hear it
         else:
             answer = self._left_run(job)
         self.tokens.send_success(token, answer)
-        return {"next": "answered"}
+        return {"next": Next.ANSWERED}
 
     def wait_resume(self, job_id: str, execution: str | None, token: str) -> dict[str, Any]:
-        job = self._store_token(job_id, execution, token, WAIT_RESUME, waiting_in=frozenset({S.PAUSED}))
-        return {"next": "answered" if job is None else "waiting"}
+        job = self._store_token(job_id, execution, token, WaitKind.RESUME, waiting_in=frozenset({S.PAUSED}))
+        return {"next": Next.ANSWERED if job is None else Next.WAITING}
 
     def run_timeout(self, job_id: str, execution: str | None) -> dict[str, Any]:
         """WaitForRun timed out (no heartbeat, or max runtime passed): find out where the run stands."""
         job = self.repository.get(job_id)
         if self._superseded(job, execution):
-            return {"next": "ended"}
+            return {"next": Next.ENDED}
         if job.run_outcome:
             return {"next": job.run_outcome}
         if job.status not in RUNNING:
@@ -272,14 +271,14 @@ class LifecycleService:
     def crash(self, job_id: str, execution: str | None, error: Mapping[str, Any] | None) -> dict[str, Any]:
         job = self.repository.get(job_id)
         if self._superseded(job, execution):
-            return {"next": "ended"}
+            return {"next": Next.ENDED}
         message = f"lifecycle error: {(error or {}).get('Error', 'unknown')}: {str((error or {}).get('Cause', ''))[:500]}"
         if job.run_handle and job.status in RUNNING:
             self.runs.stop_run(job, graceful=False, reason=message)
         if job.status not in TERMINAL and job.status != S.PAUSED:
             self._move(job, S.FAILED, message, Actor.SYSTEM, {"error_type": ErrorType.INTERNAL, "error_message": message})
         self._release(self.repository.get(job_id))
-        return {"next": "failed"}
+        return {"next": Next.FAILED}
 
     # ================================================================ reports from the run
     def on_trainer_event(self, job_id: str, attempt: int, event: TrainerEvent) -> None:
@@ -343,7 +342,7 @@ class LifecycleService:
         """The run of `attempt` ended (launcher monitor, EventBridge, reconciler): decide and answer the wait."""
         outcome = self._after_end(job_id, attempt, run)
         job = self.repository.get(job_id)
-        if job.attempt == attempt and job.task_token and job.task_token_kind == WAIT_RUN and outcome.get("next") != "ignored":
+        if job.attempt == attempt and job.task_token and job.task_token_kind == WaitKind.RUN and outcome.get("next") != Next.IGNORED:
             self.tokens.send_success(job.task_token, outcome)
 
     # ================================================================ internals
@@ -351,7 +350,7 @@ class LifecycleService:
         for _ in range(_RACE_RETRIES):
             job = self.repository.get(job_id)
             if job.attempt != attempt:
-                return {"next": "ignored"}
+                return {"next": Next.IGNORED}
             if job.run_outcome:
                 return {"next": job.run_outcome}  # already decided (duplicate report)
             if job.status not in RUNNING:
@@ -458,7 +457,7 @@ class LifecycleService:
         return True
 
     def _heartbeat(self, job: Job) -> None:
-        if not job.task_token or job.task_token_kind != WAIT_RUN:
+        if not job.task_token or job.task_token_kind != WaitKind.RUN:
             return
         now = time.monotonic()
         with self._heartbeat_lock:
@@ -480,24 +479,24 @@ class LifecycleService:
             job = self.repository.get(job_id)
             if not self._superseded(job, execution) and job.status in waiting_in:
                 return job
-        self.tokens.send_success(token, {"next": "ended" if self._superseded(job, execution) else self._answer_for(job, kind)})
+        self.tokens.send_success(token, {"next": Next.ENDED if self._superseded(job, execution) else self._answer_for(job, kind)})
         return None
 
-    def _answer_for(self, job: Job, kind: str) -> str:
-        if kind == WAIT_RESUME and job.status == S.QUEUED:
-            return "resume"  # resumed before the wait began
-        if kind == WAIT_CAPACITY and job.status in RUNNING:
-            return "go"
-        return "failed" if job.status == S.FAILED else "ended"
+    def _answer_for(self, job: Job, kind: str) -> Next:
+        if kind == WaitKind.RESUME and job.status == S.QUEUED:
+            return Next.RESUME  # resumed before the wait began
+        if kind == WaitKind.CAPACITY and job.status in RUNNING:
+            return Next.GO
+        return Next.FAILED if job.status == S.FAILED else Next.ENDED
 
     def _left_run(self, job: Job) -> dict[str, Any]:
         """The job is no longer where this task expected it (cancelled, failed...): tidy up and stop routing."""
         self._release(job)
         if job.status == S.FAILED:
-            return {"next": "failed"}
+            return {"next": Next.FAILED}
         if job.status == S.PAUSED:
-            return {"next": "paused"}
-        return {"next": "ended"}
+            return {"next": Next.PAUSED}
+        return {"next": Next.ENDED}
 
     def _release(self, job: Job) -> None:
         if job.status in RUNNING or not job.capacity_pool:
@@ -513,7 +512,7 @@ class LifecycleService:
     def _fail(self, job: Job, error_type: ErrorType, message: str) -> dict[str, Any]:
         moved = self._move(job, S.FAILED, message, Actor.SYSTEM, {"error_type": error_type, "error_message": message})
         self._release(moved or self.repository.get(job.job_id))
-        return {"next": "failed"}
+        return {"next": Next.FAILED}
 
     def _move(self, job: Job, to: JobStatus, reason: str, actor: Actor, changes: Mapping[str, Any], *, quiet: bool = False) -> Job | None:
         """One conditional transition; None if another writer got there first (the caller re-reads)."""
@@ -560,30 +559,4 @@ class LifecycleService:
         else:
             timeout = self.config.no_timeout_seconds
         heartbeat = min(self.config.heartbeat_seconds, timeout - 1)
-        return {"next": "wait", "timeout_seconds": timeout, "heartbeat_seconds": heartbeat}
-
-
-def build_service(root: Any) -> LifecycleService:
-    """The composition root's default lifecycle (functions/composition.py: DEFAULT_LIFECYCLE_FACTORY).
-
-    `root` is the Composition: its settings, clients, repository, artifact store, launchers and
-    workflow (the Step Functions adapter, which also answers task tokens).
-    """
-    from functions.adapters.capacity import DynamoDBCapacityLedger
-    from functions.service.scheduler import capacity_model
-
-    settings = root.settings
-    workflow = root.workflow
-    if workflow is None:
-        raise RuntimeError("settings.state_machine_arn is not set: the lifecycle engine needs its state machine")
-    ledger = DynamoDBCapacityLedger(root.clients, settings.jobs_table)
-    scheduler = Scheduler(root.repository, ledger, capacity_model(settings), workflow, workflow)
-    config = LifecycleConfig(
-        bucket=settings.artifacts_bucket,
-        launcher=settings.compute,
-        heartbeat_seconds=settings.run_heartbeat_seconds,
-        stop_grace_seconds=settings.stop_grace_seconds,
-        max_preemptions=settings.max_preemptions,
-    )
-    paths = PathRules(settings, root.repository, root.artifacts)
-    return LifecycleService(root.repository, root.artifacts, root.launchers, workflow, workflow, scheduler, config, paths=paths)
+        return {"next": Next.WAIT, "timeout_seconds": timeout, "heartbeat_seconds": heartbeat}

@@ -18,6 +18,7 @@ from typing import Any
 
 from functions.adapters.launchers.base import RunDescription, RunState
 from schemas.job import Actor, ErrorType, Job, PendingAction
+from schemas.lifecycle import Next
 from schemas.status import PAUSABLE, JobStatus, can_transition
 
 S = JobStatus
@@ -27,7 +28,7 @@ RETRYABLE = frozenset({ErrorType.USER_ERROR, ErrorType.INTERNAL, ErrorType.OUT_O
 @dataclass(frozen=True)
 class RunEndDecision:
     status: JobStatus
-    next: str  # what the state machine does next (its RunOutcome choice)
+    next: Next  # what the state machine does next (its RunOutcome choice)
     reason: str
     actor: Actor = Actor.SYSTEM
     changes: dict[str, Any] = field(default_factory=dict)
@@ -38,7 +39,7 @@ def decide_run_end(job: Job, run: RunDescription, *, max_preemptions: int) -> Ru
     if not can_transition(job.status, decision.status):
         # e.g. a pause that could not land because the trainer had moved on to EXPORTING
         message = f"run ended ({run.state.value}) while {job.status.value}: {run.message or 'no detail'}"
-        return RunEndDecision(S.FAILED, "failed", message, changes={"error_type": ErrorType.INTERNAL, "error_message": message})
+        return RunEndDecision(S.FAILED, Next.FAILED, message, changes={"error_type": ErrorType.INTERNAL, "error_message": message})
     return decision
 
 
@@ -46,12 +47,12 @@ def _decide(job: Job, run: RunDescription, max_preemptions: int) -> RunEndDecisi
     detail = f": {run.message}" if run.message else ""
     pending = job.pending_action
     if run.state == RunState.COMPLETED:
-        return RunEndDecision(S.COMPLETED, "completed", "training finished", Actor.TRAINER, {"error_type": None, "error_message": None})
+        return RunEndDecision(S.COMPLETED, Next.COMPLETED, "training finished", Actor.TRAINER, {"error_type": None, "error_message": None})
     if job.error_type == ErrorType.BUDGET:
         # The budget check stopped this run: however it ended after that, the budget is why.
         message = job.error_message or "scheduling_config.max_cost_usd reached"
         budget = {"error_type": ErrorType.BUDGET, "error_message": message}
-        return RunEndDecision(S.FAILED, "failed", f"{ErrorType.BUDGET.value}: {message}", Actor.SYSTEM, budget)
+        return RunEndDecision(S.FAILED, Next.FAILED, f"{ErrorType.BUDGET.value}: {message}", Actor.SYSTEM, budget)
     if run.state == RunState.FAILED:
         return _failure(job, run.error_type or ErrorType.USER_ERROR, run.message or "the trainer failed")
     lost = run.state in {RunState.PREEMPTED, RunState.UNKNOWN}
@@ -59,21 +60,24 @@ def _decide(job: Job, run: RunDescription, max_preemptions: int) -> RunEndDecisi
         why = job.pending_reason or "paused by request"
         if lost:
             why += f" (the run was lost before it confirmed{detail}; resuming uses the latest checkpoint)"
-        return RunEndDecision(S.PAUSED, "paused", why, Actor.USER, {"resume_checkpoint_id": None})
+        return RunEndDecision(S.PAUSED, Next.PAUSED, why, Actor.USER, {"resume_checkpoint_id": None})
     if pending == PendingAction.PREEMPT and not lost:
         why = job.pending_reason or "preempted by the scheduler"
-        return RunEndDecision(S.QUEUED, "requeue", why, Actor.SCHEDULER, {"resume_checkpoint_id": None})
+        return RunEndDecision(S.QUEUED, Next.REQUEUE, why, Actor.SCHEDULER, {"resume_checkpoint_id": None})
     if pending == PendingAction.CANCEL:
-        return RunEndDecision(S.CANCELLED, "ended", job.pending_reason or "cancelled", Actor.USER)
+        return RunEndDecision(S.CANCELLED, Next.ENDED, job.pending_reason or "cancelled", Actor.USER)
     # Stopped by nobody we know of, or lost: a preemption. Resumed automatically within its own budget.
     count = job.preemptions + 1
     what = "stopped from outside the control plane" if run.state == RunState.STOPPED else "the run was lost"
     changes: dict[str, Any] = {"preemptions": count, "error_type": ErrorType.PREEMPTED, "error_message": f"{what}{detail}"}
     if count > max_preemptions:
         changes["error_message"] += f"; preemption budget ({max_preemptions}) spent, not resuming"
-        return RunEndDecision(S.PREEMPTED, "ended", f"{what}{detail}; preemption budget spent", changes=changes)
+        return RunEndDecision(S.PREEMPTED, Next.ENDED, f"{what}{detail}; preemption budget spent", changes=changes)
     return RunEndDecision(
-        S.PREEMPTED, "resume_preempted", f"{what}{detail}; resuming from the latest checkpoint ({count}/{max_preemptions})", changes=changes
+        S.PREEMPTED,
+        Next.RESUME_PREEMPTED,
+        f"{what}{detail}; resuming from the latest checkpoint ({count}/{max_preemptions})",
+        changes=changes,
     )
 
 
@@ -84,5 +88,5 @@ def _failure(job: Job, error_type: ErrorType, message: str) -> RunEndDecision:
         changes["retries_used"] = job.retries_used + 1
         changes["resume_checkpoint_id"] = None
         reason = f"{error_type.value}: {message}; retry {job.retries_used + 1}/{budget} from the latest checkpoint"
-        return RunEndDecision(S.QUEUED, "requeue", reason, Actor.SYSTEM, changes)
-    return RunEndDecision(S.FAILED, "failed", f"{error_type.value}: {message}", Actor.TRAINER, changes)
+        return RunEndDecision(S.QUEUED, Next.REQUEUE, reason, Actor.SYSTEM, changes)
+    return RunEndDecision(S.FAILED, Next.FAILED, f"{error_type.value}: {message}", Actor.TRAINER, changes)

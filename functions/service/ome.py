@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from functions.service.errors import InvalidRequest
+from functions.errors import InvalidRequest
 from schemas.configs import FrameworkType
 from schemas.job import SubmitJobRequest
 from schemas.ome import OmeTrainer

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from functions import constants
 from functions.adapters.ports import ArtifactStore, JobRepository
-from functions.service.errors import InvalidRequest, JobNotFound
+from functions.errors import InvalidRequest, JobNotFound
 from functions.service.principal import Principal, role_arn_of
 from functions.settings import Settings
 from schemas.access import EXPORT_MARKER, AccessSet, BucketGrant, PathError, is_s3, normalize, normalize_local, under

@@ -25,9 +25,10 @@ from typing import Protocol
 
 from functions.adapters.launchers.base import TERMINAL_RUN_STATES, Launcher, LaunchHandle, RunDescription, RunState
 from functions.adapters.ports import JobQuery, JobRepository
-from functions.service.errors import ConcurrentModification, IllegalTransition, JobNotFound
+from functions.errors import ConcurrentModification, IllegalTransition, JobNotFound
 from functions.service.lifecycle import LifecycleService
 from schemas.job import Job
+from schemas.lifecycle import Next
 from schemas.status import RUNNING, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -157,7 +158,9 @@ class Reconciler:
         if job.status in _WAITING:
             return True
         return (
-            job.status == S.PREEMPTED and job.preemptions <= self.service.config.max_preemptions and job.run_outcome == "resume_preempted"
+            job.status == S.PREEMPTED
+            and job.preemptions <= self.service.config.max_preemptions
+            and job.run_outcome == Next.RESUME_PREEMPTED
         )
 
     def _describe(self, job: Job) -> RunDescription | None:

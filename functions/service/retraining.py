@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 from functions.adapters.policies import PolicyRepository, Route
 from functions.adapters.schedules import ScheduleManager
+from functions.errors import InvalidRequest, PolicyNotFound
 from functions.service.controls import WorkflowUnavailable
-from functions.service.errors import InvalidRequest, PolicyNotFound
 from functions.service.jobs import JobService
 from functions.service.principal import Principal
 from functions.service.retraining_dispatch import Dispatcher
@@ -214,18 +214,3 @@ class RetrainingService:
 def _fields(policy: RetrainingPolicyRequest) -> dict[str, Any]:
     """The request fields of a policy, as models (secrets kept: they are compared and stored, not shown)."""
     return {name: getattr(policy, name) for name in _REQUEST_FIELDS}
-
-
-def build_service(root: Any) -> RetrainingService:
-    """For the composition root: the DynamoDB repository on the jobs table, Scheduler when configured."""
-    from functions.adapters.policies import DynamoPolicyRepository
-    from functions.adapters.schedules import EventBridgeSchedules
-
-    settings: Settings = root.settings
-    schedules = None
-    if settings.retraining_schedule_group and settings.retraining_scheduler_role_arn and settings.retraining_function_arn:
-        schedules = EventBridgeSchedules(
-            root.clients, settings.retraining_schedule_group, settings.retraining_scheduler_role_arn, settings.retraining_function_arn
-        )
-    policies = DynamoPolicyRepository(root.clients, settings.jobs_table)
-    return RetrainingService(policies, root.jobs, settings, schedules)

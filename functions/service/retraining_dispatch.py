@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from functions.adapters.policies import EventRecord, FireClaim, PolicyRepository
 from functions.adapters.ports import JobQuery
-from functions.service.errors import (
+from functions.errors import (
     ConcurrentModification,
     IllegalTransition,
     InvalidRequest,

@@ -17,8 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from functions import constants
 from functions.adapters.policies import Route
-from functions.service.errors import InvalidRequest
+from functions.errors import InvalidRequest
 from schemas.event_pattern import matches
 from schemas.retraining import CUSTOM_EVENT_SOURCE, EventPatternTrigger, RetrainingPolicyRequest, S3Trigger
 
@@ -26,9 +27,6 @@ S3_SOURCE = "aws.s3"
 OBJECT_CREATED = "Object Created"
 ALARM_SOURCE = "aws.cloudwatch"
 ALARM_STATE_CHANGE = "CloudWatch Alarm State Change"
-# The artifacts bucket takes checkpoints, logs and metrics all day: only this prefix of it is a
-# trigger (infra/constructs/storage.py DATASETS_PREFIX; a test holds the two equal).
-DATASETS_PREFIX = "datasets/"
 # What each routed source can deliver (None: any detail-type). Mirrors the rules below.
 ROUTED_DETAIL_TYPES: dict[str, frozenset[str] | None] = {
     S3_SOURCE: frozenset({OBJECT_CREATED}),
@@ -50,7 +48,7 @@ def dispatcher_rules(artifacts_bucket: str) -> dict[str, RuleSpec]:
     return {
         "DatasetsLanded": RuleSpec(
             "new training data under the artifacts bucket's datasets/ prefix",
-            {**created, "detail": {"bucket": {"name": [artifacts_bucket]}, "object": {"key": [{"prefix": DATASETS_PREFIX}]}}},
+            {**created, "detail": {"bucket": {"name": [artifacts_bucket]}, "object": {"key": [{"prefix": constants.DATASETS_PREFIX}]}}},
         ),
         "DataLanded": RuleSpec(
             "new objects in other buckets that send events to EventBridge",
@@ -109,11 +107,11 @@ def check_routable(request: RetrainingPolicyRequest, artifacts_bucket: str) -> N
     """InvalidRequest naming the field when the policy's events could never reach the dispatcher."""
     trigger = request.trigger
     if isinstance(trigger, S3Trigger):
-        if s3_bucket(trigger, artifacts_bucket) == artifacts_bucket and not trigger.prefix.startswith(DATASETS_PREFIX):
+        if s3_bucket(trigger, artifacts_bucket) == artifacts_bucket and not trigger.prefix.startswith(constants.DATASETS_PREFIX):
             raise InvalidRequest(
                 "trigger.prefix",
-                f"in the artifacts bucket {artifacts_bucket} only objects under {DATASETS_PREFIX} start jobs (checkpoints and "
-                f"logs are written there all day): use a prefix such as {DATASETS_PREFIX}<dataset>/, or name another bucket",
+                f"in the artifacts bucket {artifacts_bucket} only objects under {constants.DATASETS_PREFIX} start jobs (checkpoints and "
+                f"logs are written there all day): use a prefix such as {constants.DATASETS_PREFIX}<dataset>/, or name another bucket",
             )
         return
     if not isinstance(trigger, EventPatternTrigger):

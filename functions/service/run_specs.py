@@ -11,9 +11,9 @@ from typing import Any
 
 from functions import constants
 from functions.adapters.ports import ArtifactStore
-from functions.service.errors import InvalidRequest
+from functions.errors import InvalidRequest
 from functions.service.paths import PathRules, valid_checkpoint_id
-from schemas.checkpoint import CheckpointManifest, step_of
+from schemas.checkpoint import CheckpointManifest, best_checkpoint, retained, step_of
 from schemas.job import CheckpointRef, Job, Progress
 from schemas.trainer import RunSpec
 
@@ -110,14 +110,19 @@ class RunSpecs:
             return None
         refs = [r for r in job.checkpoints if r.checkpoint_id != checkpoint_id] + [ref]
         config = job.output_config.checkpoint
-        best = best_of(refs, config.metric_for_best_model, config.greater_is_better)
-        newest = sorted(refs, key=lambda r: r.step)
-        keep = {r.checkpoint_id for r in (newest[-config.save_total_limit :] if config.save_total_limit else newest)}
-        if best:
-            keep.add(best)
+        # The trainer's own computation (schemas/checkpoint.py), so the record names what S3 holds.
+        best = best_checkpoint(refs, config.metric_for_best_model, config.greater_is_better)
+        resumed_from = data.get("resumed_from")
+        keep = retained(
+            refs,
+            save_total_limit=config.save_total_limit,
+            metric=config.metric_for_best_model,
+            greater_is_better=config.greater_is_better,
+            resumed_from=str(resumed_from) if resumed_from else None,
+        )
         if checkpoint_id not in keep:
             return None  # a late report of a checkpoint that retention has already dropped
-        return ref, best, sorted(keep)
+        return ref, best.checkpoint_id if best is not None else None, sorted(keep)
 
     def _ref(self, job: Job, checkpoint_id: str, step: int, data: Mapping[str, Any], now: datetime) -> CheckpointRef | None:
         metrics = {k: float(v) for k, v in (data.get("metrics") or {}).items() if isinstance(v, int | float)}
@@ -160,11 +165,13 @@ class RunSpecs:
         if not refs:
             return None
         config = job.output_config.checkpoint
-        best = best_of(refs, config.metric_for_best_model, config.greater_is_better)
-        # The same retention as for reported checkpoints (the trainer applies it to S3 too).
-        newest = sorted(refs, key=lambda r: r.step)
-        keep = {r.checkpoint_id for r in (newest[-config.save_total_limit :] if config.save_total_limit else newest)} | {best}
-        refs = [r for r in newest if r.checkpoint_id in keep]
+        # The same best and retention as for reported checkpoints and the trainer's (schemas/checkpoint.py).
+        chosen = best_checkpoint(refs, config.metric_for_best_model, config.greater_is_better)
+        best = chosen.checkpoint_id if chosen is not None else None
+        keep = retained(
+            refs, save_total_limit=config.save_total_limit, metric=config.metric_for_best_model, greater_is_better=config.greater_is_better
+        )
+        refs = [r for r in sorted(refs, key=lambda r: r.step) if r.checkpoint_id in keep]
         latest = max(refs, key=lambda r: r.step).checkpoint_id
         if set(known) == {r.checkpoint_id for r in refs} and best == job.best_checkpoint_id and latest == job.latest_checkpoint_id:
             return None
@@ -201,15 +208,3 @@ def progress_of(data: Mapping[str, Any], now: datetime, attempt: int | None = No
     if percent is None and data.get("total_steps"):
         percent = 100.0 * float(data.get("step", 0)) / float(data["total_steps"])
     return Progress(percent=min(max(float(percent or 0.0), 0.0), 100.0), updated_at=now, attempt=attempt, **fields)
-
-
-def best_of(refs: list[CheckpointRef], metric: str | None, greater: bool | None) -> str | None:
-    """The best checkpoint by `metric` (greater is better unless it names a loss); ties go to the earlier."""
-    if not metric:
-        return None
-    scored = [r for r in refs if metric in r.metrics]
-    if not scored:
-        return None
-    higher = greater if greater is not None else not metric.endswith("loss")
-    chosen = max(scored, key=lambda r: (r.metrics[metric], -r.step)) if higher else min(scored, key=lambda r: (r.metrics[metric], r.step))
-    return chosen.checkpoint_id

@@ -22,14 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from functions.adapters.ports import JobRepository, Transition
-from functions.service.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
+from functions.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
 from schemas.job import Actor, Job, PendingAction
+from schemas.lifecycle import Next, WaitKind
 from schemas.status import PAUSABLE, JobStatus
 
 logger = logging.getLogger(__name__)
 
 UNLIMITED = 1_000_000
-WAIT_CAPACITY = "capacity"
 _QUEUE_READ_LIMIT = 100  # the most one pass reads of a queue
 _FIRST_READ_DEPTH = 10
 _LOOKAHEAD = 2
@@ -191,7 +191,7 @@ class Scheduler:
         by_pool: dict[str, list[Job]] = {}
         for queue in names:
             for job in self.repository.queued(queue, limit=depth):
-                if job.task_token_kind != WAIT_CAPACITY or not job.task_token:
+                if job.task_token_kind != WaitKind.CAPACITY or not job.task_token:
                     continue  # admitted but its WaitForCapacity has not stored a token yet: it runs its own pass
                 try:
                     demand = self.capacity.demand(job)
@@ -268,7 +268,7 @@ class Scheduler:
         except (ConcurrentModification, IllegalTransition, JobNotFound):
             return False  # cancelled, edited or taken by a concurrent pass: that writer decided
         assert job.task_token is not None
-        if not self.tokens.send_success(job.task_token, {"next": "go"}):
+        if not self.tokens.send_success(job.task_token, {"next": Next.GO}):
             logger.warning("capacity token no longer valid; the reconciler will recover the job", extra={"job_id": moved.job_id})
         return True
 

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from functions.adapters.launchers.instances import parse_gpu_type, spec_for
-from functions.service.errors import InvalidRequest, ShapeNotFound
+from functions.errors import InvalidRequest, ShapeNotFound
 from schemas.configs import UNSUPPORTED_FRAMEWORKS, DType, FrameworkConfig, FrameworkType
 from schemas.job import SubmitJobRequest
 from schemas.shapes import TrainingShapeProfile, owned_by, parse_shape_ref

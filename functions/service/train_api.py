@@ -34,7 +34,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from functions.adapters.ports import JobQuery
-from functions.service.errors import InvalidRequest, RunActive, RunNotFound
+from functions.errors import InvalidRequest, RunActive, RunNotFound
 from functions.service.principal import Principal
 from functions.service.run_specs import LATEST
 from schemas.configs import FrameworkType

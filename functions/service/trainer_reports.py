@@ -24,7 +24,7 @@ from typing import Any
 
 from functions.adapters.launchers.sagemaker import parse_training_job_name
 from functions.adapters.ports import TrainerReports
-from functions.service.errors import JobNotFound
+from functions.errors import JobNotFound
 from schemas.trainer import TrainerEvent, TrainerEventKind
 
 logger = logging.getLogger(__name__)

@@ -161,7 +161,7 @@ class Api(Construct):
             Acknowledgment(
                 id="AwsSolutions-COG4",
                 reason=(
-                    "Callers are IAM principals: every method uses AWS_IAM (SigV4), by design (DESIGN.md). Dashboard users sign in "
+                    "Callers are IAM principals: every method uses AWS_IAM (SigV4), by design (docs/DESIGN.md). Dashboard users sign in "
                     "with Cognito but call with the identity pool's IAM credentials, so the same IAM check applies to them."
                 ),
             )

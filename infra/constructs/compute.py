@@ -22,7 +22,7 @@ from functions import constants
 from functions.service.paths import DATA_PREFIX, SHARED_PREFIX
 from infra.config import ConfigError, StageConfig
 from infra.constructs.common import allow, arn, log_retention, removal_policy
-from infra.constructs.storage import DATASETS_PREFIX, Storage
+from infra.constructs.storage import Storage
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The image's build context is the repository root because the trainer imports schemas/; only
@@ -230,7 +230,7 @@ class Compute(Construct):
             role, prefixes=[f"{constants.JOBS_PREFIX}/"], write=True, delete=True
         )  # checkpoints, retention, metrics
         self.storage.grant_artifacts(role, prefixes=[DATA_PREFIX], write=True)  # exports into a principal's data area
-        self.storage.grant_artifacts(role, prefixes=[f"{DATASETS_PREFIX}/", SHARED_PREFIX])
+        self.storage.grant_artifacts(role, prefixes=[constants.DATASETS_PREFIX, SHARED_PREFIX])
         partition = Stack.of(self).partition
         for grant in self.config.all_bucket_grants():
             name, _, prefix = grant.uri.removeprefix("s3://").partition("/")

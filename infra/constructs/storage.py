@@ -16,9 +16,8 @@ from infra.config import StageConfig
 from infra.constructs.common import allow, removal_policy
 
 # Datasets users upload for training live beside the jobs' artifacts; trainers may read them.
-DATASETS_PREFIX = "datasets"
 
-# Data-plane actions only: Scan is left out on purpose (the repository never scans, DESIGN.md).
+# Data-plane actions only: Scan is left out on purpose (the repository never scans, docs/DESIGN.md).
 JOBS_READ_ACTIONS = ("dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:ConditionCheckItem")
 JOBS_WRITE_ACTIONS = ("dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem")
 IDEMPOTENCY_ACTIONS = ("dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")

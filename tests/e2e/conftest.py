@@ -120,7 +120,7 @@ class LocalPlane:
             common += ["--allow-dir", str(directory)]
         if self.api_handler is None:
             return [sys.executable, "-m", "trainplane", "up", *common]  # the real CLI, the real API
-        return [sys.executable, "-m", "trainplane.local", *common, "--api-handler", self.api_handler]
+        return [sys.executable, "-m", "localmode", *common, "--api-handler", self.api_handler]
 
     def start(self) -> LocalPlane:
         assert self.process is None or self.process.poll() is not None, "already running"

@@ -1,7 +1,7 @@
 """e2e: `trainplane up --compute sagemaker` and `--compute ec2`: the real launchers against the emulated
-AWS, the compute emulated (trainplane/local/emulated_compute.py), run ends delivered as EventBridge
+AWS, the compute emulated (localmode/deploy/emulated_compute.py), run ends delivered as EventBridge
 events to the events handler, the trainer's reports through the emulated CloudWatch Logs and its
-subscription filter (infra/local/trainer_reports.py). Checked through the public surfaces only: the
+subscription filter (localmode/deploy/trainer_reports.py). Checked through the public surfaces only: the
 HTTP API and the emulated AWS endpoint of endpoint.json.
 
 Both run the fast stand-in trainer (tests/fake_trainer.py), so that a pause through StopTrainingJob,

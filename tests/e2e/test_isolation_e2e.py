@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from functions.service.paths import principal_key
+from localmode.credentials import load_or_create
 from tests.e2e.conftest import REPO_ROOT, LocalPlane, PlaneFactory
-from trainplane.local.credentials import load_or_create
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from functions.adapters.policies import CONFIG_FIELDS, EventRecord, FireClaim, Route
-from functions.service.errors import InvalidRequest, PolicyConflict, PolicyNotFound
+from functions.errors import InvalidRequest, PolicyConflict, PolicyNotFound
 from schemas.retraining import FireOutcome, RetrainingPolicy
 from tests.helpers.jobs import request_body
 

@@ -400,11 +400,10 @@ def test_retraining_triggers_and_scheduler(synth: Synth, stage: str) -> None:
     # The artifacts bucket triggers only from datasets/ (checkpoints would fire all day) ...
     datasets = next(p for p in patterns if p.get("detail", {}).get("object"))
     assert datasets["detail"]["object"]["key"] == [{"prefix": "datasets/"}]
-    # ... the prefix the trainer roles may read and the dispatcher's route matching assumes
-    from functions.service import retraining_routes
-    from infra.constructs.storage import DATASETS_PREFIX
+    # ... the one prefix (functions/constants.py) the trainer roles may read and the dispatcher's route matching assumes
+    from functions import constants
 
-    assert f"{DATASETS_PREFIX}/" == retraining_routes.DATASETS_PREFIX
+    assert constants.DATASETS_PREFIX == "datasets/"
     group = _one(synth, stage, "AWS::Scheduler::ScheduleGroup")
     assert group["Name"] == f"trainplane-{stage}-retraining"
     scheduler_role = next(

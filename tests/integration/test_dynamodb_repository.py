@@ -19,7 +19,7 @@ from functions.adapters.aws import AwsClients
 from functions.adapters.dynamodb import DynamoJobRepository
 from functions.adapters.dynamodb_items import job_item
 from functions.adapters.ports import JobQuery, Transition
-from functions.service.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
+from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
 from schemas.job import CheckpointRef, Job, PendingAction, Progress, StatusEvent
 from schemas.status import JobStatus
 from tests.fakes import InMemoryJobRepository
@@ -370,7 +370,7 @@ def test_delete_removes_the_job_history_and_counts(repo: Any) -> None:
 
 
 def _serialize_moto_calls(repo: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # moto's DynamoDB backend is not thread-safe (LOCAL_AWS.md); DynamoDB itself applies each call
+    # moto's DynamoDB backend is not thread-safe (docs/LOCAL_AWS.md); DynamoDB itself applies each call
     # atomically. One lock per API call restores that, and keeps the read-then-conditional-write race.
     if isinstance(repo, DynamoJobRepository):
         client = repo._ddb

@@ -1,4 +1,4 @@
-"""The emulated compute behind moto's SageMaker and EC2 (trainplane/local/emulated_compute.py).
+"""The emulated compute behind moto's SageMaker and EC2 (localmode/deploy/emulated_compute.py).
 
 The REAL launchers talk to moto's server in this process; the trainer is tests/fake_trainer.py run by
 the LocalLauncher; events go to a recording sink instead of the events Lambda. What a client of the
@@ -28,13 +28,13 @@ from functions.adapters.launchers.ec2 import EC2Launcher
 from functions.adapters.launchers.local import LocalLauncher
 from functions.adapters.launchers.sagemaker import SageMakerLauncher, describe_training_job
 from functions.service.cloud_events import EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_STATE_CHANGE
+from localmode.deploy import emulated_compute
+from localmode.deploy.emulated_compute import INTERRUPT_TAG, EmulatedCompute
 from schemas.configs import ResourceConfig
 from schemas.job import ErrorType
 from schemas.trainer import TrainerEvent
 from tests.cloud_fixtures import BUCKET, cloud_settings, make_launch_request
 from tests.lifecycle_support import make_job, make_request, wait_until
-from trainplane.local import emulated_compute
-from trainplane.local.emulated_compute import INTERRUPT_TAG, EmulatedCompute
 
 FAKE_TRAINER = (sys.executable, "-m", "tests.fake_trainer")
 REPO_ROOT = Path(__file__).resolve().parents[2]

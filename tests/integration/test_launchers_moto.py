@@ -23,7 +23,7 @@ from functions.adapters.cloudwatch_logs import CloudWatchLogSource, log_source_f
 from functions.adapters.launchers.base import LaunchHandle, RunState
 from functions.adapters.launchers.ec2 import EC2Launcher, exit_status_key
 from functions.adapters.launchers.sagemaker import LOG_GROUP, SageMakerLauncher, training_job_name
-from functions.service.errors import InvalidRequest
+from functions.errors import InvalidRequest
 from schemas.configs import ResourceConfig
 from schemas.job import ErrorType
 from tests.cloud_fixtures import BUCKET, cloud_settings, make_launch_request

@@ -58,9 +58,9 @@ def test_queues_are_registered_once(ledger: DynamoDBCapacityLedger) -> None:
 
 
 def test_racing_claims_never_exceed_capacity(ledger: DynamoDBCapacityLedger) -> None:
-    # moto's DynamoDB is not atomic under threads by itself (LOCAL_AWS.md); local mode runs it with the
-    # process-wide lock of trainplane.local.moto_hooks, as DynamoDB itself is atomic per item.
-    from trainplane.local import moto_hooks
+    # moto's DynamoDB is not atomic under threads by itself (docs/LOCAL_AWS.md); local mode runs it with the
+    # process-wide lock of localmode.moto_hooks, as DynamoDB itself is atomic per item.
+    from localmode import moto_hooks
 
     moto_hooks.install()
     results: dict[str, bool] = {}

@@ -1,5 +1,5 @@
 """Each branch of the lifecycle on moto's Step Functions engine, with the real ASL, the lifecycle handler
-run in-process by trainplane.local.moto_lambda, and LocalLauncher running tests/fake_trainer.py.
+run in-process by localmode.moto_lambda, and LocalLauncher running tests/fake_trainer.py.
 
 One engine per module (moto's server, the state machine, the Lambda function); every test uses its
 own jobs and leaves none running.
@@ -16,7 +16,7 @@ from dataclasses import replace
 
 import pytest
 
-from functions.service.errors import ConcurrentModification, IllegalTransition
+from functions.errors import ConcurrentModification, IllegalTransition
 from functions.service.reconciler import Reconciler
 from schemas.job import ErrorType
 from schemas.status import TERMINAL, JobStatus

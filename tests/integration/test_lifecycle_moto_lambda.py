@@ -1,4 +1,4 @@
-"""trainplane.local.moto_lambda: our handlers run in-process behind moto's Lambda, pinned to moto 5.2.5.
+"""localmode.moto_lambda: our handlers run in-process behind moto's Lambda, pinned to moto 5.2.5.
 
 These tests fail loudly when a moto upgrade moves what the adapter relies on: the version pin,
 LambdaSimpleBackend.invoke's signature and use, the error shape Step Functions' Retry/Catch read,
@@ -19,7 +19,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from trainplane.local import moto_lambda
+from localmode import moto_lambda
 
 REGION = "us-east-1"
 ROLE_POLICY = {

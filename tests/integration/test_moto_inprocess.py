@@ -19,10 +19,10 @@ from botocore.exceptions import ClientError, ParamValidationError
 from functions import constants
 from functions.adapters import aws as aws_clients
 from functions.adapters.aws import AwsClients
+from localmode import moto_speedups
+from localmode.moto_inprocess import DirectGetItem, InProcessAws
+from localmode.server import EmulatedAws
 from tests.integration.test_journal import BUCKET, JOBS, Plane, aws, job_item, plane, table_snapshot  # noqa: F401 (fixtures)
-from trainplane.local import moto_speedups
-from trainplane.local.moto_inprocess import DirectGetItem, InProcessAws
-from trainplane.local.server import EmulatedAws
 
 # Nothing listens here: a request that went over HTTP would fail (connection refused).
 DEAD_ENDPOINT = "http://127.0.0.1:9"

@@ -1,4 +1,4 @@
-"""Local mode's retraining pieces on moto (infra/local/retraining.py): THE dispatcher rules on the bus,
+"""Local mode's retraining pieces on moto (localmode/deploy/retraining.py): THE dispatcher rules on the bus,
 the SQS-to-dispatcher pump (ids, retries), and the schedule ticker on an injected clock.
 
 Also pins what local mode relies on moto for: S3 -> EventBridge notifications matched by rules and
@@ -19,7 +19,7 @@ from moto import mock_aws
 
 from functions.adapters.schedules import target_input
 from functions.service.retraining_routes import dispatcher_rules
-from infra.local.retraining import MOTO_S3_EVENT_ID, EventPump, LocalOptions, ScheduleTicker, local_event
+from localmode.deploy.retraining import MOTO_S3_EVENT_ID, EventPump, LocalOptions, ScheduleTicker, local_event
 
 ARTIFACTS = "trainplane-artifacts"
 TEAM = "team-datasets"

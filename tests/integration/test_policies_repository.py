@@ -17,7 +17,7 @@ import pytest
 from functions import constants as c
 from functions.adapters.aws import AwsClients
 from functions.adapters.policies import DynamoPolicyRepository, FireClaim, Route
-from functions.service.errors import InvalidRequest, PolicyConflict, PolicyNotFound
+from functions.errors import InvalidRequest, PolicyConflict, PolicyNotFound
 from schemas.retraining import RetrainingPolicy
 from tests.helpers.aws import emulated_aws, fresh_resources
 from tests.helpers.jobs import ALICE, BOB
@@ -207,7 +207,7 @@ def test_record_decision_keeps_the_first(repo: Any) -> None:
 
 
 def _serialize_moto_calls(repo: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    # moto's DynamoDB backend is not thread-safe (LOCAL_AWS.md); DynamoDB applies each call atomically.
+    # moto's DynamoDB backend is not thread-safe (docs/LOCAL_AWS.md); DynamoDB applies each call atomically.
     # One lock per API call restores that, and keeps the races between calls.
     if isinstance(repo, DynamoPolicyRepository):
         client = repo._ddb

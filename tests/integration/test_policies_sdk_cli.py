@@ -16,6 +16,8 @@ from typer.testing import CliRunner
 from functions import composition
 from functions.adapters.aws import AwsClients
 from functions.handlers import api
+from localmode.credentials import new_principal
+from localmode.frontdoor import FrontDoor
 from schemas.retraining import RetrainingPolicyPatch
 from tests.fakes import RecordingWorkflow
 from tests.helpers.aws import emulated_aws, fresh_resources
@@ -23,8 +25,6 @@ from tests.helpers.retraining import policy_body
 from trainplane import Client
 from trainplane.cli import app
 from trainplane.errors import NotFound, ValidationFailed
-from trainplane.local.credentials import new_principal
-from trainplane.local.frontdoor import FrontDoor
 
 ALICE = new_principal("alice")
 BOB = new_principal("bob")

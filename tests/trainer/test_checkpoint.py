@@ -12,7 +12,7 @@ import torch
 from trainer import checkpoint as ckpt
 from trainer import storage
 
-from schemas.checkpoint import MANIFEST_NAME
+from schemas.checkpoint import MANIFEST_NAME, metric_direction
 from schemas.configs import CheckpointConfig
 
 
@@ -108,7 +108,7 @@ def test_greater_is_better_and_the_eval_prefix_follow_hugging_face(tmp_path: Pat
     for step, acc in [(1, 0.2), (2, 0.9), (3, 0.5), (4, 0.6)]:
         manager.save(_snapshot(step, {"eval_accuracy": acc}))
     assert _ids(manager) == ["step-000002", "step-000004"]
-    assert ckpt.metric_direction("eval_loss", None) is False and ckpt.metric_direction("loss", True) is True
+    assert metric_direction("eval_loss", None) is False and metric_direction("loss", True) is True
 
 
 def test_resume_skips_bad_checksums_and_falls_back_to_the_previous_good_one(tmp_path: Path, capsys) -> None:

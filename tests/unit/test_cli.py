@@ -285,9 +285,9 @@ def test_no_endpoint_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path:
 def test_up_hands_its_options_to_local_mode(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     # Given local mode's entry point replaced by a recorder
     calls: list[tuple[Any, ...]] = []
-    fake = types.ModuleType("trainplane.local.up")
+    fake = types.ModuleType("localmode.up")
     fake.run_up = lambda *args, **kwargs: calls.append((*args, kwargs))  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "trainplane.local.up", fake)
+    monkeypatch.setitem(sys.modules, "localmode.up", fake)
     # When `up` runs with every option, and with the global --state-dir only
     every = ["--state-dir", str(tmp_path), "--compute", "sagemaker", "--allow-dir", "/data/a", "--allow-dir", "/data/b"]
     CliRunner().invoke(app, ["up", "--host", "0.0.0.0", "--port", "0", *every])

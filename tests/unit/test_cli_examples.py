@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from schemas.job import SubmitJobRequest
-from trainplane.cli import load_document, resolve_relative_data_paths
+from trainplane.cli_output import load_document, resolve_relative_data_paths
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -1,6 +1,6 @@
 """A stand-in for the trainplane HTTP API, for the SDK and CLI unit tests, and the tests of the stand-in.
 
-It speaks the routes and error bodies of CONTRACTS.md from an in-memory dict, and it checks every
+It speaks the routes and error bodies of docs/CONTRACTS.md from an in-memory dict, and it checks every
 request's SigV4 signature with its own small implementation of the algorithm (hashlib/hmac, not
 botocore), so the SDK's signing is checked by code that does not share it.
 """

@@ -16,13 +16,14 @@ import pytest
 from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
+from functions import composition
 from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.launchers.ec2 import EC2Launcher
 from functions.adapters.launchers.sagemaker import SageMakerLauncher
 from functions.handlers import events as handler
 from functions.service.cloud_events import CloudEventsService
 from functions.service.lifecycle import LifecycleConfig, LifecycleService
-from functions.service.reconciler import Reconciler
+from functions.service.reconciler import Reconciler, ReconcileReport
 from functions.service.scheduler import LocalCapacity, Scheduler
 from schemas.job import ErrorType, Job, StatusEvent
 from schemas.status import JobStatus
@@ -244,7 +245,13 @@ def test_the_handler_parses_the_envelope_and_routes_schedules_to_the_reconciler(
     w = World("sagemaker", "tp-job-0a1b2c3d-a1")
     w.to_training()
     sweeps: list[int] = []
-    handler.use(lambda: w.events, lambda: sweeps.append(1) or {"action": "reconciled"})
+
+    class RecordingReconciler:
+        def run_once(self, *, startup: bool = False) -> ReconcileReport:
+            sweeps.append(1)
+            return ReconcileReport()
+
+    composition.configure(cloud_events=w.events, reconciler=lambda root: RecordingReconciler())  # type: ignore[arg-type,return-value]
     try:
         # When a recorded state change and a scheduled tick arrive as EventBridge delivers them
         finished = handler.lambda_handler(load_event("sagemaker_event_completed"), _Context())
@@ -255,7 +262,7 @@ def test_the_handler_parses_the_envelope_and_routes_schedules_to_the_reconciler(
         with pytest.raises(Exception, match="detail"):
             handler.lambda_handler({"version": "0", "id": "x", "source": "aws.sagemaker"}, _Context())
     finally:
-        handler.use(None)
+        composition.reset()
     # Then the state change finished the job and the tick ran one sweep
     assert finished["action"] == "finished" and w.repo.get(w.job_id).status == S.COMPLETED
     assert tick == {"action": "reconciled"} and sweeps == [1]

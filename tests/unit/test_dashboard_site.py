@@ -1,4 +1,4 @@
-"""Local mode's dashboard site (trainplane/local/dashboard.py) in front of a stand-in API on real HTTP, and
+"""Local mode's dashboard site (localmode/dashboard.py) in front of a stand-in API on real HTTP, and
 the single-use sign-in codes of `trainplane dashboard` (trainplane/dashboard_signin.py)."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import pytest
 import requests
 from requests_aws4auth import AWS4Auth
 
+from localmode.credentials import new_principal
+from localmode.dashboard import DashboardSite, _is_loopback
+from localmode.frontdoor import FrontDoor
+from localmode.sigv4 import ArrivedRequest
 from trainplane.dashboard_signin import CODE_TTL_SECONDS, CODES_DIR, SignInRefused, claim_code, issue_code
-from trainplane.local.credentials import new_principal
-from trainplane.local.dashboard import DashboardSite, _is_loopback
-from trainplane.local.frontdoor import FrontDoor
-from trainplane.local.sigv4 import ArrivedRequest
 
 REGION = "us-east-1"
 ALICE = new_principal("alice")

@@ -30,7 +30,7 @@ from functions.adapters.launchers.ec2 import (
     render_user_data,
 )
 from functions.adapters.launchers.instances import select_instance
-from functions.service.errors import InvalidRequest, Unsupported
+from functions.errors import InvalidRequest, Unsupported
 from schemas.configs import ResourceConfig
 from schemas.job import ErrorType
 from tests.cloud_fixtures import BUCKET, IMAGE, cloud_settings, load_event, make_launch_request

@@ -6,7 +6,7 @@ import pytest
 
 from functions.adapters.launchers import instances
 from functions.adapters.launchers.instances import parse_gpu_type, select_instance, spec_for, validate_resources
-from functions.service.errors import InvalidRequest
+from functions.errors import InvalidRequest
 from schemas.configs import ResourceConfig
 
 

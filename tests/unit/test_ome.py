@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from functions.service.errors import InvalidRequest
+from functions.errors import InvalidRequest
 from functions.service.jobs import JobService
 from functions.service.ome import apply_ome_trainer
 from functions.service.principal import Principal

@@ -99,7 +99,7 @@ def test_settings_read_grants_and_local_dirs_from_the_environment() -> None:
 
 
 def test_local_mode_allows_the_given_directories_resolved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainplane.local.up import allowed_dirs
+    from localmode.up import allowed_dirs
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "examples").mkdir()

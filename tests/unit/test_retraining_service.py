@@ -15,7 +15,7 @@ import yaml
 
 from functions.adapters.policies import FireClaim
 from functions.adapters.ports import Transition
-from functions.service.errors import InvalidRequest, PolicyNotFound
+from functions.errors import InvalidRequest, PolicyNotFound
 from functions.service.jobs import JobService
 from functions.service.retraining import RetrainingService, SchedulerUnavailable
 from functions.service.retraining_dispatch import CLAIM_LEASE

@@ -24,7 +24,7 @@ from functions.adapters.launchers.sagemaker import (
     parse_training_job_name,
     training_job_name,
 )
-from functions.service.errors import InvalidRequest, Unsupported
+from functions.errors import InvalidRequest, Unsupported
 from schemas.configs import ResourceConfig
 from schemas.job import ErrorType
 from schemas.trainer import METRIC_DEFINITIONS

@@ -46,7 +46,7 @@ def test_parts_can_be_replaced_for_tests_and_local_mode() -> None:
         return "the lifecycle"
 
     root = composition.configure(
-        settings=Settings(), repository=repo, artifacts=store, workflow=workflow, factories={"lifecycle": lifecycle}, ids=lambda: "job-x"
+        settings=Settings(), repository=repo, artifacts=store, workflow=workflow, lifecycle=lifecycle, ids=lambda: "job-x"
     )
     assert root.jobs.repo is repo and root.jobs.store is store and root.jobs.workflow is workflow
     assert composition.lifecycle_service() == "the lifecycle" and composition.lifecycle_service() == "the lifecycle"
@@ -55,7 +55,7 @@ def test_parts_can_be_replaced_for_tests_and_local_mode() -> None:
 
 
 def test_a_workflow_factory_sees_the_root_and_a_state_machine_wires_step_functions() -> None:
-    root = composition.configure(settings=Settings(), workflow_factory=lambda r: RecordingWorkflow())
+    root = composition.configure(settings=Settings(), workflow=lambda r: RecordingWorkflow())
     assert isinstance(root.workflow, RecordingWorkflow)
     arn = "arn:aws:states:us-east-1:123456789012:stateMachine:trainplane-lifecycle"
     root = composition.configure(settings=Settings(state_machine_arn=arn, compute="sagemaker"))
@@ -64,10 +64,33 @@ def test_a_workflow_factory_sees_the_root_and_a_state_machine_wires_step_functio
     assert set(root.launchers) == {"sagemaker"}
 
 
-def test_an_unknown_service_is_a_clear_error() -> None:
-    root = composition.configure(settings=Settings())
-    with pytest.raises(RuntimeError, match="no service 'nope'"):
-        root.service("nope")
+def test_the_root_builds_every_service_from_its_own_parts() -> None:
+    # Given a root on a state machine (the cloud defaults) with an in-memory repository
+    from functions.adapters.capacity import DynamoDBCapacityLedger
+    from functions.adapters.stepfunctions import StepFunctionsWorkflow
+
+    arn = "arn:aws:states:us-east-1:123456789012:stateMachine:trainplane-lifecycle"
+    repo = InMemoryJobRepository()
+    root = composition.configure(settings=Settings(state_machine_arn=arn, compute="ec2"), repository=repo)
+    # When each service is asked for
+    lifecycle, events, queues, reconciler = root.lifecycle, root.cloud_events, root.queue_view, root.new_reconciler()
+    # Then every one is wired to the same parts of this root: one repository, one engine, one ledger, one launcher set
+    assert isinstance(root.engine, StepFunctionsWorkflow) and isinstance(root.capacity_ledger, DynamoDBCapacityLedger)
+    assert lifecycle.repository is repo and lifecycle.launchers is root.launchers and set(root.launchers) == {"ec2"}
+    assert events.lifecycle is lifecycle and events.repository is repo and events.launchers is root.launchers
+    assert queues.repository is repo and queues.ledger is root.capacity_ledger
+    assert reconciler.service is lifecycle and reconciler.executions is root.engine and reconciler.repository is repo
+    assert root.retraining.jobs is root.jobs
+    # And each is built once
+    assert root.lifecycle is lifecycle and root.cloud_events is events and root.queue_view is queues
+
+
+def test_the_lifecycle_engine_refuses_a_workflow_that_is_not_step_functions() -> None:
+    root = composition.configure(settings=Settings(), workflow=RecordingWorkflow())
+    with pytest.raises(TypeError, match="Step Functions workflow, not RecordingWorkflow"):
+        _ = root.lifecycle
+    with pytest.raises(RuntimeError, match="state_machine_arn is not set"):
+        _ = composition.configure(settings=Settings()).lifecycle
 
 
 def test_importing_the_api_loads_neither_boto3_nor_the_xray_sdk() -> None:

@@ -14,7 +14,7 @@ from functions.adapters.launchers.cloud import trainer_image
 from functions.adapters.launchers.ec2 import build_run_instances_request, render_user_data
 from functions.adapters.launchers.instances import select_instance
 from functions.adapters.launchers.sagemaker import build_training_job_request
-from functions.service.errors import InvalidRequest, ShapeNotFound
+from functions.errors import InvalidRequest, ShapeNotFound
 from functions.service.jobs import JobService
 from functions.service.principal import Principal
 from functions.service.shapes import DEFAULT_SHAPES, ShapeCatalog, apply_shape, catalog_from_json

@@ -13,8 +13,8 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from requests_aws4auth import AWS4Auth
 
-from trainplane.local.credentials import Principal, new_principal
-from trainplane.local.sigv4 import MISSING_TOKEN, ArrivedRequest, AuthError, canonical_query, verify
+from localmode.credentials import Principal, new_principal
+from localmode.sigv4 import MISSING_TOKEN, ArrivedRequest, AuthError, canonical_query, verify
 
 REGION = "us-east-1"
 HOST = "127.0.0.1:8080"

@@ -13,8 +13,8 @@ import pytest
 import requests
 from requests_aws4auth import AWS4Auth
 
-from trainplane.local.credentials import new_principal
-from trainplane.local.frontdoor import FrontDoor
+from localmode.credentials import new_principal
+from localmode.frontdoor import FrontDoor
 
 REGION = "us-east-1"
 ALICE = new_principal("alice")
@@ -150,7 +150,7 @@ def test_bad_content_length_is_400(door) -> None:
 
 
 def test_a_busy_port_fails_at_once_with_a_clear_message(door) -> None:
-    from trainplane.local.frontdoor import PortInUse
+    from localmode.frontdoor import PortInUse
 
     # Given a port already served, when a second front door is built on it
     front, _ = door

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from functions import composition
 from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
+from functions.errors import ConcurrentModification
 from functions.handlers import lifecycle as handler
-from functions.service.errors import ConcurrentModification
 from functions.service.lifecycle import LifecycleConfig, LifecycleService, TransientError
 from functions.service.lifecycle_outcomes import decide_run_end
 from functions.service.scheduler import LocalCapacity, Scheduler
@@ -383,7 +384,7 @@ def test_a_pause_landing_during_launch_is_acted_on_once_the_run_exists() -> None
 
 def test_handler_dispatch_and_error_mapping(monkeypatch: pytest.MonkeyPatch) -> None:
     w = World()
-    handler.use(lambda: w.svc)
+    composition.configure(lifecycle=w.svc)
     try:
         job = w.submit()
         assert handler.handler({"action": "admit", "job_id": job.job_id, "execution": EXEC}) == {"next": "wait_capacity"}
@@ -400,7 +401,7 @@ def test_handler_dispatch_and_error_mapping(monkeypatch: pytest.MonkeyPatch) -> 
         with pytest.raises(TransientError):
             handler.handler({"action": "prepare", "job_id": job.job_id})
     finally:
-        handler.use(None)
+        composition.reset()
 
 
 def test_waits_and_launch_never_make_a_users_verb_lose_its_race() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from functions.adapters.ports import Transition
-from functions.service.errors import InvalidRequest, RunActive, RunNotFound
+from functions.errors import InvalidRequest, RunActive, RunNotFound
 from functions.service.jobs import JobService
 from functions.service.principal import Principal
 from functions.service.run_specs import RunSpecs

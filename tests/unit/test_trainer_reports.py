@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from functions import composition
 from functions.adapters.launchers.base import RunDescription, RunState
 from functions.handlers import events as handler
 from functions.service.trainer_reports import LogLine, TrainerLogReports, stream_ref
@@ -56,9 +57,11 @@ def world() -> Any:
     w.repo.create(job, StatusEvent(at=job.created_at, to_status=S.PENDING, reason="submitted"))
     w.repo.annotate(JOB_ID, {"execution_arn": EXEC})
     w.to_training(JOB_ID)
-    handler.use(None, reports=lambda: TrainerLogReports(w.svc))
-    yield w
-    handler.use(None)
+    composition.configure(trainer_reports=TrainerLogReports(w.svc))
+    try:
+        yield w
+    finally:
+        composition.reset()
 
 
 def deliver(event: dict[str, Any]) -> dict[str, Any]:

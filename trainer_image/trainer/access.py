@@ -37,10 +37,10 @@ def spec_paths(spec: RunSpec) -> Iterator[SpecPath]:
     for i, source in enumerate(dc.sources):
         yield SpecPath(f"data_config.sources[{i}].path", source.path)
     model = tc.base_model
-    source = model.resolved_source()
-    if source in (ModelSource.S3, ModelSource.LOCAL) or (source == ModelSource.HUB and _exists_locally(model.model_id)):
+    model_source = model.resolved_source()
+    if model_source in (ModelSource.S3, ModelSource.LOCAL) or (model_source == ModelSource.HUB and _exists_locally(model.model_id)):
         # A hub id that names an existing directory would be loaded from disk by transformers.
-        yield SpecPath("training_config.base_model.model_id", _as_local(model.model_id, source))
+        yield SpecPath("training_config.base_model.model_id", _as_local(model.model_id, model_source))
     tokenizer = model.tokenizer_id
     if tokenizer is not None and tokenizer != "byte" and (_path_like(tokenizer) or _exists_locally(tokenizer)):
         yield SpecPath("training_config.base_model.tokenizer_id", _as_local(tokenizer, None))

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest, ManifestFile, checkpoint_id_for, step_of
+from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest, ManifestFile, best_checkpoint, checkpoint_id_for, retained, step_of
 from schemas.configs import CheckpointConfig
 from trainer import storage
 from trainer.events import log
@@ -131,19 +131,6 @@ def sha256_of(path: Path) -> str:
         for chunk in iter(lambda: handle.read(1 << 22), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def metric_direction(name: str, greater_is_better: bool | None) -> bool:
-    """Hugging Face's convention: a metric named *loss is better lower unless told otherwise."""
-    if greater_is_better is not None:
-        return greater_is_better
-    return not name.endswith("loss")
-
-
-def metric_value(metrics: dict[str, float], name: str) -> float | None:
-    if name in metrics:
-        return metrics[name]
-    return metrics.get(f"eval_{name}")
 
 
 class CheckpointManager:
@@ -269,17 +256,8 @@ class CheckpointManager:
         return sorted(found, key=lambda item: item[0].step)
 
     def best(self, manifests: list[tuple[CheckpointManifest, str]]) -> tuple[CheckpointManifest, str] | None:
-        name = self.config.metric_for_best_model
-        if not name:
-            return None
-        greater = metric_direction(name, self.config.greater_is_better)
-        scored = [(metric_value(m.metrics, name), m.step, (m, uri)) for m, uri in manifests]
-        scored = [s for s in scored if s[0] is not None]
-        if not scored:
-            return None
-        # Ties go to the earlier checkpoint, as in Hugging Face's Trainer.
-        chosen = max(scored, key=lambda s: (s[0], -s[1])) if greater else min(scored, key=lambda s: (s[0], s[1]))
-        return chosen[2]
+        chosen = best_checkpoint([m for m, _ in manifests], self.config.metric_for_best_model, self.config.greater_is_better)
+        return next((item for item in manifests if item[0] is chosen), None) if chosen is not None else None
 
     def apply_retention(self) -> list[str]:
         """Delete all but the newest save_total_limit checkpoints, never the best or the resumed-from one."""
@@ -287,12 +265,13 @@ class CheckpointManager:
         if limit is None:
             return []
         manifests = self.manifests()
-        keep = {m.checkpoint_id for m, _ in manifests[-limit:]}
-        best = self.best(manifests)
-        if best is not None:
-            keep.add(best[0].checkpoint_id)
-        if self.resumed_from:
-            keep.add(self.resumed_from)
+        keep = retained(
+            [m for m, _ in manifests],
+            save_total_limit=limit,
+            metric=self.config.metric_for_best_model,
+            greater_is_better=self.config.greater_is_better,
+            resumed_from=self.resumed_from,
+        )
         deleted = []
         for manifest, uri in manifests:
             if manifest.checkpoint_id in keep:
@@ -378,7 +357,9 @@ def capture_rng() -> dict[str, Any]:
     import numpy as np
 
     version, internal, gauss = random.getstate()
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    legacy = np.random.get_state(legacy=True)
+    assert isinstance(legacy, tuple)  # legacy=True: (kind, keys, pos, has_gauss, cached)
+    kind, keys, pos, has_gauss, cached = legacy
     state: dict[str, Any] = {
         # Plain tensors and numbers only: loaded back with torch.load(weights_only=True).
         "python": {"version": version, "state": torch.tensor(internal, dtype=torch.int64), "gauss": gauss},

@@ -29,9 +29,9 @@ from torch import nn
 
 from schemas.configs import FrameworkType
 from trainer.checkpoint import to_cpu
-from trainer.distributed import ADAPTER_NAME_RE, DistributedRuntime, WorkerEnv
 from trainer.events import log
 from trainer.failures import UserError
+from trainer.runtime import ADAPTER_NAME_RE, DistributedRuntime, WorkerEnv
 
 # Not tensors, so torch.load(weights_only=True) would refuse them. Both are safe to leave out: the loss
 # scaler is the static 1.0 one (fp16, which needs a dynamic scaler, is refused), and the parameter
@@ -84,7 +84,7 @@ class DeepSpeedRuntime(DistributedRuntime):
         if self.is_main:
             stage = engine.zero_optimization_stage()
             log(f"DEEPSPEED: {type(engine.optimizer).__name__} (ZeRO stage {stage}) on {self.world_size} workers")
-        return engine  # type: ignore[no-any-return]
+        return engine
 
     def after_training(self) -> None:
         # With ZeRO-3 configured, transformers builds every new model inside deepspeed.zero.Init, a

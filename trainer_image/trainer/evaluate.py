@@ -15,8 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from trainer.distributed import Runtime
 from trainer.losses import count_targets, loss_sum
+from trainer.runtime import Runtime
 
 
 def evaluate(

@@ -18,7 +18,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from torch import nn
 
@@ -26,6 +26,9 @@ from schemas.configs import ExportFormat, OutputConfig
 from trainer import storage
 from trainer.events import log
 from trainer.failures import UserError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 EXPORT_INFO_FILE = "trainplane_export.json"
 
@@ -62,10 +65,11 @@ def export_model(
         # SageMaker's model dir starts empty; a local rerun may find an older export there.
         shutil.rmtree(model_dir)
     model_dir.mkdir(parents=True, exist_ok=True)
+    pretrained = cast("PreTrainedModel", model)  # a transformers model, or peft's wrapper of one (same save_pretrained)
     if is_adapter and not merged:
-        model.save_pretrained(str(model_dir), safe_serialization=safe)  # peft still offers both formats
+        pretrained.save_pretrained(str(model_dir), safe_serialization=safe)  # peft still offers both formats
     else:
-        model.save_pretrained(str(model_dir))
+        pretrained.save_pretrained(str(model_dir))
         if not safe:
             _to_pytorch_bin(model, model_dir)
     if tokenizer is not None:

@@ -27,13 +27,13 @@ from schemas.api import MetricsPoint
 from schemas.configs import DType
 from schemas.trainer import RunSpec, TrainerEventKind, TrainerPhase
 from trainer import checkpoint as ckpt
-from trainer.distributed import Runtime
 from trainer.evaluate import evaluate
 from trainer.events import Events, log
 from trainer.failures import UserError
 from trainer.hyper import Hyper
 from trainer.losses import count_targets, count_tokens, loss_sum
 from trainer.metrics import MetricsLog, Progress, report
+from trainer.runtime import Runtime
 from trainer.signals import StopRequest
 
 Collate = Callable[[list[dict[str, Any]]], dict[str, Tensor]]
@@ -108,7 +108,8 @@ def build_scheduler(optimizer: torch.optim.Optimizer, hyper: Hyper, total_steps:
 
 def build_optimizer(model: nn.Module, hyper: Hyper, device: torch.device) -> torch.optim.Optimizer:
     """The optimizer `optim` (or `optimizer`) names, built as transformers' Trainer builds it."""
-    decay, no_decay = [], []
+    decay: list[nn.Parameter] = []
+    no_decay: list[nn.Parameter] = []
     for _name, param in model.named_parameters():
         if param.requires_grad:
             # Biases and norm weights (1-D) are not decayed, as in every reference recipe.
@@ -278,7 +279,7 @@ class TrainingLoop:
     # --- one step ----------------------------------------------------------------------------
     def _next_micro_batches(self) -> tuple[list[list[int]], bool]:
         """The micro-batches of the next step, advancing the position; True when the step ends an epoch."""
-        batches = []
+        batches: list[list[int]] = []
         while len(batches) < self.accum:
             batches.append(self.order.micro_batch(self.epoch, self.micro))
             self.micro += 1

@@ -104,7 +104,7 @@ def _pair_logprobs(model: nn.Module, batch: dict[str, Tensor]) -> tuple[Tensor, 
     rejected = (batch["rejected_input_ids"], batch["rejected_labels"], batch.get("rejected_attention_mask"))
     if chosen[0].shape == rejected[0].shape and (chosen[2] is None) == (rejected[2] is None):
         rows = chosen[0].shape[0]
-        mask = None if chosen[2] is None else torch.cat([chosen[2], rejected[2]])
+        mask = None if chosen[2] is None or rejected[2] is None else torch.cat([chosen[2], rejected[2]])
         both = sequence_logprob(model, torch.cat([chosen[0], rejected[0]]), torch.cat([chosen[1], rejected[1]]), mask)
         return both[:rows], both[rows:]
     return sequence_logprob(model, *chosen), sequence_logprob(model, *rejected)

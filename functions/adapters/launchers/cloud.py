@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from functions.adapters.launchers.base import LaunchRequest
 from functions.adapters.launchers.instances import PLATFORMS, select_instance
-from functions.service.errors import InvalidRequest
+from functions.errors import InvalidRequest
 from schemas.configs import DataConfig, ModelSource, ResourceConfig, TrainingConfig
 from schemas.job import ErrorType
 from schemas.shapes import TrainingShapeProfile

@@ -41,10 +41,10 @@ from functions.adapters.launchers.cloud import (
 )
 from functions.adapters.launchers.instances import InstanceChoice, select_instance
 from functions.adapters.launchers.sagemaker import classify_failure
-from functions.service.errors import Unsupported
+from functions.errors import Unsupported
 from functions.settings import Settings
 from schemas.job import ErrorType
-from schemas.trainer import ENV_GRACE_SECONDS, ExitCode
+from schemas.trainer import ENV_GRACE_SECONDS, EXIT_CODE_ERRORS, ExitCode
 
 logger = logging.getLogger(__name__)
 
@@ -67,12 +67,6 @@ _NOT_FOUND = {"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"}
 # StateReason codes of a terminated instance that was taken from us (not the trainer's doing).
 _LOST = {"Server.SpotInstanceTermination": ErrorType.PREEMPTED, "Server.InsufficientInstanceCapacity": ErrorType.CAPACITY}
 _LOST_PREFIXES = ("Server.InternalError", "Server.ScheduledStop")
-_EXIT_ERRORS: dict[int, ErrorType] = {
-    ExitCode.USER_ERROR: ErrorType.USER_ERROR,
-    ExitCode.DATA_ERROR: ErrorType.DATA_ERROR,
-    ExitCode.INTERNAL_ERROR: ErrorType.INTERNAL,
-    ExitCode.OUT_OF_MEMORY: ErrorType.OUT_OF_MEMORY,
-}
 
 
 def exit_status_key(job_id: str, attempt: int) -> str:
@@ -238,7 +232,7 @@ def _from_exit_status(status: Mapping[str, Any], interrupted_tag: bool, **common
     if failure:
         state, error = classify_failure(failure)
         return RunDescription(state, error, failure, **common)
-    error = _EXIT_ERRORS.get(code, ErrorType.INTERNAL)
+    error = EXIT_CODE_ERRORS.get(code, ErrorType.INTERNAL)
     return RunDescription(RunState.FAILED, error, f"trainer exited with code {code} ({reason or 'no reason'})", **common)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from functions.adapters.launchers import pricing
-from functions.service.errors import InvalidRequest
+from functions.errors import InvalidRequest
 from schemas.configs import ResourceConfig
 from schemas.shapes import TrainingShapeProfile
 

@@ -39,8 +39,9 @@ from schemas.trainer import (
     ENV_RUN_SPEC,
     ENV_S3_ENDPOINT,
     ENV_SM_HYPERPARAMETERS,
+    EXIT_CODE_ERRORS,
+    FAILURE_REASON_ERRORS,
     ExitCode,
-    FailureReason,
     TrainerEvent,
     TrainerEventKind,
 )
@@ -49,18 +50,6 @@ logger = logging.getLogger(__name__)
 
 NAME = "local"
 DEFAULT_COMMAND: tuple[str, ...] = (sys.executable, "-m", "trainer")
-_EXIT_ERRORS = {
-    ExitCode.USER_ERROR: ErrorType.USER_ERROR,
-    ExitCode.DATA_ERROR: ErrorType.DATA_ERROR,
-    ExitCode.INTERNAL_ERROR: ErrorType.INTERNAL,
-    ExitCode.OUT_OF_MEMORY: ErrorType.OUT_OF_MEMORY,
-}
-_FAILURE_REASONS = {
-    FailureReason.USER_ERROR.value: ErrorType.USER_ERROR,
-    FailureReason.DATA_ERROR.value: ErrorType.DATA_ERROR,
-    FailureReason.OUT_OF_MEMORY.value: ErrorType.OUT_OF_MEMORY,
-    FailureReason.INTERNAL.value: ErrorType.INTERNAL,
-}
 
 
 class RunObserver(Protocol):
@@ -137,7 +126,7 @@ class LocalLauncher:
         )
         if self.s3_endpoint_url:
             env[ENV_S3_ENDPOINT] = self.s3_endpoint_url
-        log_path = run_dir / f"attempt-{request.attempt:03d}.log"
+        log_path = run_dir / constants.log_file_name(request.attempt)
         process = subprocess.Popen(
             self.command,
             env=env,
@@ -280,7 +269,7 @@ class LocalLauncher:
     def _upload_log(self, run: _Run) -> None:
         if self.upload_log is None or not run.log_path.exists():
             return
-        key = f"{constants.logs_prefix(run.request.job_id)}attempt-{run.request.attempt:03d}.log"
+        key = constants.log_key(run.request.job_id, run.request.attempt)
         try:
             self.upload_log(key, run.log_path.read_bytes())
         except Exception as exc:
@@ -306,7 +295,7 @@ class LocalLauncher:
                 message=f"the trainer process was killed by {name}",
                 run_seconds=seconds,
             )
-        error_type = failure_type or _EXIT_ERRORS.get(code, ErrorType.USER_ERROR)  # type: ignore[call-overload]
+        error_type = failure_type or EXIT_CODE_ERRORS.get(code, ErrorType.USER_ERROR)
         message = failure_message or f"the trainer exited with code {code}"
         return RunDescription(state=RunState.FAILED, error_type=error_type, message=message, run_seconds=seconds)
 
@@ -345,8 +334,8 @@ def _read_failure(path: Path) -> tuple[ErrorType | None, str | None]:
     if not text:
         return None, None
     reason, sep, message = text.partition(": ")
-    if sep and reason in _FAILURE_REASONS:
-        return _FAILURE_REASONS[reason], message
+    if sep and reason in FAILURE_REASON_ERRORS:
+        return FAILURE_REASON_ERRORS[reason], message
     return None, text
 
 

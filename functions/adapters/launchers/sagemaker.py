@@ -27,10 +27,10 @@ from functions.adapters.launchers.cloud import (
     trainer_image,
 )
 from functions.adapters.launchers.instances import InstanceChoice, select_instance
-from functions.service.errors import Unsupported
+from functions.errors import Unsupported
 from functions.settings import Settings
 from schemas.job import ErrorType
-from schemas.trainer import DEFAULT_STOP_GRACE_SECONDS, METRIC_DEFINITIONS, FailureReason
+from schemas.trainer import DEFAULT_STOP_GRACE_SECONDS, EXIT_CODE_ERRORS, FAILURE_REASON_ERRORS, METRIC_DEFINITIONS, FailureReason
 
 logger = logging.getLogger(__name__)
 
@@ -69,14 +69,10 @@ _PREEMPTED_SECONDARY = {"Interrupted", "MaxWaitTimeExceeded"}
 # FailureReason prefixes SageMaker uses for "could not get the instances" (capacity, quota).
 _CAPACITY_MARKERS = ("CapacityError", "InsufficientCapacity", "InsufficientInstanceCapacity", "ResourceLimitExceeded")
 _TRAINER_REASONS: dict[str, tuple[RunState, ErrorType]] = {
-    FailureReason.OUT_OF_MEMORY.value: (RunState.FAILED, ErrorType.OUT_OF_MEMORY),
-    FailureReason.DATA_ERROR.value: (RunState.FAILED, ErrorType.DATA_ERROR),
-    FailureReason.USER_ERROR.value: (RunState.FAILED, ErrorType.USER_ERROR),
-    FailureReason.INTERNAL.value: (RunState.FAILED, ErrorType.INTERNAL),
+    **{word: (RunState.FAILED, error) for word, error in FAILURE_REASON_ERRORS.items()},
     FailureReason.PREEMPTED.value: (RunState.PREEMPTED, ErrorType.PREEMPTED),
 }
 _EXIT_CODE_RE = re.compile(r"exit code:?\s*(\d+)", re.IGNORECASE)
-_EXIT_CODES: dict[int, ErrorType] = {1: ErrorType.USER_ERROR, 65: ErrorType.DATA_ERROR, 70: ErrorType.INTERNAL, 71: ErrorType.OUT_OF_MEMORY}
 
 
 def training_job_name(job_id: str, attempt: int) -> str:
@@ -241,8 +237,8 @@ def classify_failure(failure: str | None, secondary: str | None = None) -> tuple
     if word in _TRAINER_REASONS:
         return _TRAINER_REASONS[word]
     code = _EXIT_CODE_RE.search(text)
-    if code and int(code.group(1)) in _EXIT_CODES:
-        return RunState.FAILED, _EXIT_CODES[int(code.group(1))]
+    if code and int(code.group(1)) in EXIT_CODE_ERRORS:
+        return RunState.FAILED, EXIT_CODE_ERRORS[int(code.group(1))]
     if text.startswith("AlgorithmError"):
         return RunState.FAILED, ErrorType.USER_ERROR  # the user's code raised without classifying itself
     if text.startswith("ClientError"):

@@ -19,9 +19,9 @@ import re
 from pathlib import Path
 
 from dashboard_assets import STATIC_DIR
+from localmode.credentials import Principal
+from localmode.sigv4 import ArrivedRequest
 from trainplane.dashboard_signin import SignInRefused, claim_code
-from trainplane.local.credentials import Principal
-from trainplane.local.sigv4 import ArrivedRequest
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ DescribeInstances, and run ends arrive as EventBridge events at the events Lambd
 (functions/handlers/events.py). What no emulator provides, this module does:
 
 - moto's training job is `Completed` the moment it is created and has no StopTrainingJob
-  (LOCAL_AWS.md). Here a created job is `InProgress` (Starting, then Training) until its trainer
+  (docs/LOCAL_AWS.md). Here a created job is `InProgress` (Starting, then Training) until its trainer
   ends; StopTrainingJob exists (Stopping, SIGTERM, then Stopped); the job's end fills
   TrainingTimeInSeconds, BillableTimeInSeconds, FailureReason ("AlgorithmError: DataError: ...") as
   SageMaker does. These are the only moto internals touched (pinned; tests fail on an upgrade).
@@ -21,7 +21,7 @@ DescribeInstances, and run ends arrive as EventBridge events at the events Lambd
 Trainer reports (phases, progress, checkpoints) take the cloud's path, not a shortcut: their
 TRAINPLANE_EVENT lines are put into CloudWatch Logs like every other line (as soon as the LocalLauncher
 reads one, where SageMaker's agent or docker's awslogs driver batches for a few seconds), and the
-log group's subscription filter delivers them to the events Lambda (infra/local/trainer_reports.py).
+log group's subscription filter delivers them to the events Lambda (localmode/deploy/trainer_reports.py).
 Nothing here hands a report or a heartbeat to the lifecycle in process.
 
 Emulated spot interruption: tag the training job or the instance `trainplane-emulator:interrupt`
@@ -58,10 +58,10 @@ from functions.adapters.launchers.local import DEFAULT_COMMAND, LocalLauncher
 from functions.adapters.launchers.sagemaker import LOG_GROUP, RUN_SPEC_HYPERPARAMETER, parse_training_job_name, training_job_name
 from functions.service.cloud_events import EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_STATE_CHANGE
 from schemas.job import ErrorType
-from schemas.trainer import ExitCode, FailureReason, RunSpec, TrainerEvent
+from schemas.trainer import ERROR_EXIT_CODES, ERROR_FAILURE_REASONS, ExitCode, FailureReason, RunSpec, TrainerEvent
 
 if TYPE_CHECKING:
-    from infra.local import LocalContext
+    from localmode.deploy import LocalContext
 
 logger = logging.getLogger(__name__)
 
@@ -71,22 +71,8 @@ POLL_SECONDS = 0.5
 LOG_DELIVERY_WAIT_SECONDS = 2.0
 EMULATED_AMI = "ami-0trainplane0local0"
 LAUNCH_TEMPLATE = "trainplane-trainer"
-_LOG_KEY = re.compile(r"^jobs/(?P<job_id>.+)/logs/attempt-(?P<attempt>\d+)\.log$")
 _RUN_SPEC_LINE = re.compile(r"^RUN_SPEC_URI=(?P<value>.+)$", re.MULTILINE)
 _MAX_RUNTIME_LINE = re.compile(r"^MAX_RUNTIME_SECONDS=(?P<value>.+)$", re.MULTILINE)
-# The trainer's FailureReason word for an ErrorType (what /opt/ml/output/failure would have said).
-_REASON_WORD = {
-    ErrorType.OUT_OF_MEMORY: FailureReason.OUT_OF_MEMORY.value,
-    ErrorType.DATA_ERROR: FailureReason.DATA_ERROR.value,
-    ErrorType.USER_ERROR: FailureReason.USER_ERROR.value,
-    ErrorType.INTERNAL: FailureReason.INTERNAL.value,
-}
-_EXIT_CODES = {
-    ErrorType.OUT_OF_MEMORY: ExitCode.OUT_OF_MEMORY,
-    ErrorType.DATA_ERROR: ExitCode.DATA_ERROR,
-    ErrorType.USER_ERROR: ExitCode.USER_ERROR,
-    ErrorType.INTERNAL: ExitCode.INTERNAL_ERROR,
-}
 
 EventSink = Callable[[dict[str, Any]], None]
 ClientFactory = Callable[[str], Any]
@@ -154,7 +140,7 @@ class EmulatedCompute:
         global _active
         if moto.__version__ != PINNED_MOTO_VERSION:
             raise RuntimeError(
-                f"trainplane.local.emulated_compute changes moto {PINNED_MOTO_VERSION}'s SageMaker internals but moto "
+                f"localmode.deploy.emulated_compute changes moto {PINNED_MOTO_VERSION}'s SageMaker internals but moto "
                 f"{moto.__version__} is installed: re-check FakeTrainingJob and SageMakerResponse, then update the pin"
             )
         with _active_lock:
@@ -429,7 +415,7 @@ class EmulatedCompute:
         on every run. Not a guarantee the control plane relies on: a report that comes after the end is
         caught up from S3 (LifecycleService.catch_up), only its phase-history entry would be missing.
         """
-        from trainplane.local import moto_lambda
+        from localmode import moto_lambda
 
         if not moto_lambda.wait_for_deliveries(LOG_DELIVERY_WAIT_SECONDS):
             logger.info("emulated %s: log subscription deliveries still pending at a run's end", self.compute)
@@ -441,7 +427,7 @@ class EmulatedCompute:
         """The LocalLauncher's log upload: to S3 as in local mode, and the new lines to CloudWatch Logs."""
         if self._upload_log is not None:
             self._upload_log(key, body)
-        match = _LOG_KEY.match(key)
+        match = constants.LOG_KEY.match(key)
         if match is None:
             return
         run = self._by_attempt.get((match.group("job_id"), int(match.group("attempt"))))
@@ -507,7 +493,7 @@ def _sagemaker_end(description: RunDescription, run: _Run) -> tuple[str, str, st
     if state == RunState.FAILED and description.error_type == ErrorType.TIMEOUT:
         return "Stopped", "MaxRuntimeExceeded", None
     if state == RunState.FAILED:
-        word = _REASON_WORD.get(description.error_type or ErrorType.INTERNAL, FailureReason.INTERNAL.value)
+        word = ERROR_FAILURE_REASONS.get(description.error_type or ErrorType.INTERNAL, FailureReason.INTERNAL.value)
         return "Failed", "Failed", f"AlgorithmError: {word}: {description.message or 'the trainer failed'}"
     return "Stopped", "Interrupted", "Training job interrupted: the training instance was lost"
 
@@ -524,9 +510,9 @@ def _exit_status(description: RunDescription, run: _Run) -> dict[str, Any]:
         return {"exit_code": int(ExitCode.STOPPED_WITH_CHECKPOINT), "reason": "max-runtime", "failure": None}
     if state == RunState.FAILED:
         error = description.error_type or ErrorType.INTERNAL
-        word = _REASON_WORD.get(error, FailureReason.INTERNAL.value)
+        word = ERROR_FAILURE_REASONS.get(error, FailureReason.INTERNAL.value)
         return {
-            "exit_code": int(_EXIT_CODES.get(error, ExitCode.INTERNAL_ERROR)),
+            "exit_code": int(ERROR_EXIT_CODES.get(error, ExitCode.INTERNAL_ERROR)),
             "reason": reason,
             "failure": f"{word}: {description.message}",
         }
@@ -644,7 +630,7 @@ def _install_patches() -> None:
 
 
 def deploy(ctx: LocalContext) -> None:
-    """infra/local deployer: the cloud launcher's resources in moto, and the emulated compute behind them."""
+    """localmode/deploy deployer: the cloud launcher's resources in moto, and the emulated compute behind them."""
     if ctx.compute not in {"sagemaker", "ec2"}:
         return
     # moto's EC2 loads thousands of default AMIs on first use (seconds); the template names its own.

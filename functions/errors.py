@@ -1,4 +1,5 @@
-"""Domain errors raised by the service layer; functions/handlers/errors.py maps them to HTTP, once."""
+"""Domain errors, below both the service and the adapters (adapters raise them, the service re-raises or adds its own);
+functions/handlers/errors.py maps them to HTTP, once."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ from moto.dynamodb.models import dynamodb_backends
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.iam.models import get_account_id_from
 
-from trainplane.local import moto_hooks, moto_speedups
+from localmode import moto_hooks, moto_speedups
 
 logger = logging.getLogger(__name__)
 

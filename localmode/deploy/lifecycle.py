@@ -1,7 +1,7 @@
 """Local deployer: the lifecycle Lambda and state machine in moto, the LocalLauncher, the reconciler timer.
 
 The state machine is created from THE definition (infra/statemachine) with the same substitutions as
-the cloud stack; the Lambda function's Handler is run in-process by trainplane.local.moto_lambda. The
+the cloud stack; the Lambda function's Handler is run in-process by localmode.moto_lambda. The
 composition root gets the LocalLauncher (so that the API's cancel and pause can stop local runs). The
 reconciler sweeps once at start-up (executions do not survive a restart: every job that was running
 or waiting gets a new one, running ones as PREEMPTED so they resume from their latest checkpoint) and
@@ -18,14 +18,14 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from functions import constants
-from functions.adapters.launchers.base import RunDescription
+from functions.adapters.launchers.base import Launcher, RunDescription
 from functions.adapters.launchers.local import DEFAULT_COMMAND, LocalLauncher
 from functions.settings import PREFIX
 from infra.statemachine import render
 from schemas.trainer import TrainerEvent
 
 if TYPE_CHECKING:
-    from infra.local import LocalContext
+    from localmode.deploy import LocalContext
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ class _ServiceObserver:
 
 
 def deploy(ctx: LocalContext) -> None:
-    from trainplane.local import moto_lambda
+    from localmode import moto_lambda
 
     moto_lambda.install()
     ctx.env.setdefault("TRAINPLANE_RUN_HEARTBEAT_SECONDS", LOCAL_HEARTBEAT_SECONDS)
@@ -81,7 +81,7 @@ def deploy(ctx: LocalContext) -> None:
         Runtime="python3.12",
         Role=role,
         Handler=HANDLER,
-        Code={"ZipFile": b"run in-process by trainplane.local.moto_lambda"},
+        Code={"ZipFile": b"run in-process by localmode.moto_lambda"},
         Timeout=900,
     )["FunctionArn"]
     definition = render(
@@ -114,27 +114,17 @@ def deploy(ctx: LocalContext) -> None:
 
 
 def _wire(launcher: LocalLauncher) -> None:
-    """The composition root, with the local launcher beside whatever cloud launcher --compute names."""
+    """Hand the composition root the local launcher, beside whatever cloud launcher --compute names."""
     from functions import composition
 
-    def launchers(root: Any) -> dict[str, Any]:
-        found: dict[str, Any] = {"local": launcher}
-        compute = root.settings.compute
-        if compute in composition.CLOUD_LAUNCHERS:
-            found[compute] = composition._load(composition.CLOUD_LAUNCHERS[compute])(root.settings, root.clients)
-        return found
+    def launchers(root: composition.Composition) -> dict[str, Launcher]:
+        return {"local": launcher, **composition.cloud_launchers(root.settings, root.clients)}
 
-    def workflow(root: Any) -> Any:
-        from functions.adapters.stepfunctions import StepFunctionsWorkflow
-
-        return StepFunctionsWorkflow(root.clients, root.settings.state_machine_arn, root.launchers, jobs=root.repository.get)
-
-    composition.configure(launchers=launchers, workflow_factory=workflow)
+    composition.configure(launchers=launchers)
 
 
 def _reconcile_forever(stop: threading.Event, state_machine_arn: str, interval: float) -> None:
     from functions import composition
-    from functions.service.reconciler import Reconciler
 
     # Background threads start before `trainplane up` exports the handlers' TRAINPLANE_* environment;
     # the composition reads settings once, so it must not be touched before that.
@@ -142,8 +132,7 @@ def _reconcile_forever(stop: threading.Event, state_machine_arn: str, interval: 
         stop.wait(0.05)
     if stop.is_set():
         return
-    root = composition.current()
-    reconciler = Reconciler(root.repository, root.lifecycle, root.workflow, root.launchers)
+    reconciler = composition.current().new_reconciler()
     startup = True
     while not stop.is_set():
         try:

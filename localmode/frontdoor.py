@@ -30,8 +30,8 @@ from http import HTTPStatus
 from typing import Any, Protocol, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from trainplane.local.credentials import Principal
-from trainplane.local.sigv4 import ArrivedRequest, AuthError, verify
+from localmode.credentials import Principal
+from localmode.sigv4 import ArrivedRequest, AuthError, verify
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,7 @@
 """Speed-ups of moto's hot paths for local mode. Part of moto_hooks' reach into moto (pinned to 5.2.5,
-installed and removed with it); tests/integration/test_moto_speedups.py proves each one gives
-byte-for-byte what moto's own code gives.
+installed and removed with it); tests/integration/test_moto_inprocess.py proves each one gives
+byte-for-byte what moto's own code gives (test_item_serializer_writes_exactly_what_moto_writes,
+test_a_definition_is_parsed_once_and_every_execution_gets_a_fresh_program).
 
 1. DynamoDB item values. moto serialises every response through its model-driven serializer, which
    walks each AttributeValue member by member (ten members, each looked up through a value picker
@@ -46,7 +47,7 @@ def install() -> None:
     if _original_serialize is not None:
         return
     if "_serialize" in BaseJSONSerializer.__dict__:
-        raise RuntimeError("moto's BaseJSONSerializer now defines _serialize: re-verify trainplane/local/moto_speedups.py")
+        raise RuntimeError("moto's BaseJSONSerializer now defines _serialize: re-verify localmode/moto_speedups.py")
     original = BaseJSONSerializer._serialize
 
     def _serialize(self: BaseJSONSerializer, serialized: Any, value: Any, shape: Any, key: str) -> None:

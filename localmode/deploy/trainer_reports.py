@@ -4,7 +4,7 @@ As the cloud stack does (infra/constructs/events.py), for the engine `--compute`
 Lambda, a resource policy that lets CloudWatch Logs invoke it from the trainer's log group only, and
 a subscription filter on that group's `TRAINPLANE_EVENT` lines. The emulated compute puts the
 trainer's output into the group (PutLogEvents); moto matches the subscription and
-trainplane.local.moto_lambda delivers the awslogs payload to the handler, as CloudWatch Logs would.
+localmode.moto_lambda delivers the awslogs payload to the handler, as CloudWatch Logs would.
 With `--compute local` the LocalLauncher reads the trainer's stdout itself and nothing is deployed.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from functions import constants
 
 if TYPE_CHECKING:
-    from infra.local import LocalContext
+    from localmode.deploy import LocalContext
 
 HANDLER = "functions.handlers.events.lambda_handler"
 
@@ -29,7 +29,7 @@ def log_group_for(ctx: LocalContext) -> str:
 def deploy(ctx: LocalContext) -> None:
     if ctx.compute not in {"sagemaker", "ec2"}:
         return
-    from trainplane.local import moto_lambda
+    from localmode import moto_lambda
 
     moto_lambda.install()
     role = ctx.client("iam").create_role(
@@ -44,7 +44,7 @@ def deploy(ctx: LocalContext) -> None:
         Runtime="python3.12",
         Role=role,
         Handler=HANDLER,
-        Code={"ZipFile": b"run in-process by trainplane.local.moto_lambda"},
+        Code={"ZipFile": b"run in-process by localmode.moto_lambda"},
         Timeout=60,
     )["FunctionArn"]
     group = log_group_for(ctx)

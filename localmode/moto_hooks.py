@@ -1,9 +1,9 @@
-"""THE one module that reaches into moto's internals. Pinned to moto 5.2.5; tests/integration/
-test_journal_hooks.py fails loudly when an upgrade moves anything this relies on.
+"""THE one module that reaches into moto's internals. Pinned to moto 5.2.5; tests/integration/test_journal.py
+(test_hooks_are_pinned_to_the_moto_they_were_written_for) fails loudly when an upgrade moves anything this relies on.
 
 Two jobs:
 1. Thread safety. moto is not thread-safe: under concurrent HTTP load an optimistic-lock UpdateItem
-   lost a write (LOCAL_AWS.md). One process-wide re-entrant lock per service serialises every
+   lost a write (docs/LOCAL_AWS.md). One process-wide re-entrant lock per service serialises every
    DynamoDB request (condition check + write + response serialisation: moto's update_item mutates
    items in place, so readers must not run beside it) and every S3 request and write.
 2. Durability. The write paths mark what they touch (a table + key, a bucket + key); when the
@@ -44,8 +44,8 @@ from moto.dynamodb.responses import DynamoHandler
 from moto.s3.models import FakeKey, S3Backend, s3_backends
 from moto.s3.responses import S3Response
 
-from trainplane.local import moto_speedups
-from trainplane.local.journal import Journal, Op, State
+from localmode import moto_speedups
+from localmode.journal import Journal, Op, State
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ def install() -> None:
         raise RuntimeError(
             f"trainplane's local mode hooks moto's internals and is pinned to moto {PINNED_MOTO_VERSION}, "
             f"but moto {moto.__version__} is installed: pin moto=={PINNED_MOTO_VERSION} (pyproject.toml) "
-            "or re-verify trainplane/local/moto_hooks.py against the new version"
+            "or re-verify localmode/moto_hooks.py against the new version"
         )
     # Write paths first: they mark what changed, and must run INSIDE the unit that flushes the marks.
     # Table.put_item/delete_item are the primitives that PutItem, BatchWriteItem, transactions and

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from functions.adapters.dynamodb_items import create_tables
 
 if TYPE_CHECKING:
-    from infra.local import LocalContext
+    from localmode.deploy import LocalContext
 
 
 def deploy(ctx: LocalContext) -> None:

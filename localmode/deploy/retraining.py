@@ -2,10 +2,10 @@
 
 What the cloud stack has (infra/constructs/retraining.py), in the emulated AWS:
 - the dispatcher Lambda (`functions.handlers.retraining.lambda_handler`, run in-process by
-  trainplane.local.moto_lambda), and a schedule group + role for EventBridge Scheduler, published as
+  localmode.moto_lambda), and a schedule group + role for EventBridge Scheduler, published as
   the settings the API uses to create one schedule per schedule-policy - the same adapter as in AWS;
 - the dispatcher's rules on the local bus, from THE patterns (functions/service/retraining_routes.py).
-  moto matches rules but cannot deliver to a Lambda target (LOCAL_AWS.md), so the rules' target is an
+  moto matches rules but cannot deliver to a Lambda target (docs/LOCAL_AWS.md), so the rules' target is an
   SQS queue and `EventPump` hands each event to the dispatcher: objects written to the artifacts bucket
   (S3 -> EventBridge notifications, as in the cloud) and custom events put on the bus both arrive so;
 - moto stores schedules but never fires them: `ScheduleTicker` reads the group's schedules and invokes
@@ -36,7 +36,7 @@ from functions.settings import PREFIX
 from schemas.schedule_expr import Cron, Rate, next_fire, parse_schedule_expression
 
 if TYPE_CHECKING:
-    from infra.local import LocalContext
+    from localmode.deploy import LocalContext
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class LocalOptions(BaseModel):
 
 
 def deploy(ctx: LocalContext) -> None:
-    from trainplane.local import moto_lambda
+    from localmode import moto_lambda
 
     moto_lambda.install()
     options = LocalOptions.from_env(ctx.env)
@@ -89,7 +89,7 @@ def deploy(ctx: LocalContext) -> None:
         Runtime="python3.12",
         Role=role,
         Handler=HANDLER,
-        Code={"ZipFile": b"run in-process by trainplane.local.moto_lambda"},
+        Code={"ZipFile": b"run in-process by localmode.moto_lambda"},
         Timeout=60,
     )["FunctionArn"]
 

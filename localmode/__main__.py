@@ -1,4 +1,4 @@
-"""`python -m trainplane.local`: local mode without the CLI's dependencies (typer/rich); same as `trainplane up`."""
+"""`python -m localmode`: local mode without the CLI's dependencies (typer/rich); same as `trainplane up`."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from trainplane.local.up import COMPUTE_CHOICES, DEFAULT_API_HANDLER, run_up
+from localmode.up import COMPUTE_CHOICES, DEFAULT_API_HANDLER, run_up
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m trainplane.local", description="Serve the trainplane control plane locally.")
+    parser = argparse.ArgumentParser(prog="python -m localmode", description="Serve the trainplane control plane locally.")
     parser.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=8080, help="0 picks a free port (see endpoint.json)")
     parser.add_argument("--state-dir", type=Path, default=Path(".state"), help="where jobs, history and objects persist")

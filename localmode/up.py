@@ -3,7 +3,7 @@
 Start-up, in this order (each step needs the previous one):
 1. lock the state dir (one `up` per state dir: two would interleave one journal), load the principals;
 2. moto's server on loopback, with the lock + journal hooks installed (journaling still off);
-3. the deployers (infra/local): tables, buckets, state machine ... as the cloud stack has them;
+3. the deployers (localmode/deploy): tables, buckets, state machine ... as the cloud stack has them;
 4. the journal folded, replayed into moto, compacted; from here every write is journaled;
 5. the handlers' TRAINPLANE_* environment exported; the deployers' background threads; the in-process
    API handler; the front door; and last endpoint.json, atomically: it appears only when all of the
@@ -33,15 +33,15 @@ from typing import IO, Any
 from functions import constants
 from functions.adapters import aws as aws_clients
 from functions.settings import PREFIX
-from trainplane.local import moto_hooks
-from trainplane.local.credentials import ADMIN, Principal, load_or_create
-from trainplane.local.dashboard import DashboardSite
-from trainplane.local.frontdoor import FrontDoor, Handler
-from trainplane.local.journal import Journal
-from trainplane.local.moto_inprocess import InProcessAws
-from trainplane.local.server import LOOPBACK, EmulatedAws
+from localmode import moto_hooks
+from localmode.credentials import ADMIN, Principal, load_or_create
+from localmode.dashboard import DashboardSite
+from localmode.frontdoor import FrontDoor, Handler
+from localmode.journal import Journal
+from localmode.moto_inprocess import InProcessAws
+from localmode.server import LOOPBACK, EmulatedAws
 
-logger = logging.getLogger("trainplane.local")
+logger = logging.getLogger("localmode")
 ALLOWED_DIRS_ENV = PREFIX + "LOCAL_ALLOWED_DIRS"
 
 DEFAULT_API_HANDLER = "functions.handlers.api:lambda_handler"
@@ -146,7 +146,7 @@ class LocalPlane:
         return self.aws.endpoint_url
 
     def start(self) -> None:
-        from infra.local import LocalContext, deploy_all  # infra/local: local-mode-only, loads with it
+        from localmode.deploy import LocalContext, deploy_all  # localmode/deploy: local-mode-only, loads with it
 
         _private_dir(self.state_dir)
         self._lock_state_dir()
@@ -236,7 +236,7 @@ class LocalPlane:
         logger.info("stopped in %.1fs", time.monotonic() - began)
 
     def endpoint_document(self) -> dict[str, Any]:
-        """endpoint.json: CONTRACTS.md's shape, plus who wrote it (`pid`, `hostname`), so that a reader
+        """endpoint.json: docs/CONTRACTS.md's shape, plus who wrote it (`pid`, `hostname`), so that a reader
         can tell a stale file (its process killed with -9) from a live one (trainplane/endpoint.py)."""
         return {
             "api_url": self.api_url,

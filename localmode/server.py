@@ -16,7 +16,7 @@ logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
 
-# What local mode needs from moto (LOCAL_AWS.md): Step Functions that really execute the ASL, and the
+# What local mode needs from moto (docs/LOCAL_AWS.md): Step Functions that really execute the ASL, and the
 # no-Docker Lambda backend (there is no Docker daemon; the lifecycle deployer runs handlers in-process).
 MOTO_CONFIG = {
     "stepfunctions": {"execute_state_machine": True},

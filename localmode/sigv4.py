@@ -19,7 +19,7 @@ from urllib.parse import quote, unquote, unquote_plus
 
 from botocore.utils import normalize_url_path
 
-from trainplane.local.credentials import Principal
+from localmode.credentials import Principal
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 SERVICE = "execute-api"

@@ -15,7 +15,7 @@ Deployers run on every start, against a fresh (empty) moto: create, don't check-
 objects are NOT created here; the journal restores them afterwards (`ctx.restored` says what came back,
 for a deployer's background thread that reconciles, e.g. executions lost with the old process).
 
-To add a deployer: write `infra/local/<name>.py` with `deploy(ctx)`, and append it to DEPLOYERS below.
+To add a deployer: write `localmode/deploy/<name>.py` with `deploy(ctx)`, and append it to DEPLOYERS below.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from typing import Any
 
 from functions import constants
 from functions.settings import PREFIX, Settings
-from infra.local import lifecycle, retraining, storage, trainer_reports
-from trainplane.local import emulated_compute
+from localmode.deploy import emulated_compute, lifecycle, retraining, storage, trainer_reports
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +65,7 @@ class LocalContext:
     _shutdown: list[Callable[[], None]] = field(default_factory=list)
 
     def client(self, service: str) -> Any:
-        """A boto3 client for the emulated AWS (boto3 loads only here: infra/local is local-mode-only)."""
+        """A boto3 client for the emulated AWS (boto3 loads only here: localmode/deploy is local-mode-only)."""
         import boto3
 
         return boto3.client(

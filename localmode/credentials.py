@@ -33,7 +33,7 @@ class Principal:
     user_id: str
 
     def public(self) -> dict[str, str]:
-        """The endpoint.json entry (CONTRACTS.md): name, keys and ARN, nothing else."""
+        """The endpoint.json entry (docs/CONTRACTS.md): name, keys and ARN, nothing else."""
         return {"name": self.name, "access_key_id": self.access_key_id, "secret_access_key": self.secret_access_key, "arn": self.arn}
 
 

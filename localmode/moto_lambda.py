@@ -8,7 +8,7 @@ shape of an unhandled exception ({"errorType": <class name>, "errorMessage": ...
 X-Amz-Function-Error header), which is what a state machine's Retry/Catch match on.
 
 It also delivers CloudWatch Logs subscription filters whose destination is a Lambda function (the
-trainer's reports, infra/local/trainer_reports.py): moto builds the awslogs payload inside
+trainer's reports, localmode/deploy/trainer_reports.py): moto builds the awslogs payload inside
 PutLogEvents but then runs the function in Docker, and ignores the filter's pattern. Here
 `LambdaSimpleBackend.send_log_event` applies the pattern and queues the payload; one delivery thread
 invokes the handler with it, asynchronously and in order, retrying an error twice, as Lambda's
@@ -35,6 +35,8 @@ import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
+
+from schemas.lifecycle import Next
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +65,7 @@ def check_version() -> None:
     version = importlib.metadata.version("moto")
     if version != PINNED_MOTO_VERSION:
         raise MotoVersionError(
-            f"trainplane.local.moto_lambda is written against moto {PINNED_MOTO_VERSION} internals but moto {version} is installed; "
+            f"localmode.moto_lambda is written against moto {PINNED_MOTO_VERSION} internals but moto {version} is installed; "
             "re-check LambdaSimpleBackend.invoke and the Step Functions callback engine, then update PINNED_MOTO_VERSION"
         )
 
@@ -90,7 +92,7 @@ def uninstall() -> None:
     with _lock:
         if _installed is not None:
             LambdaSimpleBackend.invoke = _installed  # type: ignore[method-assign]
-            LambdaSimpleBackend.send_log_event = _installed_send_log_event  # type: ignore[method-assign]
+            LambdaSimpleBackend.send_log_event = _installed_send_log_event  # type: ignore[method-assign,assignment]
             _installed = _installed_send_log_event = None
 
 
@@ -118,7 +120,7 @@ def resolve_handler(spec: str) -> Callable[..., Any]:
     module_name, _, attr = spec.rpartition(".")
     if not module_name:
         raise ValueError(f"Handler {spec!r} is not 'package.module.function'")
-    return getattr(importlib.import_module(module_name), attr)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def _invoke(self: Any, function_name: str, qualifier: str | None, body: Any, headers: Any, response_headers: Any) -> bytes:
@@ -141,7 +143,7 @@ def _call(function: Any, event: Any, response_headers: dict[str, str]) -> bytes:
         response_headers["x-amz-function-error"] = "Unhandled"
         error = {"errorType": type(exc).__name__, "errorMessage": str(exc), "stackTrace": traceback.format_exception(exc)[-5:]}
         return json.dumps(error).encode()
-    if isinstance(event, dict) and event.get("token") and isinstance(result, dict) and result.get("next") == "answered":
+    if isinstance(event, dict) and event.get("token") and isinstance(result, dict) and result.get("next") == Next.ANSWERED:
         _nudge(function, str(event["token"]))
     return json.dumps(result, default=str).encode()
 
