@@ -46,6 +46,9 @@ CLOUD_LAUNCHERS = {
 DEFAULT_FACTORIES = {
     "lifecycle": "functions.service.lifecycle:build_service",
     "retraining": "functions.service.retraining:build_service",
+    "sweeps": "functions.service.sweeps:build_service",
+    "sweep_hooks": "functions.service.sweeps_hooks:build_hooks",
+    "sweep_controller": "functions.service.sweeps_controller:build_controller",  # imports Optuna: never the API's
 }
 DEFAULT_LIFECYCLE_FACTORY = DEFAULT_FACTORIES["lifecycle"]
 
@@ -270,6 +273,11 @@ def job_service() -> JobService:
 
 def retraining_service() -> RetrainingService:
     return current().retraining
+
+
+def sweep_service() -> Any:
+    """Sweeps' API side (functions/service/sweeps.py; no Optuna)."""
+    return current().service("sweeps")
 
 
 def lifecycle_service() -> Any:

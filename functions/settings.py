@@ -64,6 +64,9 @@ class Settings(BaseModel):
     retraining_schedule_group: str | None = None
     retraining_scheduler_role_arn: str | None = None
     retraining_function_arn: str | None = None
+    # Sweeps in AWS (infra/constructs/sweeps.py): the controller Lambda woken (async invoke) by the API and
+    # the lifecycle; None in local mode, where an in-process worker decides (infra/local/sweeps.py).
+    sweep_controller_function: str | None = None
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:

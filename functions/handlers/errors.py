@@ -26,6 +26,7 @@ from functions.service.errors import (
     InvalidRequest,
     JobNotFound,
     PolicyNotFound,
+    SweepNotFound,
     Unsupported,
 )
 from schemas.api import ErrorResponse
@@ -113,7 +114,7 @@ def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None
     def _forbidden(exc: Forbidden) -> Response:
         return _error(403, str(exc))
 
-    @app.exception_handler([JobNotFound, PolicyNotFound])
+    @app.exception_handler([JobNotFound, PolicyNotFound, SweepNotFound])
     def _not_found(exc: DomainError) -> Response:
         return _error(404, str(exc))
 

@@ -71,3 +71,11 @@ class PolicyConflict(ConcurrentModification):
         )
         self.job_id = policy_id  # ConcurrentModification's attribute, for handlers that read it
         self.policy_id = policy_id
+
+
+class SweepNotFound(DomainError):
+    """No such sweep, or another principal's (404: sweep ids are not disclosed either)."""
+
+    def __init__(self, sweep_id: str) -> None:
+        super().__init__(f"sweep {sweep_id} not found")
+        self.sweep_id = sweep_id

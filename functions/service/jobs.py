@@ -79,7 +79,7 @@ class JobService(LifecycleControls):
         reason: str = "submitted",
     ) -> Job:
         """Create the job PENDING (with its first history entry), then start its lifecycle if wired."""
-        self._check_compute(request)
+        self.validate_submit(request, principal)
         now = self.clock()
         priority = request.effective_priority
         job = Job(
@@ -110,6 +110,11 @@ class JobService(LifecycleControls):
         self.repo.annotate(job.job_id, {"execution_arn": execution_arn})
         # Re-read: the execution may already have moved the job on (PENDING -> QUEUED).
         return self.repo.get(job.job_id)
+
+    def validate_submit(self, request: SubmitJobRequest, principal: Principal) -> None:
+        """Every check POST /jobs makes before it creates a job (422 naming the field). Anything else that
+        creates jobs (sweeps, retraining policies) calls this, for the same principal, never a copy."""
+        self._check_compute(request)
 
     def _check_compute(self, request: SubmitJobRequest) -> None:
         """What the configured compute cannot run is refused now (422 naming the field), not at launch."""
