@@ -314,7 +314,8 @@ class Sweep(BaseModel):
     name: str
     description: str | None = None
     job_template: SubmitJobRequest
-    hyperparameter_tuning_config: TuningConfig
+    # Shown as OME spells it (the API answers in aliases: the config's fields are camelCase too).
+    hyperparameter_tuning_config: TuningConfig = Field(serialization_alias="hyperParameterTuningConfig")
     status: SweepStatus
     status_reason: str | None = None
     created_at: datetime
