@@ -21,6 +21,8 @@ from tests.helpers.events import FakeLambdaContext, api_event
 from tests.helpers.jobs import ADMIN, ALICE, BOB
 from tests.helpers.sweeps import sweep_body
 
+NOPE = "training_config.nope"
+GPUS = "resource_config.gpu_count"
 COLLECTION = "/sweeps"
 ITEM = "/sweeps/{sweep_id}"
 
@@ -92,9 +94,9 @@ def test_another_principals_sweep_is_404_for_every_verb(call: Any) -> None:
     ("change", "field", "message"),
     [
         ({"parameters": {"lr": {"type": "double", "min": 1, "max": 0.1}}}, "hyperParameterTuningConfig.parameters.lr", "greater than max"),
-        ({"parameters": {"x": {"type": "int", "min": 1, "max": 2, "target": "training_config.nope"}}}, "parameters.x.target", "no field 'nope'"),
-        ({"parameters": {"g": {"type": "int", "values": [-1, 1], "target": "resource_config.gpu_count"}}}, "job_template.resource_config.gpu_count", ""),
-        ({"method": "grid", "maxTrials": 2, "parameters": {"n": {"type": "int", "min": 1, "max": 3}}}, "hyperParameterTuningConfig", "maxTrials"),
+        ({"parameters": {"x": {"type": "int", "min": 1, "max": 2, "target": NOPE}}}, "parameters.x.target", "no field 'nope'"),
+        ({"parameters": {"g": {"type": "int", "values": [-1, 1], "target": GPUS}}}, "job_template.resource_config.gpu_count", ""),
+        ({"method": "grid", "maxTrials": 2, "parameters": {"n": {"type": "int", "min": 1, "max": 3}}}, "TuningConfig", "maxTrials"),
     ],
 )
 def test_invalid_sweeps_are_422_naming_the_field(call: Any, change: dict[str, Any], field: str, message: str) -> None:

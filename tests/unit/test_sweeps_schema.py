@@ -33,7 +33,10 @@ def test_omes_seed_example_is_accepted_verbatim() -> None:
         "method": "random",
         "maxTrials": 10,
         "metric": {"name": "accuracy", "goal": "maximize"},
-        "parameters": {"learning_rate": {"type": "double", "min": 0.0001, "max": 0.01}, "batch_size": {"type": "int", "values": [8, 16, 32]}},
+        "parameters": {
+            "learning_rate": {"type": "double", "min": 0.0001, "max": 0.01},
+            "batch_size": {"type": "int", "values": [8, 16, 32]},
+        },
     }
     config = TuningConfig.model_validate(seed)
     assert config.max_trials == 10 and config.parameters["batch_size"].grid_values() == [8, 16, 32]
@@ -104,13 +107,14 @@ def test_config_errors_name_their_field() -> None:
     assert _error(_tuning(earlyStopping="hyperband"))[0] == "earlyStopping.type"
     assert _error(_tuning(parameters={}))[0] == "parameters"
     assert _error(_tuning(parameters={"9x": {"type": "int", "min": 1, "max": 2}}))[0] == "parameters"
-    same = {"a": {"type": "int", "min": 1, "max": 2, "target": "training_config.hyperparameters.b"}, "b": {"type": "int", "min": 1, "max": 2}}
+    b = "training_config.hyperparameters.b"
+    same = {"a": {"type": "int", "min": 1, "max": 2, "target": b}, "b": {"type": "int", "min": 1, "max": 2}}
     assert "same target" in _error(_tuning(parameters=same))[1]
 
 
 def test_a_grid_larger_than_max_trials_is_refused_and_a_smaller_one_caps_the_trials() -> None:
     grid = {"a": {"type": "int", "min": 1, "max": 3}, "b": {"type": "categorical", "values": ["x", "y"]}}
-    where, why = _error(_tuning(method="grid", maxTrials=5, parameters=grid))
+    _, why = _error(_tuning(method="grid", maxTrials=5, parameters=grid))
     assert "maxTrials: the grid has 6 points, more than maxTrials=5" in why
     config = TuningConfig.model_validate(_tuning(method="grid", maxTrials=50, parameters=grid))
     assert config.grid_size() == 6 and config.effective_max_trials() == 6
