@@ -31,19 +31,22 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--step_seconds", type=float, default=0.2)
     args, _ = parser.parse_known_args()
-    spec = json.load(open(os.environ["TRAINPLANE_RUN_SPEC"]))
+    with open(os.environ["TRAINPLANE_RUN_SPEC"]) as f:
+        spec = json.load(f)
     checkpoints = os.environ.get("TRAINPLANE_CHECKPOINT_DIR", ".")
     step = 0
     resume = spec.get("resume_from")
     if resume and os.path.isfile(os.path.join(resume, "state.json")):
-        step = json.load(open(os.path.join(resume, "state.json")))["step"]
+        with open(os.path.join(resume, "state.json")) as f:
+            step = json.load(f)["step"]
         print(f"resumed at step {step}", flush=True)
 
     def stop(signum: int, _frame: object) -> None:
         name = f"step-{step:06d}"
         where = os.path.join(checkpoints, name)
         os.makedirs(where, exist_ok=True)
-        json.dump({"step": step}, open(os.path.join(where, "state.json"), "w"))
+        with open(os.path.join(where, "state.json"), "w") as f:
+            json.dump({"step": step}, f)
         event("checkpoint", checkpoint_id=name, step=step, uri=where, metrics={"score": score(args.x, args.y)})
         sys.exit(75)
 
