@@ -14,7 +14,7 @@ point, the asha rungs), intermediate and final values are all items of the sweep
 4. ends the sweep when maxTrials trials have ended, the target value is reached, N trials in a row did
    not improve, or maxFailedTrials failed;
 5. starts trials up to max_parallel_trials and maxTrials: each new trial is sampled from a study rebuilt
-   with every trial so far and a sampler seeded with (seed + trial number), so a sweep is reproducible
+   with every trial so far and a sampler seeded from (seed, trial number), so a sweep is reproducible
    whatever the timing of its wake-ups, and is created by a conditional write (one decision wins trial N).
 
 This is the only module that imports Optuna (the controller Lambda's bundle, local mode).
@@ -22,6 +22,7 @@ This is the only module that imports Optuna (the controller Lambda's bundle, loc
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -96,9 +97,16 @@ def _distribution(spec: ParameterSpec) -> BaseDistribution:
     return FloatDistribution(spec.min, spec.max, log=log, step=None if log else spec.step)
 
 
+def trial_seed(seed: int, number: int) -> int:
+    """The seed of trial `number`'s sampler: mixed (not seed + number), so that sweeps with neighbouring
+    seeds do not share their trials shifted by one."""
+    digest = hashlib.sha256(f"{seed}:{number}".encode()).digest()
+    return int.from_bytes(digest[:4], "big")
+
+
 def sampler_for(tuning: TuningConfig, number: int) -> optuna.samplers.BaseSampler:
-    """The sampler that draws trial `number`, seeded with seed + number (reproducible, restart-proof)."""
-    seed = (tuning.seed or 0) + number
+    """The sampler that draws trial `number`, seeded from (seed, number): reproducible, restart-proof."""
+    seed = trial_seed(tuning.seed or 0, number)
     if tuning.method == SweepMethod.GRID:
         space = {name: spec.grid_values() or [] for name, spec in tuning.parameters.items()}
         # The grid sampler's seed shuffles the grid that grid ids index: it must be the sweep's own, never per trial.
