@@ -315,7 +315,10 @@ class Sweep(BaseModel):
     description: str | None = None
     job_template: SubmitJobRequest
     # Shown as OME spells it (the API answers in aliases: the config's fields are camelCase too).
-    hyperparameter_tuning_config: TuningConfig = Field(serialization_alias="hyperParameterTuningConfig")
+    hyperparameter_tuning_config: TuningConfig = Field(
+        validation_alias=AliasChoices("hyperParameterTuningConfig", "hyperparameter_tuning_config"),
+        serialization_alias="hyperParameterTuningConfig",
+    )
     status: SweepStatus
     status_reason: str | None = None
     created_at: datetime

@@ -613,6 +613,9 @@ def _when(value: datetime | None) -> str:
 from trainplane.cli_policies import policies_app  # noqa: E402 (it builds on the helpers above)
 
 app.add_typer(policies_app, name="policies")
+from trainplane.cli_sweeps import sweeps_app  # noqa: E402 (it builds on the helpers above)
+
+app.add_typer(sweeps_app, name="sweeps")
 
 
 def main() -> None:

@@ -33,6 +33,7 @@ from schemas.job import Job, StatusEvent, SubmitJobRequest
 from schemas.status import TERMINAL, JobStatus
 from trainplane import endpoint as endpoint_mod
 from trainplane.client_policies import PolicyMethods
+from trainplane.client_sweeps import SweepMethods
 from trainplane.errors import ConnectionFailed, TrainplaneError, WaitTimeout, error_from_response
 
 SERVICE = "execute-api"
@@ -49,7 +50,7 @@ JobRequest = SubmitJobRequest | Mapping[str, Any]
 _Params = Mapping[str, str | int | float | None]
 
 
-class Client(PolicyMethods):  # create_policy, list_policies, ..., put_event: trainplane/client_policies.py
+class Client(PolicyMethods, SweepMethods):  # policies: trainplane/client_policies.py; sweeps: client_sweeps.py
     def __init__(
         self,
         endpoint: str | None = None,

@@ -124,3 +124,35 @@ def test_kill_9_mid_sweep_then_restart_completes_with_exactly_max_trials(local_p
     assert sweep["status"] == "COMPLETED" and sweep["counts"]["total"] == 5 == len(sweep["trials"])
     jobs = plane.request("GET", "/jobs", params={"labels.sweep_id": sweep_id}).json()["jobs"]
     assert len(jobs) == 5 and sorted(j["labels"]["trial"] for j in jobs) == [str(n) for n in range(5)]
+
+
+def test_the_cli_creates_and_waits_and_the_sdk_reads_the_sweep(plane: LocalPlane, tmp_path: Path) -> None:
+    import json
+    import re
+
+    from typer.testing import CliRunner
+
+    from trainplane.cli import app
+    from trainplane.client import Client
+
+    space = {"x": {"type": "double", "values": [0.0, 0.3]}, "y": {"type": "double", "values": [0.7]}}
+    config = {
+        "method": "grid",
+        "maxTrials": 2,
+        "maxParallelTrials": 2,
+        "metric": {"name": "score", "goal": "maximize"},
+        "parameters": space,
+    }
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"name": "cli-sweep", "job_template": _template(), "hyperParameterTuningConfig": config}))
+    base = ["--state-dir", str(plane.state_dir), "--principal", "alice"]
+    created = CliRunner().invoke(app, [*base, "sweeps", "create", str(path), "--wait", "--timeout", "240"], env={"COLUMNS": "250"})
+    assert created.exit_code == 0, created.output
+    listed = CliRunner().invoke(app, [*base, "sweeps", "list"], env={"COLUMNS": "250"})
+    sweep_id = next(re.search(r"swp-[0-9a-f]+", line).group(0) for line in listed.output.splitlines() if "cli-sweep" in line)  # type: ignore[union-attr]
+    shown = CliRunner().invoke(app, [*base, "sweeps", "get", sweep_id], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0 and "COMPLETED" in shown.output
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in shown.output.splitlines() if "COMPLETE " in line]
+    assert [row[1] for row in rows] == ["0.3", "0"]  # TRIAL, X, ...: best first (x=0.3 is the optimum)
+    sweep = Client(state_dir=plane.state_dir, principal="alice").get_sweep(sweep_id)
+    assert sweep.status == "COMPLETED" and sweep.best_trial is not None and sweep.best_trial.params["x"] == 0.3
