@@ -64,8 +64,8 @@ class Settings(BaseModel):
     retraining_schedule_group: str | None = None
     retraining_scheduler_role_arn: str | None = None
     retraining_function_arn: str | None = None
-    # Sweeps in AWS (infra/constructs/sweeps.py): the controller Lambda woken (async invoke) by the API and
-    # the lifecycle; None in local mode, where an in-process worker decides (infra/local/sweeps.py).
+    # Sweeps: the controller woken by the API and the lifecycle: "local" in local mode (an in-process worker,
+    # infra/local/sweeps.py), a Lambda's name in AWS; None: no controller deployed, POST /sweeps is refused.
     sweep_controller_function: str | None = None
 
     @classmethod

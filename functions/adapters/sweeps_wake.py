@@ -91,8 +91,14 @@ class _LocalWaker:
             _local_worker.wake(sweep_id)
 
 
+LOCAL_CONTROLLER = "local"
+
+
 def waker_for(settings: Settings, clients: AwsClients) -> Any:
-    """The controller Lambda when the stack names one (settings.sweep_controller_function), else local mode's worker."""
-    if settings.sweep_controller_function:
-        return LambdaWaker(clients, settings.sweep_controller_function)
-    return _LocalWaker()
+    """Local mode's worker ("local"), the controller Lambda the stack names, or None: no controller is deployed."""
+    name = settings.sweep_controller_function
+    if not name:
+        return None
+    if name == LOCAL_CONTROLLER:
+        return _LocalWaker()
+    return LambdaWaker(clients, name)

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from pydantic import ValidationError
 
 from functions.adapters.sweeps import DynamoSweepRepository
-from functions.service.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest, SweepNotFound
+from functions.service.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest, SweepNotFound, Unsupported
 from functions.service.jobs import JobService
 from functions.service.principal import Principal
 from schemas.job import SubmitJobRequest
@@ -81,6 +81,7 @@ class SweepService:
     ) -> None:
         self.sweeps = sweeps
         self.jobs = jobs
+        self.deployed = waker is not None  # no controller: nothing would ever decide, so sweeps are refused
         self.waker = waker or NoWaker()
         self.clock = clock or jobs.clock
         self.ids = ids
@@ -91,6 +92,11 @@ class SweepService:
     # --- create and read -------------------------------------------------------------------------
 
     def create(self, request: SweepRequest, principal: Principal) -> Sweep:
+        if not self.deployed:
+            raise Unsupported(
+                "sweeps need the sweep controller, which this deployment does not run "
+                "(settings.sweep_controller_function is unset; local mode runs it in-process)"
+            )
         tuning = request.hyperparameter_tuning_config
         self._check(request, principal)
         if tuning.seed is None:

@@ -24,6 +24,9 @@ RECONCILE_SECONDS = 5.0
 
 
 def deploy(ctx: LocalContext) -> None:
+    from functions.adapters.sweeps_wake import LOCAL_CONTROLLER
+
+    ctx.set_setting("sweep_controller_function", LOCAL_CONTROLLER)
     ctx.add_background("sweeps", _serve)
 
 

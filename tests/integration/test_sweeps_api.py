@@ -42,7 +42,8 @@ def aws() -> Iterator[AwsClients]:
 @pytest.fixture
 def call(aws: AwsClients) -> Iterator[Any]:
     documented = document()["paths"]
-    composition.configure(settings=fresh_resources(aws, admin_arns=(ADMIN,)), clients=aws, workflow=RecordingWorkflow())
+    settings = fresh_resources(aws, admin_arns=(ADMIN,), sweep_controller_function="local")
+    composition.configure(settings=settings, clients=aws, workflow=RecordingWorkflow())
 
     def request(method: str, sweep_id: str | None = None, verb: str | None = None, *, body: Any = None, user: str = ALICE) -> Reply:
         event = copy.deepcopy(api_event("api_list_jobs", user_arn=user, query={}))
@@ -112,3 +113,15 @@ def test_a_template_post_jobs_would_refuse_is_refused(call: Any) -> None:
     body["job_template"]["resource_config"] = {"gpu_count": -3}
     reply = call("POST", body=body)
     assert reply.status == 422 and any(e["field"].startswith("job_template.resource_config") for e in reply.body["errors"])
+
+
+def test_without_a_sweep_controller_sweeps_are_refused_not_left_waiting(aws: AwsClients) -> None:
+    composition.configure(settings=fresh_resources(aws), clients=aws, workflow=RecordingWorkflow())
+    try:
+        event = copy.deepcopy(api_event("api_list_jobs", user_arn=ALICE, query={}))
+        event.update(resource=COLLECTION, path=COLLECTION, httpMethod="POST", pathParameters=None, body=json.dumps(sweep_body()))
+        event["requestContext"].update(resourcePath=COLLECTION, httpMethod="POST", path=f"/prod{COLLECTION}")
+        raw = api.lambda_handler(event, FakeLambdaContext())
+        assert raw["statusCode"] == 422 and "sweep controller" in json.loads(raw["body"])["message"]
+    finally:
+        composition.reset()
