@@ -262,3 +262,45 @@ def test_bayes_ends_closer_to_the_known_optimum_than_random_with_the_same_seed_a
     random = _best_distance(aws, "random", seed=5, trials=25)
     print(f"distance of the best trial to the optimum: bayes {bayes:.4f}, random {random:.4f}")
     assert bayes < random
+
+
+def test_a_preempted_trial_that_resumes_is_the_same_trial_and_counts_once(plane: Plane) -> None:
+    sweep_id = plane.create(maxTrials=1)
+    plane.controller.decide(sweep_id)
+    trial = plane.running(sweep_id)[0]
+    advance(plane.jobs.repo, trial.job_id, *TO_TRAINING)
+    plane.report(trial.job_id, 1, 0.2)
+    plane.report(trial.job_id, 2, 0.3)
+    # Preempted (resuming from its checkpoint): still the same running trial, nothing new starts
+    advance(plane.jobs.repo, trial.job_id, S.PREEMPTED, run_outcome="resume_preempted")
+    decision = plane.controller.decide(sweep_id)
+    assert decision.started == [] and plane.trials(sweep_id)[0].state == TrialState.RUNNING
+    # It resumes from step 1 and reports step 2 again: one value per step
+    advance(plane.jobs.repo, trial.job_id, *TO_TRAINING, run_outcome=None)
+    plane.report(trial.job_id, 2, 0.35)
+    plane.report(trial.job_id, 3, 0.4)
+    advance(plane.jobs.repo, trial.job_id, S.COMPLETED)
+    assert plane.controller.decide(sweep_id).status == "COMPLETED"
+    done = plane.trials(sweep_id)
+    assert len(done) == 1 and done[0].intermediate_values == {1: 0.2, 2: 0.35, 3: 0.4} and done[0].value == pytest.approx(0.4)
+
+
+def test_asha_prunes_a_trial_below_its_rung_and_keeps_its_rungs_in_the_table(plane: Plane) -> None:
+    asha = {"type": "asha", "minResource": 1, "reductionFactor": 2}
+    sweep_id = plane.create(maxTrials=3, maxParallelTrials=1, earlyStopping=asha)
+    for value in (0.9,):
+        plane.controller.decide(sweep_id)
+        job_id = plane.running(sweep_id)[0].job_id
+        advance(plane.jobs.repo, job_id, *TO_TRAINING)
+        for step in (1, 2):
+            plane.report(job_id, step, value)
+            plane.controller.decide(sweep_id)  # each report wakes the controller: it records the rung reached
+        advance(plane.jobs.repo, job_id, S.COMPLETED)
+        plane.controller.decide(sweep_id)
+    loser = plane.running(sweep_id)[0]
+    advance(plane.jobs.repo, loser.job_id, *TO_TRAINING)
+    plane.report(loser.job_id, 1, 0.1)
+    decision = plane.controller.decide(sweep_id)
+    assert decision.pruned == [loser.number]
+    stored = plane.trials(sweep_id)[loser.number]
+    assert "asha early stopping" in (stored.reason or "") and any(k.startswith("completed_rung_") for k in stored.system_attrs)
