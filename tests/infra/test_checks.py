@@ -334,6 +334,10 @@ def expected_actions(stage: str, retraining: bool) -> dict[str, set[str]]:
     if retraining:
         expected["api"] |= SCHEDULES
         expected["retraining"] = COMMON | {"sqs:SendMessage"} | JOBS | KEY | EXECUTIONS | TOKENS | engine["stop"]
+    # Sweeps (the session's synth builds the controller's bundle): whoever may change a trial wakes it
+    for waker in ("api", "lifecycle", "events"):
+        expected[waker] |= {"lambda:InvokeFunction"}
+    expected["sweeps_controller"] = COMMON | {"sqs:SendMessage"} | JOBS | KEY | EXECUTIONS | TOKENS | engine["stop"]
     return expected
 
 
