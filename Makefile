@@ -11,9 +11,9 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install test test-fast lint format demo bench bench-trainer synth bootstrap deploy openapi clean up
+.PHONY: install test test-fast lint format demo bench bench-trainer synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
 
-install: $(STAMP)
+install: $(STAMP) dashboard browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,12 +24,33 @@ $(STAMP): pyproject.toml
 	# an isolated build env (which would build it blind to torch), and without precompiled ops.
 	$(BIN)/python -m pip install --quiet setuptools wheel
 	DS_BUILD_OPS=0 $(BIN)/python -m pip install --quiet --no-build-isolation deepspeed==$(shell sed -n 's/^ *"deepspeed==\(.*\)",/\1/p' pyproject.toml)
-	$(BIN)/python -m pip install --quiet -e ".[all]"
+	# playwright (dev) drives the distribution's chromium (`make browser`): never download a browser build.
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pip install --quiet -e ".[all]"
 	rm -f $(VENV)/.installed-*
 	touch $@
 
 test: install
 	$(BIN)/python -m pytest
+
+# The web dashboard: dashboard/ (TypeScript, package-lock.json) builds into dashboard_assets/static, which is
+# committed (a pip install without node still carries it; a test checks it matches the source). Without
+# node this keeps the committed build.
+dashboard:
+	@if command -v npm >/dev/null 2>&1; then \
+		cd dashboard && { [ node_modules/.installed -nt package-lock.json ] || { npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; }; } \
+			&& npm run build; \
+	else \
+		echo "make dashboard: no node/npm here: keeping the committed build in dashboard_assets/static"; \
+	fi
+
+# The browser the dashboard tests drive: Debian's chromium and its driver (root installs them once).
+browser:
+	@if [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	else \
+		echo "make browser: /usr/bin/chromium is missing; install the distribution's chromium and chromium-driver (as root)"; \
+	fi
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not e2e and not slow"
@@ -46,6 +67,9 @@ format: install
 openapi: install
 	$(BIN)/python -m functions.handlers.openapi > schemas/openapi.json
 
+architectures: install  # schemas/model_architectures.json from the installed transformers (after upgrading it)
+	$(BIN)/python scripts/gen_model_architectures.py
+
 demo: install
 	$(BIN)/python examples/demo.py
 
@@ -55,6 +79,9 @@ bench: install
 
 bench-trainer: install
 	$(BIN)/python scripts/bench_trainer.py
+
+bench-dashboard: install
+	$(BIN)/python scripts/bench_dashboard.py
 
 # Offline: no AWS credentials, no Docker (docs/DEPLOY.md). SYNTH_ARGS: more -c key=value.
 synth: install
@@ -67,9 +94,11 @@ bootstrap: install
 # Needs AWS credentials and a Docker daemon (the trainer image is built here unless -c trainer_image_uri=...).
 deploy: install
 	$(CDK) deploy --app "$(BIN)/python infra/app.py" -c stage=$(STAGE) $(DEPLOY_ARGS)
+	# The web dashboard's files into its bucket (skipped by stacks deployed with -c dashboard=false).
+	$(BIN)/python -m infra.publish_dashboard --stack Trainplane-$(STAGE) --if-deployed
 
 up: install
-	$(BIN)/trainplane up --state-dir .state
+	$(BIN)/trainplane up --state-dir .state --allow-dir examples
 
 clean:
 	rm -rf $(VENV) cdk.out .pytest_cache .mypy_cache .ruff_cache .coverage

@@ -66,12 +66,14 @@ def write_dataset(path: Path, records: int = 320, seed: int = 0) -> Path:
 
 
 @contextmanager
-def local_mode(state_dir: Path, startup_timeout: float = 180.0) -> Iterator[Path]:
-    """`trainplane up --port 0` in a subprocess, until endpoint.json appears; SIGINT on the way out."""
+def local_mode(state_dir: Path, allow_dir: Path, startup_timeout: float = 180.0) -> Iterator[Path]:
+    """`trainplane up --port 0` in a subprocess, until endpoint.json appears; SIGINT on the way out.
+
+    Jobs may name local files only under `allow_dir` (docs/SECURITY.md): the demo's dataset lives there."""
     log_path = state_dir / "trainplane-up.log"
     endpoint_json = state_dir / ENDPOINT_FILE
     endpoint_json.unlink(missing_ok=True)  # a stale file from a killed run must not be mistaken for readiness
-    command = [sys.executable, "-m", "trainplane", "up", "--port", "0", "--state-dir", str(state_dir)]
+    command = [sys.executable, "-m", "trainplane", "up", "--port", "0", "--state-dir", str(state_dir), "--allow-dir", str(allow_dir)]
     with log_path.open("w") as log:
         process = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
@@ -194,13 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="Give up on the job after this many seconds.")
     args = parser.parse_args(argv)
 
-    state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="trainplane-demo-"))
+    scratch = None if args.state_dir else Path(tempfile.mkdtemp(prefix="trainplane-demo-"))
+    state_dir = args.state_dir or scratch / "state"  # type: ignore[operator]
+    # Beside the state dir, never inside it: no job may name a file of local mode's state directory.
+    data_dir = state_dir.parent / f"{state_dir.name}-data"
     state_dir.mkdir(parents=True, exist_ok=True)
     console.rule("trainplane demo")
     console.print(f"state directory: {state_dir}")
     try:
-        with local_mode(state_dir):
-            dataset = write_dataset(state_dir / "data" / "tiny-qa.jsonl")
+        with local_mode(state_dir, data_dir):
+            dataset = write_dataset(data_dir / "tiny-qa.jsonl")
             console.print(f"dataset: {dataset} ({sum(1 for _ in dataset.open())} records)")
             client = Client(state_dir=state_dir)
             job = client.submit(job_request(dataset), idempotency_key=f"demo-{state_dir.name}")
@@ -215,8 +220,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[red]demo failed:[/red] {exc}")
         return 1
     finally:
-        if args.state_dir is None and not args.keep:
-            shutil.rmtree(state_dir, ignore_errors=True)
+        if scratch is not None and not args.keep:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

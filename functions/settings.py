@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from functools import lru_cache
 from typing import Literal
@@ -9,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from functions import constants
+from schemas.access import BucketGrant
 
 PREFIX = "TRAINPLANE_"
 
@@ -67,6 +69,19 @@ class Settings(BaseModel):
     # Sweeps: the controller woken by the API and the lifecycle: "local" in local mode (an in-process worker,
     # infra/local/sweeps.py), a Lambda's name in AWS; None: no controller deployed, POST /sweeps is refused.
     sweep_controller_function: str | None = None
+    # Path confinement (docs/SECURITY.md). Buckets/prefixes outside the artifacts bucket that jobs may
+    # use: TRAINPLANE_BUCKET_GRANTS is a JSON list of {"uri", "access": "read"|"read-write", "principals"}
+    # (the cloud stack writes it from the CDK context `bucket_grants`).
+    bucket_grants: tuple[BucketGrant, ...] = ()
+    # Local mode only (`trainplane up` sets both): the directories whose files jobs may name
+    # (TRAINPLANE_LOCAL_ALLOWED_DIRS, os.pathsep-separated; `trainplane up --allow-dir DIR`), and the
+    # state directory, which no job may ever name. In the cloud both are empty: no local file is allowed.
+    local_allowed_dirs: tuple[str, ...] = ()
+    local_state_dir: str | None = None
+
+    @property
+    def local_mode(self) -> bool:
+        return self.local_state_dir is not None
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
@@ -76,7 +91,14 @@ class Settings(BaseModel):
             raw = env.get(PREFIX + name.upper())
             if raw is None:
                 continue
-            values[name] = tuple(a for a in raw.split(",") if a) if field.annotation == tuple[str, ...] else raw
+            if name == "bucket_grants":
+                values[name] = json.loads(raw) if raw.strip() else ()
+            elif name == "local_allowed_dirs":
+                values[name] = tuple(a for a in raw.split(os.pathsep) if a)
+            elif field.annotation == tuple[str, ...]:
+                values[name] = tuple(a for a in raw.split(",") if a)
+            else:
+                values[name] = raw
         if "region" not in values and env.get("AWS_REGION"):
             values["region"] = env["AWS_REGION"]
         return cls.model_validate(values)

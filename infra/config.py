@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from schemas.access import BucketGrant
+
 # CloudWatch Logs accepts only these retention periods (days).
 LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)
 
@@ -56,8 +58,14 @@ class StageConfig(BaseModel):
     # The deploying account is always allowed.
     api_allowed_account_ids: tuple[str, ...] = ()
     api_allowed_org_id: str | None = Field(default=None, pattern=r"^o-[a-z0-9]{10,32}$")
-    # A dashboard origin (https://...) allowed by CORS; None switches CORS off.
+    # A dashboard origin (https://...) allowed by CORS. None: the stack's own dashboard distribution when
+    # `dashboard` is on, else CORS off.
     cors_origin: str | None = None
+    # The web dashboard (CloudFront + assets bucket + Cognito sign-in, infra/constructs/dashboard.py).
+    dashboard: bool = True
+    # The Cognito Hosted UI domain prefix (<prefix>.auth.<region>.amazoncognito.com), unique per region;
+    # default trainplane-<stage>-<account>.
+    dashboard_auth_domain_prefix: str | None = Field(default=None, pattern=r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
     api_throttle_rate: float = Field(default=50.0, gt=0, le=10_000)
     api_throttle_burst: int = Field(default=100, ge=1, le=5_000)
     # An existing WAFv2 web ACL to associate with the API stage.
@@ -74,8 +82,13 @@ class StageConfig(BaseModel):
     trainer_base_image: str | None = None
     trainer_torch_version: str | None = Field(default=None, pattern=r"^\d+\.\d+\.\d+$")
     # S3 locations (s3://bucket/prefix) the trainer may READ training data from, besides the
-    # artifacts bucket's datasets/ prefix.
+    # artifacts bucket's datasets/ prefix: read grants for every principal (bucket_grants' shorthand).
     training_data_uris: tuple[str, ...] = ()
+    # Buckets/prefixes outside the artifacts bucket that jobs may use (docs/SECURITY.md): a list of
+    # {"uri": "s3://bucket[/prefix/]", "access": "read"|"read-write", "principals": ["*"|ARN, ...]}, in
+    # cdk.json or as `-c bucket_grants='[...]'` (JSON). The API checks each job's paths against them per
+    # principal; the trainer roles get IAM access to their union (IAM cannot tell principals apart there).
+    bucket_grants: tuple[BucketGrant, ...] = ()
     # Optional VPC for SageMaker jobs and EC2 instances; empty = the account's default networking.
     vpc_id: str | None = Field(default=None, pattern=r"^vpc-[0-9a-f]{8,17}$")
     subnet_ids: tuple[str, ...] = ()
@@ -145,6 +158,20 @@ class StageConfig(BaseModel):
             raise ValueError(f"not s3://bucket[/prefix] URIs (no wildcards): {', '.join(bad)}")
         return value
 
+    @field_validator("bucket_grants", mode="before")
+    @classmethod
+    def _grants(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            try:
+                return json.loads(value)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"bucket_grants: not a JSON list ({exc})") from exc
+        return value
+
+    def all_bucket_grants(self) -> tuple[BucketGrant, ...]:
+        """bucket_grants plus training_data_uris as read grants for everyone: what Settings.bucket_grants gets."""
+        return self.bucket_grants + tuple(BucketGrant(uri=u) for u in self.training_data_uris)
+
     @field_validator("subnet_ids")
     @classmethod
     def _subnets(cls, value: tuple[str, ...]) -> tuple[str, ...]:
@@ -211,6 +238,8 @@ def _coerce(cls: type[BaseModel], name: str, raw: Any) -> Any:
     if field is None or not isinstance(raw, str):
         return raw
     annotation = str(field.annotation)
+    if "BucketGrant" in annotation:
+        return raw  # JSON: StageConfig._grants parses it
     if "tuple" in annotation:
         return tuple(part.strip() for part in raw.split(",") if part.strip())
     if "ReservedConcurrency" in annotation:

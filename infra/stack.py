@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from aws_cdk import AssetHashType, CfnOutput, Stack
@@ -13,6 +14,7 @@ from infra.bundling import LambdaBundle
 from infra.config import ConfigError, StageConfig
 from infra.constructs.api import API, Api
 from infra.constructs.compute import ROOT_DEVICE, Compute
+from infra.constructs.dashboard import Dashboard
 from infra.constructs.events import EVENTS, Events
 from infra.constructs.function import settings_environment
 from infra.constructs.lifecycle import LIFECYCLE, Lifecycle, state_machine_arn
@@ -50,6 +52,8 @@ class TrainplaneStack(Stack):
         sweeps = Sweeps(self, "Sweeps", config=config) if sweeps_bundle is not None and SWEEPS.defined_in(sweeps_bundle.path) else None
 
         storage = Storage(self, "Storage", config=config)
+        dashboard = Dashboard(self, "Dashboard", config=config) if config.dashboard else None
+        cors_origin = config.cors_origin or (dashboard.origin if dashboard else None)
         compute = Compute(self, "Compute", config=config, storage=storage)
         environment = settings_environment(
             {
@@ -72,11 +76,24 @@ class TrainplaneStack(Stack):
                 "ec2_root_device_name": ROOT_DEVICE,
                 "trainer_log_group": compute.trainer_log_group.log_group_name,
                 "gpu_quotas": config.gpu_quotas or None,
-                "cors_origin": config.cors_origin,
+                "cors_origin": cors_origin,
+                "bucket_grants": _grants_json(config),
             }
         )
         lifecycle = Lifecycle(self, "Lifecycle", config=config, storage=storage, compute=compute, code=code, environment=environment)
-        api = Api(self, "Api", config=config, storage=storage, compute=compute, lifecycle=lifecycle, code=code, environment=environment)
+        api = Api(
+            self,
+            "Api",
+            config=config,
+            storage=storage,
+            compute=compute,
+            lifecycle=lifecycle,
+            code=code,
+            environment=environment,
+            cors_origin=cors_origin,
+        )
+        if dashboard:
+            dashboard.publish(api)
         events = Events(
             self, "Events", config=config, storage=storage, compute=compute, lifecycle=lifecycle, code=code, environment=environment
         )
@@ -123,6 +140,13 @@ class TrainplaneStack(Stack):
 
         CfnOutput(self, "ApiUrl", value=api.url, description="Base URL of the jobs API (SigV4, service execute-api)")
         CfnOutput(self, "ArtifactsBucketName", value=storage.artifacts_bucket.bucket_name)
+        if dashboard:
+            CfnOutput(self, "DashboardUrl", value=f"{dashboard.origin}/", description="The web dashboard (sign in with the user pool)")
+            CfnOutput(self, "DashboardUserPoolId", value=dashboard.user_pool.user_pool_id, description="Invite the team here")
+            # What `make deploy` uploads the page with (infra/publish_dashboard.py).
+            CfnOutput(self, "DashboardBucketName", value=dashboard.assets_bucket.bucket_name)
+            CfnOutput(self, "DashboardDistributionId", value=dashboard.distribution.distribution_id)
+            CfnOutput(self, "DashboardConfig", value=self.to_json_string(dashboard.settings), description="dashboard-config.json")
         CfnOutput(self, "JobsTableName", value=storage.jobs_table.table_name)
         CfnOutput(self, "TrainerImageUri", value=compute.image_uri)
         CfnOutput(self, "StateMachineArn", value=lifecycle.state_machine.state_machine_arn)
@@ -139,3 +163,9 @@ class TrainplaneStack(Stack):
             "RetrainingStatus",
             value="deployed" if retraining else f"not deployed: the bundle has no {RETRAINING.handler} yet",
         )
+
+
+def _grants_json(config: StageConfig) -> str | None:
+    """Settings.bucket_grants (TRAINPLANE_BUCKET_GRANTS) from the stage's bucket_grants and training_data_uris."""
+    grants = config.all_bucket_grants()
+    return json.dumps([g.model_dump(mode="json") for g in grants]) if grants else None

@@ -1,21 +1,83 @@
 """The five configs of a SubmitJobRequest (seeds/000_*.txt), with their defaults and ranges.
 
 Every model forbids unknown fields: a misspelt option is a 422 naming it, never silently dropped.
+Every number has bounds a real job can use and storage can hold (a float like 1e40 does not fit a
+DynamoDB number, a seed past 2**32-1 does not fit the samplers that take it), and no float may be NaN
+or Infinity: JSON cannot carry them, and a stored null would read back as "no limit".
 """
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, SerializationInfo, field_serializer, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    GetJsonSchemaHandler,
+    SecretStr,
+    SerializationInfo,
+    ValidationError,
+    ValidationInfo,
+    field_serializer,
+    model_validator,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
 
+# The built-in byte-level tokenizer (trainer/tokenizer.py): 256 bytes + PAD, BOS, EOS.
+BYTE_TOKENIZER_ID = "byte"
+BYTE_VOCAB_SIZE = 259
 Priority = Annotated[int, Field(ge=0, le=10, description="0 (lowest) to 10 (highest).")]
+# numpy's and torch's samplers take a 32-bit unsigned seed: a larger one fails inside the run.
+MAX_SEED = 2**32 - 1
+Seed = Annotated[int, Field(ge=0, le=MAX_SEED, description="0 to 2**32-1.")]
 StrMap = dict[str, str]
 
 
+def relocated(exc: ValidationError, prefix: tuple[str | int, ...], title: str) -> ValidationError:
+    """`exc`'s errors under `prefix` (raised in a validator, pydantic prefixes them with the field's own location)."""
+    details = [
+        InitErrorDetails(type=err["type"], loc=(*prefix, *err["loc"]), input=err["input"], ctx=err.get("ctx", {}))
+        if err["type"] not in _CUSTOM
+        else InitErrorDetails(type=PydanticCustomError(err["type"], err["msg"]), loc=(*prefix, *err["loc"]), input=err["input"])
+        for err in exc.errors()
+    ]
+    return ValidationError.from_exception_data(title, details)
+
+
+_CUSTOM = frozenset({"unknown_hyperparameter", "invalid_hyperparameter", "invalid_config"})
+
+
+# Validation context for records read back from storage: the rules added at submit since a record was
+# written (trainer rules, schemas/hyperparameters.py...) are not applied again, so an older job or policy
+# still reads (and a GET never fails on it); what is submitted, patched or fired is checked in full.
+STORED = {"stored": True}
+
+
+def is_stored(info: ValidationInfo) -> bool:
+    return bool(info.context and info.context.get("stored"))
+
+
+def s3_uri_problem(uri: str) -> str | None:
+    """Why the trainer could not read `uri` as s3://bucket/key (trainer/sources.py), or None."""
+    if not uri.startswith("s3://"):
+        return f"not an s3:// URI: {uri!r}"
+    if not uri[len("s3://") :].split("/", 1)[0]:
+        return f"s3 URI has no bucket: {uri!r}"
+    return None
+
+
+def raise_at(loc: tuple[str | int, ...], message: str, value: object, title: str) -> None:
+    """Raise a validation error located at `loc` under the model being validated (not at the model itself)."""
+    raise ValidationError.from_exception_data(
+        title, [InitErrorDetails(type=PydanticCustomError("invalid_config", message), loc=loc, input=value)]
+    )
+
+
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_enum_values=False, defer_build=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, use_enum_values=False, defer_build=True, allow_inf_nan=False)
 
 
 class TrainingType(StrEnum):
@@ -27,6 +89,10 @@ class TrainingType(StrEnum):
     CONTINUED_PRETRAIN = "CONTINUED_PRETRAIN"
     FULL_FINETUNE = "FULL_FINETUNE"
 
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return _offered_only(handler(core_schema), handler, UNSUPPORTED_TRAINING_TYPES)
+
 
 class FrameworkType(StrEnum):
     HF_TRAINER = "HF_TRAINER"
@@ -34,6 +100,19 @@ class FrameworkType(StrEnum):
     FSDP = "FSDP"
     MEGATRON = "MEGATRON"
     CUSTOM = "CUSTOM"
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        return _offered_only(handler(core_schema), handler, UNSUPPORTED_FRAMEWORKS)
+
+
+def _offered_only(schema: JsonSchemaValue, handler: GetJsonSchemaHandler, refused: dict[Any, str]) -> JsonSchemaValue:
+    """The enum's JSON schema (openapi.json) lists only what submit accepts; the refused values are named
+    in its description (they stay in the Python enum: the seed's API has them, and submit answers 422)."""
+    target = handler.resolve_ref_schema(schema)
+    target["enum"] = [value for value in target.get("enum", []) if value not in {str(r) for r in refused}]
+    target["description"] = "Refused at submit with a 422, not supported yet: " + "; ".join(refused.values()) + "."
+    return schema
 
 
 # Accepted in the schema (they are part of the seed's API) but refused at submit until the trainer
@@ -96,10 +175,37 @@ class BaseModelSpec(Strict):
         return ModelSource.HUB
 
     @model_validator(mode="after")
-    def _config_needs_architecture(self) -> BaseModelSpec:
+    def _config_needs_architecture(self, info: ValidationInfo) -> BaseModelSpec:
         if self.source == ModelSource.CONFIG and "architecture" not in self.model_kwargs:
             raise ValueError("model_kwargs.architecture is required when source is 'config' (e.g. 'llama')")
+        if is_stored(info):
+            return self
+        if self.source == ModelSource.CONFIG:
+            self._check_config_model()
+        if self.resolved_source() == ModelSource.S3 and s3_uri_problem(self.model_id):
+            raise_at(("model_id",), f"source is 's3': {s3_uri_problem(self.model_id)}", self.model_id, type(self).__name__)
+        if self.tokenizer_id and self.tokenizer_id.startswith("s3:") and s3_uri_problem(self.tokenizer_id):
+            raise_at(("tokenizer_id",), str(s3_uri_problem(self.tokenizer_id)), self.tokenizer_id, type(self).__name__)
         return self
+
+    def _check_config_model(self) -> None:
+        """What the trainer refuses about a model built from its config, without building it."""
+        from schemas.model_architectures import model_type_of, unknown_architecture_message
+
+        architecture = self.model_kwargs["architecture"]
+        if not isinstance(architecture, str) or model_type_of(architecture) is None:
+            raise_at(("model_kwargs", "architecture"), unknown_architecture_message(str(architecture)), architecture, type(self).__name__)
+        vocab_size = self.model_kwargs.get("vocab_size")
+        if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1):
+            raise_at(("model_kwargs", "vocab_size"), "must be a positive integer", vocab_size, type(self).__name__)
+        if self.tokenizer_id in (None, BYTE_TOKENIZER_ID) and isinstance(vocab_size, int) and vocab_size < BYTE_VOCAB_SIZE:
+            # A config-built model without a tokenizer of its own gets the byte tokenizer (trainer/tokenizer.py).
+            raise_at(
+                ("model_kwargs", "vocab_size"),
+                f"{vocab_size} does not cover the byte tokenizer's {BYTE_VOCAB_SIZE} tokens",
+                vocab_size,
+                type(self).__name__,
+            )
 
 
 class DistributedConfig(Strict):
@@ -152,6 +258,20 @@ class TrainingConfig(Strict):
     priority: Priority = 5
 
     @model_validator(mode="after")
+    def _trainer_accepts_hyperparameters(self, info: ValidationInfo) -> TrainingConfig:
+        # The trainer's own rules (schemas/hyperparameters.py), so a bad key fails at submit, not in
+        # PREPARING; each error is located at training_config.hyperparameters.<key>.
+        from schemas.hyperparameters import Hyperparameters
+
+        if is_stored(info):
+            return self
+        try:
+            Hyperparameters.parse(self.hyperparameters, self.training_type)
+        except ValidationError as exc:
+            raise relocated(exc, ("hyperparameters",), type(self).__name__) from None
+        return self
+
+    @model_validator(mode="after")
     def _deepspeed_precision(self) -> TrainingConfig:
         # float16 needs a dynamic loss scaler inside DeepSpeed's engine, whose state our checkpoints do
         # not carry; bfloat16 (autocast over fp32 weights, as for DDP/FSDP) needs none.
@@ -163,18 +283,24 @@ class TrainingConfig(Strict):
 
 class Sampling(Strict):
     fraction: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_samples: int | None = Field(default=None, ge=1)
-    seed: int | None = None
+    max_samples: int | None = Field(default=None, ge=1, le=2**63 - 1)
+    seed: Seed | None = None
 
 
 class DataSource(Strict):
-    path: str = Field(min_length=1, description="s3://bucket/key, a local path, or a directory of *.jsonl[.gz].")
+    path: str = Field(min_length=1, max_length=4096, description="s3://bucket/key, a local path, or a directory of *.jsonl[.gz].")
     type: Literal["jsonl"] = "jsonl"
     split: Literal["train", "validation"] = "train"
     format: Literal["jsonl", "jsonl.gz", "auto"] = "auto"
     columns: list[str] | None = Field(default=None, description="Column projection: only these fields are read.")
     filters: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Keep rows whose fields equal these values.")
     sampling: Sampling | None = None
+
+    @model_validator(mode="after")
+    def _readable_uri(self, info: ValidationInfo) -> DataSource:
+        if not is_stored(info) and self.path.startswith("s3:") and s3_uri_problem(self.path):
+            raise_at(("path",), str(s3_uri_problem(self.path)), self.path, type(self).__name__)
+        return self
 
 
 class PreprocessConfig(Strict):
@@ -196,16 +322,23 @@ class DataConfig(Strict):
     num_workers: int = Field(default=0, ge=0, le=128)
     pin_memory: bool = True
     validation_split: float = Field(default=0.0, ge=0.0, le=1.0)
-    seed: int = 42
+    seed: Seed = 42
+
+    @model_validator(mode="after")
+    def _something_to_train_on(self, info: ValidationInfo) -> DataConfig:
+        if not is_stored(info) and all(source.split == "validation" for source in self.sources):
+            raise_at(("sources",), "no source with split 'train' (every source is a validation source)", None, type(self).__name__)
+        return self
 
 
 class ResourceConfig(Strict):
     gpu_count: int = Field(default=1, ge=0, le=1024, description="GPUs per node; 0 is a CPU-only job.")
     gpu_type: str | None = Field(default=None, description="e.g. H100, A100-80GB, L4, A10G, T4.")
-    gpu_memory_min_mb: int | None = Field(default=None, ge=1)
-    cpu_cores: int | None = Field(default=None, ge=1)
-    ram_min_mb: int | None = Field(default=None, ge=1)
-    storage_min_mb: int | None = Field(default=None, ge=1)
+    # Upper bounds past the largest machines there are (a 24 TiB instance, a 64 TiB EBS volume).
+    gpu_memory_min_mb: int | None = Field(default=None, ge=1, le=1_048_576)
+    cpu_cores: int | None = Field(default=None, ge=1, le=4096)
+    ram_min_mb: int | None = Field(default=None, ge=1, le=33_554_432)
+    storage_min_mb: int | None = Field(default=None, ge=1, le=67_108_864)
     node_count: int = Field(default=1, ge=1, le=256, description="Nodes (instances) for multi-node training.")
     node_affinity: list[str] = Field(default_factory=list)
     node_anti_affinity: list[str] = Field(default_factory=list)
@@ -213,8 +346,8 @@ class ResourceConfig(Strict):
 
 class CheckpointConfig(Strict):
     save_strategy: SaveStrategy = SaveStrategy.STEPS
-    save_steps: int = Field(default=500, ge=1)
-    save_total_limit: int | None = Field(default=3, ge=1)
+    save_steps: int = Field(default=500, ge=1, le=100_000_000)
+    save_total_limit: int | None = Field(default=3, ge=1, le=1000)
     metric_for_best_model: str | None = None
     greater_is_better: bool | None = None
     save_on_each_node: bool = False
@@ -253,4 +386,9 @@ class SchedulingConfig(Strict):
     preemptible: bool = False
     max_runtime_seconds: int | None = Field(default=None, ge=1, le=28 * 24 * 3600)
     required_capabilities: list[str] = Field(default_factory=list)
-    max_cost_usd: float | None = Field(default=None, gt=0, description="Stop (with a checkpoint) before the estimated cost passes this.")
+    max_cost_usd: float | None = Field(
+        default=None,
+        ge=0.01,
+        le=1_000_000,
+        description="Stop (with a checkpoint) before the estimated cost passes this (0.01 to 1,000,000).",
+    )

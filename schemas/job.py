@@ -4,32 +4,57 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, field_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, ValidationInfo, field_serializer, model_validator
 
 from schemas.configs import (
+    STORED,
     UNSUPPORTED_FRAMEWORKS,
     UNSUPPORTED_TRAINING_TYPES,
     DataConfig,
+    FrameworkType,
     OutputConfig,
     ResourceConfig,
     SchedulingConfig,
     Strict,
     TrainingConfig,
     TrainingType,
+    is_stored,
+    raise_at,
 )
 from schemas.status import JobStatus
 
-LabelKey = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_.\-/]+$")]
+LabelKey = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_.\-/]+$")]  # = LABEL_KEY_PATTERN
+# Label values: any text but control characters (they would break list filters and log lines).
+LabelValue = Annotated[str, Field(max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")]
 JobName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")]
 MAX_LABELS = 32
+LABEL_KEY_PATTERN = r"^[A-Za-z0-9_.\-/]+$"
+
+
+def _label_keys_schema(schema: dict[str, Any]) -> None:
+    # pydantic writes the key rule as patternProperties, which lets any other key through as an
+    # additional property: say it as propertyNames, so the document allows no key the server refuses.
+    values = schema.pop("patternProperties", {}).get(LABEL_KEY_PATTERN, {"type": "string"})
+    schema["additionalProperties"] = values
+    schema["propertyNames"] = {"minLength": 1, "maxLength": 63, "pattern": LABEL_KEY_PATTERN}
+
+
+Labels = Annotated[
+    dict[LabelKey, LabelValue],
+    Field(
+        max_length=MAX_LABELS,
+        description=f"At most {MAX_LABELS}; keys 1-63 of A-Z a-z 0-9 _ . - /, values up to 256 characters without control characters.",
+        json_schema_extra=_label_keys_schema,
+    ),
+]
 
 
 class SubmitJobRequest(Strict):
     name: JobName
     description: str | None = Field(default=None, max_length=4096)
-    labels: dict[LabelKey, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict)
+    labels: Labels = Field(default_factory=dict)
     training_config: TrainingConfig
     data_config: DataConfig
     resource_config: ResourceConfig = Field(default_factory=ResourceConfig)
@@ -37,17 +62,55 @@ class SubmitJobRequest(Strict):
     scheduling_config: SchedulingConfig = Field(default_factory=SchedulingConfig)
 
     @model_validator(mode="after")
-    def _supported_and_consistent(self) -> SubmitJobRequest:
+    def _supported_and_consistent(self, info: ValidationInfo) -> SubmitJobRequest:
         tc = self.training_config
-        if len(self.labels) > MAX_LABELS:
-            raise ValueError(f"at most {MAX_LABELS} labels")
         if tc.training_type in UNSUPPORTED_TRAINING_TYPES:
             raise ValueError(UNSUPPORTED_TRAINING_TYPES[tc.training_type])
         if tc.framework.type in UNSUPPORTED_FRAMEWORKS:
             raise ValueError(UNSUPPORTED_FRAMEWORKS[tc.framework.type])
         if tc.training_type == TrainingType.QLORA and self.resource_config.gpu_count == 0:
             raise ValueError("QLORA needs a GPU (4-bit kernels are CUDA-only): set resource_config.gpu_count >= 1")
+        if not is_stored(info):
+            self._check_distributed()
+            self._check_hub_push()
         return self
+
+    def _check_distributed(self) -> None:
+        """The trainer's validate_framework (trainer/distributed.py) refusals that need no host."""
+        tc, rc = self.training_config, self.resource_config
+        world, nodes, gpus = tc.framework.distributed.world_size, rc.node_count, rc.gpu_count
+        here = ("training_config", "framework", "distributed", "world_size")
+        if world % nodes:
+            raise_at(here, f"world_size={world} is not a multiple of resource_config.node_count={nodes}", world, "SubmitJobRequest")
+        if gpus > 0 and world > 1 and world // nodes > gpus:
+            raise_at(
+                here,
+                f"world_size={world} over {nodes} node(s) needs {world // nodes} GPUs per node; resource_config.gpu_count={gpus}",
+                world,
+                "SubmitJobRequest",
+            )
+        if world > 1 and tc.training_type == TrainingType.QLORA and tc.framework.type in (FrameworkType.FSDP, FrameworkType.DEEPSPEED):
+            why = (
+                "4-bit weights cannot be sharded by FSDP2"
+                if tc.framework.type == FrameworkType.FSDP
+                else "ZeRO does not partition 4-bit weights"
+            )
+            raise_at(
+                ("training_config", "framework", "type"),
+                f"QLORA with {tc.framework.type.value} is not supported ({why}); use HF_TRAINER (DDP)",
+                tc.framework.type.value,
+                "SubmitJobRequest",
+            )
+
+    def _check_hub_push(self) -> None:
+        out = self.output_config
+        if out.push_to_hub and out.hub_token is None and not self.training_config.environment.get("HF_TOKEN"):
+            raise_at(
+                ("output_config", "hub_token"),
+                "push_to_hub needs output_config.hub_token (or HF_TOKEN in training_config.environment)",
+                None,
+                "SubmitJobRequest",
+            )
 
     @property
     def effective_priority(self) -> int:
@@ -205,13 +268,15 @@ class Job(BaseModel):
         return self.scheduling_config.queue
 
     def submit_request(self) -> SubmitJobRequest:
-        return SubmitJobRequest(
-            name=self.name,
-            description=self.description,
-            labels=self.labels,
-            training_config=self.training_config,
-            data_config=self.data_config,
-            resource_config=self.resource_config,
-            output_config=self.output_config,
-            scheduling_config=self.scheduling_config,
-        )
+        """The request this job was made from, as stored (a retry or PATCH validates what it makes of it in full)."""
+        fields = {
+            "name": self.name,
+            "description": self.description,
+            "labels": self.labels,
+            "training_config": self.training_config,
+            "data_config": self.data_config,
+            "resource_config": self.resource_config,
+            "output_config": self.output_config,
+            "scheduling_config": self.scheduling_config,
+        }
+        return SubmitJobRequest.model_validate(fields, context=STORED)

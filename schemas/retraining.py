@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from schemas.configs import Strict
+from schemas.configs import Strict, is_stored
 from schemas.job import MAX_LABELS, JobName, SubmitJobRequest
 from schemas.schedule_expr import parse_schedule_expression
 
@@ -29,7 +29,7 @@ _LABEL_KEY = re.compile(r"^[A-Za-z0-9_.\-/]{1,63}$")
 class S3Trigger(Strict):
     """New objects under a prefix (EventBridge 'Object Created' from S3)."""
 
-    type: Literal["s3"] = "s3"
+    type: Literal["s3"]  # the union's discriminator: required (as the server has always required it)
     bucket: str | None = Field(
         default=None,
         pattern=r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$",
@@ -40,7 +40,7 @@ class S3Trigger(Strict):
 
 
 class ScheduleTrigger(Strict):
-    type: Literal["schedule"] = "schedule"
+    type: Literal["schedule"]  # the union's discriminator: required (as the server has always required it)
     expression: str = Field(description="EventBridge Scheduler syntax: cron(min hour dom month dow year) or rate(N unit).")
     timezone: str = Field(default="UTC", description="IANA time zone the cron fields are read in (ScheduleExpressionTimezone).")
 
@@ -65,7 +65,7 @@ class ScheduleTrigger(Strict):
 class EventPatternTrigger(Strict):
     """Any EventBridge event pattern, e.g. a model-monitor drift alarm's state change."""
 
-    type: Literal["event"] = "event"
+    type: Literal["event"]  # the union's discriminator: required (as the server has always required it)
     pattern: dict[str, Any]
 
     @field_validator("pattern")
@@ -139,6 +139,8 @@ class RetrainingPolicyRequest(Strict):
     @classmethod
     def _mapping_targets_exist(cls, mappings: list[InputMapping], info: ValidationInfo) -> list[InputMapping]:
         template_model = info.data.get("job_template")
+        if is_stored(info):
+            return mappings  # checked when created or patched, and the job it makes is checked when it fires
         if not isinstance(template_model, SubmitJobRequest):
             return mappings  # the template itself is invalid and reported on its own
         template = template_model.model_dump(mode="python")
@@ -218,6 +220,14 @@ def _split_target(target: str) -> list[str | int]:
 
 def target_problem(document: dict[str, Any], target: str) -> str | None:
     """Why `target` does not name a settable field of `document` (None when it does)."""
+    hyperparameters = "training_config.hyperparameters."
+    if target.startswith(hyperparameters):
+        from schemas.hyperparameters import known_hyperparameters
+
+        key = target.removeprefix(hyperparameters)
+        if key not in known_hyperparameters():
+            return f"{key!r} is not a hyperparameter the trainer knows (known: {', '.join(known_hyperparameters())})"
+        return None
     for free in _FREE_KEY_MAPS:
         if target.startswith(free + "."):
             return None

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.access import AccessSet
 from schemas.configs import DataConfig, OutputConfig, ResourceConfig, TrainingConfig
 
 # --- Environment (each overrides the SageMaker default path in brackets) -------------------------
@@ -101,6 +102,11 @@ class RunSpec(BaseModel):
     metrics_uri: str | None = None
     output_uri: str | None = None
     max_runtime_seconds: int | None = None
+    access: AccessSet | None = Field(
+        default=None,
+        description="What this job may read and write (docs/SECURITY.md); the trainer refuses any other path. "
+        "The control plane always sets it; None is a hand-made spec for a trainer run outside trainplane.",
+    )
 
 
 # --- Metric lines on stdout (SageMaker MetricDefinitions) ------------------------------------------

@@ -41,11 +41,15 @@ def _stored_trials(n: int) -> tuple[Any, list[Any]]:
             "method": "bayes",
             "maxTrials": n + 1,
             "metric": {"name": "score", "goal": "maximize"},
+            # In the trial's environment (a CUSTOM script's knobs; hyperparameters are the trainer's own list)
             "parameters": {
-                "x": {"type": "double", "min": -2.0, "max": 2.0},
-                "y": {"type": "double", "min": 0.0001, "max": 1.0, "scale": "log"},
-                "layers": {"type": "int", "min": 1, "max": 8},
-                "optimizer": {"type": "categorical", "values": ["adamw", "sgd", "lion"]},
+                name: {**spec, "target": f"training_config.environment.{name.upper()}"}
+                for name, spec in {
+                    "x": {"type": "double", "min": -2.0, "max": 2.0},
+                    "y": {"type": "double", "min": 0.0001, "max": 1.0, "scale": "log"},
+                    "layers": {"type": "int", "min": 1, "max": 8},
+                    "optimizer": {"type": "categorical", "values": ["adamw", "sgd", "lion"]},
+                }.items()
             },
             "seed": 1,
         }
@@ -112,10 +116,12 @@ def _bench_decide_on_moto(runs: int, tuning: Any, trials: list[Any]) -> dict[str
         for run in range(runs):
             settings = Settings(jobs_table=f"bench-{run}", idempotency_table=f"bench-idem-{run}", artifacts_bucket=f"bench-{run}")
             create_tables(clients.dynamodb(), settings.jobs_table, settings.idempotency_table)
+            clients.s3().create_bucket(Bucket=settings.artifacts_bucket)
             repo = DynamoSweepRepository(clients, settings.jobs_table)
             jobs = JobService(DynamoJobRepository(clients, settings.jobs_table), InMemoryArtifactStore(), RecordingWorkflow(), settings)
-            template = request_body()
-            template["training_config"]["framework"] = {"type": "CUSTOM", "custom_script_path": "/bench/train.py"}
+            bucket = settings.artifacts_bucket
+            template = request_body(data_config={"sources": [{"path": f"s3://{bucket}/shared/train.jsonl"}], "batch_size": 2})
+            template["training_config"]["framework"] = {"type": "CUSTOM", "custom_script_path": f"s3://{bucket}/shared/quadratic.py"}
             now = datetime.now(UTC)
             sweep = Sweep.model_validate(
                 {
@@ -139,7 +145,8 @@ def _bench_decide_on_moto(runs: int, tuning: Any, trials: list[Any]) -> dict[str
             t0 = time.perf_counter()
             decision = controller.decide("swp-bench")
             decide.append(time.perf_counter() - t0)
-            assert decision.started == [len(trials)], decision
+            started = repo.load("swp-bench")[1][-1]
+            assert decision.started == [len(trials)] and started.job_id, (decision, started.reason)
     return {"decide": decide, "query": query}
 
 
@@ -153,13 +160,17 @@ def bench_local(trials: int) -> list[float]:
     try:
         template = request_body(name="bench")
         template["training_config"]["framework"] = {"type": "CUSTOM", "custom_script_path": str(script)}
-        template["training_config"]["hyperparameters"] = {"steps": "2", "step_seconds": "0.1"}
+        template["training_config"]["hyperparameters"] = {"max_steps": "2"}
+        template["training_config"]["environment"] = {"STEP_SECONDS": "0.1"}
         config = {
             "method": "random",
             "maxTrials": trials,
             "maxParallelTrials": 1,
             "metric": {"name": "score", "goal": "maximize"},
-            "parameters": {"x": {"type": "double", "min": 0.0, "max": 1.0}, "y": {"type": "double", "min": 0.0, "max": 1.0}},
+            "parameters": {
+                name: {"type": "double", "min": 0.0, "max": 1.0, "target": f"training_config.environment.{name.upper()}"}
+                for name in ("x", "y")
+            },
         }
         reply = plane.request("POST", "/sweeps", json={"name": "bench", "job_template": template, "hyperParameterTuningConfig": config})
         reply.raise_for_status()

@@ -10,6 +10,7 @@ from functions.adapters.launchers.base import LaunchRequest
 from functions.settings import Settings
 from schemas.configs import DataConfig, DataSource, OutputConfig, ResourceConfig, TrainingConfig
 from schemas.trainer import RunSpec
+from tests.fake_trainer import knobs_apart
 
 EVENTS_DIR = Path(__file__).parent / "events"
 BUCKET = "trainplane-artifacts"
@@ -45,12 +46,13 @@ def make_run_spec(
     hyperparameters: dict[str, str] | None = None,
     max_runtime_seconds: int | None = None,
 ) -> RunSpec:
+    hyperparameters, knobs = knobs_apart(hyperparameters if hyperparameters is not None else {"max_steps": "20", "learning_rate": "0.001"})
     training = TrainingConfig.model_validate(
         {
             "training_type": "LORA",
             "base_model": {"model_id": "tiny", "source": "config", "tokenizer_id": "byte", "model_kwargs": {"architecture": "llama"}},
-            "hyperparameters": hyperparameters if hyperparameters is not None else {"max_steps": "20", "learning_rate": "0.001"},
-            "environment": environment or {},
+            "hyperparameters": hyperparameters,
+            "environment": {**knobs, **(environment or {})},
         }
     )
     return RunSpec(

@@ -4,9 +4,11 @@ Run as `python -m tests.fake_trainer` with the LocalLauncher's environment. It r
 resumes from `resume_from` (or the latest checkpoint under `checkpoint_uri`), "trains" `max_steps`
 steps of `fake_step_seconds`, writes a checkpoint (files, then manifest.json last) every
 `output_config.checkpoint.save_steps` steps, prints TRAINPLANE_EVENT lines, and exits with the
-contract's codes. On SIGTERM it saves a checkpoint and exits 75. Hyperparameters (strings):
-  max_steps, fake_step_seconds, fake_fail_at_step + fake_exit_code (+ fake_failure "Reason: message"),
-  fake_hang_at_step (stops reporting and sleeps: a stuck trainer), fake_ignore_sigterm ("true").
+contract's codes. On SIGTERM it saves a checkpoint and exits 75. Knobs (strings): the hyperparameter
+max_steps, and in training_config.environment (submit refuses hyperparameters the real trainer does
+not know; `knobs_apart` moves them there) fake_step_seconds, fake_fail_at_step + fake_exit_code
+(+ fake_failure "Reason: message"), fake_hang_at_step (stops reporting and sleeps: a stuck trainer),
+fake_ignore_sigterm ("true").
 """
 
 from __future__ import annotations
@@ -109,10 +111,19 @@ def save(spec: RunSpec, step: int, loss: float) -> None:
     emit(TrainerEventKind.PHASE, phase="TRAINING")
 
 
+def knobs_apart(values: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(hyperparameters, environment): the fake trainer's knobs (fake_*) travel in the environment."""
+    knobs = {k: v for k, v in values.items() if k.startswith(FAKE_PREFIX)}
+    return {k: v for k, v in values.items() if k not in knobs}, knobs
+
+
+FAKE_PREFIX = "fake_"
+
+
 def main() -> int:
     signal.signal(signal.SIGTERM, _on_term)
     spec = RunSpec.model_validate_json(read_text(os.environ[ENV_RUN_SPEC]))
-    hp = spec.training_config.hyperparameters
+    hp = {**spec.training_config.hyperparameters, **spec.training_config.environment}
     if hp.get("fake_ignore_sigterm") == "true":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a trainer that never honours a graceful stop
     max_steps = int(hp.get("max_steps", "5"))

@@ -257,6 +257,9 @@ class InMemoryArtifactStore:
     def list_keys(self, prefix: str) -> list[str]:
         return sorted(k for k in self.objects if k.startswith(prefix))
 
+    def first_keys(self, prefix: str, limit: int) -> list[str]:
+        return self.list_keys(prefix)[:limit]
+
 
 @dataclass
 class WorkflowCall:

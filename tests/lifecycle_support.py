@@ -28,6 +28,7 @@ from functions.service.scheduler import LocalCapacity, Scheduler
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
 from schemas.job import Actor, Job, PendingAction, StatusEvent, SubmitJobRequest
 from schemas.status import JobStatus
+from tests.fake_trainer import knobs_apart
 from tests.fakes import InMemoryJobRepository
 
 FAKE_TRAINER = (sys.executable, "-m", "tests.fake_trainer")
@@ -79,13 +80,14 @@ class InMemoryLedger:
 def make_request(
     name: str = "job", *, max_steps: int = 6, save_steps: int = 2, step_seconds: float = 0.05, **overrides: Any
 ) -> SubmitJobRequest:
-    hp = {"max_steps": str(max_steps), "fake_step_seconds": str(step_seconds), **overrides.pop("hyperparameters", {})}
+    hp, knobs = knobs_apart({"max_steps": str(max_steps), "fake_step_seconds": str(step_seconds), **overrides.pop("hyperparameters", {})})
     body: dict[str, Any] = {
         "name": name,
         "training_config": {
             "training_type": "SFT",
             "base_model": {"model_id": "tiny", "source": "config", "tokenizer_id": "byte", "model_kwargs": {"architecture": "llama"}},
             "hyperparameters": hp,
+            "environment": knobs,
             **overrides.pop("training_config", {}),
         },
         "data_config": {"sources": [{"path": "/tmp/data.jsonl"}]},
@@ -131,6 +133,9 @@ class S3Artifacts:
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix):
             keys.extend(obj["Key"] for obj in page.get("Contents", []))
         return sorted(keys)
+
+    def first_keys(self, prefix: str, limit: int) -> list[str]:
+        return self.list_keys(prefix)[:limit]
 
     def list_manifests(self, job_id: str) -> list[CheckpointManifest]:
         keys = [k for k in self.list_keys(constants.checkpoints_prefix(job_id)) if k.endswith("/" + MANIFEST_NAME)]

@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import sys
+import webbrowser
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,8 +30,9 @@ from schemas.api import MetricsPoint
 from schemas.job import Job
 from schemas.status import JobStatus
 from trainplane.client import Client
+from trainplane.dashboard_signin import CODE_TTL_SECONDS, issue_code
 from trainplane.endpoint import resolve, state_dir_of
-from trainplane.errors import TrainplaneError, WaitTimeout
+from trainplane.errors import EndpointNotConfigured, TrainplaneError, WaitTimeout
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -131,15 +133,24 @@ def up(
     port: Annotated[int, typer.Option(min=0, max=65535, help="0 picks a free port (see endpoint.json).")] = 8080,
     state_dir: Annotated[Path | None, typer.Option(help="Where jobs, history and bucket objects persist.")] = None,
     compute: Annotated[Compute, typer.Option(help="Where training runs.")] = Compute.LOCAL,
+    allow_dir: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--allow-dir",
+            help="A directory whose files jobs may name (repeatable; also $TRAINPLANE_LOCAL_ALLOWED_DIRS). Never the state dir.",
+        ),
+    ] = None,
 ) -> None:
-    """Serve the whole control plane on this machine (emulated AWS, no account needed) until Ctrl-C."""
+    """Serve the whole control plane on this machine (emulated AWS, no account needed) until Ctrl-C.
+
+    Jobs may name local files only under the --allow-dir directories (docs/SECURITY.md)."""
     directory = state_dir or state_dir_of(_opts(ctx).state_dir)
     try:
         from trainplane.local.up import run_up  # the heavy local-mode stack loads only for this command
     except ImportError as exc:
         err.print(f"[red]error[/red] local mode is not available: {exc} (install with: pip install 'trainplane[local]')")
         raise typer.Exit(1) from exc
-    run_up(host, port, directory, compute.value)
+    run_up(host, port, directory, compute.value, allow_dirs=allow_dir or [])
 
 
 @app.command()
@@ -159,6 +170,35 @@ def endpoint(ctx: typer.Context) -> None:
         info["aws_endpoint_url"] = r.local.aws_endpoint_url or ""
         info["bucket"] = r.local.bucket or ""
     _print_mapping(o, info)
+
+
+@app.command()
+@handles_api_errors
+def dashboard(
+    ctx: typer.Context,
+    open_browser: Annotated[bool, typer.Option("--open/--no-open", help="Open the page in the default browser.")] = True,
+) -> None:
+    """Open local mode's web dashboard signed in as a principal of endpoint.json (--principal NAME)."""
+    o = _opts(ctx)
+    r = resolve(o.endpoint, region=o.region, state_dir=o.state_dir, principal=o.principal)
+    if r.local is None:
+        raise EndpointNotConfigured(
+            f"{r.url} is not a local-mode endpoint: in the cloud, open the stack's DashboardUrl output and sign in "
+            "with your team account (docs/DEPLOY.md)"
+        )
+    principal = r.local.principal_with_key(r.credentials.access_key)
+    if principal is None:
+        raise EndpointNotConfigured(f"the signing keys are not a principal of {r.local.path}: pass --principal NAME")
+    # A single-use code in the URL fragment (never sent to a server); trainplane/dashboard_signin.py.
+    code = issue_code(r.local.path.parent, principal.name)
+    url = f"{r.local.api_url.rstrip('/')}/#code={code}"
+    if o.json:
+        _print_raw({"url": url, "principal": principal.name, "expires_in_seconds": CODE_TTL_SECONDS})
+    else:
+        out.print(f"dashboard for {principal.name}: {url}")
+        out.print(f"(the link signs in once, within {CODE_TTL_SECONDS // 60} minutes)")
+    if open_browser:
+        webbrowser.open(url)
 
 
 @app.command()

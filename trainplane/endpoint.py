@@ -3,6 +3,10 @@
 Endpoint: an explicit argument (--endpoint) > env TRAINPLANE_ENDPOINT > the endpoint.json that a running
 `trainplane up` writes into its state directory (--state-dir > env TRAINPLANE_STATE_DIR > ./.state).
 
+A local endpoint.json records the pid and host of the `trainplane up` that wrote it: when that process
+is gone (killed with -9, crashed), the file is stale and reading it raises StaleEndpoint, which says so,
+instead of a client retrying a dead port. The next `up` on that state dir replaces it.
+
 Credentials: explicit ones > for a local-mode endpoint, `--principal NAME` from endpoint.json > the
 standard AWS chain (botocore). A local front door knows only the principals it wrote into endpoint.json,
 so for a local endpoint the chain's keys are used only when they are one of those principals (e.g.
@@ -15,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +27,7 @@ from typing import Any
 import botocore.session
 from botocore.credentials import Credentials, ReadOnlyCredentials
 
-from trainplane.errors import EndpointNotConfigured
+from trainplane.errors import EndpointNotConfigured, StaleEndpoint
 
 ENDPOINT_FILE = "endpoint.json"
 ENV_ENDPOINT = "TRAINPLANE_ENDPOINT"
@@ -55,6 +60,7 @@ class LocalEndpoint:
     bucket: str | None
     principals: tuple[Principal, ...]
     path: Path
+    pid: int | None = None
 
     def principal(self, name: str) -> Principal:
         for p in self.principals:
@@ -85,7 +91,10 @@ def state_dir_of(state_dir: str | os.PathLike[str] | None = None) -> Path:
 
 
 def read_endpoint_file(state_dir: str | os.PathLike[str] | None = None) -> LocalEndpoint | None:
-    """The local endpoint.json, or None if no local mode is running there."""
+    """The local endpoint.json, or None if no local mode is running there.
+
+    StaleEndpoint if the file is there but the process that wrote it is gone.
+    """
     path = state_dir_of(state_dir) / ENDPOINT_FILE
     try:
         raw: dict[str, Any] = json.loads(path.read_text())
@@ -98,16 +107,36 @@ def read_endpoint_file(state_dir: str | os.PathLike[str] | None = None) -> Local
             Principal(name=c["name"], access_key_id=c["access_key_id"], secret_access_key=c["secret_access_key"], arn=c.get("arn", ""))
             for c in raw.get("credentials", [])
         )
-        return LocalEndpoint(
+        local = LocalEndpoint(
             api_url=_normalise(raw["api_url"]),
             region=raw.get("region") or DEFAULT_REGION,
             aws_endpoint_url=raw.get("aws_endpoint_url"),
             bucket=raw.get("bucket"),
             principals=principals,
             path=path,
+            pid=raw["pid"] if isinstance(raw.get("pid"), int) else None,
         )
     except (KeyError, TypeError) as exc:
         raise EndpointNotConfigured(f"{path} is not a trainplane endpoint file (missing {exc})") from exc
+    if local.pid is not None and raw.get("hostname") in (None, socket.gethostname()) and not _process_alive(local.pid):
+        raise StaleEndpoint(
+            f"{path} is stale: the `trainplane up` that wrote it (pid {local.pid}) is no longer running "
+            f"(killed, or crashed); start it again with `trainplane up --state-dir {path.parent}`, which replaces the file"
+        )
+    return local
+
+
+def _process_alive(pid: int) -> bool:
+    # Only meaningful on the host that wrote the file (checked by the caller).
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
 
 
 def region_from_url(url: str) -> str | None:
@@ -125,7 +154,12 @@ def resolve(
     principal: str | None = None,
 ) -> ResolvedEndpoint:
     """Apply the precedence rules of this module's docstring; EndpointNotConfigured if nothing is found."""
-    local = read_endpoint_file(state_dir)
+    try:
+        local = read_endpoint_file(state_dir)
+    except StaleEndpoint:
+        if not (endpoint or os.environ.get(ENV_ENDPOINT)):
+            raise
+        local = None  # an endpoint named explicitly does not need the stale file
     if endpoint:
         url, url_source = _normalise(endpoint), "argument"
     elif os.environ.get(ENV_ENDPOINT):

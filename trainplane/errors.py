@@ -62,6 +62,10 @@ class EndpointNotConfigured(TrainplaneError):
         super().__init__(None, message)
 
 
+class StaleEndpoint(EndpointNotConfigured):
+    """A local endpoint.json whose `trainplane up` is gone (kill -9): nothing listens there any more."""
+
+
 class WaitTimeout(TrainplaneError, TimeoutError):
     """wait() gave up: the job had not reached the wanted statuses in time."""
 

@@ -1,7 +1,10 @@
 """A CUSTOM trial script whose metric is a known function of its hyperparameters (docs/SWEEPS.md).
 
-score(x, y) = 1 - (x - 0.3)**2 - (y - 0.7)**2, best at x=0.3, y=0.7. It reports `score` once per step
-as a trainer `metrics` event (the sweep's metric), sleeping `--step_seconds` between steps. On SIGTERM
+score(x, y) = 1 - (x - 0.3)**2 - (y - 0.7)**2, best at x=0.3, y=0.7. x and y come from the environment
+(X, Y: a sweep sets them with targets training_config.environment.X / .Y; hyperparameters are checked
+against the trainer's own list at submit) or from --x/--y; the run lasts `--max_steps` steps (the
+max_steps hyperparameter) of STEP_SECONDS each. It reports `score` once per step as a trainer `metrics`
+event (the sweep's metric). On SIGTERM
 (pause, preemption) it saves a checkpoint (its step) under TRAINPLANE_CHECKPOINT_DIR, reports it and
 exits 75; run again with `resume_from` in its run spec, it goes on from that step.
 """
@@ -26,10 +29,10 @@ def event(kind: str, **data: object) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--x", type=float, default=0.0)
-    parser.add_argument("--y", type=float, default=0.0)
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--step_seconds", type=float, default=0.2)
+    parser.add_argument("--x", type=float, default=float(os.environ.get("X", "0")))
+    parser.add_argument("--y", type=float, default=float(os.environ.get("Y", "0")))
+    parser.add_argument("--max_steps", type=int, default=3)
+    parser.add_argument("--step_seconds", type=float, default=float(os.environ.get("STEP_SECONDS", "0.2")))
     args, _ = parser.parse_known_args()
     with open(os.environ["TRAINPLANE_RUN_SPEC"]) as f:
         spec = json.load(f)
@@ -51,7 +54,7 @@ def main() -> int:
         sys.exit(75)
 
     signal.signal(signal.SIGTERM, stop)
-    while step < args.steps:
+    while step < args.max_steps:
         time.sleep(args.step_seconds)
         step += 1
         event("metrics", step=step, score=score(args.x, args.y))

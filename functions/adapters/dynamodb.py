@@ -21,7 +21,8 @@ from functions import constants as c
 from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
 from functions.adapters.ports import JobQuery, Transition
-from functions.service.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
+from functions.service.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, TooLarge
+from schemas.configs import STORED
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of
 
@@ -163,11 +164,13 @@ class DynamoJobRepository:
     # --- writes ----------------------------------------------------------------------------------
 
     def create(self, job: Job, first_event: StatusEvent) -> None:
+        item = items.job_item(job)
+        _check_submitted_size(item)
         writes = [
             {
                 "Put": {
                     "TableName": self.table,
-                    "Item": items.job_item(job),
+                    "Item": item,
                     "ConditionExpression": "attribute_not_exists(#pk)",
                     "ExpressionAttributeNames": {"#pk": c.PK},
                 }
@@ -229,6 +232,8 @@ class DynamoJobRepository:
             raise ConcurrentModification(job_id, f"expected version {expected_version}, found {current.version}")
         now = self._clock()
         new = _apply(current, {**changes, "version": current.version + 1, "updated_at": now})
+        if set(changes) & items.SUBMITTED_FIELDS:
+            _check_submitted_size(items.job_item(new))  # a PATCH grows what was submitted
         update = _update_expression(new, [*changes, "version", "updated_at"], reindex=True)
         update.update(TableName=self.table, Key=_meta_key(job_id), ConditionExpression="#version = :expected")
         update["ExpressionAttributeNames"]["#version"] = "version"
@@ -412,6 +417,16 @@ class DynamoJobRepository:
                 raise RuntimeError(f"could not delete {len(request.get(self.table, []))} history items of a job")
 
 
+def _check_submitted_size(item: Mapping[str, Any]) -> None:
+    size = items.submitted_size(item)
+    if size > items.SUBMITTED_JOB_MAX_BYTES:
+        raise TooLarge(
+            "body",
+            f"the job takes {size:,} bytes as stored; a job's request may take at most {items.SUBMITTED_JOB_MAX_BYTES:,} bytes "
+            f"(DynamoDB's item limit is {items.MAX_ITEM_BYTES:,} bytes, the rest is kept for what its runs record)",
+        )
+
+
 def _meta_key(job_id: str) -> dict[str, Any]:
     return {c.PK: {"S": items.job_pk(job_id)}, c.SK: {"S": items.META}}
 
@@ -429,7 +444,8 @@ def _apply(job: Job, changes: Mapping[str, Any]) -> Job:
     """The job with `changes` applied, validated as a whole (a bad value fails here, before writing)."""
     document = job.model_dump()
     document.update(changes)
-    return Job.model_validate(document)
+    # As stored: what a caller submits or patches was checked in full before (service layer).
+    return Job.model_validate(document, context=STORED)
 
 
 def _update_expression(new: Job, fields: list[str], *, reindex: bool) -> dict[str, Any]:

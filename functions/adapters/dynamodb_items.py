@@ -14,6 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from functions import constants as c
+from schemas.configs import STORED
 from schemas.job import Job, StatusEvent
 from schemas.status import JobStatus
 
@@ -207,9 +208,55 @@ def index_attrs(job: Job) -> dict[str, dict[str, str]]:
     return attrs
 
 
+# DynamoDB refuses an item over 400 KB. What a caller submits may take at most this much of a job's
+# item: the rest is kept for what its runs record later (up to MAX_CHECKPOINT_REFS checkpoint refs with
+# their metrics, costs per attempt, progress, error messages), so that no later write hits the limit.
+MAX_ITEM_BYTES = 400 * 1024
+SUBMITTED_JOB_MAX_BYTES = 256 * 1024
+# The job fields a caller writes (submit, PATCH); everything else is the control plane's bookkeeping.
+SUBMITTED_FIELDS = frozenset(
+    {"name", "description", "labels", "training_config", "data_config", "resource_config", "output_config", "scheduling_config"}
+)
+
+
+def item_size(item: Mapping[str, Any]) -> int:
+    """An item's size as DynamoDB counts it against the 400 KB limit (attribute names + values)."""
+    return sum(len(name.encode()) + _value_size(value) for name, value in item.items())
+
+
+def _value_size(value: Mapping[str, Any]) -> int:
+    ((kind, raw),) = value.items()
+    if kind == "S":
+        return len(raw.encode("utf-8", "surrogatepass"))
+    if kind == "N":
+        # Up to 38 significant digits, two per byte, plus one byte (DynamoDB's documented estimate).
+        digits = len(raw.lstrip("-").replace(".", "").lstrip("0")) or 1
+        return min(21, (digits + 1) // 2 + 1)
+    if kind == "B":
+        return len(raw.value if hasattr(raw, "value") else raw)
+    if kind in ("BOOL", "NULL"):
+        return 1
+    if kind == "M":
+        return 3 + sum(1 + len(k.encode()) + _value_size(v) for k, v in raw.items())
+    if kind == "L":
+        return 3 + sum(1 + _value_size(v) for v in raw)
+    if kind == "SS":
+        return sum(len(v.encode()) for v in raw)
+    if kind == "NS":
+        return sum(_value_size({"N": v}) for v in raw)
+    if kind == "BS":
+        return sum(len(v) for v in raw)
+    raise ValueError(f"not a DynamoDB attribute value: {kind}")
+
+
+def submitted_size(item: Mapping[str, Any]) -> int:
+    """The bytes of a job item that hold what its caller submitted (checked against SUBMITTED_JOB_MAX_BYTES)."""
+    return item_size({name: value for name, value in item.items() if name in SUBMITTED_FIELDS})
+
+
 def job_from_item(item: Mapping[str, Any]) -> Job:
     doc = {k: v for k, v in from_item(item).items() if k not in KEY_ATTRS}
-    return Job.model_validate(doc)
+    return Job.model_validate(doc, context=STORED)
 
 
 def event_item(job_id: str, event: StatusEvent, seq: int) -> dict[str, Any]:

@@ -30,7 +30,8 @@ from typing import Any, Literal, Protocol
 from functions import constants as c
 from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
-from functions.service.errors import InvalidRequest, PolicyConflict, PolicyNotFound
+from functions.service.errors import InvalidRequest, PolicyConflict, PolicyNotFound, TooLarge
+from schemas.configs import STORED
 from schemas.retraining import FireOutcome, RetrainingPolicy
 
 POLICY_PREFIX = "POLICY#"
@@ -153,11 +154,13 @@ class DynamoPolicyRepository:
     # --- policies --------------------------------------------------------------------------------
 
     def create(self, policy: RetrainingPolicy, routes: list[Route]) -> None:
+        item = policy_item(policy)
+        _check_size(item)
         writes = [
             {
                 "Put": {
                     "TableName": self.table,
-                    "Item": policy_item(policy),
+                    "Item": item,
                     "ConditionExpression": "attribute_not_exists(#pk)",
                     "ExpressionAttributeNames": {"#pk": c.PK},
                 }
@@ -210,6 +213,7 @@ class DynamoPolicyRepository:
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def update(self, policy: RetrainingPolicy, expected_version: int, old_routes: list[Route], new_routes: list[Route]) -> RetrainingPolicy:
+        _check_size(policy_item(policy))
         doc = policy_document(policy)
         sets, removes, names, values = [], [], {"#version": "version"}, {":expected": {"N": str(expected_version)}}
         for i, name in enumerate((*CONFIG_FIELDS, "version", "updated_at")):
@@ -460,9 +464,20 @@ def policy_item(policy: RetrainingPolicy) -> dict[str, Any]:
     return item
 
 
+def _check_size(item: Mapping[str, Any]) -> None:
+    # The template becomes a job item when the policy fires: it must fit a job's budget, not just 400 KB.
+    size = items.item_size(item)
+    if size > items.SUBMITTED_JOB_MAX_BYTES:
+        raise TooLarge(
+            "body",
+            f"the policy takes {size:,} bytes as stored; a policy may take at most {items.SUBMITTED_JOB_MAX_BYTES:,} bytes "
+            f"(its template becomes a job, whose request may take at most that much of DynamoDB's {items.MAX_ITEM_BYTES:,}-byte item)",
+        )
+
+
 def policy_from_item(item: Mapping[str, Any]) -> RetrainingPolicy:
     doc = {k: v for k, v in items.from_item(item).items() if k not in items.KEY_ATTRS}
-    return RetrainingPolicy.model_validate(doc)
+    return RetrainingPolicy.model_validate(doc, context=STORED)
 
 
 def route_item(route: Route) -> dict[str, Any]:

@@ -130,6 +130,10 @@ class ArtifactStore(Protocol):
         """Every key under the prefix, in key order (e.g. a job's log files, one per attempt)."""
         ...
 
+    def first_keys(self, prefix: str, limit: int) -> list[str]:
+        """At most `limit` keys under the prefix (is anything there?), in key order."""
+        ...
+
 
 class Workflow(Protocol):
     """The lifecycle engine as the API service sees it (Step Functions in AWS and in local mode).

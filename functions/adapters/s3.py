@@ -31,6 +31,10 @@ class S3ArtifactStore:
             keys.extend(obj["Key"] for obj in page.get("Contents", []))
         return sorted(keys)
 
+    def first_keys(self, prefix: str, limit: int) -> list[str]:
+        page = self._s3.list_objects_v2(Bucket=self.bucket, Prefix=prefix, MaxKeys=max(1, min(limit, 1000)))
+        return sorted(obj["Key"] for obj in page.get("Contents", []))
+
     def delete_prefix(self, prefix: str) -> int:
         if not prefix or not prefix.endswith("/"):
             # A prefix without its slash would also match jobs/<id>0..., another job's objects.

@@ -21,8 +21,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 
 from functions import composition, constants
 from functions.handlers import errors, policies, queues, sweeps
-from functions.handlers.errors import Forbidden, IdempotencyInProgress, IdempotencyKeyReused, responses
+from functions.handlers.edge import EdgeResolver
+from functions.handlers.errors import BODY_ERRORS, Forbidden, IdempotencyInProgress, IdempotencyKeyReused, responses
 from functions.handlers.tracing import LazyTracer
+from functions.service.principal import caller_arn
 from schemas.api import (
     CancelRequest,
     EventList,
@@ -54,7 +56,7 @@ logger = Logger(service=constants.SERVICE_NAME)
 metrics = Metrics(namespace=constants.METRICS_NAMESPACE, service=constants.SERVICE_NAME)
 tracer = LazyTracer(service=constants.SERVICE_NAME)
 
-app = APIGatewayRestResolver(enable_validation=True)
+app = EdgeResolver()  # Powertools' REST resolver, strict at the edge (edge.py): no input gets a 5xx
 jobs = Router()
 controls = Router()
 reports = Router()
@@ -64,7 +66,8 @@ JobId = Annotated[str, Path(min_length=1, max_length=128, description="The job's
 
 def _principal(router: Router) -> Principal:
     event = cast("APIGatewayProxyEvent", router.current_event)
-    arn = event.request_context.identity.user_arn
+    identity = event.request_context.identity
+    arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
     if not arn:
         raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
     return composition.job_service().principal(arn)
@@ -94,7 +97,7 @@ def _reject_unknown_params(router: Router, known: frozenset[str], prefix: str | 
     status_code=201,
     summary="Submit a training job",
     description="Creates the job PENDING and starts its lifecycle. The same Idempotency-Key (per caller) returns the same job.",
-    responses=responses(201, "The job, as created", 400, 409, 422, 503),
+    responses=responses(201, "The job, as created", *BODY_ERRORS, 409, 422, 503),
     tags=["jobs"],
 )
 def submit_job(
@@ -187,7 +190,7 @@ def get_job(job_id: JobId) -> Job:
     "/jobs/<job_id>",
     summary="Edit a PENDING, QUEUED or FAILED job",
     description="name, description, priority, hyperparameters (merged key by key), resource_config (replaced).",
-    responses=responses(200, "The edited job", 400, 404, 409, 422),
+    responses=responses(200, "The edited job", *BODY_ERRORS, 404, 409, 422),
     tags=["jobs"],
 )
 def patch_job(job_id: JobId, body: Annotated[PatchJobRequest, Body()]) -> Job:
@@ -213,7 +216,7 @@ def delete_job(job_id: JobId):  # no return annotation: no response model, a 204
 @controls.post(
     "/jobs/<job_id>/cancel",
     summary="Cancel a job (any non-terminal status)",
-    responses=responses(200, "The job, CANCELLED", 400, 404, 409, 422),
+    responses=responses(200, "The job, CANCELLED", *BODY_ERRORS, 404, 409, 422),
     tags=["lifecycle"],
 )
 def cancel_job(job_id: JobId, body: Annotated[CancelRequest | None, Body()] = None) -> Job:
@@ -227,7 +230,7 @@ def cancel_job(job_id: JobId, body: Annotated[CancelRequest | None, Body()] = No
     status_code=202,
     summary="Pause a TRAINING or CHECKPOINTING job (checkpoint, release the GPUs, PAUSED)",
     description="Accepted: the job keeps its status with pending_action=pause until the engine has saved the checkpoint.",
-    responses=responses(202, "The job, with the pause pending", 400, 404, 409, 422, 503),
+    responses=responses(202, "The job, with the pause pending", *BODY_ERRORS, 404, 409, 422, 503),
     tags=["lifecycle"],
 )
 def pause_job(job_id: JobId, body: Annotated[PauseRequest | None, Body()] = None) -> Job:
@@ -237,7 +240,7 @@ def pause_job(job_id: JobId, body: Annotated[PauseRequest | None, Body()] = None
 @controls.post(
     "/jobs/<job_id>/resume",
     summary="Resume a PAUSED job from the latest or the named checkpoint (back to QUEUED)",
-    responses=responses(200, "The job, QUEUED again", 400, 404, 409, 422),
+    responses=responses(200, "The job, QUEUED again", *BODY_ERRORS, 404, 409, 422),
     tags=["lifecycle"],
 )
 def resume_job(job_id: JobId, body: Annotated[ResumeRequest | None, Body()] = None) -> Job:
@@ -248,7 +251,7 @@ def resume_job(job_id: JobId, body: Annotated[ResumeRequest | None, Body()] = No
     "/jobs/<job_id>/retry",
     status_code=201,
     summary="Retry a terminal job as a child job, from the named or latest checkpoint",
-    responses=responses(201, "The child job (parent_job_id set)", 400, 404, 409, 422, 503),
+    responses=responses(201, "The child job (parent_job_id set)", *BODY_ERRORS, 404, 409, 422, 503),
     tags=["lifecycle"],
 )
 def retry_job(job_id: JobId, body: Annotated[RetryRequest | None, Body()] = None) -> Job:

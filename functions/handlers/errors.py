@@ -1,8 +1,10 @@
 """Every error the API returns, mapped in ONE place to {"message", "errors": [{"field", "message", "type"}]}.
 
-400 malformed JSON; 403 no caller identity; 404 unknown job (also another principal's) or route;
-409 a status that does not allow the action, or a lost race; 422 schema or domain validation naming
-the field; 503 the lifecycle engine could not be reached; 500 anything else, without internals.
+400 malformed JSON (or not UTF-8, NaN/Infinity, nested too deeply); 403 no caller identity; 404 unknown
+job (also another principal's) or route; 405 a method the path does not have (with `Allow`); 409 a
+status that does not allow the action, or a lost race; 413 a job too large to store; 415 a body that is
+not JSON; 422 schema or domain validation naming the field; 503 the lifecycle engine could not be
+reached; 500 anything else, without internals (never an input's fault: edge.py screens what arrives).
 Each route's OpenAPI entry declares exactly the codes it returns (`responses()` below).
 """
 
@@ -15,7 +17,7 @@ from typing import Any
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
-from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 
 from functions.service.controls import WorkflowUnavailable
 from functions.service.errors import (
@@ -27,6 +29,7 @@ from functions.service.errors import (
     JobNotFound,
     PolicyNotFound,
     SweepNotFound,
+    TooLarge,
     Unsupported,
 )
 from schemas.api import ErrorResponse
@@ -44,6 +47,25 @@ class Forbidden(DomainError):
 class BadRequest(DomainError):
     """Input that is not even well-formed (400)."""
 
+    def __init__(self, message: str, *, kind: str = "bad_request") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class UnsupportedMediaType(DomainError):
+    """A body sent as something other than JSON (415)."""
+
+    def __init__(self, content_type: str) -> None:
+        super().__init__(f"the body must be JSON (Content-Type: application/json), not {content_type.split(';', 1)[0].strip()!r}")
+
+
+class MethodNotAllowed(DomainError):
+    """A method the path does not have (405, with the methods it has in `Allow`)."""
+
+    def __init__(self, method: str, allowed: list[str]) -> None:
+        super().__init__(f"{method} is not allowed here; allowed: {', '.join(allowed)}")
+        self.allowed = allowed
+
 
 class IdempotencyKeyReused(DomainError):
     """The Idempotency-Key was used before with a different body (422)."""
@@ -59,9 +81,11 @@ class IdempotencyInProgress(DomainError):
         super().__init__("a request with this Idempotency-Key is still being processed; retry shortly")
 
 
-def error_response(status: int, message: str, errors: Iterable[Mapping[str, Any]] = ()) -> Response:
+def error_response(
+    status: int, message: str, errors: Iterable[Mapping[str, Any]] = (), headers: Mapping[str, str] | None = None
+) -> Response:
     body = {"message": message, "errors": [dict(e) for e in errors]}
-    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body))
+    return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body), headers=dict(headers or {}))
 
 
 def field_path(loc: Iterable[Any]) -> str:
@@ -91,10 +115,10 @@ def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None
     `on_error(status)` is called for every error answered (the API counts them as metrics).
     """
 
-    def _error(status: int, message: str, errors: Iterable[Mapping[str, Any]] = ()) -> Response:
+    def _error(status: int, message: str, errors: Iterable[Mapping[str, Any]] = (), headers: Mapping[str, str] | None = None) -> Response:
         if on_error is not None:
             on_error(status)
-        return error_response(status, message, errors)
+        return error_response(status, message, errors, headers)
 
     @app.exception_handler(RequestValidationError)
     def _schema(exc: RequestValidationError) -> Response:
@@ -108,7 +132,20 @@ def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None
 
     @app.exception_handler(BadRequest)
     def _bad(exc: BadRequest) -> Response:
-        return _error(400, str(exc))
+        return _error(400, str(exc), [{"field": "body", "message": str(exc), "type": exc.kind}])
+
+    @app.exception_handler([UnsupportedMediaType, RequestUnsupportedContentType])
+    def _media_type(exc: Exception) -> Response:
+        message = str(exc) if isinstance(exc, UnsupportedMediaType) else "the body must be JSON (Content-Type: application/json)"
+        return _error(415, message, [{"field": "Content-Type", "message": message, "type": "unsupported_media_type"}])
+
+    @app.exception_handler(MethodNotAllowed)
+    def _method(exc: MethodNotAllowed) -> Response:
+        return _error(405, str(exc), headers={"Allow": ", ".join(exc.allowed)})
+
+    @app.exception_handler(TooLarge)
+    def _too_large(exc: TooLarge) -> Response:
+        return _error(413, str(exc), [{"field": exc.field, "message": str(exc), "type": "too_large"}])
 
     @app.exception_handler(Forbidden)
     def _forbidden(exc: Forbidden) -> Response:
@@ -164,16 +201,28 @@ ERROR_DOCS: dict[int, dict[str, Any]] = {
     400: _doc("Malformed JSON or an unreadable parameter"),
     403: _doc("Not signed, or signed by an unknown key (API Gateway IAM authorization)"),
     404: _doc("No such job (or it belongs to another principal)"),
+    405: _doc("The path does not have this method; the `Allow` header lists those it has"),
     409: _doc("The job's status does not allow this action, or another request changed it first"),
+    413: _doc("Too large: the job would not fit its database record (the message says the limit)"),
+    415: _doc("The body is not JSON: send Content-Type application/json"),
     422: _doc("Invalid input: each error names its field"),
     500: _doc("Internal error"),
     503: _doc("The lifecycle engine could not be reached; retry later"),
 }
 
 
+# What a route that reads a JSON body can also answer: malformed (400), over API Gateway's 10 MB or the
+# stored record's budget (413), not JSON (415).
+BODY_ERRORS = (400, 413, 415)
+
+
 def responses(status: int, description: str, *errors: int, content: bool = True) -> dict[int, Any]:
-    """A route's OpenAPI `responses`: its success and exactly the error codes it can return (403, 500 always)."""
+    """A route's OpenAPI `responses`: its success and exactly the error codes it can return.
+
+    403 and 500 always; 405 always too: a method the path does not have is answered 405 with `Allow`,
+    and OpenAPI can only say so on the operations the path does have.
+    """
     success: dict[str, Any] = {"description": description}
     if not content:
         success["content"] = {}  # e.g. 204: no body
-    return {status: success, **{code: ERROR_DOCS[code] for code in sorted({403, 500, *errors})}}
+    return {status: success, **{code: ERROR_DOCS[code] for code in sorted({403, 405, 500, *errors})}}

@@ -16,8 +16,8 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from functions import composition, constants
-from functions.handlers.errors import Forbidden, responses
-from functions.service.principal import Principal
+from functions.handlers.errors import BODY_ERRORS, Forbidden, responses
+from functions.service.principal import Principal, caller_arn
 from schemas.api import ErrorResponse
 from schemas.retraining import PolicyList, RetrainingPolicy, RetrainingPolicyPatch, RetrainingPolicyRequest
 
@@ -34,6 +34,7 @@ TAGS = ["retraining"]
 _POLICY_ERRORS = {
     404: "No such policy (or it belongs to another principal)",
     409: "Another request changed the policy first; reload and retry",
+    413: "Too large: the policy would not fit its database record (the message says the limit)",
     503: "EventBridge Scheduler could not be reached (nothing was changed); retry later",
 }
 
@@ -48,7 +49,8 @@ def _responses(status: int, description: str, *codes: int, content: bool = True)
 
 
 def _principal(policy_id: str | None = None) -> Principal:
-    arn = cast("APIGatewayProxyEvent", router.current_event).request_context.identity.user_arn
+    identity = cast("APIGatewayProxyEvent", router.current_event).request_context.identity
+    arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
     if not arn:
         raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
     if policy_id is not None:
@@ -73,7 +75,7 @@ def _reject_unknown_params(known: frozenset[str]) -> None:
         "(a SubmitJobRequest), an input mapping from event fields to job fields, a concurrency policy, a minimum interval "
         "and a daily cap. The whole policy is validated now, so it never fails at fire time for a reason known in advance."
     ),
-    responses=_responses(201, "The policy, as created", 400, 422, 503),
+    responses=_responses(201, "The policy, as created", *BODY_ERRORS, 422, 503),
     tags=TAGS,
 )
 def create_policy(body: Annotated[RetrainingPolicyRequest, Body()]) -> RetrainingPolicy:
@@ -109,7 +111,7 @@ def get_policy(policy_id: PolicyId) -> RetrainingPolicy:
     "/retraining-policies/<policy_id>",
     summary="Edit a retraining policy (enable/disable, trigger, template, mapping, limits)",
     description="The edited policy is validated whole again; a schedule follows its policy.",
-    responses=_responses(200, "The edited policy", 400, 404, 409, 422, 503),
+    responses=_responses(200, "The edited policy", *BODY_ERRORS, 404, 409, 422, 503),
     tags=TAGS,
 )
 def patch_policy(policy_id: PolicyId, body: Annotated[RetrainingPolicyPatch, Body()]) -> RetrainingPolicy:

@@ -13,6 +13,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions import composition
 from functions.handlers.errors import Forbidden, responses
+from functions.service.principal import caller_arn
 from functions.service.queues import QueueList, QueueView
 from functions.service.scheduler import capacity_model
 from schemas.job import Job
@@ -48,7 +49,8 @@ def with_position(job: Job) -> Job:
 )
 def list_queues() -> QueueList:
     event = cast("APIGatewayProxyEvent", router.current_event)
-    arn = event.request_context.identity.user_arn
+    identity = event.request_context.identity
+    arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
     if not arn:
         raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
     principal = composition.job_service().principal(arn)

@@ -19,6 +19,7 @@ from typing import Any
 
 from functions.adapters.ports import ArtifactStore, JobRepository, Transition, Workflow
 from functions.service.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest
+from functions.service.paths import PathRules
 from functions.service.principal import Principal
 from schemas.api import RetryRequest
 from schemas.job import Actor, CheckpointRef, Job, PendingAction, StatusEvent, SubmitJobRequest
@@ -47,8 +48,12 @@ class LifecycleControls:
     store: ArtifactStore
     workflow: Workflow | None
     clock: Callable[[], datetime]
+    paths: PathRules
 
     def get(self, job_id: str, principal: Principal) -> Job:  # pragma: no cover - provided by JobService
+        raise NotImplementedError
+
+    def owner_principal(self, principal: Principal, owner: str | None) -> Principal:  # pragma: no cover - JobService
         raise NotImplementedError
 
     def submit(  # pragma: no cover - provided by JobService
@@ -61,6 +66,12 @@ class LifecycleControls:
         reason: str = "",
     ) -> Job:
         raise NotImplementedError
+
+    def _check_checkpoint(self, job: Job, ref: CheckpointRef, principal: Principal) -> None:
+        """The checkpoint a resume or retry starts from must be one the job's owner may read (its URI came
+        from a trainer's report): 422 naming checkpoint_id otherwise."""
+        owner = self.owner_principal(principal, job.owner)
+        self.paths.check_checkpoint_uri("checkpoint_id", ref.uri, owner)
 
     # --- cancel ----------------------------------------------------------------------------------
 
@@ -153,6 +164,8 @@ class LifecycleControls:
             if job.status != JobStatus.PAUSED:
                 raise IllegalTransition(job_id, job.status, "resume", PAUSED_ONLY)
             ref = _checkpoint(job, checkpoint_id)
+            if ref is not None:
+                self._check_checkpoint(job, ref, principal)
             chosen = ref.checkpoint_id if ref else None
             why = f"resumed from {chosen}" if chosen else "resumed (no checkpoint: from the start)"
             changes: dict[str, Any] = {"resume_checkpoint_id": chosen, "pending_action": None, "pending_reason": None}
@@ -173,6 +186,8 @@ class LifecycleControls:
         if parent.status not in TERMINAL:
             raise IllegalTransition(job_id, parent.status, "retry", TERMINAL)
         ref = _checkpoint(parent, request.checkpoint_id)
+        if ref is not None:
+            self._check_checkpoint(parent, ref, principal)
         submission = parent.submit_request()
         training = submission.training_config
         if ref is not None:
@@ -218,4 +233,7 @@ def _validated(submission: SubmitJobRequest, updates: dict[str, Any]) -> SubmitJ
         field = "new_resource_config" if "resource_config" in updates else "checkpoint_id"
         errors = getattr(exc, "errors", None)
         message = str(errors()[0].get("msg")) if callable(errors) else str(exc)
+        located = ".".join(str(part) for part in errors()[0].get("loc", ())) if callable(errors) else ""
+        if located and not located.startswith("resource_config"):
+            field = located  # e.g. training_config.hyperparameters.<key> of a job submitted before that rule
         raise InvalidRequest(field, message.removeprefix("Value error, ")) from exc

@@ -79,3 +79,11 @@ class SweepNotFound(DomainError):
     def __init__(self, sweep_id: str) -> None:
         super().__init__(f"sweep {sweep_id} not found")
         self.sweep_id = sweep_id
+
+
+class TooLarge(DomainError):
+    """Input that passes the schema but cannot be stored: a record over its size budget (413)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field

@@ -21,6 +21,7 @@ from functions import constants
 from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, Transition, Workflow
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
+from functions.service.paths import PathRules
 from functions.service.principal import Principal
 from functions.settings import Settings
 from schemas.api import EventList, JobList, LogLine, LogsResponse, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
@@ -63,6 +64,7 @@ class JobService(LifecycleControls):
         self.settings = settings
         self.clock = clock
         self.ids = ids
+        self.paths = PathRules(settings, repo, store)
 
     def principal(self, arn: str) -> Principal:
         return Principal.from_arn(arn, self.settings.admin_arns)
@@ -79,7 +81,7 @@ class JobService(LifecycleControls):
         reason: str = "submitted",
     ) -> Job:
         """Create the job PENDING (with its first history entry), then start its lifecycle if wired."""
-        self.validate_submit(request, principal)
+        self.validate_submit(request, principal, owner=owner)
         now = self.clock()
         priority = request.effective_priority
         job = Job(
@@ -111,10 +113,19 @@ class JobService(LifecycleControls):
         # Re-read: the execution may already have moved the job on (PENDING -> QUEUED).
         return self.repo.get(job.job_id)
 
-    def validate_submit(self, request: SubmitJobRequest, principal: Principal) -> None:
+    def validate_submit(self, request: SubmitJobRequest, principal: Principal, *, owner: str | None = None) -> None:
         """Every check POST /jobs makes before it creates a job (422 naming the field). Anything else that
         creates jobs (sweeps, retraining policies) calls this, for the same principal, never a copy."""
         self._check_compute(request)
+        self.check_paths(request, principal, owner=owner)
+
+    def check_paths(self, request: SubmitJobRequest, principal: Principal, *, owner: str | None = None) -> None:
+        """Every path the request names must be one its owner may use (docs/SECURITY.md): InvalidRequest
+        naming the field. The job runs with its owner's rights, also when an admin submits it for them."""
+        self.paths.check_submission(request, self.owner_principal(principal, owner))
+
+    def owner_principal(self, principal: Principal, owner: str | None) -> Principal:
+        return principal if owner is None or owner == principal.arn else self.principal(owner)
 
     def _check_compute(self, request: SubmitJobRequest) -> None:
         """What the configured compute cannot run is refused now (422 naming the field), not at launch."""
@@ -278,8 +289,17 @@ def _revalidate(job: Job, changes: Mapping[str, Any]) -> SubmitJobRequest:
     try:
         return SubmitJobRequest.model_validate(request)
     except ValueError as exc:
-        field = "resource_config" if "resource_config" in changes else next(iter(changes))
+        field = _first_location(exc) or ("resource_config" if "resource_config" in changes else next(iter(changes)))
         raise InvalidRequest(field, _first_error(exc)) from exc
+
+
+def _first_location(exc: ValueError) -> str | None:
+    # A rule with a field of its own (training_config.hyperparameters.<key>) names it; model-wide rules do not.
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        location = ".".join(str(part) for part in errors()[0].get("loc", ()))
+        return location or None
+    return None
 
 
 def _first_error(exc: ValueError) -> str:

@@ -26,6 +26,7 @@ from functions.adapters.ports import ArtifactStore, JobRepository, Transition
 from functions.service import costs
 from functions.service.errors import ConcurrentModification, IllegalTransition
 from functions.service.lifecycle_outcomes import decide_run_end
+from functions.service.paths import PathRules
 from functions.service.run_specs import RunSpecs, progress_of
 from functions.service.scheduler import WAIT_CAPACITY, NeverFits, Scheduler
 from schemas.job import Actor, ErrorType, Job
@@ -91,6 +92,7 @@ class LifecycleService:
         scheduler: Scheduler,
         config: LifecycleConfig,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        paths: PathRules | None = None,
     ) -> None:
         self.repository = repository
         self.artifacts = artifacts
@@ -100,7 +102,9 @@ class LifecycleService:
         self.scheduler = scheduler
         self.config = config
         self.clock = clock
-        self.specs = RunSpecs(artifacts, config.bucket)
+        # paths: the path rules that make each run spec's AccessSet (docs/SECURITY.md); the composition
+        # root always gives them. Without them (a bare service in tests) run specs carry no access set.
+        self.specs = RunSpecs(artifacts, config.bucket, paths)
         self._last_heartbeat: dict[str, float] = {}
         self._last_progress: dict[tuple[str, int], float] = {}
         self._last_budget_check: dict[tuple[str, int], float] = {}
@@ -155,9 +159,9 @@ class LifecycleService:
             attempt = job.attempt + 1
             try:
                 resume_from = self.specs.resume_from(job, attempt)
+                spec = self.specs.run_spec(job, attempt, resume_from)  # paths checked again: ValueError naming the field
             except ValueError as exc:
                 return self._fail(job, ErrorType.USER_ERROR, str(exc))
-            spec = self.specs.run_spec(job, attempt, resume_from)
             uri = self.artifacts.put_json(
                 constants.run_spec_key(job.job_id, attempt), spec.model_dump(mode="json", context={"reveal_secrets": True})
             )
@@ -180,11 +184,15 @@ class LifecycleService:
             job = moved
         if job.status not in RUNNING or job.run_handle:
             return self._left_run(job) if job.status not in RUNNING else self._wait_instructions(job)
+        try:
+            run_spec = self.specs.run_spec(job, job.attempt, None)
+        except ValueError as exc:
+            return self._fail(job, ErrorType.USER_ERROR, str(exc))
         request = LaunchRequest(
             job_id=job.job_id,
             attempt=job.attempt,
             owner=job.owner,
-            run_spec=self.specs.run_spec(job, job.attempt, None),
+            run_spec=run_spec,
             run_spec_uri=self.specs.s3_uri(constants.run_spec_key(job.job_id, job.attempt)),
             labels=dict(job.labels),
             preemptible=job.scheduling_config.preemptible,
@@ -519,6 +527,7 @@ def build_service(root: Any) -> LifecycleService:
         stop_grace_seconds=settings.stop_grace_seconds,
         max_preemptions=settings.max_preemptions,
     )
-    service = LifecycleService(root.repository, root.artifacts, root.launchers, workflow, workflow, scheduler, config)
+    paths = PathRules(settings, root.repository, root.artifacts)
+    service = LifecycleService(root.repository, root.artifacts, root.launchers, workflow, workflow, scheduler, config, paths=paths)
     service.sweep_hooks = root.service("sweep_hooks")
     return service

@@ -25,6 +25,19 @@ def role_arn_of(arn: str) -> str:
     return arn
 
 
+def caller_arn(user_arn: str | None, cognito_identity_id: str | None = None, cognito_authentication_type: str | None = None) -> str | None:
+    """The caller's principal ARN from API Gateway's request context.
+
+    Credentials from a Cognito identity pool (the web dashboard's sign-in) are sessions of one role with
+    the same session name (CognitoIdentityCredentials) for every user: the user's identity id, which API
+    Gateway takes from the credentials (never from the client), replaces the session name, so each signed-in
+    person is a principal of their own. Any other caller is its userArn unchanged.
+    """
+    if user_arn and cognito_identity_id and cognito_authentication_type == "authenticated" and ":assumed-role/" in user_arn:
+        return f"{user_arn.rpartition('/')[0]}/{cognito_identity_id}"
+    return user_arn
+
+
 @dataclass(frozen=True)
 class Principal:
     arn: str

@@ -76,7 +76,7 @@ class RetrainingService:
     # --- CRUD ------------------------------------------------------------------------------------
 
     def create(self, request: RetrainingPolicyRequest, principal: Principal) -> RetrainingPolicy:
-        request = self._checked(request)
+        request = self._checked(request, principal, principal.arn)
         now = self.clock()
         policy = RetrainingPolicy.model_validate(
             {**_fields(request), "policy_id": self.ids(), "owner": principal.arn, "created_at": now, "updated_at": now}
@@ -116,7 +116,7 @@ class RetrainingService:
             first = exc.errors()[0]
             field = ".".join(str(p) for p in first.get("loc", ())) or "body"
             raise InvalidRequest(field, str(first.get("msg", "invalid")).removeprefix("Value error, ")) from exc
-        request = self._checked(request)
+        request = self._checked(request, principal, current.owner)
         edited = current.model_copy(update={**_fields(request), "version": current.version + 1, "updated_at": self.clock()})
         stored = self.policies.update(edited, current.version, self._routes(current), self._routes(edited))
         try:
@@ -170,9 +170,14 @@ class RetrainingService:
 
     # --- helpers ---------------------------------------------------------------------------------
 
-    def _checked(self, request: RetrainingPolicyRequest) -> RetrainingPolicyRequest:
-        """Rules that need the deployment: routable events, a Scheduler for schedules; priority made explicit."""
+    def _checked(self, request: RetrainingPolicyRequest, principal: Principal, owner: str) -> RetrainingPolicyRequest:
+        """Rules that need the deployment: routable events, a Scheduler for schedules, the template's paths
+        (the same submit check a job gets, as the policy's owner); priority made explicit."""
         check_routable(request, self.settings.artifacts_bucket)
+        try:
+            self.jobs.check_paths(request.job_template, principal, owner=owner)
+        except InvalidRequest as exc:
+            raise InvalidRequest(f"job_template.{exc.field}", exc.message) from exc
         if isinstance(request.trigger, ScheduleTrigger) and self.schedules is None:
             raise InvalidRequest(
                 "trigger.type",

@@ -28,7 +28,14 @@ from pydantic import ValidationError
 
 from functions.adapters.policies import EventRecord, FireClaim, PolicyRepository
 from functions.adapters.ports import JobQuery
-from functions.service.errors import ConcurrentModification, IllegalTransition, JobNotFound, PolicyConflict, PolicyNotFound
+from functions.service.errors import (
+    ConcurrentModification,
+    IllegalTransition,
+    InvalidRequest,
+    JobNotFound,
+    PolicyConflict,
+    PolicyNotFound,
+)
 from functions.service.jobs import JobService
 from functions.service.retraining_routes import accepts, route_keys_of
 from schemas.job import Job, SubmitJobRequest
@@ -141,6 +148,9 @@ class Dispatcher:
             request = build_request(policy, event, event_id)
         except MappingFailed as exc:
             return self._record(policy, event_id, "invalid", now, str(exc))
+        refused = self._refused_paths(policy, request)
+        if refused is not None:
+            return self._record(policy, event_id, "invalid", now, refused)
         running = [] if policy.concurrency_policy == ConcurrencyPolicy.QUEUE else self._running(policy)
         if policy.concurrency_policy == ConcurrencyPolicy.SKIP:
             pending = self._starting(policy, now)
@@ -155,6 +165,15 @@ class Dispatcher:
             record = self.policies.event_record(policy.policy_id, event_id)
             return self._duplicate(policy.policy_id, event_id, record)
         return self._start(policy, request, event_id, running)
+
+    def _refused_paths(self, policy: RetrainingPolicy, request: SubmitJobRequest) -> str | None:
+        """Why the fired job may not be created: a path its owner may no longer use (settings changed, or
+        the event mapped a path in). Checked before the fire is claimed, with submit's own check."""
+        try:
+            self.jobs.check_paths(request, self.jobs.principal(policy.owner))
+        except InvalidRequest as exc:
+            return f"path refused: {exc}"
+        return None
 
     def _start(self, policy: RetrainingPolicy, request: SubmitJobRequest, event_id: str, running: list[Job]) -> FireResult:
         cancelled = self._cancel(policy, running, event_id) if policy.concurrency_policy == ConcurrencyPolicy.CANCEL_RUNNING else []
@@ -187,6 +206,9 @@ class Dispatcher:
                 request = build_request(policy, event, record.event_id)
             except MappingFailed as exc:
                 return FireResult(policy_id=policy.policy_id, outcome="invalid", event_id=record.event_id, detail=str(exc))
+            refused = self._refused_paths(policy, request)
+            if refused is not None:
+                return FireResult(policy_id=policy.policy_id, outcome="invalid", event_id=record.event_id, detail=refused)
             running = [] if policy.concurrency_policy == ConcurrencyPolicy.QUEUE else self._running(policy)
             return self._start(policy, request, record.event_id, running)
         return self._duplicate(policy.policy_id, record.event_id, record)

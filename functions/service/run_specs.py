@@ -10,15 +10,18 @@ from typing import Any
 
 from functions import constants
 from functions.adapters.ports import ArtifactStore
+from functions.service.errors import InvalidRequest
+from functions.service.paths import PathRules, valid_checkpoint_id
 from schemas.checkpoint import step_of
 from schemas.job import CheckpointRef, Job, Progress
 from schemas.trainer import RunSpec
 
 
 class RunSpecs:
-    def __init__(self, artifacts: ArtifactStore, bucket: str) -> None:
+    def __init__(self, artifacts: ArtifactStore, bucket: str, paths: PathRules | None = None) -> None:
         self.artifacts = artifacts
         self.bucket = bucket
+        self.paths = paths
 
     def s3_uri(self, key: str) -> str:
         return f"s3://{self.bucket}/{key}"
@@ -48,6 +51,17 @@ class RunSpecs:
                 return self.s3_uri(f"{constants.checkpoints_prefix(job.job_id)}{checkpoint_id}")
         raise ValueError(f"{field}: job {job.job_id} has no checkpoint {checkpoint_id!r}")
 
+    def access(self, job: Job, resume_from: str | None) -> Any:
+        """The AccessSet of this attempt: the job's paths checked again as its owner (ValueError naming the
+        field when one is no longer allowed); None only without path rules (a bare RunSpecs in tests)."""
+        if self.paths is None:
+            return None
+        extra = [("resume checkpoint", resume_from)] if resume_from else []
+        try:
+            return self.paths.access_for(job, extra)
+        except InvalidRequest as exc:
+            raise ValueError(str(exc)) from exc
+
     def run_spec(self, job: Job, attempt: int, resume_from: str | None) -> RunSpec:
         return RunSpec(
             job_id=job.job_id,
@@ -61,17 +75,22 @@ class RunSpecs:
             metrics_uri=self.s3_uri(constants.metrics_key(job.job_id)),
             output_uri=job.output_config.output_path or self.s3_uri(f"{constants.job_prefix(job.job_id)}model"),
             max_runtime_seconds=job.scheduling_config.max_runtime_seconds,
+            access=self.access(job, resume_from),
         )
 
     def checkpoint(self, job: Job, data: Mapping[str, Any], now: datetime) -> tuple[CheckpointRef, str | None, list[str]] | None:
         """A checkpoint event as (ref, best checkpoint id, ids to keep); None if it names no checkpoint."""
         checkpoint_id = str(data.get("checkpoint_id") or "")
+        if not valid_checkpoint_id(checkpoint_id):
+            return None
         try:
             step = int(data.get("step", step_of(checkpoint_id)))
         except ValueError:
             return None
         metrics = {k: float(v) for k, v in (data.get("metrics") or {}).items() if isinstance(v, int | float)}
-        uri = str(data.get("uri") or self.s3_uri(f"{constants.checkpoints_prefix(job.job_id)}{checkpoint_id}"))
+        # A checkpoint of this job lives under its own prefix: whatever URI the event reports (a custom
+        # script can print any event) is not recorded, so a later resume or retry cannot be pointed elsewhere.
+        uri = self.s3_uri(f"{constants.checkpoints_prefix(job.job_id)}{checkpoint_id}")
         ref = CheckpointRef(
             checkpoint_id=checkpoint_id, step=step, epoch=data.get("epoch"), metrics=metrics, uri=uri, attempt=job.attempt, created_at=now
         )

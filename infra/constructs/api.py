@@ -24,6 +24,7 @@ from aws_cdk import aws_wafv2 as wafv2
 from constructs import Construct
 
 from functions import constants
+from functions.service.paths import DATA_PREFIX
 from infra.config import ConfigError, StageConfig
 from infra.constructs.common import allow, arn, log_retention, removal_policy
 from infra.constructs.compute import Compute
@@ -34,6 +35,7 @@ from infra.constructs.storage import Storage
 OPENAPI_PATH = Path(__file__).resolve().parents[2] / "schemas" / "openapi.json"
 API_STAGE = "v1"
 HTTP_METHODS = ("get", "post", "put", "patch", "delete")
+ANY_METHOD = "ANY"  # per path: the methods it lacks reach the handler, which answers 405 with Allow
 API = FunctionSpec(
     name="api",
     handler="functions.handlers.api.lambda_handler",
@@ -102,9 +104,12 @@ class Api(Construct):
         lifecycle: Lifecycle,
         code: lambda_.Code,
         environment: Mapping[str, str],
+        cors_origin: str | None = None,
     ) -> None:
         super().__init__(scope, construct_id)
         self.config = config
+        # The browser origin CORS allows: the config's, else the stack's dashboard (a deploy-time token).
+        self.cors_origin = config.cors_origin or cors_origin
         self.handler = TrainplaneFunction(
             self,
             "Handler",
@@ -119,6 +124,8 @@ class Api(Construct):
         storage.grant_idempotency(role)
         # Run specs and metrics are read, a deleted job's prefix is removed.
         storage.grant_artifacts(role, prefixes=[f"{constants.JOBS_PREFIX}/"], write=True, delete=True)
+        # Path confinement at submit: is an output_path in a data area empty, or whose export is it?
+        storage.grant_artifacts(role, prefixes=[DATA_PREFIX])
         lifecycle.grant_start(role)
         lifecycle.grant_answer_tasks(role)
         compute.grant_stop(role)  # pause and cancel stop the run directly (Workflow.stop_run)
@@ -153,7 +160,10 @@ class Api(Construct):
         Validations.of(self.rest_api).acknowledge(
             Acknowledgment(
                 id="AwsSolutions-COG4",
-                reason="Callers are IAM principals: every method uses AWS_IAM (SigV4), by design (DESIGN.md); there are no Cognito users.",
+                reason=(
+                    "Callers are IAM principals: every method uses AWS_IAM (SigV4), by design (DESIGN.md). Dashboard users sign in "
+                    "with Cognito but call with the identity pool's IAM credentials, so the same IAM check applies to them."
+                ),
             )
         )
         self._gateway_responses()
@@ -184,10 +194,16 @@ class Api(Construct):
                 request_parameters=route.parameters or None,
                 request_models={"application/json": json_object} if route.body_required else None,
             )
+        # Every other method of a known path goes to the handler too (API Gateway prefers the explicit
+        # methods above), which answers 405 with `Allow`; without it the gateway answers a method the
+        # path lacks with 403 "Missing Authentication Token". Signed like the rest.
+        for path in sorted({route.path for route in routes}):
+            resource = self.rest_api.root.resource_for_path(path) if path != "/" else self.rest_api.root
+            resource.add_method(ANY_METHOD, integration, authorization_type=apigw.AuthorizationType.IAM)
 
     def _gateway_responses(self) -> None:
         # The same error shape as the handler's ({"message", "errors"}), for what the gateway refuses itself.
-        cors = {"Access-Control-Allow-Origin": f"'{self.config.cors_origin}'"} if self.config.cors_origin else None
+        cors = {"Access-Control-Allow-Origin": f"'{self.cors_origin}'"} if self.cors_origin else None
         bodies = {
             apigw.ResponseType.BAD_REQUEST_BODY: '{"message": "the request body must be a JSON object", "errors": []}',
             apigw.ResponseType.BAD_REQUEST_PARAMETERS: '{"message": "$context.error.validationErrorString", "errors": []}',
@@ -204,10 +220,10 @@ class Api(Construct):
                 self.rest_api.add_gateway_response(f"Response{response_type.response_type}", type=response_type, response_headers=cors)
 
     def _cors(self) -> apigw.CorsOptions | None:
-        if not self.config.cors_origin:
+        if not self.cors_origin:
             return None
         return apigw.CorsOptions(
-            allow_origins=[self.config.cors_origin], allow_headers=list(CORS_HEADERS), allow_methods=[m.upper() for m in HTTP_METHODS]
+            allow_origins=[self.cors_origin], allow_headers=list(CORS_HEADERS), allow_methods=[m.upper() for m in HTTP_METHODS]
         )
 
     # --- who may call ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from functions import constants
+from functions.service.paths import DATA_PREFIX, SHARED_PREFIX
 from infra.config import ConfigError, StageConfig
 from infra.constructs.common import allow, arn, log_retention, removal_policy
 from infra.constructs.storage import DATASETS_PREFIX, Storage
@@ -220,18 +221,26 @@ class Compute(Construct):
     # --- roles the trainer runs as --------------------------------------------------------------
 
     def _trainer_access(self, role: iam.Role, via: str) -> None:
+        """What IAM lets every run do (docs/SECURITY.md): one role serves all jobs, so it is the union of
+        what any job may be allowed; which of it one job may use is the run spec's AccessSet, which the
+        trainer enforces. Read: jobs/, data/, shared/, datasets/ and the grants; write: jobs/ (its own
+        checkpoints and default export, retention deletes), data/ (exports into data areas), read-write grants."""
         self.storage.grant_artifacts(
             role, prefixes=[f"{constants.JOBS_PREFIX}/"], write=True, delete=True
         )  # checkpoints, retention, metrics
-        self.storage.grant_artifacts(role, prefixes=[f"{DATASETS_PREFIX}/"])
+        self.storage.grant_artifacts(role, prefixes=[DATA_PREFIX], write=True)  # exports into a principal's data area
+        self.storage.grant_artifacts(role, prefixes=[f"{DATASETS_PREFIX}/", SHARED_PREFIX])
         partition = Stack.of(self).partition
-        for uri in self.config.training_data_uris:
-            name, _, prefix = uri.removeprefix("s3://").partition("/")
+        for grant in self.config.all_bucket_grants():
+            name, _, prefix = grant.uri.removeprefix("s3://").partition("/")
+            write = grant.access == "read-write"
+            actions = ["s3:GetObject"] + (["s3:PutObject", "s3:AbortMultipartUpload"] if write else [])
             allow(
                 role,
-                ["s3:GetObject"],
+                actions,
                 [f"arn:{partition}:s3:::{name}/{prefix}*"],
-                why=f"Read-only training data under {uri}, a location the stage config names (training_data_uris).",
+                why=f"{'Read-write' if write else 'Read-only'} objects under {grant.uri}, a location the stage config grants "
+                "(bucket_grants / training_data_uris); per principal the trainer's AccessSet narrows it.",
             )
             allow(role, ["s3:ListBucket"], [f"arn:{partition}:s3:::{name}"], conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}})
         self.storage.grant_key(role, "s3", via)

@@ -18,6 +18,7 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from functions.service.paths import DATA_PREFIX
 from functions.service.retraining_routes import dispatcher_rules
 from infra.config import StageConfig
 from infra.constructs.common import allow, arn
@@ -88,6 +89,8 @@ class Retraining(Construct):
         role = self.dispatcher.role
         storage.grant_jobs(role, write=True)  # policies, routes, event decisions, and the jobs they submit
         lifecycle.grant_start(role)  # a submitted job's execution
+        # A fired job's paths get submit's check: an output_path in a data area is probed (read-only).
+        storage.grant_artifacts(role, prefixes=[DATA_PREFIX])
         # The "cancel the running job" concurrency policy cancels through the same service as the API.
         lifecycle.grant_answer_tasks(role)
         compute.grant_stop(role)

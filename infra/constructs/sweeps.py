@@ -18,6 +18,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from functions.service.paths import DATA_PREFIX
 from infra.config import StageConfig
 from infra.constructs.common import allow, arn
 from infra.constructs.compute import Compute
@@ -71,6 +72,8 @@ class Sweeps(Construct):
         role = self.controller.role
         storage.grant_jobs(role, write=True)  # sweeps, trials, and the trial jobs it submits
         lifecycle.grant_start(role)  # a trial job's execution
+        # A trial's paths get submit's check: an output_path in a data area is probed (read-only).
+        storage.grant_artifacts(role, prefixes=[DATA_PREFIX])
         lifecycle.grant_answer_tasks(role)  # pause/resume/cancel of trial jobs, through the same service as the API
         compute.grant_stop(role)  # pruning or pausing a running trial stops its run
         self.reconciler = events.Rule(

@@ -5,6 +5,8 @@
       r = local_plane.request("POST", "/jobs", json=spec)            # signed as alice
       r = local_plane.request("GET", f"/jobs/{job_id}", principal="admin")
       s3 = local_plane.client("s3")                                   # the emulated AWS
+- every plane allows jobs to name local files under the repo's `examples/` and pytest's base temp dir
+  (`--allow-dir`), never under its state dir: put a test's local data in tmp_path / tmp_path_factory.
 - `local_plane_factory` (session): `make(api_handler=None, state_dir=None, env=None, port=0)` starts a plane of your
   own (restarts, kill -9, a stand-in handler, extra TRAINPLANE_* variables); every plane it made is stopped
   at the end of the session.
@@ -38,8 +40,17 @@ STOP_TIMEOUT_S = 30.0
 
 
 class LocalPlane:
-    def __init__(self, state_dir: Path, api_handler: str | None = None, env: dict[str, str] | None = None, port: int = 0) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        api_handler: str | None = None,
+        env: dict[str, str] | None = None,
+        port: int = 0,
+        allow_dirs: list[Path] | None = None,
+    ) -> None:
         self.state_dir = state_dir
+        # Local files jobs may name (docs/SECURITY.md): tests put their data under these.
+        self.allow_dirs = list(allow_dirs or [])
         self.api_handler = api_handler
         self.port = port
         self.extra_env = dict(env or {})  # e.g. TRAINPLANE_LOCAL_* knobs of a plane of one's own
@@ -105,6 +116,8 @@ class LocalPlane:
 
     def command(self) -> list[str]:
         common = ["--port", str(self.port), "--state-dir", str(self.state_dir)]
+        for directory in self.allow_dirs:
+            common += ["--allow-dir", str(directory)]
         if self.api_handler is None:
             return [sys.executable, "-m", "trainplane", "up", *common]  # the real CLI, the real API
         return [sys.executable, "-m", "trainplane.local", *common, "--api-handler", self.api_handler]
@@ -168,7 +181,10 @@ def local_plane_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pl
     planes: list[LocalPlane] = []
 
     def make(api_handler: str | None = None, state_dir: Path | None = None, env: dict[str, str] | None = None, port: int = 0) -> LocalPlane:
-        plane = LocalPlane(state_dir or tmp_path_factory.mktemp("plane") / "state", api_handler, env, port)
+        # The repo's examples/ and pytest's base temp dir (tmp_path, tmp_path_factory) are allowed; each
+        # plane's state dir lies inside the latter and is refused all the same (docs/SECURITY.md).
+        allow = [REPO_ROOT / "examples", tmp_path_factory.getbasetemp()]
+        plane = LocalPlane(state_dir or tmp_path_factory.mktemp("plane") / "state", api_handler, env, port, allow)
         planes.append(plane)
         return plane.start()
 

@@ -17,7 +17,7 @@ from botocore.credentials import Credentials
 from typer.testing import CliRunner, Result
 
 from schemas.status import JobStatus
-from tests.e2e.conftest import LocalPlane
+from tests.e2e.conftest import REPO_ROOT, LocalPlane
 from trainplane import AuthError, Client
 from trainplane.cli import app
 
@@ -26,7 +26,11 @@ pytestmark = pytest.mark.e2e
 REFUSED_GPUS = 1024  # the schema's maximum: no machine running these tests has that many
 
 
-def job_doc(run: str, *, gpus: int = REFUSED_GPUS, name: str = "cli-e2e", data: str = "/nonexistent/train.jsonl") -> dict[str, Any]:
+# Never read (these jobs do not get to run), but named where local mode allows local files (docs/SECURITY.md).
+UNREAD_DATA = str(REPO_ROOT / "examples" / "data" / "tiny-qa.jsonl")
+
+
+def job_doc(run: str, *, gpus: int = REFUSED_GPUS, name: str = "cli-e2e", data: str = UNREAD_DATA) -> dict[str, Any]:
     return {
         "name": name,
         "labels": {"suite": "cli-e2e", "run": run},

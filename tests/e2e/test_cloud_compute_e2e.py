@@ -76,9 +76,10 @@ def fake_job(name: str, bucket: str, *, max_steps: str, resources: dict[str, Any
         "training_config": {
             "training_type": "SFT",
             "base_model": {"model_id": "tiny", "source": "config", "tokenizer_id": "byte", "model_kwargs": {"architecture": "llama"}},
-            "hyperparameters": {"max_steps": max_steps, "fake_step_seconds": "0.15"},
+            "hyperparameters": {"max_steps": max_steps},
+            "environment": {"fake_step_seconds": "0.15"},  # the fake trainer's knob (tests/fake_trainer.py)
         },
-        "data_config": {"sources": [{"path": f"s3://{bucket}/data/train.jsonl"}]},
+        "data_config": {"sources": [{"path": f"s3://{bucket}/shared/train.jsonl"}]},
         "resource_config": resources,
         "output_config": {"checkpoint": {"save_steps": 5}},
     }

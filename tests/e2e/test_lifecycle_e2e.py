@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import REPO_ROOT, LocalPlane
+from tests.fake_trainer import knobs_apart
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -45,9 +46,12 @@ def fake_spec(name: str, *, max_steps: int = 6, step_seconds: float = 0.05, **hp
         "training_config": {
             "training_type": "SFT",
             "base_model": {"model_id": "tiny", "source": "config", "tokenizer_id": "byte", "model_kwargs": {"architecture": "llama"}},
-            "hyperparameters": {"max_steps": str(max_steps), "fake_step_seconds": str(step_seconds), **hp},
+            "hyperparameters": knobs_apart({"max_steps": str(max_steps), **hp})[0],
+            # The fake trainer's knobs: submit refuses hyperparameters the real trainer does not know.
+            "environment": knobs_apart({"fake_step_seconds": str(step_seconds), **hp})[1],
         },
-        "data_config": {"sources": [{"path": "/dev/null"}]},
+        # Not read by the fake trainer; named where local mode allows local files (docs/SECURITY.md).
+        "data_config": {"sources": [{"path": str(REPO_ROOT / "examples" / "data" / "tiny-qa.jsonl")}]},
         "resource_config": {"gpu_count": 0},
         "output_config": {"checkpoint": {"save_steps": 2}},
     }

@@ -15,6 +15,7 @@ import stat
 import threading
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -79,7 +80,8 @@ def test_endpoint_json_has_the_contract_shape(echo_plane: LocalPlane) -> None:
     # Given `trainplane up --port 0`, once it is ready
     doc = echo_plane.endpoint
     # Then endpoint.json has exactly the contract's shape, two principals, and only its owner can read it
-    assert set(doc) == {"api_url", "region", "aws_endpoint_url", "bucket", "credentials"}
+    assert set(doc) == {"api_url", "region", "aws_endpoint_url", "bucket", "credentials", "pid", "hostname"}
+    assert doc["pid"] == echo_plane.process.pid  # type: ignore[union-attr] (who wrote it: stale detection)
     assert doc["region"] == constants.LOCAL_REGION
     assert doc["bucket"] == constants.ARTIFACTS_BUCKET
     assert [c["name"] for c in doc["credentials"]] == ["admin", "alice"]
@@ -87,11 +89,49 @@ def test_endpoint_json_has_the_contract_shape(echo_plane: LocalPlane) -> None:
         assert set(c) == {"name", "access_key_id", "secret_access_key", "arn"}
         assert c["arn"] == f"arn:aws:iam::{constants.LOCAL_ACCOUNT_ID}:user/{c['name']}"
     assert stat.S_IMODE(echo_plane.endpoint_path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(echo_plane.state_dir.stat().st_mode) == 0o700
     assert doc["api_url"].startswith("http://127.0.0.1:") and not doc["api_url"].endswith(":0")
     # And the API and the emulated AWS both answer on the ports it names, the bucket and tables exist
     assert echo_plane.request("GET", "/jobs").status_code == 200
     assert {constants.JOBS_TABLE, constants.IDEMPOTENCY_TABLE} <= set(echo_plane.client("dynamodb").list_tables()["TableNames"])
     echo_plane.client("s3").head_bucket(Bucket=doc["bucket"])
+
+
+def test_after_kill_9_a_stale_endpoint_json_is_detected_and_replaced_by_the_next_up(
+    local_plane_factory: PlaneFactory, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from trainplane.cli import app
+    from trainplane.client import Client
+    from trainplane.errors import StaleEndpoint
+
+    # Given a state dir someone made readable by all, and a plane started on it
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    plane = local_plane_factory(api_handler=ECHO_API, state_dir=state)
+    # Then the state dir is owner-only now, endpoint.json too
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    assert stat.S_IMODE(plane.endpoint_path.stat().st_mode) == 0o600
+    # When the plane is killed with -9 (no shutdown code runs: its endpoint.json stays behind)
+    old = plane.endpoint
+    plane.kill()
+    assert plane.endpoint_path.exists()
+    # Then the SDK and the CLI say it is stale, at once, instead of retrying a dead port
+    began = time.monotonic()
+    with pytest.raises(StaleEndpoint, match=f"pid {old['pid']}"):
+        Client(state_dir=state)
+    result = CliRunner().invoke(app, ["--state-dir", str(state), "jobs", "list"], env={"COLUMNS": "250"})
+    assert result.exit_code == 1 and "is stale" in result.output and "trainplane up --state-dir" in result.output, result.output
+    assert time.monotonic() - began < 5
+    # When `up` runs again on that state dir
+    plane.start()
+    # Then it replaced the stale file with its own (its pid, its ports), and clients work again
+    assert plane.endpoint["pid"] == plane.process.pid != old["pid"]  # type: ignore[union-attr]
+    assert stat.S_IMODE(plane.endpoint_path.stat().st_mode) == 0o600
+    assert Client(state_dir=state).resolved.url == plane.api_url
+    assert "replacing the stale" in plane.log_tail()
 
 
 def test_a_second_up_on_the_same_state_dir_is_refused(echo_plane: LocalPlane, local_plane_factory: PlaneFactory) -> None:
@@ -228,6 +268,27 @@ def submit(plane: LocalPlane, name: str, **overrides: Any) -> dict[str, Any]:
     response = plane.request("POST", "/jobs", json=job_body(name, **overrides))
     assert response.status_code == 201, response.text
     return response.json()
+
+
+def test_bad_input_over_real_http_is_a_4xx_never_a_5xx(local_plane: LocalPlane) -> None:
+    # Given the real API behind local mode's front door (the same handler API Gateway invokes)
+    def post(body: bytes, content_type: str) -> requests.Response:
+        return local_plane.request("POST", "/jobs", data=body, headers={"Content-Type": content_type})
+
+    valid = json.dumps(job_body("edge")).encode()
+    # When bodies that used to crash the handler arrive / Then each is the 4xx that says why
+    assert post(valid, "text/plain").status_code == 415
+    assert post(valid, "multipart/form-data").status_code == 415
+    assert post(b'{"name": "\xff\xfe"}', "application/json").status_code == 400  # not UTF-8: handed over base64
+    assert post(b"[" * 1000 + b"]" * 1000, "application/json").status_code == 400
+    assert post(valid.replace(b'"batch_size": 2', b'"batch_size": NaN'), "application/json").status_code == 400
+    big = job_body("edge-big")
+    big["training_config"]["environment"] = {f"V{i}": "x" * 8192 for i in range(60)}
+    too_big = local_plane.request("POST", "/jobs", json=big)
+    assert too_big.status_code == 413 and "262,144 bytes" in too_big.json()["message"]
+    # And a method the path lacks is 405 with Allow
+    wrong = local_plane.request("PUT", "/summary")
+    assert wrong.status_code == 405 and wrong.headers["Allow"] == "GET"
 
 
 def wait_status(plane: LocalPlane, job_id: str, statuses: set[str], timeout: float = 60) -> dict[str, Any]:

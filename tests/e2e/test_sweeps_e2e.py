@@ -22,8 +22,14 @@ TWO_SLOTS = {"TRAINPLANE_LOCAL_CPU_SLOTS": "2"}
 def _template(steps: int = 3, step_seconds: float = 0.2) -> dict[str, Any]:
     body = request_body(name="quadratic")
     body["training_config"]["framework"] = {"type": "CUSTOM", "custom_script_path": str(SCRIPT)}
-    body["training_config"]["hyperparameters"] = {"steps": str(steps), "step_seconds": str(step_seconds)}
+    body["training_config"]["hyperparameters"] = {"max_steps": str(steps)}
+    body["training_config"]["environment"] = {"STEP_SECONDS": str(step_seconds)}
     return body
+
+
+def _xy(**specs: dict[str, Any]) -> dict[str, Any]:
+    """The script's x and y: set in its environment (a dotted target), as hyperparameters are the trainer's."""
+    return {name: {**spec, "target": f"training_config.environment.{name.upper()}"} for name, spec in specs.items()}
 
 
 def _sweep(plane: LocalPlane, template: dict[str, Any] | None = None, **tuning: Any) -> dict[str, Any]:
@@ -55,7 +61,7 @@ def plane(local_plane_factory: Any) -> LocalPlane:
 
 
 def test_a_grid_sweep_visits_every_point_once_and_records_the_best(plane: LocalPlane) -> None:
-    grid = {"x": {"type": "double", "values": [0.0, 0.3]}, "y": {"type": "double", "values": [0.2, 0.7]}}
+    grid = _xy(x={"type": "double", "values": [0.0, 0.3]}, y={"type": "double", "values": [0.2, 0.7]})
     sweep = _sweep(plane, method="grid", maxTrials=4, maxParallelTrials=2, parameters=grid)
     sweep = _wait(plane, sweep["sweep_id"], _ended)
     assert sweep["status"] == "COMPLETED", sweep
@@ -69,7 +75,7 @@ def test_a_grid_sweep_visits_every_point_once_and_records_the_best(plane: LocalP
 
 def test_a_losing_trial_is_pruned_by_the_median_rule_and_stops_early(plane: LocalPlane) -> None:
     # Given trial 0 at the optimum, then trials whose score loses from their first step (10 slow steps)
-    values = {"x": {"type": "double", "values": [0.3, 2.0]}, "y": {"type": "double", "values": [0.7]}}
+    values = _xy(x={"type": "double", "values": [0.3, 2.0]}, y={"type": "double", "values": [0.7]})
     template = _template(steps=10, step_seconds=0.5)
     median = {"type": "median", "startupTrials": 1}
     # seed 1: this grid's order starts at the optimum (seeded, so always)
@@ -84,7 +90,7 @@ def test_a_losing_trial_is_pruned_by_the_median_rule_and_stops_early(plane: Loca
 
 
 def test_pause_leaves_both_running_trials_paused_with_checkpoints_and_resume_completes(plane: LocalPlane) -> None:
-    space = {"x": {"type": "double", "min": 0.0, "max": 1.0}, "y": {"type": "double", "min": 0.0, "max": 1.0}}
+    space = _xy(x={"type": "double", "min": 0.0, "max": 1.0}, y={"type": "double", "min": 0.0, "max": 1.0})
     sweep = _sweep(
         plane, method="random", maxTrials=3, maxParallelTrials=2, parameters=space, template=_template(steps=8, step_seconds=0.5)
     )
@@ -114,7 +120,7 @@ def test_pause_leaves_both_running_trials_paused_with_checkpoints_and_resume_com
 
 def test_kill_9_mid_sweep_then_restart_completes_with_exactly_max_trials(local_plane_factory: Any) -> None:
     plane = local_plane_factory(env=TWO_SLOTS)
-    space = {"x": {"type": "double", "min": 0.0, "max": 1.0}, "y": {"type": "double", "min": 0.0, "max": 1.0}}
+    space = _xy(x={"type": "double", "min": 0.0, "max": 1.0}, y={"type": "double", "min": 0.0, "max": 1.0})
     sweep = _sweep(plane, method="bayes", maxTrials=5, maxParallelTrials=2, parameters=space, template=_template(steps=4, step_seconds=0.5))
     sweep_id = sweep["sweep_id"]
     _wait(plane, sweep_id, lambda s: s["counts"]["completed"] >= 1 and s["counts"]["running"] >= 1, timeout=120)
@@ -135,7 +141,7 @@ def test_the_cli_creates_and_waits_and_the_sdk_reads_the_sweep(plane: LocalPlane
     from trainplane.cli import app
     from trainplane.client import Client
 
-    space = {"x": {"type": "double", "values": [0.0, 0.3]}, "y": {"type": "double", "values": [0.7]}}
+    space = _xy(x={"type": "double", "values": [0.0, 0.3]}, y={"type": "double", "values": [0.7]})
     config = {
         "method": "grid",
         "maxTrials": 2,

@@ -18,6 +18,7 @@ from functions import constants
 from functions.adapters.aws import AwsClients
 from functions.adapters.dynamodb_items import create_tables
 from functions.settings import Settings
+from schemas.access import BucketGrant
 
 _names = itertools.count(1)
 
@@ -29,8 +30,13 @@ def emulated_aws() -> Iterator[AwsClients]:
 
 
 def fresh_resources(clients: AwsClients, **settings: object) -> Settings:
-    """Settings naming a new jobs table, idempotency table and artifacts bucket, all created."""
+    """Settings naming a new jobs table, idempotency table and artifacts bucket, all created.
+
+    tests/helpers/jobs.py's requests read s3://trainplane-artifacts/shared/: with a bucket of its own,
+    such a deployment allows that prefix (read-only, for everyone) as another bucket (docs/SECURITY.md).
+    """
     n = next(_names)
+    settings.setdefault("bucket_grants", (BucketGrant(uri=f"s3://{constants.ARTIFACTS_BUCKET}/shared/"),))
     result = Settings(
         jobs_table=f"{constants.JOBS_TABLE}-{n}",
         idempotency_table=f"{constants.IDEMPOTENCY_TABLE}-{n}",

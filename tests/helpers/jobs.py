@@ -32,7 +32,7 @@ def request_body(**overrides: Any) -> dict[str, Any]:
             },
             "hyperparameters": {"max_steps": "4", "learning_rate": "0.001"},
         },
-        "data_config": {"sources": [{"path": "s3://trainplane-artifacts/data/train.jsonl"}], "batch_size": 2},
+        "data_config": {"sources": [{"path": "s3://trainplane-artifacts/shared/train.jsonl"}], "batch_size": 2},
         "resource_config": {"gpu_count": 0},
     }
     body.update(overrides)

@@ -19,7 +19,10 @@ def sweep_body(**tuning: Any) -> dict[str, Any]:
         "method": "random",
         "maxTrials": 4,
         "metric": {"name": "accuracy", "goal": "maximize"},
-        "parameters": {"lr": {"type": "double", "min": 0.0001, "max": 0.1, "scale": "log"}, "layers": {"type": "int", "min": 1, "max": 4}},
+        "parameters": {
+            "learning_rate": {"type": "double", "min": 0.0001, "max": 0.1, "scale": "log"},
+            "warmup_steps": {"type": "int", "min": 1, "max": 4},
+        },
         "seed": 7,
     }
     config.update(tuning)

@@ -26,6 +26,7 @@ PROD = {
     "waf_web_acl_arn": "arn:aws:wafv2:eu-west-1:111122223333:regional/webacl/trainplane/0123",
     "trainer_image_uri": "111122223333.dkr.ecr.eu-west-1.amazonaws.com/trainplane-trainer:1.0",
     "training_data_uris": ("s3://team-datasets/llm/",),
+    "bucket_grants": ({"uri": "s3://team-models/out/", "access": "read-write", "principals": ("arn:aws:iam::111122223333:role/ml-team",)},),
     "vpc_id": "vpc-0123456789abcdef0",
     "subnet_ids": ("subnet-0123456789abcdef0", "subnet-0fedcba9876543210"),
     "alarm_email": "oncall@example.com",

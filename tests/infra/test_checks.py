@@ -278,7 +278,7 @@ def test_every_resource_is_this_stacks_or_this_accounts(synth: Synth, stage: str
             scoped = bool(refs) and refs <= own
             in_account = '{"Ref": "AWS::AccountId"}' in text or (stage == "prod" and "111122223333" in text)
             aws_owned_ami = ":ec2:" in text and "::image/*" in text
-            configured_data = stage == "prod" and "team-datasets" in text
+            configured_data = stage == "prod" and ("team-datasets" in text or "team-models" in text)  # stage-config grants
             assert scoped or in_account or aws_owned_ami or configured_data, f"{policy}: {text}"
 
 
@@ -333,11 +333,16 @@ def expected_actions(stage: str, retraining: bool) -> dict[str, set[str]]:
     }
     if retraining:
         expected["api"] |= SCHEDULES
-        expected["retraining"] = COMMON | {"sqs:SendMessage"} | JOBS | KEY | EXECUTIONS | TOKENS | engine["stop"]
-    # Sweeps (the session's synth builds the controller's bundle): whoever may change a trial wakes it
+        # s3: a fired job's output_path in a data area is probed by submit's path check (read-only)
+        data_read = {"s3:GetObject", "s3:ListBucket"}
+        expected["retraining"] = COMMON | {"sqs:SendMessage"} | data_read | JOBS | KEY | EXECUTIONS | TOKENS | engine["stop"]
+    # Sweeps (the session's synth builds the controller's bundle): whoever may change a trial wakes it;
+    # the controller submits trials through submit's path check too (read-only probes of data areas)
     for waker in ("api", "lifecycle", "events"):
         expected[waker] |= {"lambda:InvokeFunction"}
-    expected["sweeps_controller"] = COMMON | {"sqs:SendMessage"} | JOBS | KEY | EXECUTIONS | TOKENS | engine["stop"]
+    expected["sweeps_controller"] = (
+        COMMON | {"sqs:SendMessage", "s3:GetObject", "s3:ListBucket"} | JOBS | KEY | EXECUTIONS | TOKENS | engine["stop"]
+    )
     return expected
 
 
@@ -359,11 +364,14 @@ def test_function_data_access_is_scoped(synth: Synth, stage: str) -> None:
     template = synth.templates[stage]
     for name, role in function_roles(synth, stage).items():
         actions = role_actions(template, role)
-        # S3: objects under jobs/ only, listing with a jobs/ prefix condition
+        # S3: objects under jobs/ (and data/, read by submit's path checks) only, listing with a prefix condition
         for statement in actions.get("s3:GetObject", []):
-            assert all(json.dumps(r).endswith('"/jobs/*"]]}') for r in _as_list(statement["Resource"])), name
+            assert all(json.dumps(r).endswith(('"/jobs/*"]]}', '"/data/*"]]}')) for r in _as_list(statement["Resource"])), name
         for statement in actions.get("s3:ListBucket", []):
-            assert statement["Condition"]["StringLike"]["s3:prefix"] == ["jobs/*"], name
+            assert statement["Condition"]["StringLike"]["s3:prefix"] in (["jobs/*"], ["data/*"]), name
+        for action in ("s3:PutObject", "s3:DeleteObject"):
+            for statement in actions.get(action, []):
+                assert all(json.dumps(r).endswith('"/jobs/*"]]}') for r in _as_list(statement["Resource"])), name
         # KMS: only through DynamoDB, S3 or the engine, never directly
         for statement in actions.get("kms:Decrypt", []):
             via = json.dumps(statement["Condition"]["StringEquals"]["kms:ViaService"])
@@ -389,10 +397,12 @@ def test_trainer_roles_reach_only_job_prefixes_data_and_image(synth: Synth) -> N
         actions = role_actions(template, role_id)
         writable = {json.dumps(r) for a in ("s3:PutObject", "s3:DeleteObject") for s in actions[a] for r in _as_list(s["Resource"])}
         readable = {json.dumps(r) for s in actions["s3:GetObject"] for r in _as_list(s["Resource"])}
-        # Then writes go to jobs/ only; reads to jobs/, datasets/ and the configured data location
-        assert all(w.endswith('/jobs/*"]]}') for w in writable)
+        # Then writes go to jobs/, data/ (exports into data areas) and the read-write grant only; reads to
+        # those, shared/, datasets/ and the configured data location (tests/infra/test_path_confinement_iam.py)
+        assert all(w.endswith(('/jobs/*"]]}', '/data/*"]]}')) or "team-models/out/*" in w for w in writable)
         assert any("/datasets/*" in r for r in readable) and any("team-datasets/llm/*" in r for r in readable)
-        assert all(("/jobs/*" in r or "/datasets/*" in r or "team-datasets/llm/*" in r) for r in readable)
+        layout = ("/jobs/*", "/data/*", "/shared/*", "/datasets/*", "team-datasets/llm/*", "team-models/out/*")
+        assert all(any(p in r for p in layout) for r in readable)
         # And the image is pulled from the configured repository only
         pull = [r for s in actions["ecr:BatchGetImage"] for r in _as_list(s["Resource"])]
         assert len(pull) == 1 and "repository/trainplane-trainer" in json.dumps(pull[0])
@@ -429,8 +439,9 @@ def test_buckets_are_encrypted_and_tls_only(synth: Synth, stage: str) -> None:
         denies = [s for s in policies[logical_id]["Properties"]["PolicyDocument"]["Statement"] if s["Effect"] == "Deny"]
         assert any(s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in denies), logical_id
         assert all(bucket["Properties"]["PublicAccessBlockConfiguration"].values()), logical_id
-    # Only the access-log bucket is SSE-S3: S3 server access logging cannot deliver to SSE-KMS buckets
-    assert len(sse_s3) == 1 and "AccessLogs" in sse_s3[0]
+    # SSE-S3 only where KMS cannot be used: access-log buckets (S3 server access logging and CloudFront's logs
+    # cannot deliver to SSE-KMS buckets) and the dashboard's public page (read by CloudFront through OAC)
+    assert sse_s3 and all("AccessLogs" in b or b.startswith("DashboardAssets") for b in sse_s3), sse_s3
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -66,8 +66,9 @@ def test_every_api_method_requires_aws_iam(synth: Synth, stage: str) -> None:
     assert methods
     for path, verb, props in methods:
         if verb == "OPTIONS":
-            # Only CORS preflights go unsigned (browsers cannot sign them), answered by the gateway itself.
-            assert stage == "prod" and props["Integration"]["Type"] == "MOCK", path
+            # Only CORS preflights (for the dashboard's origin) go unsigned: browsers cannot sign them, and the
+            # gateway answers them itself.
+            assert props["Integration"]["Type"] == "MOCK", path
             continue
         assert props["AuthorizationType"] == "AWS_IAM", f"{verb} {path}"
         assert props["Integration"]["Type"] == "AWS_PROXY", f"{verb} {path}"
@@ -78,8 +79,10 @@ def test_api_routes_are_the_openapi_documents(synth: Synth) -> None:
 
     # Given the operations of schemas/openapi.json
     expected = {(r.path, r.method) for r in load_routes()}
-    # Then the API has exactly those methods (plus preflights), none missing, none extra
-    routed = {(path, verb) for path, verb, _ in _methods(synth, "dev")}
+    # Then the API has exactly those methods (plus preflights), none missing, none extra, and on each
+    # path an ANY that brings the methods it lacks to the handler (405 with Allow, not the gateway's 403)
+    expected |= {(r.path, "ANY") for r in load_routes()}
+    routed = {(path, verb) for path, verb, _ in _methods(synth, "dev") if verb != "OPTIONS"}
     assert routed == expected
     assert {(p, v) for p, v, _ in _methods(synth, "prod") if v != "OPTIONS"} == expected
 
@@ -92,6 +95,11 @@ def test_api_validates_requests(synth: Synth) -> None:
     assert props["ValidateRequestBody"] is True and props["ValidateRequestParameters"] is True
     routes = {(r.path, r.method): r for r in load_routes()}
     for path, verb, method in _methods(synth, "dev"):
+        if verb == "OPTIONS":
+            continue  # CORS preflights, answered by the gateway
+        if verb == "ANY":
+            assert "RequestModels" not in method  # only answered 405 by the handler
+            continue
         route = routes[(path, verb)]
         assert resolve_ref(method["RequestValidatorId"]) == validator
         assert method.get("RequestParameters", {}) == route.parameters
@@ -128,8 +136,8 @@ def test_resource_policy_restricts_callers_when_configured(synth: Synth) -> None
     assert deny["Action"] == "execute-api:Invoke"
 
 
-def test_cors_only_when_configured(synth: Synth) -> None:
-    assert not [m for m in _methods(synth, "dev") if m[1] == "OPTIONS"]
+def test_cors_for_the_configured_origin(synth: Synth) -> None:
+    # dev allows its own dashboard distribution's origin (tests/infra/test_dashboard_stack.py); prod names one
     preflights = [m for m in _methods(synth, "prod") if m[1] == "OPTIONS"]
     assert preflights
     headers = preflights[0][2]["Integration"]["IntegrationResponses"][0]["ResponseParameters"]

@@ -324,7 +324,8 @@ def test_cancel_pause_resume_retry(call: Api) -> None:
     # Given a training job with a checkpoint
     job_id = call.submit()["job_id"]
     call.move(job_id, S.QUEUED, S.SCHEDULING, S.PREPARING, S.TRAINING)
-    repo.add_checkpoint(job_id, CheckpointRef(checkpoint_id="step-000002", step=2, uri=f"s3://b/jobs/{job_id}/checkpoints/step-000002"))
+    uri = f"s3://{call.settings.artifacts_bucket}/jobs/{job_id}/checkpoints/step-000002"
+    repo.add_checkpoint(job_id, CheckpointRef(checkpoint_id="step-000002", step=2, uri=uri))
     # When it is paused: 202, pause pending; a resume now is a 409 naming PAUSED
     paused = call("api_pause_job", job_id=job_id)
     assert paused.status == 202 and paused.body["pending_action"] == "pause" and paused.body["status"] == "TRAINING"

@@ -242,3 +242,23 @@ def test_without_scheduler_settings_a_schedule_is_refused_naming_what_to_configu
     finally:
         composition.reset()
     assert reply.status == 422 and "retraining_schedule_group" in _field_errors(reply)["trigger.type"]
+
+
+def test_a_policy_over_the_item_budget_is_413_and_a_text_body_415(call: Api) -> None:
+    # Given a template too large to store as a job (environment of ~480 KB)
+    body = policy_body()
+    body["job_template"]["training_config"]["environment"] = {f"VAR_{i}": "x" * 8192 for i in range(60)}
+    # When it is created, or an existing policy is patched to it
+    created = call("POST", body=body)
+    policy_id = call.create()["policy_id"]
+    patched = call("PATCH", policy_id, body={"job_template": body["job_template"]})
+    # Then both are 413 saying the limit, and nothing changed
+    assert created.status == 413 and "262,144 bytes" in created.body["message"], created.body
+    assert patched.status == 413 and call("GET", policy_id).body["version"] == 1
+    # And a body that is not JSON is 415; a method the path lacks 405 with Allow
+    event = api_event("api_list_jobs", headers={"Content-Type": "text/plain"})
+    event.update(resource=COLLECTION, path=COLLECTION, httpMethod="POST", body="name=x")
+    assert api.lambda_handler(event, FakeLambdaContext())["statusCode"] == 415
+    event.update(httpMethod="PUT", body=None)
+    raw = api.lambda_handler(event, FakeLambdaContext())
+    assert raw["statusCode"] == 405 and raw["multiValueHeaders"]["Allow"] == ["GET, POST"]

@@ -94,7 +94,12 @@ def test_another_principals_sweep_is_404_for_every_verb(call: Any) -> None:
 @pytest.mark.parametrize(
     ("change", "field", "message"),
     [
-        ({"parameters": {"lr": {"type": "double", "min": 1, "max": 0.1}}}, "hyperParameterTuningConfig.parameters.lr", "greater than max"),
+        (
+            {"parameters": {"learning_rate": {"type": "double", "min": 1, "max": 0.1}}},
+            "TuningConfig.parameters.learning_rate",
+            "greater than",
+        ),
+        ({"parameters": {"lr": {"type": "double", "min": 0.1, "max": 1}}}, "parameters.lr.target", "not a hyperparameter"),
         ({"parameters": {"x": {"type": "int", "min": 1, "max": 2, "target": NOPE}}}, "parameters.x.target", "no field 'nope'"),
         ({"parameters": {"g": {"type": "int", "values": [-1, 1], "target": GPUS}}}, "job_template.resource_config.gpu_count", ""),
         ({"method": "grid", "maxTrials": 2, "parameters": {"n": {"type": "int", "min": 1, "max": 3}}}, "TuningConfig", "maxTrials"),

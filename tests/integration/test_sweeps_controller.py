@@ -84,7 +84,7 @@ def test_trials_start_up_to_max_parallel_and_the_sweep_completes_after_max_trial
     jobs = [plane.jobs.repo.get(t.job_id) for t in running]
     assert [j.labels["sweep_id"] for j in jobs] == [sweep_id, sweep_id] and [j.labels["trial"] for j in jobs] == ["0", "1"]
     assert all(j.owner == ALICE for j in jobs)
-    assert jobs[0].training_config.hyperparameters["lr"] == format(running[0].params["lr"], ".10g")
+    assert jobs[0].training_config.hyperparameters["learning_rate"] == format(running[0].params["learning_rate"], ".10g")
     # and a second decision (a duplicate wake) starts nothing more
     assert plane.controller.decide(sweep_id).started == []
     # When both finish, the next two start; when those finish, the sweep completes with the best trial
@@ -102,10 +102,10 @@ def test_trials_start_up_to_max_parallel_and_the_sweep_completes_after_max_trial
 
 
 def test_grid_visits_every_point_once(plane: Plane) -> None:
-    grid = {"lr": {"type": "double", "values": [0.01, 0.1]}, "layers": {"type": "int", "min": 1, "max": 5, "step": 2}}
+    grid = {"learning_rate": {"type": "double", "values": [0.01, 0.1]}, "warmup_steps": {"type": "int", "min": 1, "max": 5, "step": 2}}
     sweep_id = plane.create(method="grid", maxTrials=6, maxParallelTrials=6, parameters=grid)
     plane.controller.decide(sweep_id)
-    seen = sorted((t.params["lr"], t.params["layers"]) for t in plane.trials(sweep_id))
+    seen = sorted((t.params["learning_rate"], t.params["warmup_steps"]) for t in plane.trials(sweep_id))
     assert seen == sorted((lr, n) for lr in (0.01, 0.1) for n in (1, 3, 5))
 
 
@@ -242,7 +242,11 @@ def _quadratic(params: dict[str, Any]) -> float:
 
 def _best_distance(aws: AwsClients, method: str, seed: int, trials: int) -> float:
     plane = Plane(aws, fresh_resources(aws))
-    space = {"x": {"type": "double", "min": -2.0, "max": 2.0}, "y": {"type": "double", "min": -2.0, "max": 2.0}}
+    # Labels take any key: the paraboloid's x and y go there (the trials never run)
+    space = {
+        "x": {"type": "double", "min": -2.0, "max": 2.0, "target": "labels.x"},
+        "y": {"type": "double", "min": -2.0, "max": 2.0, "target": "labels.y"},
+    }
     sweep_id = plane.create(method=method, maxTrials=trials, seed=seed, parameters=space)
     for _ in range(trials):
         plane.controller.decide(sweep_id)

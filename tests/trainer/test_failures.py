@@ -34,7 +34,8 @@ def _assert_failed(outcome, code: ExitCode, reason: FailureReason, *needles: str
 @pytest.mark.parametrize(
     ("hyperparameters", "needles"),
     [
-        ({"learning_rat": "1e-3"}, ["unknown hyperparameter(s): learning_rat"]),
+        # The run spec's own check (schemas/hyperparameters.py, which submit applies too) names the key
+        ({"learning_rat": "1e-3"}, ["training_config.hyperparameters.learning_rat: unknown hyperparameter"]),
         ({"max_steps": "ten"}, ["max_steps", "integer"]),
         ({"lr_scheduler_type": "exponential"}, ["lr_scheduler_type"]),
         ({"packing": "maybe"}, ["packing", "true or false"]),

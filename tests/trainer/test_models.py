@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 import transformers
+from pydantic import ValidationError
 from tokenizers import Tokenizer, models, pre_tokenizers
 from trainer import models as trainer_models
 from trainer.data import collate
@@ -122,16 +123,34 @@ def test_initialisation_is_seeded_and_leaves_the_global_rng_alone(make_training_
     assert same_weights(load(make_training_config(hyperparameters={"seed": "7"})).model, first)
 
 
+def unchecked(tc: TrainingConfig, **model_kwargs: Any) -> TrainingConfig:
+    """tc with model_kwargs the schema (and so submit) would refuse: what the trainer does with a spec that skipped submit."""
+    spec = BaseModelSpec.model_construct(**{**tc.base_model.model_dump(), "model_kwargs": {**tc.base_model.model_kwargs, **model_kwargs}})
+    return tc.model_copy(update={"base_model": spec})
+
+
 def test_vocab_size_smaller_than_the_tokenizer_is_refused(make_training_config: MakeTC) -> None:
+    # Submit refuses it (schemas/configs.py); a spec that skipped submit is refused by the trainer too
+    with pytest.raises(ValidationError, match="100 does not cover the byte tokenizer's 259 tokens"):
+        make_training_config(model_kwargs={**TINY_LLAMA, "vocab_size": 100})
     with pytest.raises(UserError, match=r"model_kwargs\.vocab_size=100 does not cover the tokenizer's 259 tokens"):
-        load(make_training_config(model_kwargs={**TINY_LLAMA, "vocab_size": 100}))
+        load(unchecked(make_training_config(), vocab_size=100))
     # A larger one is kept as given
     assert load(make_training_config(model_kwargs={**TINY_LLAMA, "vocab_size": 320})).model.config.vocab_size == 320
 
 
 def test_an_unknown_architecture_is_a_clear_error(make_training_config: MakeTC) -> None:
+    with pytest.raises(ValidationError, match="'no-such-arch' is not a causal language model of transformers"):
+        make_training_config(model_kwargs={**TINY_LLAMA, "architecture": "no-such-arch"})
     with pytest.raises(UserError, match="architecture 'no-such-arch' is not a transformers model type"):
-        load(make_training_config(model_kwargs={**TINY_LLAMA, "architecture": "no-such-arch"}))
+        load(unchecked(make_training_config(), architecture="no-such-arch"))
+
+
+@pytest.mark.parametrize(("architecture", "built"), [("LlamaForCausalLM", "LlamaForCausalLM"), ("GPT2LMHeadModel", "GPT2LMHeadModel")])
+def test_the_architecture_may_be_the_class_name_a_config_json_lists(make_training_config: MakeTC, architecture: str, built: str) -> None:
+    kwargs = TINY_GPT2 if architecture.startswith("GPT2") else TINY_LLAMA
+    loaded = load(make_training_config(model_kwargs={**kwargs, "architecture": architecture}))
+    assert type(loaded.model).__name__ == built
 
 
 def test_dtype_is_honoured(make_training_config: MakeTC) -> None:

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
+import subprocess
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from botocore.credentials import Credentials
 
+from trainplane.client import Client
 from trainplane.endpoint import ENV_ENDPOINT, ENV_STATE_DIR, read_endpoint_file, region_from_url, resolve
-from trainplane.errors import EndpointNotConfigured
+from trainplane.errors import EndpointNotConfigured, StaleEndpoint
 
 LOCAL_URL = "http://127.0.0.1:18080"
 
 
-def write_endpoint_json(state_dir: Path, api_url: str = LOCAL_URL, region: str = "eu-west-1") -> Path:
+def write_endpoint_json(state_dir: Path, api_url: str = LOCAL_URL, region: str = "eu-west-1", **extra: Any) -> Path:
     state_dir.mkdir(parents=True, exist_ok=True)
     path = state_dir / "endpoint.json"
     doc = {
+        **extra,
         "api_url": api_url,
         "region": region,
         "aws_endpoint_url": "http://127.0.0.1:15000",
@@ -205,3 +212,37 @@ def test_broken_endpoint_json_and_bad_urls_are_clear_errors(tmp_path: Path) -> N
 def test_region_from_an_execute_api_url(url: str, region: str | None) -> None:
     # Given an API URL  When its region is read from the host  Then only execute-api hosts give one
     assert region_from_url(url) == region
+
+
+def _dead_pid() -> int:
+    # A process that has exited and been reaped: its pid names no process (until reused, which a
+    # fresh pid is not within the test's few milliseconds).
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_an_endpoint_json_whose_process_is_gone_is_stale_and_says_so(tmp_path: Path) -> None:
+    # Given the endpoint.json of a `trainplane up` killed with -9 (its pid is gone)
+    state = tmp_path / "state"
+    write_endpoint_json(state, pid=_dead_pid(), hostname=socket.gethostname())
+    # When the SDK (or the CLI, through resolve) reads it
+    # Then it says the file is stale and how to fix it, at once, instead of trying a dead port
+    with pytest.raises(StaleEndpoint, match=r"is stale: the `trainplane up` that wrote it \(pid \d+\) is no longer running"):
+        read_endpoint_file(state)
+    with pytest.raises(StaleEndpoint, match="trainplane up --state-dir"):
+        Client(state_dir=state)
+    # And an endpoint named explicitly does not need the stale file
+    assert resolve("http://127.0.0.1:9", state_dir=state, credentials=Credentials("a", "b")).local is None
+
+
+def test_an_endpoint_json_of_a_live_process_or_another_host_is_used(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    write_endpoint_json(state, pid=os.getpid(), hostname=socket.gethostname())
+    assert read_endpoint_file(state).pid == os.getpid()  # type: ignore[union-attr]
+    # Another host's pid cannot be checked from here: trusted as it is
+    write_endpoint_json(state, pid=_dead_pid(), hostname="another-host")
+    assert read_endpoint_file(state) is not None
+    # And a file without a pid (written before pids were recorded) is used as before
+    write_endpoint_json(state)
+    assert read_endpoint_file(state) is not None

@@ -132,7 +132,7 @@ def test_policy_with_valid_mapping_is_accepted() -> None:
             input_mapping=[
                 {"template": "s3://{detail.bucket.name}/{detail.object.key}", "target": "data_config.sources[0].path"},
                 {"source": "id", "target": "labels.source_event"},
-                {"source": "detail.object.size", "target": "training_config.hyperparameters.rows"},
+                {"source": "detail.object.size", "target": "training_config.hyperparameters.max_steps"},
             ]
         )
     )
@@ -147,6 +147,8 @@ def test_policy_with_valid_mapping_is_accepted() -> None:
         ({"source": "id", "target": "data_config"}, "whole object"),
         ({"source": "id", "template": "{id}", "target": "labels.x"}, "exactly one of source or template"),
         ({"source": "id", "target": "Not A Path"}, "not a dotted path"),
+        # The trainer refuses hyperparameters it does not know: so does the policy, at creation
+        ({"source": "id", "target": "training_config.hyperparameters.rows"}, "'rows' is not a hyperparameter the trainer knows"),
     ],
 )
 def test_mapping_that_points_at_no_field_is_refused(mapping: dict, message: str) -> None:

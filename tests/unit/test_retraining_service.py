@@ -230,7 +230,7 @@ def test_an_event_pattern_policy_maps_event_fields_into_labels_and_hyperparamete
     pattern = {"source": ["trainplane.retraining"], "detail-type": ["Drift detected"], "detail": {"score": [{"numeric": [">", 0.3]}]}}
     mapping = [
         {"source": "detail.model", "target": "labels.model"},
-        {"source": "detail.score", "target": "training_config.hyperparameters.drift_score"},
+        {"source": "detail.score", "target": "training_config.hyperparameters.learning_rate"},
     ]
     policy = plane.create(trigger={"type": "event", "pattern": pattern}, input_mapping=mapping)
     # When a low score and then a high score arrive
@@ -239,7 +239,7 @@ def test_an_event_pattern_policy_maps_event_fields_into_labels_and_hyperparamete
     # Then only the high one started a job, with the event's fields as strings where the job wants strings
     job = plane.repo.get(result.job_id or "")
     assert job.labels["model"] == "bot" and job.labels[EVENT_LABEL] == "high"
-    assert job.training_config.hyperparameters["drift_score"] == "0.42"
+    assert job.training_config.hyperparameters["learning_rate"] == "0.42"
     assert plane.jobs_of(policy) == [job]
 
 

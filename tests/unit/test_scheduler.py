@@ -167,7 +167,7 @@ def test_capacity_models() -> None:
     assert local.demand(cpu).pool == "local/cpu" and local.capacity("local/cpu") == 3
     assert local.demand(gpu).units == 2
     with pytest.raises(NeverFits, match="asks for 4 GPU"):
-        local.demand(make_job(make_request(resource_config={"gpu_count": 2, "node_count": 2})))
+        local.demand(make_job(make_request(resource_config={"gpu_count": 2, "node_count": 2}, training_config=_world(4))))
     quotas = parse_quotas("default:H100=8, research:*=4, *:*=16, *:cpu=32")
     cloud = CloudCapacity(quotas)
     h100 = make_job(make_request(resource_config={"gpu_count": 8, "gpu_type": "H100"}))
@@ -175,7 +175,9 @@ def test_capacity_models() -> None:
     assert cloud.capacity("research/A100") == 4 and cloud.capacity("other/L4") == 16 and cloud.capacity("x/cpu") == 32
     assert CloudCapacity().capacity("default/H100") > 10_000  # no quota configured: AWS's own limits apply
     with pytest.raises(NeverFits, match="quota of 8"):
-        cloud.demand(make_job(make_request(resource_config={"gpu_count": 8, "gpu_type": "H100", "node_count": 2})))
+        cloud.demand(
+            make_job(make_request(resource_config={"gpu_count": 8, "gpu_type": "H100", "node_count": 2}, training_config=_world(16)))
+        )
     with pytest.raises(ValueError, match="'default:H100' is not 'queue:gpu_type=count'"):
         parse_quotas("default:H100")
 
@@ -232,3 +234,8 @@ def test_an_arrival_is_worth_a_pass_only_if_it_could_start_or_preempt() -> None:
     w2.running(priority=2, preemptible=True)
     assert w2.scheduler.worth_a_pass(w2.waiting(priority=9))
     assert not w2.scheduler.worth_a_pass(w2.waiting(priority=1))
+
+
+def _world(size: int) -> dict[str, object]:
+    # A multi-node job runs one worker per GPU: world_size = node_count x gpu_count (submit checks it).
+    return {"framework": {"distributed": {"world_size": size}}}

@@ -19,7 +19,7 @@ from typing import Any
 
 from schemas.configs import FrameworkType, TrainingType
 from schemas.trainer import ENV_RUN_SPEC, ExitCode, FailureReason, RunSpec, TrainerPhase
-from trainer import storage
+from trainer import access, storage
 from trainer.contract import ContainerPaths, load_run_spec
 from trainer.events import Events, log
 from trainer.failures import UserError, classify, write_failure
@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         events.set_phase(TrainerPhase.PREPARING)
         spec = load_run_spec(paths)
+        access.enforce(spec)  # every path inside what the control plane allowed, before any is touched
         stop.max_runtime_seconds = spec.max_runtime_seconds
         os.environ.update(spec.training_config.environment)
         if spec.training_config.framework.type == FrameworkType.CUSTOM:
@@ -170,6 +171,7 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
             output=oc,
             model_dir=paths.model_dir,
             output_uri=spec.output_uri,
+            claim=partial(access.claim_export, spec=spec),
             info={"job_id": spec.job_id, "attempt": spec.attempt, "step": result.step, "eval": result.eval_metrics},
         )
     runtime.barrier()

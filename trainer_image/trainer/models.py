@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from schemas.configs import BaseModelSpec, DType, ModelSource, TrainingConfig, TrainingType
+from schemas.model_architectures import model_type_of
 from trainer.failures import UserError
 from trainer.hyper import Hyper
 from trainer.sources import download_s3, is_s3_uri
@@ -270,6 +271,8 @@ def _build_from_config(spec: BaseModelSpec, tokenizer: Any, training_type: Train
 
     kwargs = dict(spec.model_kwargs)
     architecture = str(kwargs.pop("architecture"))
+    # The class name a config.json's `architectures` lists (LlamaForCausalLM) names its model type (llama).
+    architecture = model_type_of(architecture) or architecture
     vocab = len(tokenizer)
     if kwargs.get("vocab_size") is None:
         kwargs["vocab_size"] = vocab

@@ -15,13 +15,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8080, help="0 picks a free port (see endpoint.json)")
     parser.add_argument("--state-dir", type=Path, default=Path(".state"), help="where jobs, history and objects persist")
     parser.add_argument("--compute", choices=COMPUTE_CHOICES, default="local", help="where training runs")
+    parser.add_argument(
+        "--allow-dir",
+        type=Path,
+        action="append",
+        default=[],
+        help="a directory whose files jobs may name (repeatable; also TRAINPLANE_LOCAL_ALLOWED_DIRS); never the state dir",
+    )
     # For tests of the front door itself, before/without the real API: module:function.
     parser.add_argument("--api-handler", default=DEFAULT_API_HANDLER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error("--port: must be between 0 and 65535")
     try:
-        run_up(args.host, args.port, args.state_dir, args.compute, api_handler=args.api_handler)
+        run_up(args.host, args.port, args.state_dir, args.compute, api_handler=args.api_handler, allow_dirs=args.allow_dir)
     except RuntimeError as exc:  # refusals with a message for people: busy port, state dir in use ...
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, cast
+from typing import Any, Protocol, cast
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from trainplane.local.credentials import Principal
@@ -36,6 +36,13 @@ from trainplane.local.sigv4 import ArrivedRequest, AuthError, verify
 logger = logging.getLogger(__name__)
 
 Handler = Callable[[dict[str, Any], Any], Mapping[str, Any]]
+
+
+class Site(Protocol):
+    """Unsigned pages served beside the API (the dashboard): a response, or None for the API's requests."""
+
+    def answer(self, request: ArrivedRequest, source_ip: str) -> tuple[int, list[tuple[str, str]], bytes] | None: ...
+
 
 MAX_BODY_BYTES = 10 * 1024 * 1024  # API Gateway's payload limit
 LAMBDA_TIMEOUT_MS = 30_000
@@ -169,8 +176,10 @@ class FrontDoor:
         region: str,
         account_id: str,
         handler: Handler | None = None,
+        site: Site | None = None,
     ) -> None:
         self._keys = {p.access_key_id: p for p in principals}
+        self._site = site  # the dashboard's pages (local/dashboard.py), answered before the API
         self._handler = handler
         self._invoke_lock = threading.Lock()  # one execution environment
         self.region = region
@@ -258,6 +267,8 @@ class FrontDoor:
     # --- one request ---------------------------------------------------------------------------
 
     def handle(self, request: ArrivedRequest, source_ip: str) -> tuple[int, list[tuple[str, str]], bytes]:
+        if self._site is not None and (page := self._site.answer(request, source_ip)) is not None:
+            return page
         request_id = str(uuid.uuid4())
         received = datetime.now(UTC)
         try:

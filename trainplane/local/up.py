@@ -20,9 +20,12 @@ import json
 import logging
 import os
 import signal
+import socket
+import stat
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import IO, Any
@@ -32,12 +35,14 @@ from functions.adapters import aws as aws_clients
 from functions.settings import PREFIX
 from trainplane.local import moto_hooks
 from trainplane.local.credentials import ADMIN, Principal, load_or_create
+from trainplane.local.dashboard import DashboardSite
 from trainplane.local.frontdoor import FrontDoor, Handler
 from trainplane.local.journal import Journal
 from trainplane.local.moto_inprocess import InProcessAws
 from trainplane.local.server import LOOPBACK, EmulatedAws
 
 logger = logging.getLogger("trainplane.local")
+ALLOWED_DIRS_ENV = PREFIX + "LOCAL_ALLOWED_DIRS"
 
 DEFAULT_API_HANDLER = "functions.handlers.api:lambda_handler"
 ENDPOINT_FILE = "endpoint.json"
@@ -59,6 +64,7 @@ def run_up(
     *,
     api_handler: str = DEFAULT_API_HANDLER,
     exit_process: bool = True,
+    allow_dirs: Sequence[Path] = (),
 ) -> None:
     """Serve until SIGINT/SIGTERM. `port=0` picks a free port (endpoint.json tells which).
 
@@ -74,11 +80,14 @@ def run_up(
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    plane = LocalPlane(host, port, Path(state_dir), compute=compute, api_handler=api_handler)
+    plane = LocalPlane(host, port, Path(state_dir), compute=compute, api_handler=api_handler, allow_dirs=allow_dirs)
     try:
         plane.start()
         print(f"trainplane local mode: API {plane.api_url}  AWS {plane.aws_endpoint_url}  state {plane.state_dir}", flush=True)
         print(f"endpoint and credentials: {plane.endpoint_path}  (Ctrl-C to stop)", flush=True)
+        shown = os.pathsep.join(str(d) for d in plane.allowed_dirs) or "none (trainplane up --allow-dir DIR)"
+        print(f"local files jobs may name: {shown}", flush=True)
+        print(f"dashboard: {plane.api_url}/  (`trainplane dashboard` opens it signed in)", flush=True)
         while not stop.wait(0.2):
             pass
     finally:
@@ -95,12 +104,23 @@ def run_up(
 class LocalPlane:
     """Local mode's parts, started and stopped in order. run_up() drives one per process."""
 
-    def __init__(self, host: str, port: int, state_dir: Path, *, compute: str = "local", api_handler: str = DEFAULT_API_HANDLER) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        state_dir: Path,
+        *,
+        compute: str = "local",
+        api_handler: str = DEFAULT_API_HANDLER,
+        allow_dirs: Sequence[Path] = (),
+    ) -> None:
         if compute not in COMPUTE_CHOICES:
             raise ValueError(f"compute: must be one of {', '.join(COMPUTE_CHOICES)}, not {compute!r}")
         self.host = host
         self.port = port
         self.state_dir = state_dir.resolve()
+        # Directories whose files jobs may name (docs/SECURITY.md): --allow-dir, then the environment.
+        self.allowed_dirs = allowed_dirs(allow_dirs, os.environ.get(ALLOWED_DIRS_ENV, ""))
         self.compute = compute
         self.api_handler = api_handler
         self.endpoint_path = self.state_dir / ENDPOINT_FILE
@@ -128,13 +148,20 @@ class LocalPlane:
     def start(self) -> None:
         from infra.local import LocalContext, deploy_all  # infra/local: local-mode-only, loads with it
 
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        _private_dir(self.state_dir)
         self._lock_state_dir()
+        self._remove_stale_endpoint()
         self.principals = load_or_create(self.state_dir)
         admin = next(p for p in self.principals if p.name == ADMIN)
         # Bound now, served at the end: a busy port fails in a second, not after the deployers.
+        site = DashboardSite(state_dir=self.state_dir, principals=self.principals, region=constants.LOCAL_REGION)
         self.front_door = FrontDoor(
-            self.host, self.port, principals=self.principals, region=constants.LOCAL_REGION, account_id=constants.LOCAL_ACCOUNT_ID
+            self.host,
+            self.port,
+            principals=self.principals,
+            region=constants.LOCAL_REGION,
+            account_id=constants.LOCAL_ACCOUNT_ID,
+            site=site,
         )
         self._started.append("front_door")
 
@@ -167,6 +194,9 @@ class LocalPlane:
         admins = [a for a in self.ctx.env.get(PREFIX + "ADMIN_ARNS", "").split(",") if a]
         self.ctx.env[PREFIX + "ADMIN_ARNS"] = ",".join(dict.fromkeys([admin.arn, *admins]))
         self.ctx.env.setdefault(PREFIX + "COMPUTE", self.compute)
+        # Path confinement: local files only under the allowed directories, never the state directory.
+        self.ctx.env[PREFIX + "LOCAL_STATE_DIR"] = str(self.state_dir)
+        self.ctx.env[ALLOWED_DIRS_ENV] = os.pathsep.join(str(d) for d in self.allowed_dirs)
         os.environ.update(self.ctx.env)
 
         self.ctx.start_background()
@@ -206,18 +236,30 @@ class LocalPlane:
         logger.info("stopped in %.1fs", time.monotonic() - began)
 
     def endpoint_document(self) -> dict[str, Any]:
-        """endpoint.json, exactly CONTRACTS.md's shape."""
+        """endpoint.json: CONTRACTS.md's shape, plus who wrote it (`pid`, `hostname`), so that a reader
+        can tell a stale file (its process killed with -9) from a live one (trainplane/endpoint.py)."""
         return {
             "api_url": self.api_url,
             "region": self.ctx.region,
             "aws_endpoint_url": self.aws.endpoint_url,
             "bucket": self.ctx.settings().artifacts_bucket,
             "credentials": [p.public() for p in self.principals],
+            "pid": os.getpid(),
+            "hostname": socket.gethostname(),
         }
+
+    def _remove_stale_endpoint(self) -> None:
+        # We hold the state dir's lock, so no live `up` wrote what is there: its process died without
+        # shutting down (kill -9, a crash). Gone now, so that nobody reads it while this one starts.
+        for leftover in (self.endpoint_path, self.endpoint_path.with_name(ENDPOINT_FILE + ".tmp")):
+            if leftover.exists():
+                print(f"trainplane local mode: replacing the stale {leftover} (its process is gone)", flush=True)
+                leftover.unlink(missing_ok=True)
 
     def _write_endpoint(self) -> None:
         tmp = self.endpoint_path.with_name(ENDPOINT_FILE + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # it holds the secret keys
+        tmp.unlink(missing_ok=True)  # O_CREAT keeps an existing file's mode: start from none
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # it holds the secret keys
         with os.fdopen(fd, "w") as fh:
             json.dump(self.endpoint_document(), fh, indent=2)
             fh.flush()
@@ -238,6 +280,21 @@ class LocalPlane:
         self._lock_file.truncate()
         self._lock_file.write(str(os.getpid()))
         self._lock_file.flush()
+
+
+def allowed_dirs(given: Sequence[Path], from_env: str) -> list[Path]:
+    """--allow-dir values and TRAINPLANE_LOCAL_ALLOWED_DIRS (os.pathsep-separated), absolute and resolved."""
+    dirs = [*given, *(Path(d) for d in from_env.split(os.pathsep) if d)]
+    return list(dict.fromkeys(d.expanduser().resolve() for d in dirs))
+
+
+def _private_dir(path: Path) -> None:
+    """The state dir holds the principals' secret keys and every job's data: owner-only (0700)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        logger.warning("state dir %s was readable by others (mode %o): now 0700", path, mode)
+        path.chmod(0o700)
 
 
 def _set_aws_environment(endpoint_url: str) -> None:

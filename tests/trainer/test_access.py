@@ -1,0 +1,167 @@
+"""The trainer's own path check: a run spec made by hand (the control plane's check bypassed) that names a
+path outside its AccessSet is refused before anything is read or written (docs/SECURITY.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainer import access, storage
+from trainer.failures import UserError
+
+from schemas.access import EXPORT_MARKER, AccessSet
+from schemas.trainer import ExitCode, FailureReason, RunSpec, TrainerEventKind
+from tests.trainer.runs import make_spec, run_in_process
+
+ALICE = "arn:aws:iam::123456789012:user/alice"
+BOB = "arn:aws:iam::123456789012:user/bob"
+
+
+def _confined(spec: dict[str, Any], root: Path, *, read: list[str] | None = None, deny: list[str] | None = None) -> dict[str, Any]:
+    """The spec with an AccessSet as the control plane writes one: the job's own place read-write, plus `read`."""
+    own = os.path.realpath(root)
+    spec["access"] = {"owner": ALICE, "read": [os.path.realpath(p) for p in (read or [])], "write": [own], "deny": deny or []}
+    return spec
+
+
+def _refused(outcome: Any, field: str) -> None:
+    assert outcome.code == ExitCode.USER_ERROR, outcome.stdout[-2000:]
+    failure = outcome.of_kind(TrainerEventKind.FAILURE)[-1].data
+    assert failure["reason"] == FailureReason.USER_ERROR.value and field in failure["message"], failure
+    # Nothing was trained or written: no checkpoint, no metrics, no export.
+    assert not outcome.of_kind(TrainerEventKind.CHECKPOINT) and not (outcome.root / "metrics.jsonl").exists()
+
+
+def test_a_confined_run_that_names_only_allowed_paths_trains_and_exports(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Given a hand-made spec whose data, checkpoints, metrics and export are all inside its access set
+    root = tmp_path / "job"
+    spec = _confined(make_spec(root, output_config={"output_path": str(root / "export")}), root)
+    # When it runs
+    outcome = run_in_process(root, spec, monkeypatch, capsys)
+    # Then it completes, and its export carries the marker naming its owner
+    assert outcome.code == ExitCode.COMPLETED, outcome.stdout[-2000:]
+    assert json.loads((root / "export" / EXPORT_MARKER).read_text())["owner"] == ALICE
+
+
+def test_a_data_source_outside_the_access_set_is_refused_before_it_is_read(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Given bob's data beside alice's job, and a spec for alice that names it (no control plane in between)
+    root = tmp_path / "alice-job"
+    secret = tmp_path / "bob" / "secret.jsonl"
+    secret.parent.mkdir(parents=True)
+    secret.write_text('{"text": "bob only"}\n')
+    spec = _confined(make_spec(root), root)
+    spec["data_config"]["sources"] = [{"path": str(secret)}]
+    # When the trainer runs it, then it refuses naming the field, having read and written nothing
+    _refused(run_in_process(root, spec, monkeypatch, capsys), "data_config.sources[0].path")
+
+
+@pytest.mark.parametrize("escape", ["dotdot", "symlink_file", "symlink_in_dir", "file_url"])
+def test_dotdot_and_symlink_escapes_are_refused(tmp_path: Path, monkeypatch, capsys, escape: str) -> None:
+    # Given an allowed data directory and a file outside it
+    root = tmp_path / "job"
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    outside = tmp_path / "outside" / "x.jsonl"
+    outside.parent.mkdir()
+    outside.write_text('{"text": "not yours"}\n')
+    spec = _confined(make_spec(root), root, read=[str(allowed)])
+    if escape == "dotdot":
+        path = f"{allowed}/../outside/x.jsonl"
+    elif escape == "symlink_file":
+        (allowed / "link.jsonl").symlink_to(outside)
+        path = str(allowed / "link.jsonl")
+    elif escape == "symlink_in_dir":
+        (allowed / "real.jsonl").write_text('{"text": "fine"}\n')
+        (allowed / "sneaky.jsonl").symlink_to(outside)
+        path = str(allowed)
+    else:
+        path = f"file://{allowed}/../outside/x.jsonl"
+    spec["data_config"]["sources"] = [{"path": path}]
+    # Then the run is refused before reading
+    _refused(run_in_process(root, spec, monkeypatch, capsys), "data_config.sources[0].path")
+
+
+def test_the_state_directory_is_refused_even_inside_an_allowed_directory(tmp_path: Path, monkeypatch, capsys) -> None:
+    allowed = tmp_path / "home"
+    state = allowed / ".state"
+    (state / "journal").mkdir(parents=True)
+    (state / "journal" / "x.jsonl").write_text('{"text": "secrets"}\n')
+    root = tmp_path / "job"
+    spec = _confined(make_spec(root), root, read=[str(allowed)], deny=[os.path.realpath(state)])
+    spec["data_config"]["sources"] = [{"path": str(state / "journal" / "x.jsonl")}]
+    _refused(run_in_process(root, spec, monkeypatch, capsys), "data_config.sources[0].path")
+
+
+@pytest.mark.parametrize(
+    ("field", "change"),
+    [
+        ("training_config.base_model.model_id", {"training_config.base_model": {"model_id": "/etc", "source": "local"}}),
+        ("training_config.resume_from_checkpoint", {"training_config.resume_from_checkpoint": "/tmp/other-job/checkpoints/step-1"}),
+        (
+            "training_config.framework.custom_script_path",
+            {"training_config.framework": {"type": "CUSTOM", "custom_script_path": "/bin/true"}},
+        ),
+        ("output_config.output_path", {"output_config.output_path": "/tmp/elsewhere/model"}),
+        ("checkpoint_uri", {"checkpoint_uri": "/tmp/elsewhere/checkpoints"}),
+        ("metrics_uri", {"metrics_uri": "/tmp/elsewhere/metrics.jsonl"}),
+        ("resume_from", {"resume_from": "s3://artifacts/jobs/bobs-job/checkpoints/step-000002"}),
+    ],
+)
+def test_every_path_field_of_the_spec_is_checked(tmp_path: Path, monkeypatch, capsys, field: str, change: dict[str, Any]) -> None:
+    root = tmp_path / "job"
+    spec = _confined(make_spec(root), root)
+    for dotted, value in change.items():
+        target = spec
+        *parents, last = dotted.split(".")
+        for name in parents:
+            target = target[name]
+        target[last] = {**target[last], **value} if isinstance(value, dict) and isinstance(target.get(last), dict) else value
+    outcome = run_in_process(root, spec, monkeypatch, capsys)
+    assert outcome.code == ExitCode.USER_ERROR, outcome.stdout[-2000:]
+    assert field in outcome.of_kind(TrainerEventKind.FAILURE)[-1].data["message"]
+
+
+def test_s3_paths_outside_the_access_set_are_refused_and_admins_read_any_s3() -> None:
+    own = "s3://artifacts/jobs/job-a"
+    confined = AccessSet(owner=ALICE, read=["s3://artifacts/data/123456789012/user/alice/", "s3://artifacts/shared/"], write=[own])
+    assert confined.can_read("s3://artifacts/data/123456789012/user/alice/train.jsonl")
+    assert confined.can_read(f"{own}/checkpoints/step-1") and confined.can_write(f"{own}/model")
+    assert not confined.can_read("s3://artifacts/jobs/job-b/model")  # another job's prefix
+    assert not confined.can_read("s3://artifacts/data/123456789012/user/alicex/t.jsonl")  # a prefix, not a string prefix
+    assert not confined.can_read("s3://artifacts/data/123456789012/user/alice/../bob/t.jsonl")  # '..' segment
+    assert not confined.can_write("s3://artifacts/shared/x")  # read-only
+    assert not confined.can_read("s3://other-bucket/x") and not confined.can_read("https://example.com/x")
+    admin = AccessSet(owner=BOB, read_any_s3=True, write=[own])
+    assert admin.can_read("s3://anything/at/all") and not admin.can_write("s3://anything/at/all")
+
+
+def _spec_for(tmp_path: Path, owner: str) -> RunSpec:
+    spec = make_spec(tmp_path / "job")
+    spec["access"] = {"owner": owner, "write": [str(tmp_path)]}
+    return RunSpec.model_validate(spec)
+
+
+def test_an_export_never_overwrites_another_principals_export_or_foreign_files(tmp_path: Path) -> None:
+    # Given bob's export, alice's earlier export, foreign files, and an empty place
+    bobs, alices, foreign, empty = (tmp_path / n for n in ("bobs", "alices", "foreign", "empty"))
+    for place, owner in ((bobs, BOB), (alices, ALICE)):
+        place.mkdir()
+        (place / "model.safetensors").write_bytes(b"weights of " + owner.encode())
+        storage.write_text(str(place / EXPORT_MARKER), json.dumps({"owner": owner}))
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    spec = _spec_for(tmp_path, ALICE)
+    # Then alice's job may not export over bob's export nor the foreign files, whose bytes stay
+    with pytest.raises(UserError, match="another principal's export"):
+        access.claim_export(str(bobs), spec)
+    with pytest.raises(UserError, match="already holds objects"):
+        access.claim_export(str(foreign), spec)
+    assert (bobs / "model.safetensors").read_bytes() == b"weights of " + BOB.encode()
+    assert json.loads((bobs / EXPORT_MARKER).read_text())["owner"] == BOB
+    # And it may re-export over its owner's earlier export, or into an empty place (claimed by the marker)
+    access.claim_export(str(alices), spec)
+    access.claim_export(str(empty), spec)
+    assert json.loads((empty / EXPORT_MARKER).read_text())["owner"] == ALICE
