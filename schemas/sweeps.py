@@ -25,6 +25,7 @@ RESERVED_LABELS = frozenset({SWEEP_LABEL, TRIAL_LABEL})
 HYPERPARAMETERS = "training_config.hyperparameters"
 MAX_TRIALS = 2000  # each decision rebuilds the study from every trial: see docs/BENCHMARKS.md
 MAX_PARAMETERS = 32
+MAX_GRID_STEPS = 10**9  # a step cutting a range finer than this is a mistake (and would not be listed)
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]{0,63}$")
 _TARGET = re.compile(r"^[a-z_]+(\.[A-Za-z0-9_\-/]+|\[\d+\])*$")
 
@@ -97,8 +98,12 @@ class ParameterSpec(_Camel):
                     raise ValueError(f"{name} of an int parameter must be a whole number, got {value:g}")
             if self.scale == Scale.LOG and self.step not in (None, 1):
                 raise ValueError("an int parameter on scale log takes no step (it is 1)")
+        if not math.isfinite(self.max - self.min):
+            raise ValueError("min and max must be finite numbers with a finite range")
         if self.step is not None:
             count = (self.max - self.min) / self.step
+            if not math.isfinite(count) or count > MAX_GRID_STEPS:
+                raise ValueError(f"step {self.step:g} cuts {self.min:g}..{self.max:g} into more than {MAX_GRID_STEPS:,} steps")
             if abs(count - round(count)) > 1e-9 * max(1.0, abs(count)):
                 raise ValueError(f"step {self.step:g} does not divide the range {self.min:g}..{self.max:g}")
             if self.scale == Scale.LOG:
@@ -117,6 +122,18 @@ class ParameterSpec(_Camel):
         if len({repr(v) for v in self.values}) != len(self.values):
             raise ValueError("values must be distinct")
         return self
+
+    def grid_size(self) -> int | None:
+        """How many values grid_values() lists, computed without listing them (None: continuous)."""
+        if self.values is not None:
+            return len(self.values)
+        assert self.min is not None and self.max is not None
+        if self.type == ParameterType.INT:
+            step = 1 if self.scale == Scale.LOG and self.step is None else int(self.step or 1)
+            return (int(self.max) - int(self.min)) // step + 1
+        if self.step is None:
+            return None
+        return round((self.max - self.min) / self.step) + 1
 
     def grid_values(self) -> list[Scalar] | None:
         """Every value of this parameter, or None when it is continuous (a double without step or values)."""
@@ -197,10 +214,10 @@ class TuningConfig(_Camel):
             return self
         size = 1
         for name, spec in self.parameters.items():
-            values = spec.grid_values()
-            if values is None:
+            count = spec.grid_size()
+            if count is None:
                 raise ValueError(f"parameters.{name}: a grid needs every parameter enumerable (a double needs step or values)")
-            size *= len(values)
+            size *= count  # exact integers: a huge product is still compared, never listed
         if size > self.max_trials:
             raise ValueError(
                 f"maxTrials: the grid has {size} points, more than maxTrials={self.max_trials}; "
@@ -211,7 +228,7 @@ class TuningConfig(_Camel):
     def grid_size(self) -> int | None:
         if self.method != SweepMethod.GRID:
             return None
-        return math.prod(len(spec.grid_values() or []) for spec in self.parameters.values())
+        return math.prod(spec.grid_size() or 0 for spec in self.parameters.values())
 
     def effective_max_trials(self) -> int:
         """maxTrials, or the grid's size when the grid is smaller: a grid point is never visited twice."""

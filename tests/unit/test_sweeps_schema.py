@@ -93,6 +93,8 @@ def test_every_parameter_form_and_its_grid(spec: dict[str, Any], values: list[An
         ({"type": "int", "values": [1], "min": 0}, "either values or min/max/step"),
         ({"type": "double", "min": 0, "max": 1, "target": "Bad Path"}, "not a dotted path"),
         ({"type": "double", "min": 0.1, "max": 1, "scale": "log", "step": 0.1}, "takes no step"),
+        ({"type": "double", "min": -1e308, "max": 1e308, "step": 1}, "finite range"),
+        ({"type": "double", "min": 0, "max": 1e300, "step": 1}, "more than 1,000,000,000 steps"),
     ],
 )
 def test_each_invalid_parameter_is_refused_naming_it(parameter: dict[str, Any], message: str) -> None:
@@ -118,6 +120,9 @@ def test_a_grid_larger_than_max_trials_is_refused_and_a_smaller_one_caps_the_tri
     assert "maxTrials: the grid has 6 points, more than maxTrials=5" in why
     config = TuningConfig.model_validate(_tuning(method="grid", maxTrials=50, parameters=grid))
     assert config.grid_size() == 6 and config.effective_max_trials() == 6
+    # A grid of 10^18 points is refused by arithmetic, never listed
+    huge = {"a": {"type": "int", "min": 0, "max": 999_999_999}, "b": {"type": "int", "min": 0, "max": 999_999_999}}
+    assert "the grid has 1000000000000000000 points" in _error(_tuning(method="grid", parameters=huge))[1]
     continuous = {"lr": {"type": "double", "min": 0.1, "max": 1}}
     assert "a grid needs every parameter enumerable" in _error(_tuning(method="grid", parameters=continuous))[1]
 
