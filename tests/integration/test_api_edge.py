@@ -270,7 +270,7 @@ def test_numbers_out_of_bounds_are_422_naming_the_field(call: Api, field: str, v
 
 
 def test_the_largest_seed_is_accepted(call: Api) -> None:
-    job = call.submit(data_config={"sources": [{"path": "s3://trainplane-artifacts/data/train.jsonl"}], "seed": 2**32 - 1})
+    job = call.submit(data_config={"sources": [{"path": "s3://trainplane-artifacts/shared/train.jsonl"}], "seed": 2**32 - 1})
     assert job["data_config"]["seed"] == 2**32 - 1
 
 
