@@ -23,7 +23,8 @@ from functions import constants as c
 from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
 from functions.adapters.policies import _decode_token, _encode_token
-from functions.service.errors import InvalidRequest, SweepNotFound
+from functions.service.errors import InvalidRequest, SweepNotFound, TooLarge
+from schemas.configs import STORED
 from schemas.sweeps import SWEEP_TERMINAL, Sweep, SweepStatus, Trial
 
 SWEEP_PREFIX = "SWEEP#"
@@ -65,9 +66,17 @@ class DynamoSweepRepository:
 
     def create(self, sweep: Sweep) -> None:
         created = f"{items.time_key(sweep.created_at)}#{sweep.sweep_id}"
+        doc = _doc(sweep)
+        if len(doc.encode()) > items.SUBMITTED_JOB_MAX_BYTES:
+            # Its template becomes every trial's job, whose request may take at most that much of an item.
+            raise TooLarge(
+                "body",
+                f"the sweep takes {len(doc.encode()):,} bytes as stored; a sweep may take at most "
+                f"{items.SUBMITTED_JOB_MAX_BYTES:,} bytes (DynamoDB's item limit is {items.MAX_ITEM_BYTES:,} bytes)",
+            )
         item = {
             **_meta_key(sweep.sweep_id),
-            "doc": {"S": _doc(sweep)},
+            "doc": {"S": doc},
             "status": {"S": sweep.status.value},
             "version": {"N": str(sweep.version)},
             c.GSI_OWNER_PK: {"S": OWNER_PREFIX + sweep.owner},
@@ -270,7 +279,8 @@ class DynamoSweepRepository:
 
 
 def _sweep(item: Mapping[str, Any]) -> Sweep:
-    sweep = Sweep.model_validate_json(item["doc"]["S"])
+    # As stored: the submit-time rules (trainer hyperparameters...) are not applied again on read.
+    sweep = Sweep.model_validate_json(item["doc"]["S"], context=STORED)
     return sweep.model_copy(update={"version": int(item["version"]["N"])})
 
 

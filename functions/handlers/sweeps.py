@@ -16,7 +16,7 @@ from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from functions import composition, constants
-from functions.handlers.errors import Forbidden, responses
+from functions.handlers.errors import BODY_ERRORS, Forbidden, responses
 from functions.service.principal import Principal
 from schemas.api import ErrorResponse
 from schemas.sweeps import Sweep, SweepAction, SweepList, SweepRequest
@@ -72,7 +72,7 @@ def _reject_unknown_params(known: frozenset[str]) -> None:
         "maxTrials, metric {name, goal}, typed parameters, maxParallelTrials, seed, earlyStopping none|median|asha, "
         "completionCriteria, maxFailedTrials. Trials are ordinary jobs of the caller labelled sweep_id and trial."
     ),
-    responses=_responses(201, "The sweep, RUNNING", 400, 422),
+    responses=_responses(201, "The sweep, RUNNING", *BODY_ERRORS, 422),
     tags=TAGS,
 )
 def create_sweep(body: Annotated[SweepRequest, Body()]) -> Sweep:
@@ -107,7 +107,7 @@ def get_sweep(sweep_id: SweepId) -> Sweep:
 @router.post(
     "/sweeps/<sweep_id>/pause",
     summary="Pause a sweep: no new trials, running trials paused with a checkpoint",
-    responses=_responses(200, "The sweep, PAUSED", 400, 404, 409, 422, 503),
+    responses=_responses(200, "The sweep, PAUSED", *BODY_ERRORS, 404, 409, 422, 503),
     tags=TAGS,
 )
 def pause_sweep(sweep_id: SweepId, body: Annotated[SweepAction | None, Body()] = None) -> Sweep:
@@ -117,7 +117,7 @@ def pause_sweep(sweep_id: SweepId, body: Annotated[SweepAction | None, Body()] =
 @router.post(
     "/sweeps/<sweep_id>/resume",
     summary="Resume a paused sweep: its paused trials resume from their checkpoints and new trials start",
-    responses=_responses(200, "The sweep, RUNNING", 400, 404, 409, 422, 503),
+    responses=_responses(200, "The sweep, RUNNING", *BODY_ERRORS, 404, 409, 422, 503),
     tags=TAGS,
 )
 def resume_sweep(sweep_id: SweepId, body: Annotated[SweepAction | None, Body()] = None) -> Sweep:
@@ -127,7 +127,7 @@ def resume_sweep(sweep_id: SweepId, body: Annotated[SweepAction | None, Body()] 
 @router.post(
     "/sweeps/<sweep_id>/cancel",
     summary="Cancel a sweep and every trial still running",
-    responses=_responses(200, "The sweep, CANCELLED", 400, 404, 409, 422, 503),
+    responses=_responses(200, "The sweep, CANCELLED", *BODY_ERRORS, 404, 409, 422, 503),
     tags=TAGS,
 )
 def cancel_sweep(sweep_id: SweepId, body: Annotated[SweepAction | None, Body()] = None) -> Sweep:
