@@ -33,6 +33,14 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "trainer_image"))
 
 
+SPACE: dict[str, dict[str, Any]] = {
+    "x": {"type": "double", "min": -2.0, "max": 2.0},
+    "y": {"type": "double", "min": 0.0001, "max": 1.0, "scale": "log"},
+    "layers": {"type": "int", "min": 1, "max": 8},
+    "optimizer": {"type": "categorical", "values": ["adamw", "sgd", "lion"]},
+}
+
+
 def _stored_trials(n: int) -> tuple[Any, list[Any]]:
     from schemas.sweeps import Trial, TrialState, TuningConfig
 
@@ -42,15 +50,7 @@ def _stored_trials(n: int) -> tuple[Any, list[Any]]:
             "maxTrials": n + 1,
             "metric": {"name": "score", "goal": "maximize"},
             # In the trial's environment (a CUSTOM script's knobs; hyperparameters are the trainer's own list)
-            "parameters": {
-                name: {**spec, "target": f"training_config.environment.{name.upper()}"}
-                for name, spec in {
-                    "x": {"type": "double", "min": -2.0, "max": 2.0},
-                    "y": {"type": "double", "min": 0.0001, "max": 1.0, "scale": "log"},
-                    "layers": {"type": "int", "min": 1, "max": 8},
-                    "optimizer": {"type": "categorical", "values": ["adamw", "sgd", "lion"]},
-                }.items()
-            },
+            "parameters": {name: {**spec, "target": f"training_config.environment.{name.upper()}"} for name, spec in SPACE.items()},
             "seed": 1,
         }
     )
@@ -58,13 +58,14 @@ def _stored_trials(n: int) -> tuple[Any, list[Any]]:
     start = datetime(2026, 1, 1, tzinfo=UTC)
     trials = []
     for i in range(n):
-        params = {
-            "x": rng.uniform(-2, 2),
-            "y": 10 ** rng.uniform(-4, 0),
+        x, y = rng.uniform(-2, 2), 10 ** rng.uniform(-4, 0)
+        params: dict[str, Any] = {
+            "x": x,
+            "y": y,
             "layers": rng.randint(1, 8),
             "optimizer": rng.choice(["adamw", "sgd", "lion"]),
         }
-        value = 1.0 - (params["x"] - 0.3) ** 2 - (params["y"] - 0.7) ** 2
+        value = 1.0 - (x - 0.3) ** 2 - (y - 0.7) ** 2
         trials.append(
             Trial(
                 number=i,
