@@ -11,7 +11,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install test test-fast lint format demo bench bench-trainer synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
+.PHONY: install test test-fast fuzz lint format demo bench bench-trainer synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
 
 install: $(STAMP) dashboard browser
 
@@ -54,6 +54,14 @@ browser:
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not e2e and not slow"
+
+# Schemathesis over every operation of schemas/openapi.json against `trainplane up` (docs/TESTING.md).
+# `make test` runs it with a small budget and a fixed seed; this is the long run: FUZZ_EXAMPLES cases per
+# operation in the fuzzing phase, a new seed each time (printed; FUZZ_SEED=N replays one).
+FUZZ_EXAMPLES ?= 500
+FUZZ_SEED ?= random
+fuzz: install
+	TRAINPLANE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TRAINPLANE_FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest --no-cov -m fuzz -rA tests/e2e/test_fuzz_api.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -38,6 +38,12 @@ class RetryRequest(Strict):
 class PatchJobRequest(Strict):
     """PATCH edits only PENDING, QUEUED or FAILED jobs; hyperparameters are merged key by key."""
 
+    # minProperties: the document says what _something_to_change refuses (an empty body).
+    model_config = ConfigDict(
+        **Strict.model_config,
+        json_schema_extra={"minProperties": 1, "examples": [{"priority": 7, "description": "rerun at a higher priority"}]},
+    )
+
     name: JobName | None = None
     description: str | None = Field(default=None, max_length=4096)
     priority: Priority | None = None

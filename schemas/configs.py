@@ -8,8 +8,10 @@ or Infinity: JSON cannot carry them, and a stored null would read back as "no li
 
 from __future__ import annotations
 
+import json
+import types
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -78,6 +80,54 @@ def raise_at(loc: tuple[str | int, ...], message: str, value: object, title: str
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True, use_enum_values=False, defer_build=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _json_types_are_kept(cls, data: Any, info: ValidationInfo) -> Any:
+        # openapi.json says integer / number / boolean; pydantic's lax mode would also take true and "5" for a
+        # number, 0 and "yes" for a boolean (found by the fuzzer, tests/e2e/test_fuzz_api.py). Refused here,
+        # once for every request model. A retraining policy's input mapping writes event text into a job
+        # (LAX_NUMBERS): "5" stays a number there.
+        if isinstance(data, dict) and not (info.context or {}).get(LAX_NUMBERS):
+            numeric, boolean = _typed_fields(cls)
+            for key, value in data.items():
+                if key in numeric and isinstance(value, bool | str):
+                    raise ValueError(f"{key}: must be a number, not {json.dumps(value)}")
+                if key in boolean and value is not None and not isinstance(value, bool):
+                    raise ValueError(f"{key}: must be true or false, not {json.dumps(value, default=str)}")
+        return data
+
+
+LAX_NUMBERS = "lax_numbers"  # validation context key: numbers may come as numeric strings (input mappings)
+_TYPED_FIELDS: dict[type, tuple[frozenset[str], frozenset[str]]] = {}
+
+
+def _is_a(annotation: Any, kinds: tuple[type, ...]) -> bool:
+    """One of `kinds`, or an optional / annotated one (a union with anything else is not)."""
+    if annotation in kinds:
+        return True
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _is_a(get_args(annotation)[0], kinds)
+    if origin in (Union, types.UnionType):
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        return bool(members) and all(_is_a(a, kinds) for a in members)
+    return False
+
+
+def _typed_fields(model: type[BaseModel]) -> tuple[frozenset[str], frozenset[str]]:
+    """(numeric, boolean) field names of `model`, aliases included."""
+    found = _TYPED_FIELDS.get(model)
+    if found is None:
+        numeric: set[str] = set()
+        boolean: set[str] = set()
+        for name, info in model.model_fields.items():
+            if _is_a(info.annotation, (bool,)):
+                boolean.update({name, info.alias or name})
+            elif _is_a(info.annotation, (int, float)):
+                numeric.update({name, info.alias or name})
+        found = _TYPED_FIELDS[model] = (frozenset(numeric), frozenset(boolean))
+    return found
 
 
 class TrainingType(StrEnum):
@@ -217,7 +267,13 @@ class DistributedConfig(Strict):
 
 class FrameworkConfig(Strict):
     type: FrameworkType = FrameworkType.HF_TRAINER
-    config: StrMap = Field(default_factory=dict)
+    config: StrMap = Field(
+        default_factory=dict,
+        description=(
+            "Options of the framework named by `type`. DEEPSPEED takes only zero_stage ('1', '2' or '3'; default 2): "
+            "other keys, ZeRO-Offload included, are refused (422), as is base_model.dtype float16 with world_size > 1."
+        ),
+    )
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     custom_script_path: str | None = None
 
@@ -245,12 +301,21 @@ class FrameworkConfig(Strict):
         return int(stage) if stage is not None else DEEPSPEED_DEFAULT_ZERO_STAGE
 
 
+def _hyperparameter_names_schema(schema: dict[str, Any]) -> None:
+    # The document names the keys the trainer knows (schemas/hyperparameters.py), as the server refuses others.
+    from schemas.hyperparameters import known_hyperparameters
+
+    schema["propertyNames"] = {"enum": known_hyperparameters()}
+
+
 class TrainingConfig(Strict):
     training_type: TrainingType
     base_model: BaseModelSpec
     framework: FrameworkConfig = Field(default_factory=FrameworkConfig)
     hyperparameters: StrMap = Field(
-        default_factory=dict, description="Strings, parsed by the trainer (max_steps, learning_rate, lora_rank...)."
+        default_factory=dict,
+        description="Strings, parsed by the trainer (max_steps, learning_rate, lora_rank...).",
+        json_schema_extra=_hyperparameter_names_schema,
     )
     environment: StrMap = Field(default_factory=dict)
     resume_from_checkpoint: str | None = None
@@ -283,7 +348,7 @@ class TrainingConfig(Strict):
 
 class Sampling(Strict):
     fraction: float = Field(default=1.0, gt=0.0, le=1.0)
-    max_samples: int | None = Field(default=None, ge=1, le=2**63 - 1)
+    max_samples: int | None = Field(default=None, ge=1, le=2**53 - 1)  # JSON's safe integers
     seed: Seed | None = None
 
 

@@ -66,7 +66,8 @@ class EventPatternTrigger(Strict):
     """Any EventBridge event pattern, e.g. a model-monitor drift alarm's state change."""
 
     type: Literal["event"]  # the union's discriminator: required (as the server has always required it)
-    pattern: dict[str, Any]
+    # minProperties: the document says what _valid_pattern refuses (an empty pattern).
+    pattern: dict[str, Any] = Field(json_schema_extra={"minProperties": 1})
 
     @field_validator("pattern")
     @classmethod
@@ -165,6 +166,13 @@ class RetrainingPolicyRequest(Strict):
 
 
 class RetrainingPolicyPatch(Strict):
+    """Only the fields given change; null clears description and daily_cap and leaves any other field as it is."""
+
+    # minProperties: the document says what the service refuses (an empty body: nothing to change).
+    model_config = ConfigDict(
+        **Strict.model_config, json_schema_extra={"minProperties": 1, "examples": [{"enabled": False, "daily_cap": 3}]}
+    )
+
     description: str | None = Field(default=None, max_length=4096)
     trigger: Trigger | None = None
     job_template: SubmitJobRequest | None = None

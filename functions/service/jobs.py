@@ -265,7 +265,7 @@ class JobService(LifecycleControls):
         if "resource_config" in given and request.resource_config is not None:
             changes["resource_config"] = request.resource_config
         if not changes:
-            raise InvalidRequest("body", "nothing to change")
+            return job  # only nulls of fields a job cannot clear (the model refuses an empty body): a no-op
         self._check_compute(_revalidate(job, changes))
         return self.repo.update(job_id, job.version, changes, EDITABLE, action="edit")
 

@@ -41,6 +41,9 @@ logger = logging.getLogger(__name__)
 
 MAX_LIST_LIMIT = 200
 _REQUEST_FIELDS = tuple(RetrainingPolicyRequest.model_fields)
+# In a PATCH, null clears only a field a policy may hold as null (description, daily_cap); for the others
+# (trigger, job_template, enabled, ...) openapi.json allows null too, and it means "leave it as it is".
+_CLEARABLE_FIELDS = frozenset(n for n, f in RetrainingPolicyRequest.model_fields.items() if not f.is_required() and f.default is None)
 
 
 class SchedulerUnavailable(WorkflowUnavailable):
@@ -109,7 +112,10 @@ class RetrainingService:
         given = patch.model_fields_set
         if not given:
             raise InvalidRequest("body", "nothing to change")
-        merged = {**_fields(current), **{name: getattr(patch, name) for name in given}}
+        changes = {name: getattr(patch, name) for name in given if getattr(patch, name) is not None or name in _CLEARABLE_FIELDS}
+        if not changes:
+            return current  # only nulls of fields a policy cannot clear: nothing changes
+        merged = {**_fields(current), **changes}
         try:
             request = RetrainingPolicyRequest.model_validate(merged)
         except ValidationError as exc:

@@ -38,6 +38,7 @@ from functions.service.errors import (
 )
 from functions.service.jobs import JobService
 from functions.service.retraining_routes import accepts, route_keys_of
+from schemas.configs import LAX_NUMBERS
 from schemas.job import Job, SubmitJobRequest
 from schemas.retraining import (
     EVENT_LABEL,
@@ -299,7 +300,8 @@ def build_request(policy: RetrainingPolicy, event: Mapping[str, Any], event_id: 
         set_target(document, mapping.target, value)
     document["labels"] = {**document.get("labels", {}), POLICY_LABEL: policy.policy_id, EVENT_LABEL: event_id}
     try:
-        return SubmitJobRequest.model_validate(document)
+        # Event values arrive as text through templates: "5" mapped into a number stays a number.
+        return SubmitJobRequest.model_validate(document, context={LAX_NUMBERS: True})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "job"

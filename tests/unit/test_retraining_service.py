@@ -177,6 +177,19 @@ def test_patch_validates_the_edited_policy_whole(plane: Plane) -> None:
     assert (edited.version, edited.min_interval_seconds, edited.name) == (2, 60, policy.name)
 
 
+def test_patch_null_leaves_required_fields_and_clears_only_nullable_ones(plane: Plane) -> None:
+    # Given a policy with a daily cap (found by the fuzzer: {"trigger": null} is valid in openapi.json, was a 422)
+    policy = plane.create(daily_cap=5, description="nightly")
+    # When a patch gives null for fields a policy must have
+    same = plane.patch(policy, trigger=None, job_template=None, enabled=None, concurrency_policy=None)
+    # Then nothing changes
+    assert same.version == policy.version and same.trigger == policy.trigger and same.job_template == policy.job_template
+    # And null clears the fields a policy may hold empty, leaving the rest
+    cleared = plane.patch(policy, trigger=None, daily_cap=None, description=None)
+    assert (cleared.daily_cap, cleared.description, cleared.trigger) == (None, None, policy.trigger)
+    assert cleared.version == policy.version + 1
+
+
 def test_only_training_config_priority_survives_storage(plane: Plane) -> None:
     # Given a template that sets only training_config.priority (SubmitJobRequest.effective_priority)
     body = policy_body()
@@ -271,6 +284,15 @@ def test_a_mapped_value_the_job_refuses_is_invalid_naming_the_field(plane: Plane
     # When it fires / Then nothing starts, and the detail names the job field
     (result,) = plane.service.dispatch(s3_event())
     assert result.outcome == "invalid" and "resource_config.gpu_count" in result.detail
+
+
+def test_a_template_mapped_into_a_number_is_read_as_the_number(plane: Plane) -> None:
+    # Given a mapping of event text into a numeric field (the API refuses "2" for a number; a mapping writes text)
+    plane.create(input_mapping=[{"template": "{detail.object.size}", "target": "resource_config.cpu_cores"}])
+    # When it fires / Then the job starts with the number the text says
+    (result,) = plane.service.dispatch(s3_event(size=3))
+    assert result.outcome == "started", result.detail
+    assert plane.repo.jobs[result.job_id].resource_config.cpu_cores == 3
 
 
 # --- duplicates, bursts, caps ----------------------------------------------------------------------

@@ -190,3 +190,51 @@ def test_checkpoint_ids() -> None:
     assert checkpoint_id_for(40) == "step-000040" and step_of("step-000040") == 40
     with pytest.raises(ValueError, match="not a checkpoint id"):
         step_of("latest")
+
+
+# --- what openapi.json states is what the models refuse (found by the fuzzer, tests/e2e/test_fuzz_api.py) ---
+
+
+def test_an_empty_patch_is_refused_and_the_schema_says_so() -> None:
+    assert PatchJobRequest.model_json_schema()["minProperties"] == 1
+    with pytest.raises(ValidationError, match="nothing to change"):
+        PatchJobRequest.model_validate({})
+    assert PatchJobRequest.model_validate({"name": "renamed"}).name == "renamed"
+
+
+def test_an_empty_event_pattern_is_refused_and_the_schema_says_so() -> None:
+    from schemas.retraining import EventPatternTrigger
+
+    assert EventPatternTrigger.model_json_schema()["properties"]["pattern"]["minProperties"] == 1
+    with pytest.raises(ValidationError, match="non-empty"):
+        EventPatternTrigger.model_validate({"type": "event", "pattern": {}})
+    assert EventPatternTrigger.model_validate({"type": "event", "pattern": {"source": ["aws.s3"]}}).pattern == {"source": ["aws.s3"]}
+
+
+def test_numbers_are_numbers_not_booleans_or_strings() -> None:
+    # openapi.json says integer/number; pydantic's lax mode took true and "5" (found by the fuzzer)
+    body = request_body()
+    body["training_config"]["priority"] = False
+    with pytest.raises(ValidationError, match="priority: must be a number, not false"):
+        SubmitJobRequest.model_validate(body)
+    body = request_body()
+    body["scheduling_config"] = {"max_cost_usd": "1.5"}
+    with pytest.raises(ValidationError, match=r'max_cost_usd: must be a number, not "1\.5"'):
+        SubmitJobRequest.model_validate(body)
+    # And numbers (an optional one, a float given as an int) still pass
+    body["scheduling_config"] = {"max_cost_usd": 2, "priority": 3}
+    assert SubmitJobRequest.model_validate(body).scheduling_config.max_cost_usd == 2.0
+    with pytest.raises(ValidationError, match="must be a number"):
+        PatchJobRequest.model_validate({"priority": True})
+
+
+def test_booleans_are_booleans_not_numbers_or_strings() -> None:
+    body = request_body()
+    body["training_config"]["base_model"]["trust_remote_code"] = 0
+    with pytest.raises(ValidationError, match="trust_remote_code: must be true or false, not 0"):
+        SubmitJobRequest.model_validate(body)
+    body["training_config"]["base_model"]["trust_remote_code"] = "yes"
+    with pytest.raises(ValidationError, match="must be true or false"):
+        SubmitJobRequest.model_validate(body)
+    body["training_config"]["base_model"]["trust_remote_code"] = True
+    assert SubmitJobRequest.model_validate(body).training_config.base_model.trust_remote_code is True

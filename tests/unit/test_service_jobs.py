@@ -205,6 +205,17 @@ def test_patch_edits_name_priority_merged_hyperparameters_and_resources(service:
     assert repo.queued("default")[0].scheduling_config.priority == 9
 
 
+def test_patch_of_only_nulls_for_fields_a_job_cannot_clear_is_a_no_op(service: JobService, repo: Any) -> None:
+    # Given a queued job (found by the fuzzer: {"resource_config": null} is valid in openapi.json, was a 422)
+    job = service.submit(submit_request(), alice)
+    force(repo, job.job_id, S.QUEUED)
+    before = repo.get(job.job_id)
+    # When a patch gives only nulls for fields a job must have
+    unchanged = service.patch(job.job_id, alice, PatchJobRequest.model_validate({"name": None, "resource_config": None}))
+    # Then it answers the job as it is, and nothing was written
+    assert unchanged == before and repo.get(job.job_id).version == before.version
+
+
 def test_patch_outside_editable_states_is_a_409_naming_them(service: JobService, repo: Any) -> None:
     job = service.submit(submit_request(), alice)
     force(repo, job.job_id, S.QUEUED, S.SCHEDULING)
