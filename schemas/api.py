@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from schemas.configs import Priority, ResourceConfig, Strict, StrMap
+from schemas.configs import Priority, ResourceConfig, Strict, StrMap, hyperparameters_schema
 from schemas.job import Job, JobName, StatusEvent
 from schemas.status import JobStatus
 
@@ -47,7 +47,7 @@ class PatchJobRequest(Strict):
     name: JobName | None = None
     description: str | None = Field(default=None, max_length=4096)
     priority: Priority | None = None
-    hyperparameters: StrMap | None = None
+    hyperparameters: Annotated[StrMap, Field(json_schema_extra=hyperparameters_schema)] | None = None
     resource_config: ResourceConfig | None = None
 
     @model_validator(mode="after")

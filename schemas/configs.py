@@ -301,11 +301,12 @@ class FrameworkConfig(Strict):
         return int(stage) if stage is not None else DEEPSPEED_DEFAULT_ZERO_STAGE
 
 
-def _hyperparameter_names_schema(schema: dict[str, Any]) -> None:
-    # The document names the keys the trainer knows (schemas/hyperparameters.py), as the server refuses others.
-    from schemas.hyperparameters import known_hyperparameters
+def hyperparameters_schema(schema: dict[str, Any]) -> None:
+    # The document names the keys the trainer knows and how each value is spelt (schemas/hyperparameters.py),
+    # as the server refuses other keys and spellings.
+    from schemas.hyperparameters import hyperparameters_json_schema
 
-    schema["propertyNames"] = {"enum": known_hyperparameters()}
+    hyperparameters_json_schema(schema)
 
 
 class TrainingConfig(Strict):
@@ -315,7 +316,7 @@ class TrainingConfig(Strict):
     hyperparameters: StrMap = Field(
         default_factory=dict,
         description="Strings, parsed by the trainer (max_steps, learning_rate, lora_rank...).",
-        json_schema_extra=_hyperparameter_names_schema,
+        json_schema_extra=hyperparameters_schema,
     )
     environment: StrMap = Field(default_factory=dict)
     resume_from_checkpoint: str | None = None

@@ -13,13 +13,29 @@ than a refusal with the key's name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, Self
+import types
+from typing import Any, Literal, Self, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from schemas.configs import MAX_SEED, TrainingType
 
+# transformers' SchedulerType values that need nothing beyond warmup and total steps (a trainer test checks
+# each is one transformers.get_scheduler knows). reduce_lr_on_plateau, cosine_with_min_lr,
+# cosine_warmup_with_min_lr, warmup_stable_decay and greedy need arguments we do not take: refused.
+SchedulerName = Literal["linear", "cosine", "cosine_with_restarts", "polynomial", "constant", "constant_with_warmup", "inverse_sqrt"]
+# Canonical optimizer names (transformers' OptimizerNames spellings) and the other spellings of each.
+OptimName = Literal["adamw_torch", "adamw_torch_fused", "adam", "adafactor", "sgd"]
+OPTIMIZER_SPELLINGS = {
+    "adamw": "adamw_torch",
+    "adamw_torch": "adamw_torch",
+    "adamw_hf": "adamw_torch",
+    "adamw_torch_fused": "adamw_torch_fused",
+    "adam": "adam",
+    "adafactor": "adafactor",
+    "sgd": "sgd",
+}
 ADAPTER_TYPES = frozenset({TrainingType.LORA, TrainingType.QLORA})
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -33,10 +49,18 @@ class Hyperparameters(BaseModel):
     learning_rate: float = Field(default=5e-5, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     warmup_steps: int = Field(default=0, ge=0)
-    lr_scheduler_type: Literal["linear", "cosine", "constant"] = "linear"
+    warmup_ratio: float = Field(default=0.0, ge=0, lt=1, description="Warmup as a fraction of the total steps (when warmup_steps is 0).")
+    lr_scheduler_type: SchedulerName = Field(default="linear", description="transformers.get_scheduler's name.")
     max_grad_norm: float = Field(default=1.0, ge=0, description="0 disables clipping.")
     logging_steps: int = Field(default=1, ge=1)
+    logging_strategy: Literal["steps", "epoch", "no"] = Field(default="steps", description="no: only the last step is reported.")
     eval_steps: int | None = Field(default=None, ge=1)
+    eval_strategy: Literal["no", "steps", "epoch"] | None = Field(default=None, description="None: steps when eval_steps is set, else no.")
+    evaluation_strategy: Literal["no", "steps", "epoch"] | None = Field(default=None, description="The older name of eval_strategy.")
+    save_strategy: Literal["steps", "epoch"] | None = Field(default=None, description="Alias of output_config.checkpoint.save_strategy.")
+    save_steps: int | None = Field(default=None, ge=1, description="Alias of output_config.checkpoint.save_steps.")
+    per_device_train_batch_size: int | None = Field(default=None, ge=1, le=65_536, description="Alias of data_config.batch_size.")
+    gradient_accumulation_steps: int | None = Field(default=None, ge=1, le=4096, description="Alias of data_config's field.")
     lora_rank: int = Field(default=8, ge=1)
     lora_alpha: int = Field(default=16, ge=1)
     lora_dropout: float = Field(default=0.0, ge=0, lt=1)
@@ -44,7 +68,16 @@ class Hyperparameters(BaseModel):
     dpo_beta: float = Field(default=0.1, gt=0)
     packing: bool | None = Field(default=None, description="None: true for CONTINUED_PRETRAIN, false otherwise.")
     gradient_checkpointing: bool = False
-    optimizer: Literal["adamw"] = "adamw"
+    optim: OptimName | None = Field(default=None, description="TrainingArguments' name; optimizer is the same setting.")
+    optimizer: OptimName | None = None
+    adam_beta1: float = Field(default=0.9, ge=0, lt=1)
+    adam_beta2: float = Field(default=0.999, ge=0, lt=1)
+    adam_epsilon: float = Field(default=1e-8, gt=0)
+    bf16: bool = False
+    fp16: bool = False
+    torch_compile: bool = False
+    neftune_noise_alpha: float | None = Field(default=None, gt=0)
+    label_smoothing_factor: float = Field(default=0.0, ge=0, lt=1)
     async_checkpoint: bool = True
     seed: int | None = Field(default=None, ge=0, le=MAX_SEED, description="Model init / dropout seed; data_config.seed when None.")
 
@@ -56,7 +89,15 @@ class Hyperparameters(BaseModel):
             return names or None
         return value
 
-    @field_validator("packing", "gradient_checkpointing", "async_checkpoint", mode="before")
+    @field_validator("optim", "optimizer", mode="before")
+    @classmethod
+    def _optimizer_name(cls, value: Any) -> Any:
+        # TrainingArguments' spellings and the dashboard's (AdamW, Adam, SGD) name the same optimizers.
+        if isinstance(value, str):
+            return OPTIMIZER_SPELLINGS.get(value.strip().lower(), value)
+        return value
+
+    @field_validator("packing", "gradient_checkpointing", "async_checkpoint", "bf16", "fp16", "torch_compile", mode="before")
     @classmethod
     def _parse_bool(cls, value: Any) -> Any:
         # pydantic's own bool parsing accepts "t"/"y"/...; we document exactly these spellings.
@@ -92,9 +133,55 @@ class Hyperparameters(BaseModel):
             errors.append(
                 field_error("packing", "packing=true is not supported for DPO (each preference pair is its own example)", values["packing"])
             )
+        errors += parsed._conflicts(values, training_type)
         if errors:
             raise ValidationError.from_exception_data(cls.__name__, errors)
         return parsed
+
+    def _conflicts(self, values: Mapping[str, str | None], training_type: TrainingType) -> list[InitErrorDetails]:
+        errors = []
+        if self.optim is not None and self.optimizer is not None and self.optim != self.optimizer:
+            errors.append(field_error("optim", f"optim={self.optim} and optimizer={self.optimizer} disagree: give one", values["optim"]))
+        if self.warmup_ratio and self.warmup_steps:
+            errors.append(field_error("warmup_ratio", "give warmup_steps or warmup_ratio, not both", values["warmup_ratio"]))
+        if self.bf16 and self.fp16:
+            errors.append(field_error("fp16", "bf16 and fp16 are both true: choose one", values["fp16"]))
+        if self.torch_compile:
+            errors.append(
+                field_error(
+                    "torch_compile", "torch_compile=true is not supported yet (the trainer runs the eager model)", values["torch_compile"]
+                )
+            )
+        if self.eval_strategy is not None and self.evaluation_strategy is not None and self.eval_strategy != self.evaluation_strategy:
+            errors.append(
+                field_error(
+                    "evaluation_strategy", "eval_strategy and evaluation_strategy disagree: give one", values["evaluation_strategy"]
+                )
+            )
+        if self.evaluation_strategy_name() == "no" and self.eval_steps is not None:
+            errors.append(field_error("eval_steps", "eval_steps is set but eval_strategy is no", values["eval_steps"]))
+        if self.label_smoothing_factor and training_type == TrainingType.DPO:
+            errors.append(
+                field_error(
+                    "label_smoothing_factor",
+                    "label_smoothing_factor applies to token cross-entropy, not to DPO's loss",
+                    values["label_smoothing_factor"],
+                )
+            )
+        return errors
+
+    def optimizer_name(self) -> str:
+        return self.optim or self.optimizer or "adamw_torch"
+
+    def evaluation_strategy_name(self) -> str:
+        chosen = self.eval_strategy or self.evaluation_strategy
+        if chosen is not None:
+            return chosen
+        return "steps" if self.eval_steps is not None else "no"
+
+    def evaluation_every(self) -> int | None:
+        """Steps between evaluations under the steps strategy (transformers: eval_steps, else logging_steps)."""
+        return self.eval_steps or self.logging_steps
 
     def packing_for(self, training_type: TrainingType | str) -> bool:
         if self.packing is not None:
@@ -114,6 +201,33 @@ class Hyperparameters(BaseModel):
             else:
                 out[key] = str(value)
         return out
+
+
+_INT = r"^[0-9]+$"
+_FLOAT = r"^[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
+
+
+def _value_schema(annotation: Any) -> dict[str, Any]:
+    """The spelling of one hyperparameter's string value, for openapi.json (ranges are left to the server)."""
+    kinds = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) in (Union, types.UnionType) else [annotation]
+    if len(kinds) != 1:
+        return {"type": "string"}
+    kind = kinds[0]
+    if kind is bool:
+        return {"type": "string", "enum": sorted(_TRUE | _FALSE)}
+    if kind is int:
+        return {"type": "string", "pattern": _INT}
+    if kind is float:
+        return {"type": "string", "pattern": _FLOAT}
+    if get_origin(kind) is Literal:
+        return {"type": "string", "enum": [str(v) for v in get_args(kind)]}
+    return {"type": "string"}
+
+
+def hyperparameters_json_schema(schema: dict[str, Any]) -> None:
+    """openapi.json's hyperparameters: only the keys the trainer knows, each value spelt as it parses."""
+    schema["propertyNames"] = {"enum": known_hyperparameters()}
+    schema["properties"] = {name: _value_schema(info.annotation) for name, info in sorted(Hyperparameters.model_fields.items())}
 
 
 def known_hyperparameters() -> list[str]:

@@ -73,7 +73,43 @@ class SubmitJobRequest(Strict):
         if not is_stored(info):
             self._check_distributed()
             self._check_hub_push()
+            self._check_trainer_arguments()
         return self
+
+    def _check_trainer_arguments(self) -> None:
+        """TrainingArguments names that need a GPU, or that alias a field of another config."""
+        from schemas.hyperparameters import Hyperparameters
+
+        hp = self.training_config.hyperparameters
+        parsed = Hyperparameters.parse(hp, self.training_config.training_type)  # already valid: TrainingConfig checked it
+        here = ("training_config", "hyperparameters")
+        for name in ("bf16", "fp16"):
+            if getattr(parsed, name) and self.resource_config.gpu_count == 0:
+                raise_at(
+                    (*here, name),
+                    f"{name}=true needs a GPU (mixed precision is CUDA-only here): set resource_config.gpu_count >= 1",
+                    hp[name],
+                    "SubmitJobRequest",
+                )
+        checkpoint = self.output_config.checkpoint
+        aliases = (
+            ("per_device_train_batch_size", self.data_config, "batch_size", "data_config.batch_size"),
+            ("gradient_accumulation_steps", self.data_config, "gradient_accumulation_steps", "data_config.gradient_accumulation_steps"),
+            ("save_strategy", checkpoint, "save_strategy", "output_config.checkpoint.save_strategy"),
+            ("save_steps", checkpoint, "save_steps", "output_config.checkpoint.save_steps"),
+        )
+        for name, config, field, where in aliases:
+            value = getattr(parsed, name)
+            if value is None or field not in config.model_fields_set:
+                continue
+            current = getattr(config, field)
+            if str(getattr(current, "value", current)) != str(value):
+                raise_at(
+                    (*here, name),
+                    f"{name}={value} conflicts with {where}={getattr(current, 'value', current)}: give one",
+                    hp[name],
+                    "SubmitJobRequest",
+                )
 
     def _check_distributed(self) -> None:
         """The trainer's validate_framework (trainer/distributed.py) refusals that need no host."""

@@ -21,8 +21,7 @@ alice's seeded or fuzz-created objects, or one of admin's, so GET/PATCH/DELETE/c
 objects in every status the run produces, not only 404s. The plane runs tests/fuzz_trainer.py: jobs the
 fuzzer submits finish in two quick steps whatever their hyperparameters say.
 
-Defects other branches are fixing (KNOWN_DEFECTS) are set aside only while a probe reproduces them on the
-running plane; the run prints how many. docs/TESTING.md has the whole story.
+Nothing is set aside: every failure fails the test. docs/TESTING.md has the whole story.
 
 Budget: TRAINPLANE_FUZZ_EXAMPLES generated cases per operation in the fuzzing phase (default 25, about
 what a 2-core machine runs in a few minutes together with the examples and coverage phases),
@@ -39,7 +38,6 @@ import re
 import sys
 import threading
 import time
-import warnings
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -48,10 +46,8 @@ from typing import Any
 
 import pytest
 import schemathesis
-from schemathesis.core.failures import ContentTypeServerError, FailureGroup, ServerError
 from schemathesis.core.result import Ok
 from schemathesis.generation.meta import TestPhase
-from schemathesis.openapi.checks import UnsupportedMethodResponse
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from tests.e2e.conftest import REPO_ROOT, LocalPlane, PlaneFactory
@@ -97,7 +93,8 @@ class Ids:
     policies: list[str] = field(default_factory=list)
     others_jobs: list[str] = field(default_factory=list)
     others_policies: list[str] = field(default_factory=list)
-    sweeps: list[str] = field(default_factory=list)  # alice's, as the fuzzer creates them
+    sweeps: list[str] = field(default_factory=list)
+    others_sweeps: list[str] = field(default_factory=list)
     seeded: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -105,7 +102,7 @@ class Ids:
         if kind == "job_id":
             return self.jobs, self.others_jobs
         if kind == "sweep_id":
-            return self.sweeps, []
+            return self.sweeps, self.others_sweeps
         return self.policies, self.others_policies
 
     def add(self, kind: str, value: str) -> None:
@@ -173,6 +170,21 @@ def seed(plane: LocalPlane) -> Ids:
         assert reply.status_code == 201, reply.text
         return str(reply.json()["policy_id"])
 
+    def create_sweep(principal: str, *, cancelled: bool = False) -> str:
+        tuning = {
+            "method": "random",
+            "maxTrials": 1,
+            "metric": {"name": "loss", "goal": "minimize"},
+            "parameters": {"learning_rate": {"type": "double", "min": 0.0001, "max": 0.01, "scale": "log"}},
+        }
+        body = {"name": "fuzz-sweep", "job_template": job_body("fuzz-sweep-template"), "hyperParameterTuningConfig": tuning}
+        reply = plane.request("POST", "/sweeps", json=body, principal=principal)
+        assert reply.status_code == 201, reply.text
+        sweep_id = str(reply.json()["sweep_id"])
+        if cancelled:  # a finished sweep: one a DELETE can take
+            assert plane.request("POST", f"/sweeps/{sweep_id}/cancel", principal=principal).status_code == 200
+        return sweep_id
+
     completed = submit(job_body("fuzz-seed-completed"))
     queued = submit(job_body("fuzz-seed-queued", gpu_count=1))
     cancelled, expendable = submit(job_body("fuzz-seed-cancelled", gpu_count=1)), submit(job_body("fuzz-seed-expendable", gpu_count=1))
@@ -182,10 +194,13 @@ def seed(plane: LocalPlane) -> Ids:
     ids.others_jobs.append(submit(job_body("fuzz-seed-admins"), principal="admin"))
     ids.policies.append(create_policy("alice"))
     ids.others_policies.append(create_policy("admin"))
-    ids.seeded.update(ids.jobs + ids.policies)
-    # One job and one policy a DELETE may take even when the fuzzer created none of its own
+    ids.sweeps.append(create_sweep("alice"))
+    ids.others_sweeps.append(create_sweep("admin"))
+    ids.seeded.update(ids.jobs + ids.policies + ids.sweeps)
+    # One job, one policy and one (finished) sweep a DELETE may take even when the fuzzer created none of its own
     ids.jobs.append(expendable)
     ids.policies.append(create_policy("alice"))
+    ids.sweeps.append(create_sweep("alice", cancelled=True))
     wait_for_status(plane, completed, "COMPLETED")
     return ids
 
@@ -369,11 +384,12 @@ LEGITIMATE_REFUSALS = (
         r"a trial's job|set by the sweep on every trial|trials carry",
     ),
     Refusal(
-        "a sweep's template is a job: its hyperparameters' values obey the trainer's grammar (a boolean is true or"
-        " false, a number parses...), which openapi.json does not state (it names the keys, their values are strings)",
+        "a hyperparameter's value is a string (seeds/000): openapi.json states each known key's spelling (an integer,"
+        " a number, true/false, one of a list), not the number's range (learning_rate > 0, lora_dropout < 1)",
         422,
-        ("POST /sweeps",),
-        r"job_template\.training_config\.hyperparameters\..+",
+        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps"),
+        r"(job_template\.)?training_config\.hyperparameters\.[a-z0-9_]+",
+        r"^Input should be (greater|less) than",
     ),
     Refusal(
         "a rule across fields: a field required when another has a given value, a training type that needs a GPU,"
@@ -386,113 +402,12 @@ LEGITIMATE_REFUSALS = (
 )
 
 
-# --- defects issue 11 point 2 / point 4 gives to i11-edge: tolerated only while a probe shows them ----------
-
-
-@dataclass(frozen=True)
-class KnownDefect:
-    """A defect another branch is fixing (i11-edge, issue 11 points 2 and 4). `probe` reproduces it on the
-    running plane; only while it does are failures it explains set aside, listed in the run's output.
-    Once the fix is merged the probe comes back clean and every such failure fails the test again."""
-
-    name: str
-    probe: Any  # (plane, document) -> True while the defect is there
-    server_error: str | None = None  # regex on the exception the plane logged for a 5xx
-    method_404: bool = False  # an undeclared method answered 404 (want 405 with Allow)
-    refusal: Refusal | None = None  # a 422 for a value the document allows
-
-
-def _post(plane: LocalPlane, path: str, **kwargs: Any) -> int:
-    return plane.request("POST", path, **kwargs).status_code
-
-
-def _enum(document: dict[str, Any], name: str) -> list[str]:
-    return list(document["components"]["schemas"].get(name, {}).get("enum", []))
-
-
-def _requires_type(document: dict[str, Any]) -> bool:
-    schemas = document["components"]["schemas"]
-    return all("type" in schemas.get(n, {}).get("required", []) for n in ("S3Trigger", "ScheduleTrigger", "EventPatternTrigger"))
-
-
-def _labels_schema_refuses_bad_keys(document: dict[str, Any]) -> bool:
-    labels = document["components"]["schemas"]["SubmitJobRequest-Input"]["properties"]["labels"]
-    return labels.get("additionalProperties") is False or "pattern" in labels.get("propertyNames", {})
-
-
-def _with_hyperparameter(body: dict[str, Any], name: str, value: str) -> dict[str, Any]:
-    body["training_config"]["hyperparameters"][name] = value
-    return body
-
-
-def _hyperparameter_names_stated(document: dict[str, Any]) -> bool:
-    hyperparameters = document["components"]["schemas"]["TrainingConfig"]["properties"]["hyperparameters"]
-    return hyperparameters.get("additionalProperties") is False or "enum" in json.dumps(hyperparameters.get("propertyNames", {}))
-
-
-KNOWN_DEFECTS = (
-    KnownDefect(
-        "undeclared method answers 404, not 405 with Allow (i11-edge, point 2)",
-        lambda plane, doc: plane.request("PUT", "/summary").status_code == 404,
-        method_404=True,
-    ),
-    KnownDefect(
-        "JSON sent as text/plain or application/xml is a 500, not a 415 (i11-edge, point 2)",
-        lambda plane, doc: _post(plane, "/jobs/0/cancel", data=b"{}", headers={"Content-Type": "text/plain"}) >= 500,
-        server_error=r"RequestUnsupportedContentType",
-    ),
-    KnownDefect(
-        "multipart/form-data without a boundary is a 500 (i11-edge, point 2)",
-        lambda plane, doc: _post(plane, "/jobs", data=b"{}", headers={"Content-Type": "multipart/form-data"}) >= 500,
-        server_error=r"Missing boundary in multipart",
-    ),
-    KnownDefect(
-        "a non-UTF-8 body is a 500, not a 400 (i11-edge, point 2)",
-        lambda plane, doc: _post(plane, "/jobs", data=b'"\xff"', headers={"Content-Type": "application/json"}) >= 500,
-        server_error=r"^UnicodeDecodeError",
-    ),
-    KnownDefect(
-        "a tiny or huge max_cost_usd overflows the Decimal conversion (i11-edge, point 2)",
-        lambda plane, doc: (
-            _post(plane, "/jobs", json={**job_body("fuzz-probe-decimal", gpu_count=1), "scheduling_config": {"max_cost_usd": 5e-324}})
-            >= 500
-        ),
-        server_error=r"^decimal\.",
-    ),
-    KnownDefect(
-        "the trigger's `type` discriminator is not required in openapi.json (i11-edge, point 4)",
-        lambda plane, doc: not _requires_type(doc),
-        refusal=Refusal("", 422, (), r"trigger", r"discriminator"),
-    ),
-    KnownDefect(
-        "labels keys the server refuses are allowed by openapi.json (i11-edge, point 4)",
-        lambda plane, doc: not _labels_schema_refuses_bad_keys(doc),
-        refusal=Refusal("", 422, (), r"(job_template\.)?(labels(\..*)?|body)", r"label|String should match pattern|valid string"),
-    ),
-    KnownDefect(
-        "hyperparameter names the server refuses are allowed by openapi.json (i11-edge, points 3-4; appears with its merge)",
-        lambda plane, doc: (
-            _post(plane, "/jobs", json=_with_hyperparameter(job_body("fuzz-probe-hyperparameter", gpu_count=1), "fuzz_unknown", "1")) == 422
-            and not _hyperparameter_names_stated(doc)
-        ),
-        refusal=Refusal("", 422, (), r"(job_template\.)?(training_config\.)?hyperparameters(\..*)?", r"unknown hyperparameter"),
-    ),
-    KnownDefect(
-        "a training type / framework refused at submit is offered by openapi.json (i11-edge, point 4)",
-        lambda plane, doc: "RLHF" in _enum(doc, "TrainingType") or "MEGATRON" in _enum(doc, "FrameworkType"),
-        refusal=Refusal("", 422, (), r".*", r"not supported yet"),
-    ),
-)
-
-
 @dataclass
 class Run:
-    """What the run shares across cases: the real ids, the defects still present, what was set aside."""
+    """What the run shares across cases: the real ids, the responses, the legitimate refusals."""
 
     plane: LocalPlane
     ids: Ids
-    defects: tuple[KnownDefect, ...]
-    set_aside: dict[str, int] = field(default_factory=dict)
     statuses: Counter[tuple[str, int]] = field(default_factory=Counter)  # (operation, status) -> responses
     refusals: Counter[tuple[str, str, str]] = field(default_factory=Counter)  # valid requests' legitimate 422s
 
@@ -502,24 +417,15 @@ class Run:
             by_operation.setdefault(operation, []).append(f"{status}x{count}")
         return "\n".join(f"  {operation:45s} {' '.join(codes)}" for operation, codes in by_operation.items())
 
-    def note(self, defect: KnownDefect) -> None:
-        self.set_aside[defect.name] = self.set_aside.get(defect.name, 0) + 1
-
 
 @pytest.fixture(scope="module")
 def fuzz_run(fuzz_plane: LocalPlane, real_ids: Ids) -> Iterator[Run]:
-    document = json.loads(OPENAPI.read_text(encoding="utf-8"))
-    run = Run(fuzz_plane, real_ids, tuple(d for d in KNOWN_DEFECTS if d.probe(fuzz_plane, document)))
+    run = Run(fuzz_plane, real_ids)
     print(f"\nfuzzing with seed {RUN_SEED} (TRAINPLANE_FUZZ_SEED={RUN_SEED} replays it), {EXAMPLES} examples per operation")
     yield run
     print("\nresponses by operation (status x count):\n" + run.table())
     common = "\n".join(f"  {n:5d} x {op}: {where}: {message}" for (op, where, message), n in run.refusals.most_common(12))
     print("\nthe commonest legitimate refusals of valid requests (first error):\n" + common)
-    if run.defects:
-        lines = [f"  {run.set_aside.get(d.name, 0):5d} x {d.name}" for d in run.defects]
-        message = "fuzzing set aside failures of defects other branches are fixing (probe still reproduces them):\n" + "\n".join(lines)
-        print("\n" + message)
-        warnings.warn(message, stacklevel=1)
 
 
 # --- the checks of our own -----------------------------------------------------------------------
@@ -537,13 +443,7 @@ def _errors(response: Any) -> list[dict[str, Any]]:
 
 
 def _explained(run: Run | None, operation: str, status: int, error: dict[str, Any] | None) -> bool:
-    if any(r.explains(operation, status, error) for r in LEGITIMATE_REFUSALS):
-        return True
-    for defect in run.defects if run else ():
-        if defect.refusal is not None and defect.refusal.explains(operation, status, error):
-            run.note(defect)  # type: ignore[union-attr]
-            return True
-    return False
+    return any(r.explains(operation, status, error) for r in LEGITIMATE_REFUSALS)
 
 
 def accepted_when_valid(ctx: Any, response: Any, case: Any) -> bool | None:
@@ -638,48 +538,6 @@ def remember_created(case: Any, response: Any, ids: Ids) -> None:
         ids.add("job_id", body["job_id"])
 
 
-_EXCEPTION_LINE = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*: .*$", re.M)  # a traceback's last line: module.Name: message
-
-
-def _log_size(plane: LocalPlane) -> int:
-    try:
-        return plane.log_path.stat().st_size
-    except FileNotFoundError:
-        return 0
-
-
-def _exception_logged_since(plane: LocalPlane, offset: int, wait_s: float = 3.0) -> str:
-    """The last exception line the plane logged after `offset` (its log is written by another process:
-    the line can land a moment after the response)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        with open(plane.log_path, "rb") as log:
-            log.seek(offset)
-            lines = [m.group(0) for m in _EXCEPTION_LINE.finditer(log.read().decode(errors="replace"))]
-        if lines:
-            return lines[-1]
-        if time.monotonic() > deadline:
-            return ""
-        time.sleep(0.1)
-
-
-def set_aside_known(run: Run, response: Any, group: BaseExceptionGroup[Any], log_offset: int) -> list[Any]:
-    """The failures of `group` no active KnownDefect explains."""
-    logged = _exception_logged_since(run.plane, log_offset) if response.status_code >= 500 else ""
-    left = []
-    for failure in group.exceptions:
-        defect = None
-        if isinstance(failure, ServerError | ContentTypeServerError) and logged:
-            defect = next((d for d in run.defects if d.server_error and re.search(d.server_error, logged)), None)
-        elif isinstance(failure, UnsupportedMethodResponse) and response.status_code == 404:
-            defect = next((d for d in run.defects if d.method_404), None)
-        if defect is None:
-            left.append(failure)
-        else:
-            run.note(defect)
-    return left
-
-
 # --- the test: one sub-test per operation of openapi.json ----------------------------------------
 
 
@@ -688,20 +546,14 @@ def test_every_operation_holds_its_contract(case: Any, fuzz_run: Run) -> None:
     _current.update(run=fuzz_run, others=use_real_ids(case, fuzz_run.ids))
     use_allowed_data(case)
     try:
-        log_offset = _log_size(fuzz_run.plane)
         response = case.call(base_url=fuzz_run.plane.api_url, auth=fuzz_run.plane.auth("alice"), timeout=REQUEST_TIMEOUT_S)
         fuzz_run.statuses[(case.operation.label, response.status_code)] += 1
         remember_created(case, response, fuzz_run.ids)
-        try:
-            case.validate_response(
-                response,
-                additional_checks=[accepted_when_valid, others_objects_are_not_found],
-                excluded_checks=[positive_data_acceptance],
-            )
-        except FailureGroup as group:
-            left = set_aside_known(fuzz_run, response, group, log_offset)
-            if left:
-                raise FailureGroup(left, str(group)) from None
+        case.validate_response(
+            response,
+            additional_checks=[accepted_when_valid, others_objects_are_not_found],
+            excluded_checks=[positive_data_acceptance],
+        )
     finally:
         _current.clear()
 

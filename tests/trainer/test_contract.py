@@ -174,7 +174,7 @@ def test_hyper_parses_strings_and_round_trips() -> None:
     [
         ({"learning_rat": "1", "epochs": "2"}, "unknown hyperparameter(s): epochs, learning_rat"),
         ({"learning_rate": "-1"}, "learning_rate"),
-        ({"optimizer": "sgd"}, "optimizer"),
+        ({"optimizer": "lion"}, "optimizer"),
         ({"lora_dropout": "1.5"}, "lora_dropout"),
         ({"warmup_steps": "1.5"}, "warmup_steps"),
     ],

@@ -1,20 +1,11 @@
-"""The loop's pure parts: the LR schedules, the data order per epoch and per rank, the exit-code-free
+"""The loop's pure parts: the data order per epoch and per rank, the exit-code-free
 helpers. (The loop end to end: test_loop_types.py, test_resume.py.)"""
 
 from __future__ import annotations
 
 import pytest
 from trainer.failures import UserError
-from trainer.loop import DataOrder, lr_lambda
-
-
-def test_linear_warmup_then_decay_never_starts_at_zero() -> None:
-    assert [round(lr_lambda(s, kind="linear", warmup=2, total=6), 3) for s in range(6)] == [0.333, 0.667, 1.0, 0.75, 0.5, 0.25]
-
-
-def test_cosine_and_constant() -> None:
-    assert [round(lr_lambda(s, kind="cosine", warmup=0, total=4), 3) for s in range(4)] == [1.0, 0.854, 0.5, 0.146]
-    assert [lr_lambda(s, kind="constant", warmup=1, total=4) for s in range(3)] == [0.5, 1.0, 1.0]
+from trainer.loop import DataOrder
 
 
 def test_one_process_sees_every_example_once_per_epoch_in_a_seeded_order() -> None:

@@ -47,7 +47,22 @@ def with_hyperparameters(values: dict[str, str], training_type: str = "LORA") ->
         ({"packing": "maybe"}, "training_config.hyperparameters.packing", "expected true or false"),
         ({"lora_dropout": "1.5"}, "training_config.hyperparameters.lora_dropout", "less than 1"),
         ({"seed": str(2**32)}, "training_config.hyperparameters.seed", "less than or equal to 4294967295"),
-        ({"optimizer": "sgd"}, "training_config.hyperparameters.optimizer", "'adamw'"),
+        ({"optimizer": "lion"}, "training_config.hyperparameters.optimizer", "'adamw_torch'"),
+        ({"optim": "adamw_8bit"}, "training_config.hyperparameters.optim", "'adafactor'"),
+        ({"optim": "sgd", "optimizer": "AdamW"}, "training_config.hyperparameters.optim", "disagree"),
+        ({"lr_scheduler_type": "reduce_lr_on_plateau"}, "training_config.hyperparameters.lr_scheduler_type", "'cosine_with_restarts'"),
+        ({"warmup_ratio": "1.5"}, "training_config.hyperparameters.warmup_ratio", "less than 1"),
+        ({"warmup_ratio": "0.1", "warmup_steps": "3"}, "training_config.hyperparameters.warmup_ratio", "not both"),
+        ({"torch_compile": "true"}, "training_config.hyperparameters.torch_compile", "not supported yet"),
+        ({"bf16": "true", "fp16": "true"}, "training_config.hyperparameters.fp16", "choose one"),
+        ({"neftune_noise_alpha": "0"}, "training_config.hyperparameters.neftune_noise_alpha", "greater than 0"),
+        ({"label_smoothing_factor": "1"}, "training_config.hyperparameters.label_smoothing_factor", "less than 1"),
+        ({"adam_beta2": "1"}, "training_config.hyperparameters.adam_beta2", "less than 1"),
+        ({"adam_epsilon": "0"}, "training_config.hyperparameters.adam_epsilon", "greater than 0"),
+        ({"logging_strategy": "often"}, "training_config.hyperparameters.logging_strategy", "'epoch'"),
+        ({"eval_strategy": "no", "eval_steps": "5"}, "training_config.hyperparameters.eval_steps", "eval_strategy is no"),
+        ({"eval_strategy": "steps", "evaluation_strategy": "epoch"}, "training_config.hyperparameters.evaluation_strategy", "disagree"),
+        ({"save_strategy": "no"}, "training_config.hyperparameters.save_strategy", "'epoch'"),
     ],
 )
 def test_an_unknown_or_invalid_hyperparameter_is_refused_naming_it(values: dict[str, str], field: str, fragment: str) -> None:
@@ -57,6 +72,80 @@ def test_an_unknown_or_invalid_hyperparameter_is_refused_naming_it(values: dict[
     assert {f for f, _ in errors} == {field} and any(fragment in m for _, m in errors), errors
     with pytest.raises(UserError):
         Hyper.from_strings(values, "LORA")
+
+
+def test_the_trainer_arguments_users_type_are_accepted() -> None:
+    # transformers TrainingArguments names, and the dashboard's optimizer choices (issue 17 point 2)
+    for optimizer in ("AdamW", "Adam", "SGD", "adamw"):
+        SubmitJobRequest.model_validate(with_hyperparameters({"optimizer": optimizer}))
+    values = {
+        "optim": "adamw_torch_fused",
+        "warmup_ratio": "0.1",
+        "lr_scheduler_type": "cosine_with_restarts",
+        "gradient_checkpointing": "true",
+        "torch_compile": "false",
+        "neftune_noise_alpha": "5",
+        "label_smoothing_factor": "0.1",
+        "adam_beta1": "0.8",
+        "adam_beta2": "0.95",
+        "adam_epsilon": "1e-6",
+        "per_device_train_batch_size": "2",  # the same as data_config.batch_size: no conflict
+        "gradient_accumulation_steps": "4",
+        "eval_strategy": "epoch",
+        "save_strategy": "steps",
+        "save_steps": "50",
+        "logging_strategy": "steps",
+        "logging_steps": "5",
+    }
+    SubmitJobRequest.model_validate(with_hyperparameters(values, "SFT"))
+
+
+@pytest.mark.parametrize("name", ["bf16", "fp16"])
+def test_mixed_precision_needs_a_gpu_job(name: str) -> None:
+    assert errors_of(with_hyperparameters({name: "true"})) == [
+        (
+            f"training_config.hyperparameters.{name}",
+            f"{name}=true needs a GPU (mixed precision is CUDA-only here): set resource_config.gpu_count >= 1",
+        )
+    ]
+    SubmitJobRequest.model_validate({**with_hyperparameters({name: "true"}), "resource_config": {"gpu_count": 1}})
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "where", "config"),
+    [
+        ("per_device_train_batch_size", "4", "data_config.batch_size=2", {}),
+        (
+            "gradient_accumulation_steps",
+            "4",
+            "data_config.gradient_accumulation_steps=2",
+            {"data_config": {"gradient_accumulation_steps": 2}},
+        ),
+        ("save_steps", "10", "output_config.checkpoint.save_steps=20", {"output_config": {"checkpoint": {"save_steps": 20}}}),
+        (
+            "save_strategy",
+            "epoch",
+            "output_config.checkpoint.save_strategy=steps",
+            {"output_config": {"checkpoint": {"save_strategy": "steps"}}},
+        ),
+    ],
+)
+def test_an_alias_that_disagrees_with_its_config_field_is_refused_naming_it(
+    name: str, value: str, where: str, config: dict[str, Any]
+) -> None:
+    body = with_hyperparameters({name: value})
+    for key, fields in config.items():
+        body[key] = {**body.get(key, {}), **fields}
+    errors = errors_of(body)
+    assert errors == [(f"training_config.hyperparameters.{name}", f"{name}={value} conflicts with {where}: give one")]
+    # without the config field set, the alias is the setting
+    if config:
+        SubmitJobRequest.model_validate(with_hyperparameters({name: value}))
+
+
+def test_label_smoothing_is_refused_for_dpo() -> None:
+    (field, message), *_ = errors_of(with_hyperparameters({"label_smoothing_factor": "0.1"}, "DPO"))
+    assert field == "training_config.hyperparameters.label_smoothing_factor" and "not to DPO" in message
 
 
 def test_every_bad_key_is_named_at_once() -> None:

@@ -89,18 +89,25 @@ class DataOrder:
         return self.permutation(epoch)[start : start + self.batch_size]
 
 
-def lr_lambda(step: int, *, kind: str, warmup: int, total: int) -> float:
-    if warmup and step < warmup:
-        return (step + 1) / (warmup + 1)  # never exactly 0: the first step must move the weights
-    if kind == "constant":
-        return 1.0
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    if kind == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-    return max(0.0, 1.0 - progress)
+def warmup_steps_for(hyper: Hyper, total_steps: int) -> int:
+    """TrainingArguments.get_warmup_steps: warmup_steps, else ceil(warmup_ratio * total)."""
+    return hyper.warmup_steps if hyper.warmup_steps else math.ceil(hyper.warmup_ratio * total_steps)
+
+
+def build_scheduler(optimizer: torch.optim.Optimizer, hyper: Hyper, total_steps: int) -> Any:
+    """transformers' own schedulers, by lr_scheduler_type (the names schemas/hyperparameters.py accepts)."""
+    from transformers import get_scheduler
+
+    return get_scheduler(
+        hyper.lr_scheduler_type,
+        optimizer,
+        num_warmup_steps=warmup_steps_for(hyper, total_steps),
+        num_training_steps=total_steps,
+    )
 
 
 def build_optimizer(model: nn.Module, hyper: Hyper, device: torch.device) -> torch.optim.Optimizer:
+    """The optimizer `optim` (or `optimizer`) names, built as transformers' Trainer builds it."""
     decay, no_decay = [], []
     for _name, param in model.named_parameters():
         if param.requires_grad:
@@ -108,20 +115,58 @@ def build_optimizer(model: nn.Module, hyper: Hyper, device: torch.device) -> tor
             (decay if param.ndim >= 2 else no_decay).append(param)
     if not decay and not no_decay:
         raise UserError("the model has no trainable parameters")
-    groups = [{"params": decay, "weight_decay": hyper.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    fused = device.type == "cuda"  # one kernel per step on GPU; CPU keeps the default (foreach)
-    return torch.optim.AdamW([g for g in groups if g["params"]], lr=hyper.learning_rate, fused=fused or None)
+    groups = [g for g in ({"params": decay, "weight_decay": hyper.weight_decay}, {"params": no_decay, "weight_decay": 0.0}) if g["params"]]
+    name, lr = hyper.optimizer_name(), hyper.learning_rate
+    adam: dict[str, Any] = {"lr": lr, "betas": (hyper.adam_beta1, hyper.adam_beta2), "eps": hyper.adam_epsilon}
+    if name == "adamw_torch":
+        fused = device.type == "cuda"  # one kernel per step on GPU; CPU keeps the default (foreach)
+        return torch.optim.AdamW(groups, **adam, fused=fused or None)
+    if name == "adamw_torch_fused":
+        return torch.optim.AdamW(groups, **adam, fused=True)
+    if name == "adam":
+        return torch.optim.Adam(groups, **adam)
+    if name == "sgd":
+        return torch.optim.SGD(groups, lr=lr)
+    if name == "adafactor":
+        from transformers.optimization import Adafactor
+
+        # TrainingArguments(optim="adafactor"): a fixed learning rate, driven by the scheduler.
+        return Adafactor(groups, lr=lr, scale_parameter=False, relative_step=False, warmup_init=False)
+    raise UserError(f"hyperparameter optim={name}: not an optimizer this trainer builds")
 
 
-def autocast_factory(device: torch.device, dtype: DType) -> tuple[Callable[[], contextlib.AbstractContextManager[Any]], bool]:
-    """(autocast context factory, needs a GradScaler). Mixed precision only on CUDA."""
+def autocast_factory(
+    device: torch.device, dtype: DType, hyper: Hyper | None = None
+) -> tuple[Callable[[], contextlib.AbstractContextManager[Any]], bool]:
+    """(autocast context factory, needs a GradScaler). Mixed precision only on CUDA; bf16/fp16 choose it."""
+    bf16, fp16 = (hyper.bf16, hyper.fp16) if hyper is not None else (False, False)
     if device.type != "cuda":
+        if bf16 or fp16:
+            raise UserError(f"hyperparameter {'bf16' if bf16 else 'fp16'}=true needs a GPU (mixed precision is CUDA-only here)")
         return contextlib.nullcontext, False
+    if bf16:
+        return partial(torch.autocast, "cuda", dtype=torch.bfloat16), False
+    if fp16:
+        return partial(torch.autocast, "cuda", dtype=torch.float16), True
     if dtype == DType.BFLOAT16 or (dtype == DType.AUTO and torch.cuda.is_bf16_supported()):
         return partial(torch.autocast, "cuda", dtype=torch.bfloat16), False
     if dtype == DType.FLOAT16:
         return partial(torch.autocast, "cuda", dtype=torch.float16), True
     return contextlib.nullcontext, False
+
+
+def activate_neftune(model: nn.Module, alpha: float | None) -> Any:
+    """transformers' NEFTune hook on the input embeddings (noise in train mode only); None when off."""
+    if alpha is None:
+        return None
+    from transformers.integrations.neftune import neftune_post_forward_hook
+
+    get_embeddings = getattr(model, "get_input_embeddings", None)
+    embeddings = get_embeddings() if callable(get_embeddings) else None
+    if not isinstance(embeddings, nn.Module):
+        raise UserError("hyperparameter neftune_noise_alpha: this model has no input embeddings to add noise to")
+    embeddings.neftune_noise_alpha = alpha  # type: ignore[assignment]
+    return embeddings.register_forward_hook(neftune_post_forward_hook)
 
 
 class TrainingLoop:
@@ -142,14 +187,17 @@ class TrainingLoop:
         dc = spec.data_config
         self.training_type = spec.training_config.training_type
         self.seed = hyper.seed if hyper.seed is not None else dc.seed
-        self.order = DataOrder(len(inputs.train), dc.batch_size, seed=self.seed, rank=runtime.rank, world_size=runtime.world_size)
-        self.accum = dc.gradient_accumulation_steps
+        # per_device_train_batch_size / gradient_accumulation_steps: TrainingArguments' names of the data_config
+        # fields (submit refuses a disagreement with a value data_config sets).
+        self.batch_size = hyper.per_device_train_batch_size or dc.batch_size
+        self.order = DataOrder(len(inputs.train), self.batch_size, seed=self.seed, rank=runtime.rank, world_size=runtime.world_size)
+        self.accum = hyper.gradient_accumulation_steps or dc.gradient_accumulation_steps
         self.steps_per_epoch = math.ceil(self.order.micro_per_epoch / self.accum)
         if hyper.max_steps is not None:
             self.total_steps = hyper.max_steps
         else:
             self.total_steps = max(1, math.ceil(hyper.num_train_epochs * self.steps_per_epoch))
-        self.autocast, needs_scaler = autocast_factory(runtime.device, spec.training_config.base_model.dtype)
+        self.autocast, needs_scaler = autocast_factory(runtime.device, spec.training_config.base_model.dtype, hyper)
         trainable = [p for p in inputs.model.parameters() if p.requires_grad]
         # GradScaler cannot unscale fp16 gradients of fp16 weights; it is for fp32 weights under fp16 autocast.
         self.scaler = torch.amp.GradScaler("cuda") if needs_scaler and all(p.dtype == torch.float32 for p in trainable) else None
@@ -251,7 +299,13 @@ class TrainingLoop:
             batch = {name: self._to_device(t) for name, t in batch.items()}
             last = k == len(batches) - 1
             with contextlib.nullcontext() if last else self.runtime.no_sync(model), self.autocast():
-                result = loss_sum(model, self.inputs.reference_model, batch, dpo_beta=self.hyper.dpo_beta)
+                result = loss_sum(
+                    model,
+                    self.inputs.reference_model,
+                    batch,
+                    dpo_beta=self.hyper.dpo_beta,
+                    label_smoothing=self.hyper.label_smoothing_factor,
+                )
                 loss = result.total / denominator
             self.runtime.backward(model, self.scaler.scale(loss) if self.scaler else loss, last=last)
             step_loss += loss.detach()
@@ -269,12 +323,12 @@ class TrainingLoop:
     # --- the run -----------------------------------------------------------------------------
     def run(self, resume_from: str | None) -> TrainResult:
         runtime, hyper = self.runtime, self.hyper
+        activate_neftune(self.inputs.model, hyper.neftune_noise_alpha)  # before wrapping: on the model's own embeddings
         model = runtime.wrap(self.inputs.model)
         # hyper.gradient_checkpointing is applied by the model loader (trainer.models), before any wrapping.
         optimizer = build_optimizer(model, hyper, runtime.device)
-        model = runtime.prepare(model, optimizer, max_grad_norm=hyper.max_grad_norm, micro_batch_size=self.spec.data_config.batch_size)
-        schedule = partial(lr_lambda, kind=hyper.lr_scheduler_type, warmup=hyper.warmup_steps, total=self.total_steps)
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+        model = runtime.prepare(model, optimizer, max_grad_norm=hyper.max_grad_norm, micro_batch_size=self.batch_size)
+        scheduler = build_scheduler(optimizer, hyper, self.total_steps)
 
         loaded = self._find_resume(resume_from)
         if loaded is not None:
@@ -299,7 +353,7 @@ class TrainingLoop:
             window_tokens += tokens
             window_steps += 1
             progress.record(time.perf_counter() - step_start)
-            if self.step % hyper.logging_steps == 0 or self.step == self.total_steps:
+            if self._log_due(ended_epoch):
                 loss_value, grad_value, tokens_all = self._reduce_for_logging(step_loss, grad_norm, window_tokens)
                 elapsed = time.perf_counter() - window_start
                 self.tokens_seen += int(tokens_all)
@@ -316,7 +370,7 @@ class TrainingLoop:
                 report(self.events, self.metrics, point, progress)
                 window_start, window_tokens, window_steps = time.perf_counter(), 0, 0
             metrics_now: dict[str, float] = {"loss": self.losses[self.step]} if self.step in self.losses else {}
-            if hyper.eval_steps and self.step % hyper.eval_steps == 0:
+            if self._eval_due(ended_epoch):
                 metrics_now.update(self._evaluate(model, during_training=True))
             if self._save_due(ended_epoch):
                 if best_needs_eval and "eval_loss" not in metrics_now:
@@ -380,11 +434,27 @@ class TrainingLoop:
             loss = loss_sum_all / self.runtime.world_size
         return loss, grad, tokens_all
 
-    def _save_due(self, ended_epoch: bool) -> bool:
-        config = self.spec.output_config.checkpoint
-        if config.save_strategy.value == "epoch":
+    def _log_due(self, ended_epoch: bool) -> bool:
+        strategy = self.hyper.logging_strategy
+        if self.step == self.total_steps:
+            return True  # the last step is always reported (the job's final loss)
+        if strategy == "epoch":
             return ended_epoch
-        return self.step % config.save_steps == 0
+        return strategy == "steps" and self.step % self.hyper.logging_steps == 0
+
+    def _eval_due(self, ended_epoch: bool) -> bool:
+        strategy = self.hyper.evaluation_strategy_name()
+        if strategy == "epoch":
+            return ended_epoch
+        return strategy == "steps" and self.step % (self.hyper.evaluation_every() or 1) == 0
+
+    def _save_due(self, ended_epoch: bool) -> bool:
+        # save_strategy / save_steps hyperparameters: TrainingArguments' names of the checkpoint config's fields.
+        config = self.spec.output_config.checkpoint
+        strategy = self.hyper.save_strategy or config.save_strategy.value
+        if strategy == "epoch":
+            return ended_epoch
+        return self.step % (self.hyper.save_steps or config.save_steps) == 0
 
     def _save(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, metrics: dict[str, float], *, wait: bool) -> None:
         started = time.perf_counter()
@@ -417,7 +487,7 @@ class TrainingLoop:
             self.inputs.reference_model,
             self.inputs.validation,
             self.inputs.collate,
-            batch_size=self.spec.data_config.batch_size,
+            batch_size=self.batch_size,
             runtime=self.runtime,
             dpo_beta=self.hyper.dpo_beta,
             autocast=self.autocast,

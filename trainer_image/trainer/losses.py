@@ -58,14 +58,18 @@ def _logits(model: nn.Module, input_ids: Tensor, attention_mask: Tensor | None) 
     return model(input_ids=input_ids, attention_mask=attention_mask).logits
 
 
-def causal_lm_sum(model: nn.Module, batch: dict[str, Tensor]) -> LossSum:
+def causal_lm_sum(model: nn.Module, batch: dict[str, Tensor], label_smoothing: float = 0.0) -> LossSum:
     input_ids, labels = batch["input_ids"], batch["labels"]
     attention_mask = batch.get("attention_mask")
     logits = _logits(model, input_ids, attention_mask)
     shift_logits = logits[:, :-1, :].float()
     shift_labels = labels[:, 1:]
     total = F.cross_entropy(
-        shift_logits.reshape(-1, shift_logits.size(-1)), shift_labels.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum"
+        shift_logits.reshape(-1, shift_logits.size(-1)),
+        shift_labels.reshape(-1),
+        ignore_index=IGNORE_INDEX,
+        reduction="sum",
+        label_smoothing=label_smoothing,
     )
     return LossSum(total=total)
 
@@ -117,7 +121,10 @@ def dpo_sum(model: nn.Module, reference_model: nn.Module | None, batch: dict[str
     return LossSum(total=losses.sum(), extra={"reward_accuracy_sum": accuracy})
 
 
-def loss_sum(model: nn.Module, reference_model: nn.Module | None, batch: dict[str, Tensor], *, dpo_beta: float) -> LossSum:
+def loss_sum(
+    model: nn.Module, reference_model: nn.Module | None, batch: dict[str, Tensor], *, dpo_beta: float, label_smoothing: float = 0.0
+) -> LossSum:
+    """label_smoothing: TrainingArguments' label_smoothing_factor (token cross-entropy only; submit refuses it for DPO)."""
     if is_dpo_batch(batch):
         return dpo_sum(model, reference_model, batch, dpo_beta)
-    return causal_lm_sum(model, batch)
+    return causal_lm_sum(model, batch, label_smoothing)
