@@ -90,11 +90,18 @@ class Strict(BaseModel):
         # (LAX_NUMBERS): "5" stays a number there.
         if isinstance(data, dict) and not (info.context or {}).get(LAX_NUMBERS):
             numeric, boolean = _typed_fields(cls)
+            errors = []
             for key, value in data.items():
                 if key in numeric and isinstance(value, bool | str):
-                    raise ValueError(f"{key}: must be a number, not {json.dumps(value)}")
-                if key in boolean and value is not None and not isinstance(value, bool):
-                    raise ValueError(f"{key}: must be true or false, not {json.dumps(value, default=str)}")
+                    message = f"must be a number, not {json.dumps(value)}"
+                elif key in boolean and value is not None and not isinstance(value, bool):
+                    message = f"must be true or false, not {json.dumps(value, default=str)}"
+                else:
+                    continue
+                # Located at the key (not at the model), so the 422 names the field itself.
+                errors.append(InitErrorDetails(type=PydanticCustomError("json_type", message), loc=(key,), input=value))
+            if errors:
+                raise ValidationError.from_exception_data(cls.__name__, errors)
         return data
 
 

@@ -12,8 +12,8 @@ than a refusal with the key's name.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import types
+from collections.abc import Mapping
 from typing import Any, Literal, Self, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
