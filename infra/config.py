@@ -103,6 +103,9 @@ class StageConfig(BaseModel):
     reconcile_every_minutes: int = Field(default=5, ge=1, le=60)
     # Per-queue GPU quotas by type for the scheduler: "queue:gpu_type=count,..." (Settings.gpu_quotas).
     gpu_quotas: str = ""
+    # The deployment's training shapes beside the defaults (schemas/shapes.py TrainingShapeProfile
+    # objects; `-c training_shapes='[...]'` takes the same list as JSON). Settings.training_shapes.
+    training_shapes: list[dict[str, Any]] = Field(default_factory=list)
 
     @property
     def is_dev(self) -> bool:
@@ -188,6 +191,14 @@ class StageConfig(BaseModel):
         parse_quotas(value)
         return value
 
+    @field_validator("training_shapes")
+    @classmethod
+    def _shapes(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from functions.service.shapes import catalog_from_json  # the control plane's own check: one grammar
+
+        catalog_from_json(json.dumps(value))
+        return value
+
     @model_validator(mode="after")
     def _vpc_needs_subnets(self) -> StageConfig:
         if bool(self.vpc_id) != bool(self.subnet_ids):
@@ -244,4 +255,9 @@ def _coerce(cls: type[BaseModel], name: str, raw: Any) -> Any:
         return tuple(part.strip() for part in raw.split(",") if part.strip())
     if "ReservedConcurrency" in annotation:
         return _as_mapping(raw, name)
+    if annotation.startswith("list"):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"context {name}: not JSON ({exc})") from exc
     return raw

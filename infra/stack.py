@@ -77,6 +77,7 @@ class TrainplaneStack(Stack):
                 "trainer_log_group": compute.trainer_log_group.log_group_name,
                 "gpu_quotas": config.gpu_quotas or None,
                 "cors_origin": cors_origin,
+                "training_shapes": json.dumps(config.training_shapes) if config.training_shapes else None,
                 "bucket_grants": _grants_json(config),
             }
         )

@@ -95,9 +95,14 @@ class LogLine(BaseModel):
 
 
 class LogsResponse(BaseModel):
+    """A page of log lines. `next_token` is set while this request left lines unread; `cursor` is always
+    set where the reader can resume: passed back as next_token, it returns exactly the lines after the
+    last one this page covered, even those written later (a follower's bookmark: nothing lost or repeated)."""
+
     model_config = ConfigDict(defer_build=True)
     lines: list[LogLine]
     next_token: str | None = None
+    cursor: str | None = None
 
 
 class Summary(BaseModel):

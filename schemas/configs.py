@@ -266,7 +266,11 @@ class BaseModelSpec(Strict):
 
 
 class DistributedConfig(Strict):
-    world_size: int = Field(default=1, ge=1, le=4096)
+    world_size: int = Field(default=1, ge=1, le=4096, description="Processes in all (nodes x processes per node).")
+    procs_per_node: int | Literal["gpu"] | None = Field(
+        default=None,
+        description="OME's numProcPerNode: processes per node, or 'gpu' (one per GPU); sets world_size = node_count x it.",
+    )
     backend: str = "nccl"
     strategy: str | None = None
     config: StrMap = Field(default_factory=dict)
@@ -283,11 +287,24 @@ class FrameworkConfig(Strict):
     )
     distributed: DistributedConfig = Field(default_factory=DistributedConfig)
     custom_script_path: str | None = None
+    command: list[Annotated[str, Field(min_length=1, max_length=4096)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=256,
+        description="CUSTOM: the command to run (OME's trainer.command), e.g. ['python', 'train.py'].",
+    )
+    args: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list, max_length=1024, description="CUSTOM: arguments after the command or script (OME's trainer.args)."
+    )
 
     @model_validator(mode="after")
     def _custom_needs_script(self) -> FrameworkConfig:
-        if self.type == FrameworkType.CUSTOM and not self.custom_script_path:
-            raise ValueError("custom_script_path is required when framework.type is CUSTOM")
+        if self.type == FrameworkType.CUSTOM and not (self.custom_script_path or self.command):
+            raise ValueError("custom_script_path or command is required when framework.type is CUSTOM")
+        if self.type == FrameworkType.CUSTOM and self.custom_script_path and self.command:
+            raise ValueError("give custom_script_path or command, not both")
+        if self.type != FrameworkType.CUSTOM and (self.command or self.args):
+            raise ValueError("command and args are for framework.type CUSTOM")
         if self.type == FrameworkType.DEEPSPEED:
             self._check_deepspeed_options()
         return self
@@ -326,7 +343,10 @@ class TrainingConfig(Strict):
         json_schema_extra=hyperparameters_schema,
     )
     environment: StrMap = Field(default_factory=dict)
-    resume_from_checkpoint: str | None = None
+    resume_from_checkpoint: str | None = Field(
+        default=None,
+        description="A checkpoint id of this job, a checkpoint URI, or 'latest': the newest under the job's checkpoint location.",
+    )
     max_retries: int = Field(default=0, ge=0, le=20, description="Retries for retryable user-code failures.")
     priority: Priority = 5
 
@@ -336,8 +356,8 @@ class TrainingConfig(Strict):
         # PREPARING; each error is located at training_config.hyperparameters.<key>.
         from schemas.hyperparameters import Hyperparameters
 
-        if is_stored(info):
-            return self
+        if is_stored(info) or self.framework.type == FrameworkType.CUSTOM:
+            return self  # a CUSTOM script's hyperparameters are its own arguments (--key value), not ours
         try:
             Hyperparameters.parse(self.hyperparameters, self.training_type)
         except ValidationError as exc:
@@ -365,6 +385,9 @@ class DataSource(Strict):
     type: Literal["jsonl"] = "jsonl"
     split: Literal["train", "validation"] = "train"
     format: Literal["jsonl", "jsonl.gz", "auto"] = "auto"
+    compression: Literal["gzip", "none"] | None = Field(
+        default=None, description="OME's dataset compression parameter; gzip = format jsonl.gz."
+    )
     columns: list[str] | None = Field(default=None, description="Column projection: only these fields are read.")
     filters: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Keep rows whose fields equal these values.")
     sampling: Sampling | None = None
@@ -373,6 +396,16 @@ class DataSource(Strict):
     def _readable_uri(self, info: ValidationInfo) -> DataSource:
         if not is_stored(info) and self.path.startswith("s3:") and s3_uri_problem(self.path):
             raise_at(("path",), str(s3_uri_problem(self.path)), self.path, type(self).__name__)
+        return self
+
+    @model_validator(mode="after")
+    def _compression_is_a_format(self) -> DataSource:
+        if self.compression is None:
+            return self
+        # OME says {format: jsonl, compression: gzip} for what our format calls jsonl.gz.
+        if self.compression == "none" and self.format == "jsonl.gz":
+            raise ValueError(f"format {self.format!r} contradicts compression {self.compression!r}")
+        self.format = "jsonl.gz" if self.compression == "gzip" else "jsonl"
         return self
 
 
@@ -415,6 +448,12 @@ class ResourceConfig(Strict):
     node_count: int = Field(default=1, ge=1, le=256, description="Nodes (instances) for multi-node training.")
     node_affinity: list[str] = Field(default_factory=list)
     node_anti_affinity: list[str] = Field(default_factory=list)
+    training_shape: str | None = Field(
+        default=None,
+        max_length=72,
+        pattern=r"^[a-z0-9][a-z0-9._-]{0,63}(@[1-9][0-9]{0,5})?$",
+        description="A training shape (GET /training-shapes) instead of gpu_count/gpu_type/node_count: 'name' (latest) or 'name@version'.",
+    )
 
 
 class CheckpointConfig(Strict):
@@ -436,6 +475,13 @@ class OutputConfig(Strict):
     hub_token: SecretStr | None = Field(default=None, description="Write-only: never returned by the API.")
     export_format: ExportFormat = ExportFormat.SAFETENSORS
     merge_lora: bool = False
+    layout: Literal["trainplane", "deepfinery"] = Field(
+        default="trainplane",
+        description=(
+            "'deepfinery': output_path is a run's root as seeds/004 lays it out: checkpoints/ (ours, each with a "
+            "step-XXXXXX.json entry beside it), logs/, config/run.json, and the exported model under model/."
+        ),
+    )
 
     @field_serializer("hub_token", when_used="json")
     def _mask_token(self, value: SecretStr | None, info: SerializationInfo) -> str | None:
@@ -450,6 +496,8 @@ class OutputConfig(Strict):
     def _hub_needs_repo(self) -> OutputConfig:
         if self.push_to_hub and not self.hub_repo_id:
             raise ValueError("hub_repo_id is required when push_to_hub is true")
+        if self.layout == "deepfinery" and not self.output_path:
+            raise ValueError("output_path (the run's root) is required when layout is 'deepfinery'")
         return self
 
 

@@ -203,8 +203,9 @@ class Hyperparameters(BaseModel):
         return out
 
 
-_INT = r"^[0-9]+$"
-_FLOAT = r"^[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?$"
+# Digits bounded so that every spelling the document allows is a finite number (no "1e999").
+_INT = r"^[0-9]{1,18}$"
+_FLOAT = r"^[0-9]{1,18}(\.[0-9]{1,18})?([eE][+-]?[0-9]{1,2})?$"
 
 
 def _value_schema(annotation: Any) -> dict[str, Any]:

@@ -23,6 +23,8 @@ from schemas.configs import (
     is_stored,
     raise_at,
 )
+from schemas.ome import OmeTrainer
+from schemas.shapes import TrainingShapeProfile
 from schemas.status import JobStatus
 
 LabelKey = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_.\-/]+$")]  # = LABEL_KEY_PATTERN
@@ -60,6 +62,7 @@ class SubmitJobRequest(Strict):
     resource_config: ResourceConfig = Field(default_factory=ResourceConfig)
     output_config: OutputConfig = Field(default_factory=OutputConfig)
     scheduling_config: SchedulingConfig = Field(default_factory=SchedulingConfig)
+    trainer: OmeTrainer | None = Field(default=None, description="OME's trainer block (seeds/002), mapped onto the fields above at submit.")
 
     @model_validator(mode="after")
     def _supported_and_consistent(self, info: ValidationInfo) -> SubmitJobRequest:
@@ -70,10 +73,12 @@ class SubmitJobRequest(Strict):
             raise ValueError(UNSUPPORTED_FRAMEWORKS[tc.framework.type])
         if tc.training_type == TrainingType.QLORA and self.resource_config.gpu_count == 0:
             raise ValueError("QLORA needs a GPU (4-bit kernels are CUDA-only): set resource_config.gpu_count >= 1")
+        self._procs_per_node()
         if not is_stored(info):
             self._check_distributed()
             self._check_hub_push()
-            self._check_trainer_arguments()
+            if tc.framework.type != FrameworkType.CUSTOM:  # a CUSTOM script's hyperparameters are its own
+                self._check_trainer_arguments()
         return self
 
     def _check_trainer_arguments(self) -> None:
@@ -147,6 +152,28 @@ class SubmitJobRequest(Strict):
                 None,
                 "SubmitJobRequest",
             )
+
+    def _procs_per_node(self) -> None:
+        """OME's numNodes x numProcPerNode: world_size follows from procs_per_node when it is given."""
+        distributed = self.training_config.framework.distributed
+        per_node = distributed.procs_per_node
+        if per_node is None:
+            return
+        if per_node == "gpu":
+            if self.resource_config.gpu_count == 0:
+                raise ValueError("training_config.framework.distributed.procs_per_node 'gpu' needs resource_config.gpu_count >= 1")
+            per_node = self.resource_config.gpu_count
+        elif per_node < 1:
+            raise ValueError("training_config.framework.distributed.procs_per_node must be >= 1 or 'gpu'")
+        world = per_node * self.resource_config.node_count
+        if "world_size" in distributed.model_fields_set and distributed.world_size != world:
+            raise ValueError(
+                f"training_config.framework.distributed.world_size {distributed.world_size} contradicts "
+                f"procs_per_node x node_count = {world}; give one of them"
+            )
+        distributed.world_size = world
+        # Derived, not the submitter's: a later re-validation (a training shape's node_count) derives it again.
+        distributed.__pydantic_fields_set__.discard("world_size")
 
     @property
     def effective_priority(self) -> int:
@@ -267,6 +294,8 @@ class Job(BaseModel):
     best_checkpoint_id: str | None = None
     progress: Progress = Field(default_factory=Progress)
     cost: Cost = Field(default_factory=Cost)
+    # The training shape resource_config.training_shape resolved to at submit, with its version.
+    training_shape: TrainingShapeProfile | None = None
     # Control-plane bookkeeping
     version: int = 1
     attempt: int = 0
@@ -304,14 +333,18 @@ class Job(BaseModel):
         return self.scheduling_config.queue
 
     def submit_request(self) -> SubmitJobRequest:
-        """The request this job was made from, as stored (a retry or PATCH validates what it makes of it in full)."""
+        """The request this job was made from, as stored (a retry or PATCH validates what it makes of it in full);
+        a job on a training shape names the exact version it resolved to, so a retry runs on the same profile."""
+        resource_config = self.resource_config
+        if self.training_shape is not None:
+            resource_config = resource_config.model_copy(update={"training_shape": self.training_shape.ref})
         fields = {
             "name": self.name,
             "description": self.description,
             "labels": self.labels,
             "training_config": self.training_config,
             "data_config": self.data_config,
-            "resource_config": self.resource_config,
+            "resource_config": resource_config,
             "output_config": self.output_config,
             "scheduling_config": self.scheduling_config,
         }

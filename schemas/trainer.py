@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.access import AccessSet
 from schemas.configs import DataConfig, OutputConfig, ResourceConfig, TrainingConfig
+from schemas.shapes import TrainingShapeProfile
 
 # --- Environment (each overrides the SageMaker default path in brackets) -------------------------
 ENV_RUN_SPEC = "TRAINPLANE_RUN_SPEC"  # path or s3:// URI of config/run.json [hyperparameters.json "run_spec"]
@@ -102,6 +103,11 @@ class RunSpec(BaseModel):
     metrics_uri: str | None = None
     output_uri: str | None = None
     max_runtime_seconds: int | None = None
+    training_shape: TrainingShapeProfile | None = Field(default=None, description="The job's training shape, when it names one.")
+    # output_config.layout 'deepfinery': the run's root (checkpoint_uri is its checkpoints/), and whether
+    # a first attempt resumes from the newest checkpoint there (resume_from_checkpoint 'latest').
+    layout_uri: str | None = None
+    resume_latest: bool = True
     access: AccessSet | None = Field(
         default=None,
         description="What this job may read and write (docs/SECURITY.md); the trainer refuses any other path. "

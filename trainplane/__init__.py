@@ -10,12 +10,14 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from trainplane.async_client import AsyncClient
     from trainplane.client import Client
     from trainplane.errors import (
         AuthError,
         Conflict,
         ConnectionFailed,
         EndpointNotConfigured,
+        JobFailed,
         NotFound,
         ServerError,
         StaleEndpoint,
@@ -25,7 +27,9 @@ if TYPE_CHECKING:
     )
 
 _EXPORTS = {
+    "AsyncClient": "trainplane.async_client",
     "Client": "trainplane.client",
+    "JobFailed": "trainplane.errors",
     "AuthError": "trainplane.errors",
     "Conflict": "trainplane.errors",
     "ConnectionFailed": "trainplane.errors",
@@ -39,11 +43,13 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AsyncClient",
     "AuthError",
     "Client",
     "Conflict",
     "ConnectionFailed",
     "EndpointNotConfigured",
+    "JobFailed",
     "NotFound",
     "ServerError",
     "StaleEndpoint",

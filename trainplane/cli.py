@@ -23,7 +23,6 @@ import yaml
 from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from schemas.api import MetricsPoint
@@ -32,7 +31,7 @@ from schemas.status import JobStatus
 from trainplane.client import Client
 from trainplane.dashboard_signin import CODE_TTL_SECONDS, issue_code
 from trainplane.endpoint import resolve, state_dir_of
-from trainplane.errors import EndpointNotConfigured, TrainplaneError, WaitTimeout
+from trainplane.errors import EndpointNotConfigured, TrainplaneError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -230,6 +229,7 @@ def submit(
     ctx: typer.Context,
     file: Annotated[str, typer.Argument(help="A SubmitJobRequest as JSON or YAML ('-' reads stdin).")],
     wait: Annotated[bool, typer.Option("--wait", help="Watch the job until it completes, fails or pauses.")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="With --wait: print the trainer's log lines as they come.")] = False,
     idempotency_key: Annotated[str | None, typer.Option(help="A repeat with the same key returns the same job.")] = None,
     timeout: Annotated[float | None, typer.Option(help="With --wait: give up after this many seconds.")] = None,
 ) -> None:
@@ -240,11 +240,13 @@ def submit(
         resolve_relative_data_paths(document, Path(file).parent)
     job = o.client().submit(document, idempotency_key=idempotency_key)
     if not wait:
+        if follow:
+            raise typer.BadParameter("--follow needs --wait")
         _print_job_line(o, job, "submitted")
         return
     if not o.json:
         out.print(f"submitted {job.job_id} ({escape(job.name)})")
-    _watch(o, job.job_id, timeout)
+    _watch(o, job.job_id, timeout, follow=follow)
 
 
 @jobs_app.command("list")
@@ -316,6 +318,8 @@ def get(
         rows["labels"] = ", ".join(f"{k}={v}" for k, v in sorted(job.labels.items()))
     if job.parent_job_id:
         rows["parent_job_id"] = job.parent_job_id
+    if job.training_shape is not None:
+        rows["training_shape"] = shape_text(job.training_shape)
     if job.error_type or job.error_message:
         rows["error"] = f"{job.error_type or ''} {job.error_message or ''}".strip()
     if job.latest_checkpoint_id:
@@ -426,9 +430,37 @@ def watch(
     job_id: str,
     timeout: Annotated[float | None, typer.Option(help="Give up after this many seconds.")] = None,
     poll: Annotated[float, typer.Option(min=0.1, help="Seconds between polls.")] = 2.0,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Print the trainer's log lines as they come.")] = False,
 ) -> None:
     """Live status and progress until the job completes, fails or pauses."""
-    _watch(_opts(ctx), job_id, timeout, poll)
+    _watch(_opts(ctx), job_id, timeout, poll, follow=follow)
+
+
+@jobs_app.command("reconnect")
+@handles_api_errors
+def reconnect(
+    ctx: typer.Context,
+    job_id: str,
+    timeout: Annotated[float, typer.Option(help="Give up if it does not train again within this many seconds.")] = 600,
+    max_wait_for_resumable: Annotated[float, typer.Option(help="Seconds to wait for a pause or preemption to settle.")] = 120,
+    poll: Annotated[float, typer.Option(min=0.1, help="Seconds between polls.")] = 5.0,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Print the trainer's log lines as they come.")] = False,
+) -> None:
+    """After a preemption or pause: resume the job (a PREEMPTED one as a retry) and wait until it trains again."""
+    o = _opts(ctx)
+    from trainplane.cli_waits import run_wait
+
+    run_wait(
+        o.client(),
+        job_id,
+        json_output=o.json,
+        console=out,
+        errors=err,
+        follow=follow,
+        wait=lambda client, **kw: client.reconnect_and_wait(
+            job_id, poll_interval_s=poll, timeout_s=timeout, max_wait_for_resumable_s=max_wait_for_resumable, **kw
+        ),
+    )
 
 
 @jobs_app.command("events")
@@ -536,42 +568,18 @@ def parse_pairs(items: Iterable[str], option: str) -> dict[str, str]:
     return pairs
 
 
-def _watch(o: Options, job_id: str, timeout: float | None, poll: float = 2.0) -> None:
-    client = o.client()
-    if o.json:
-        job = client.wait(job_id, timeout=timeout, poll=poll)
-    else:
-        columns = (
-            SpinnerColumn(),
-            TextColumn("{task.description}"),
-            BarColumn(),
-            TextColumn("{task.percentage:>5.1f}%"),
-            TextColumn("{task.fields[detail]}"),
-            TimeElapsedColumn(),
-        )
-        with Progress(*columns, console=out) as bar:
-            task = bar.add_task(job_id, total=100.0, detail="")
+def _watch(o: Options, job_id: str, timeout: float | None, poll: float = 2.0, *, follow: bool = False) -> None:
+    from trainplane.cli_waits import run_wait  # the waits and their progress bar: trainplane/waits.py
 
-            def show(job: Job) -> None:
-                bar.update(
-                    task,
-                    completed=job.progress.percent,
-                    description=f"{escape(job.name)} [bold]{job.status.value}[/bold]",
-                    detail=_progress_text(job),
-                )
-
-            try:
-                job = client.wait(job_id, timeout=timeout, poll=poll, on_update=show)
-            except WaitTimeout as exc:
-                bar.stop()
-                err.print(f"[yellow]{exc.message}[/yellow]")
-                raise typer.Exit(1) from exc
-    if o.json:
-        _print_json(job)
-    else:
-        out.print(f"{job.job_id} {_status_text(job.status)}" + (f": {escape(job.error_message)}" if job.error_message else ""))
-    if job.status in UNSUCCESSFUL:
-        raise typer.Exit(1)
+    run_wait(
+        o.client(),
+        job_id,
+        json_output=o.json,
+        console=out,
+        errors=err,
+        follow=follow,
+        wait=lambda client, **kw: client.wait_for_existing(job_id, timeout_s=timeout, poll_interval_s=poll, **kw),
+    )
 
 
 def _print_job_line(o: Options, job: Job, verb: str) -> None:
@@ -651,8 +659,10 @@ def _when(value: datetime | None) -> str:
 
 
 from trainplane.cli_policies import policies_app  # noqa: E402 (it builds on the helpers above)
+from trainplane.cli_shapes import shape_text, shapes_app  # noqa: E402
 
 app.add_typer(policies_app, name="policies")
+app.add_typer(shapes_app, name="shapes")
 from trainplane.cli_sweeps import sweeps_app  # noqa: E402 (it builds on the helpers above)
 
 app.add_typer(sweeps_app, name="sweeps")

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import builtins
 import json
-import math
 import os
 import random
 import time
@@ -30,11 +29,13 @@ from pydantic import BaseModel
 from schemas.api import LogLine, MetricsPoint, PatchJobRequest, Summary
 from schemas.configs import ResourceConfig
 from schemas.job import Job, StatusEvent, SubmitJobRequest
+from schemas.shapes import TrainingShapeList, TrainingShapeProfile
 from schemas.status import TERMINAL, JobStatus
 from trainplane import endpoint as endpoint_mod
 from trainplane.client_policies import PolicyMethods
 from trainplane.client_sweeps import SweepMethods
 from trainplane.errors import ConnectionFailed, TrainplaneError, WaitTimeout, error_from_response
+from trainplane.waits import LogFollower, WaitMethods
 
 SERVICE = "execute-api"
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -50,7 +51,11 @@ JobRequest = SubmitJobRequest | Mapping[str, Any]
 _Params = Mapping[str, str | int | float | None]
 
 
-class Client(PolicyMethods, SweepMethods):  # policies: trainplane/client_policies.py; sweeps: client_sweeps.py
+class Client(WaitMethods, PolicyMethods, SweepMethods):
+    """create_and_wait, wait_for_existing, resume_and_wait, reconnect_and_wait: trainplane/waits.py;
+    create_policy, list_policies, ..., put_event: trainplane/client_policies.py;
+    create_sweep, get_sweep, wait_sweep, ...: trainplane/client_sweeps.py."""
+
     def __init__(
         self,
         endpoint: str | None = None,
@@ -63,7 +68,9 @@ class Client(PolicyMethods, SweepMethods):  # policies: trainplane/client_polici
         max_retries: int = DEFAULT_MAX_RETRIES,
         session: requests.Session | None = None,
     ) -> None:
-        self.resolved = endpoint_mod.resolve(endpoint, credentials=credentials, region=region, state_dir=state_dir, principal=principal)
+        self._resolve_args: dict[str, Any] = {"credentials": credentials, "region": region, "state_dir": state_dir, "principal": principal}
+        self._endpoint_arg = endpoint
+        self.resolved = endpoint_mod.resolve(endpoint, **self._resolve_args)
         self.endpoint = self.resolved.url
         self.region = self.resolved.region
         self.timeout = timeout
@@ -73,6 +80,11 @@ class Client(PolicyMethods, SweepMethods):  # policies: trainplane/client_polici
 
     def close(self) -> None:
         self._http.close()
+
+    def refresh_credentials(self) -> None:
+        """Fetch the signing keys again: refreshable credentials refresh now; keys that came from the
+        environment, the AWS config or endpoint.json are looked up again (a rotated key pair)."""
+        self._credentials = endpoint_mod.fresh_credentials(self._credentials, self._endpoint_arg, self._resolve_args)
 
     def __enter__(self) -> Client:
         return self
@@ -164,40 +176,35 @@ class Client(PolicyMethods, SweepMethods):  # policies: trainplane/client_polici
     def logs(self, job_id: str, since: float | None = None, follow: bool = False, poll: float = 2.0) -> Iterator[LogLine]:
         """Log lines, oldest first, stamped after `since` (epoch seconds); with follow, polls until the job stops.
 
-        The API pages with next_token while lines remain and ends a page without one, so a follower
-        asks again from the newest stamp it has seen. Stamps never decrease, but several lines may
-        share one: the next round starts just below that stamp and skips the lines already given.
+        Each round resumes from the API's log cursor (trainplane/waits.py LogFollower): a line is given once.
         """
-        boundary: float | None = None  # newest stamp yielded so far
-        at_boundary = 0  # how many yielded lines carry exactly that stamp
+        handed: builtins.list[LogLine] = []
+        follower = LogFollower(job_id, on_line=handed.append, since=since)
+        path = _job_path(job_id, "logs")
         while True:
             # Read the status before the lines: whatever was written before the job stopped is fetched.
             stopped = follow and self.get(job_id).status in DEFAULT_UNTIL
-            round_since = since if boundary is None else math.nextafter(boundary, -math.inf)
-            round_boundary, to_skip = boundary, at_boundary
-            token: str | None = None
-            while True:
-                body = self._call("GET", _job_path(job_id, "logs"), params={"since": round_since, "next_token": token})
-                for raw in body.get("lines", []):
-                    line = LogLine.model_validate(raw)
-                    if round_boundary is not None:
-                        if line.timestamp < round_boundary:
-                            continue
-                        if line.timestamp == round_boundary and to_skip > 0:
-                            to_skip -= 1
-                            continue
-                    at_boundary = at_boundary + 1 if line.timestamp == boundary else 1
-                    boundary = line.timestamp
-                    yield line
-                token = body.get("next_token")
-                if not token:
-                    break
+            follower.start_round()
+            more = True
+            while more:
+                more = follower.absorb(self._call("GET", path, params=follower.params()))
+                yield from handed
+                handed.clear()
             if not follow or stopped:
                 return
             time.sleep(poll)
 
     def summary(self) -> Summary:
         return Summary.model_validate(self._call("GET", "/summary"))
+
+    # --- training shapes --------------------------------------------------------------------------
+
+    def list_training_shapes(self) -> builtins.list[TrainingShapeProfile]:
+        return TrainingShapeList.model_validate(self._call("GET", "/training-shapes")).shapes
+
+    def get_training_shape(self, name: str, version: int | None = None) -> TrainingShapeProfile:
+        """The shape's latest version, or the one given (NotFound if the deployment has no such shape)."""
+        return TrainingShapeProfile.model_validate(self._call("GET", _shape_path(name), params={"version": version}))
 
     def openapi(self) -> dict[str, Any]:
         return dict(self._call("GET", "/openapi.json"))
@@ -225,19 +232,6 @@ class Client(PolicyMethods, SweepMethods):  # policies: trainplane/client_polici
                 raise WaitTimeout(job_id, job.status.value, timeout or 0.0, sorted(s.value for s in wanted))
             pause = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
             time.sleep(pause)
-
-    def create_and_wait(
-        self,
-        request: JobRequest,
-        *,
-        until: Iterable[JobStatus | str] | None = None,
-        timeout: float | None = None,
-        poll: float = 2.0,
-        idempotency_key: str | None = None,
-        on_update: Callable[[Job], None] | None = None,
-    ) -> Job:
-        job = self.submit(request, idempotency_key=idempotency_key)
-        return self.wait(job.job_id, until=until, timeout=timeout, poll=poll, on_update=on_update)
 
     # --- transport --------------------------------------------------------------------------------
 
@@ -306,6 +300,12 @@ def _job_path(job_id: str, action: str = "") -> str:
     if not job_id or "/" in job_id:
         raise ValueError(f"not a job id: {job_id!r}")
     return f"/jobs/{quote(job_id, safe='')}" + (f"/{action}" if action else "")
+
+
+def _shape_path(name: str) -> str:
+    if not name or "/" in name:
+        raise ValueError(f"not a training shape name: {name!r}")
+    return f"/training-shapes/{quote(name, safe='')}"
 
 
 def _job_of(body: Mapping[str, Any]) -> Job:

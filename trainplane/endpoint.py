@@ -234,3 +234,17 @@ def _normalise(url: str) -> str:
     if "://" not in url:
         raise EndpointNotConfigured(f"endpoint {url!r} is not a URL (expected e.g. http://127.0.0.1:8080 or https://...)")
     return url.rstrip("/")
+
+
+def fresh_credentials(current: Credentials, endpoint: str | None, resolve_args: dict[str, Any]) -> Credentials:
+    """The credentials to sign with after a 403: a refreshable set is refreshed at once (botocore would
+    only do so near its expiry); anything else is resolved again as at the start."""
+    refresh = getattr(current, "_protected_refresh", None)
+    if callable(refresh):
+        # botocore's RefreshableCredentials: its public methods refresh only when the expiry is near;
+        # a 403 says the keys are bad now (revoked, rotated), so the refresh is forced.
+        refresh(is_mandatory=True)
+        return current
+    if resolve_args.get("credentials") is not None:
+        return current  # fixed keys given by the caller: nothing else to look up
+    return resolve(endpoint, **resolve_args).credentials

@@ -67,15 +67,38 @@ class StaleEndpoint(EndpointNotConfigured):
 
 
 class WaitTimeout(TrainplaneError, TimeoutError):
-    """wait() gave up: the job had not reached the wanted statuses in time."""
+    """A wait gave up: the job had not reached the wanted statuses in time (`job` is the last one seen)."""
 
-    def __init__(self, job_id: str, last_status: str, timeout: float, wanted: list[str]) -> None:
-        super().__init__(
-            None,
-            f"timed out after {timeout:g}s waiting for job {job_id} to reach {' or '.join(wanted)}; last status {last_status}",
-        )
+    def __init__(self, job_id: str, last_status: str, timeout: float, wanted: list[str], *, job: Any = None, what: str = "") -> None:
+        target = what or " or ".join(wanted)
+        super().__init__(None, f"timed out after {timeout:g}s waiting for job {job_id} to reach {target}; last status {last_status}")
         self.job_id = job_id
         self.last_status = last_status
+        self.timeout = timeout
+        self.job = job
+
+
+class JobFailed(TrainplaneError):
+    """A wait ended because the job can no longer reach what was waited for: it FAILED, was CANCELLED,
+    was PREEMPTED for good, or (waiting for completion) was PAUSED.
+
+    `error_type` and `error_message` are the job's own; `last_log_lines` the end of its log (newest last).
+    """
+
+    def __init__(self, job: Any, last_log_lines: list[str] | None = None, *, why: str = "") -> None:
+        status = str(getattr(job, "status", ""))
+        self.job = job
+        self.job_status = status
+        self.job_id: str = str(getattr(job, "job_id", ""))
+        self.error_type: str | None = str(job.error_type) if getattr(job, "error_type", None) else None
+        self.error_message: str | None = getattr(job, "error_message", None)
+        self.last_log_lines: list[str] = list(last_log_lines or [])
+        detail = f": {self.error_type or ''} {self.error_message or ''}".rstrip() if (self.error_type or self.error_message) else ""
+        super().__init__(None, f"job {self.job_id} is {status}{detail}{'; ' + why if why else ''}")
+
+    def __str__(self) -> str:
+        tail = "".join(f"\n  | {line}" for line in self.last_log_lines)
+        return self.message + (f"\n  last log lines:{tail}" if tail else "")
 
 
 _BY_STATUS: dict[int, type[TrainplaneError]] = {

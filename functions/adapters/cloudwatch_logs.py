@@ -6,7 +6,9 @@ Where each engine writes them:
 
 The same shape as the API's reader of local logs (JobService.logs): `read(job, since=, next_token=,
 limit=)` -> LogsResponse; `since` is exclusive (epoch seconds of the last line seen), `next_token`
-resumes exactly where a page ended. Lines of a multi-node run's other hosts carry their host name.
+resumes exactly where a page ended, and the `cursor` every answer carries resumes after its last line
+(a follower's bookmark; a line that CloudWatch ingests late with an earlier time than that is not seen).
+Lines of a multi-node run's other hosts carry their host name.
 """
 
 from __future__ import annotations
@@ -58,27 +60,38 @@ class CloudWatchLogSource:
         self._compute = compute or settings.compute
 
     def read(self, job: Job, *, since: float | None = None, next_token: str | None = None, limit: int = 1000) -> LogsResponse:
-        attempt, cw_token = _decode(next_token) if next_token else (1, None)
+        """A page of lines; `cursor` (always set) resumes after the last line handed over: the same
+        attempt from that line's millisecond, skipping the events already given there (by eventId)."""
+        after = _decode_cursor(next_token) if next_token and next_token.startswith(_CURSOR_MARK) else None
+        attempt, cw_token = (after.attempt, None) if after else _decode(next_token) if next_token else (1, None)
         start_ms = math.floor(since * 1000) + 1 if since is not None else None
+        mark = after or _Mark(attempt, start_ms or 0, frozenset())
         lines: list[LogLine] = []
         calls = 0
         logs = self._clients.client("logs")
         while attempt <= job.attempt:
             where = streams_for(self._compute, job.job_id, attempt, self._settings.trainer_log_group)
             params: dict[str, Any] = {"logGroupName": where.group, **self._stream_filter(logs, where)}
-            if start_ms is not None:
-                params["startTime"] = start_ms
+            resuming = after is not None and attempt == after.attempt
+            first_ms = max(after.ms, start_ms or 0) if after is not None and resuming else start_ms
+            if first_ms is not None:
+                params["startTime"] = first_ms
             while True:
                 if len(lines) >= limit or calls >= MAX_CALLS_PER_PAGE:
-                    return LogsResponse(lines=lines, next_token=_encode(attempt, cw_token))
+                    return LogsResponse(lines=lines, next_token=_encode(attempt, cw_token), cursor=mark.encode())
                 page = self._filter(logs, {**params, "limit": min(limit - len(lines), MAX_EVENTS_PER_CALL)}, cw_token)
                 calls += 1
-                lines.extend(_line(event, attempt, where.prefix) for event in page.get("events", []))
+                for event in page.get("events", []):
+                    ms, event_id = int(event.get("timestamp", 0)), str(event.get("eventId", ""))
+                    if after is not None and resuming and ms == after.ms and event_id in after.ids:
+                        continue  # handed over by the read that made the cursor
+                    lines.append(_line(event, attempt, where.prefix))
+                    mark = mark.after(attempt, ms, event_id)
                 cw_token = page.get("nextToken")
                 if not cw_token:
                     break
             attempt, cw_token = attempt + 1, None
-        return LogsResponse(lines=lines, next_token=None)
+        return LogsResponse(lines=lines, next_token=None, cursor=mark.encode())
 
     @staticmethod
     def _stream_filter(logs: Any, where: StreamSet) -> dict[str, Any]:
@@ -123,6 +136,38 @@ def _line(event: dict[str, Any], attempt: int, prefix: str) -> LogLine:
     if host and not host.startswith(("algo-1-", "trainer")) and host != "algo-1":
         message = f"[{host.rsplit('-', 1)[0]}] {message}"
     return LogLine(timestamp=int(event.get("timestamp", 0)) / 1000.0, attempt=attempt, message=message)
+
+
+_CURSOR_MARK = "c."
+
+
+@dataclass(frozen=True)
+class _Mark:
+    """Where a reader stands: the attempt and millisecond of the last event given, and the ids of the
+    events given at that millisecond (CloudWatch stamps to the ms: several lines may share one)."""
+
+    attempt: int
+    ms: int
+    ids: frozenset[str]
+
+    def after(self, attempt: int, ms: int, event_id: str) -> _Mark:
+        same = attempt == self.attempt and ms == self.ms
+        return _Mark(attempt, ms, (self.ids | {event_id}) if same else frozenset({event_id}))
+
+    def encode(self) -> str:
+        raw = json.dumps([self.attempt, self.ms, sorted(self.ids)], separators=(",", ":")).encode()
+        return _CURSOR_MARK + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(token: str) -> _Mark:
+    raw = token[len(_CURSOR_MARK) :]
+    try:
+        attempt, ms, ids = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        if not isinstance(attempt, int) or attempt < 1 or not isinstance(ms, int) or not isinstance(ids, list):
+            raise ValueError(token)
+        return _Mark(attempt, ms, frozenset(str(i) for i in ids))
+    except (binascii.Error, ValueError, TypeError) as exc:
+        raise InvalidRequest("next_token", "is not a token this API returned") from exc
 
 
 def _encode(attempt: int, token: str | None) -> str:

@@ -28,6 +28,9 @@ from functions.service.errors import (
     InvalidRequest,
     JobNotFound,
     PolicyNotFound,
+    RunActive,
+    RunNotFound,
+    ShapeNotFound,
     SweepNotFound,
     TooLarge,
     Unsupported,
@@ -151,7 +154,7 @@ def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None
     def _forbidden(exc: Forbidden) -> Response:
         return _error(403, str(exc))
 
-    @app.exception_handler([JobNotFound, PolicyNotFound, SweepNotFound])
+    @app.exception_handler([JobNotFound, PolicyNotFound, ShapeNotFound, RunNotFound, SweepNotFound])
     def _not_found(exc: DomainError) -> Response:
         return _error(404, str(exc))
 
@@ -159,7 +162,7 @@ def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None
     def _no_route(exc: NotFoundError) -> Response:
         return _error(404, f"no route for {app.current_event.http_method} {app.current_event.path}")
 
-    @app.exception_handler([IllegalTransition, ConcurrentModification])
+    @app.exception_handler([IllegalTransition, ConcurrentModification, RunActive])
     def _conflict(exc: DomainError) -> Response:
         return _error(409, str(exc))
 

@@ -81,6 +81,32 @@ class SweepNotFound(DomainError):
         self.sweep_id = sweep_id
 
 
+class ShapeNotFound(DomainError):
+    """No such training shape (or version) in this deployment (404 on /training-shapes)."""
+
+    def __init__(self, name: str, version: int | None = None) -> None:
+        super().__init__(f"training shape {name}{'@' + str(version) if version else ''} not found")
+        self.name = name
+        self.version = version
+
+
+class RunNotFound(DomainError):
+    """POST /train never made a job of this run_id for the caller (404)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id} not found")
+        self.run_id = run_id
+
+
+class RunActive(DomainError):
+    """A /train run_id whose newest job has not finished yet (409): one job per run at a time."""
+
+    def __init__(self, run_id: str, job_id: str, status: str) -> None:
+        super().__init__(f"run {run_id} is still going as job {job_id} ({status}); wait for it, or cancel it first")
+        self.run_id = run_id
+        self.job_id = job_id
+
+
 class TooLarge(DomainError):
     """Input that passes the schema but cannot be stored: a record over its size budget (413)."""
 

@@ -21,11 +21,14 @@ from functions import constants
 from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, Transition, Workflow
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
+from functions.service.ome import apply_ome_trainer
 from functions.service.paths import PathRules
 from functions.service.principal import Principal
+from functions.service.shapes import ShapeCatalog, apply_shape, catalog_from_json
 from functions.settings import Settings
 from schemas.api import EventList, JobList, LogLine, LogsResponse, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
 from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest
+from schemas.shapes import parse_shape_ref
 from schemas.status import EDITABLE, RUNNING, TERMINAL, JobStatus
 from schemas.trainer import EVENT_PREFIX
 
@@ -64,6 +67,7 @@ class JobService(LifecycleControls):
         self.settings = settings
         self.clock = clock
         self.ids = ids
+        self._shape_catalog: ShapeCatalog | None = None
         self.paths = PathRules(settings, repo, store)
 
     def principal(self, arn: str) -> Principal:
@@ -81,7 +85,7 @@ class JobService(LifecycleControls):
         reason: str = "submitted",
     ) -> Job:
         """Create the job PENDING (with its first history entry), then start its lifecycle if wired."""
-        self.validate_submit(request, principal, owner=owner)
+        request, shape = self.validate_submit(request, principal, owner=owner)
         now = self.clock()
         priority = request.effective_priority
         job = Job(
@@ -99,6 +103,7 @@ class JobService(LifecycleControls):
             parent_job_id=parent_job_id,
             created_at=now,
             updated_at=now,
+            training_shape=shape,
         )
         self.repo.create(job, StatusEvent(at=now, from_status=None, to_status=JobStatus.PENDING, reason=reason, actor=Actor.USER.value))
         if self.workflow is None:
@@ -113,11 +118,21 @@ class JobService(LifecycleControls):
         # Re-read: the execution may already have moved the job on (PENDING -> QUEUED).
         return self.repo.get(job.job_id)
 
-    def validate_submit(self, request: SubmitJobRequest, principal: Principal, *, owner: str | None = None) -> None:
-        """Every check POST /jobs makes before it creates a job (422 naming the field). Anything else that
-        creates jobs (sweeps, retraining policies) calls this, for the same principal, never a copy."""
+    def validate_submit(self, request: SubmitJobRequest, principal: Principal, *, owner: str | None = None) -> tuple[SubmitJobRequest, Any]:
+        """Every check POST /jobs makes before it creates a job (422 naming the field), on the request as it
+        will run (OME's trainer block and the training shape applied): that request and its shape. Anything
+        else that creates jobs (sweeps, retraining policies) calls this, for the same principal, never a copy."""
+        request = apply_ome_trainer(request)
+        request, shape = apply_shape(request, self.shape_catalog())
         self._check_compute(request)
         self.check_paths(request, principal, owner=owner)
+        return request, shape
+
+    def shape_catalog(self) -> ShapeCatalog:
+        """The deployment's training shapes (defaults + settings.training_shapes), built once."""
+        if self._shape_catalog is None:
+            self._shape_catalog = catalog_from_json(self.settings.training_shapes)
+        return self._shape_catalog
 
     def check_paths(self, request: SubmitJobRequest, principal: Principal, *, owner: str | None = None) -> None:
         """Every path the request names must be one its owner may use (docs/SECURITY.md): InvalidRequest
@@ -133,7 +148,11 @@ class JobService(LifecycleControls):
             return
         from functions.adapters.launchers.cloud import validate_cloud_job
 
-        validate_cloud_job(request.training_config, request.data_config, request.resource_config, self.settings.compute)
+        shape = None
+        if request.resource_config.training_shape:
+            name, version = parse_shape_ref(request.resource_config.training_shape)
+            shape = self.shape_catalog().get(name, version)
+        validate_cloud_job(request.training_config, request.data_config, request.resource_config, self.settings.compute, shape)
 
     def _fail_unstarted(self, job: Job, exc: Exception) -> None:
         try:
@@ -230,15 +249,22 @@ class JobService(LifecycleControls):
         )
         lines: list[LogLine] = []
         last_stamp = 0.0
+        # Where a reader resumes: just after the last line this request looked at (returned or skipped).
+        # A file is only ever appended to, so (attempt, line index) stays valid as the run writes on.
+        resume_at = (start_attempt, start_line)
         for attempt, key in files:
             for index, (stamp, message) in enumerate(_stamped(self.store.read_lines(key), last_stamp)):
                 last_stamp = stamp
-                if (attempt, index) < (start_attempt, start_line) or (since is not None and stamp <= since):
+                if (attempt, index) < (start_attempt, start_line):
                     continue
                 if len(lines) == limit:
-                    return LogsResponse(lines=lines, next_token=_encode_log_token(attempt, index))
+                    token = _encode_log_token(attempt, index)
+                    return LogsResponse(lines=lines, next_token=token, cursor=token)
+                resume_at = (attempt, index + 1)
+                if since is not None and stamp <= since:
+                    continue
                 lines.append(LogLine(timestamp=stamp, attempt=attempt, message=message))
-        return LogsResponse(lines=lines, next_token=None)
+        return LogsResponse(lines=lines, next_token=None, cursor=_encode_log_token(*resume_at))
 
     # --- edit and delete -------------------------------------------------------------------------
 
@@ -266,7 +292,14 @@ class JobService(LifecycleControls):
             changes["resource_config"] = request.resource_config
         if not changes:
             return job  # only nulls of fields a job cannot clear (the model refuses an empty body): a no-op
-        self._check_compute(_revalidate(job, changes))
+        edited = _revalidate(job, changes)
+        if "resource_config" in changes and request.resource_config is not None:
+            # New resources: the shape they name (if any) is resolved again, as at submit, against the
+            # fields the edit itself sets.
+            edited = edited.model_copy(update={"resource_config": request.resource_config})
+            edited, shape = apply_shape(edited, self.shape_catalog(), only_resources_are_the_users=True)
+            changes.update(resource_config=edited.resource_config, training_config=edited.training_config, training_shape=shape)
+        self._check_compute(edited)
         return self.repo.update(job_id, job.version, changes, EDITABLE, action="edit")
 
     def delete(self, job_id: str, principal: Principal) -> None:

@@ -124,6 +124,9 @@ def named_paths(request: SubmitJobRequest) -> Iterator[NamedPath]:
         yield NamedPath("training_config.resume_from_checkpoint", tc.resume_from_checkpoint)
     if tc.framework.custom_script_path:
         yield NamedPath("training_config.framework.custom_script_path", tc.framework.custom_script_path, directory=False)
+    for i, part in enumerate(tc.framework.command or []):
+        if _looks_like_path(part):  # a CUSTOM command's script or binary: confined like custom_script_path
+            yield NamedPath(f"training_config.framework.command[{i}]", part, directory=False)
     if oc.output_path:
         yield NamedPath("output_config.output_path", oc.output_path, write=True)
 

@@ -16,6 +16,8 @@ from schemas.checkpoint import step_of
 from schemas.job import CheckpointRef, Job, Progress
 from schemas.trainer import RunSpec
 
+LATEST = "latest"  # training_config.resume_from_checkpoint: the newest checkpoint where the job keeps them
+
 
 class RunSpecs:
     def __init__(self, artifacts: ArtifactStore, bucket: str, paths: PathRules | None = None) -> None:
@@ -37,6 +39,8 @@ class RunSpecs:
         if attempt > 1 and job.latest_checkpoint_id:
             return None  # the trainer resumes from the latest checkpoint under its own checkpoint_uri
         named = job.training_config.resume_from_checkpoint
+        if named == LATEST:
+            return None  # the trainer resumes from the newest checkpoint under its checkpoint_uri
         if named:
             if "://" in named or named.startswith("/"):
                 return named  # a URI: a retry child starts from its parent's checkpoint
@@ -63,6 +67,16 @@ class RunSpecs:
             raise ValueError(str(exc)) from exc
 
     def run_spec(self, job: Job, attempt: int, resume_from: str | None) -> RunSpec:
+        checkpoint_uri = self.s3_uri(constants.checkpoints_prefix(job.job_id).rstrip("/"))
+        output_uri = job.output_config.output_path or self.s3_uri(f"{constants.job_prefix(job.job_id)}model")
+        layout_uri: str | None = None
+        resume_latest = True
+        if job.output_config.layout == "deepfinery" and job.output_config.output_path:
+            # seeds/004's run layout: the checkpoints live in the run's root, where the next run of the
+            # same run_id finds them; a first attempt resumes from them only when asked to.
+            layout_uri = job.output_config.output_path.rstrip("/")
+            checkpoint_uri, output_uri = f"{layout_uri}/checkpoints", f"{layout_uri}/model"
+            resume_latest = attempt > 1 or job.training_config.resume_from_checkpoint == LATEST
         return RunSpec(
             job_id=job.job_id,
             attempt=attempt,
@@ -70,11 +84,14 @@ class RunSpecs:
             data_config=job.data_config,
             output_config=job.output_config,
             resource_config=job.resource_config,
-            checkpoint_uri=self.s3_uri(constants.checkpoints_prefix(job.job_id).rstrip("/")),
+            checkpoint_uri=checkpoint_uri,
             resume_from=resume_from,
             metrics_uri=self.s3_uri(constants.metrics_key(job.job_id)),
-            output_uri=job.output_config.output_path or self.s3_uri(f"{constants.job_prefix(job.job_id)}model"),
+            output_uri=output_uri,
             max_runtime_seconds=job.scheduling_config.max_runtime_seconds,
+            training_shape=job.training_shape,
+            layout_uri=layout_uri,
+            resume_latest=resume_latest,
             access=self.access(job, resume_from),
         )
 

@@ -281,7 +281,44 @@ _BY_ID = tuple(
     for m in ms
 )
 _TUNING = r"(hyperParameterTuningConfig|hyperparameter_tuning_config)(\..*)?"
+_ISSUE16_OPS = ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /train", "POST /sweeps")
 LEGITIMATE_REFUSALS = (
+    Refusal(
+        "a /train run_id that made no job of the caller's, or a training shape (version) the deployment lacks",
+        404,
+        ("GET /train/", "GET /training-shapes/"),
+    ),
+    Refusal(
+        "training shapes are the deployment's catalog (issue 16): the name@version must exist, a field the shape owns"
+        " may not be set otherwise, the context is bounded by the shape's",
+        422,
+        _ISSUE16_OPS,
+        message=r"training shape",
+    ),
+    Refusal(
+        "rules across fields of issue 16: CUSTOM's command/args, OME's trainer block mapped onto the request,"
+        " dataset compression vs format, procs_per_node vs world_size, a deepfinery layout's output_path",
+        422,
+        _ISSUE16_OPS,
+        message=r"command and args are for framework\.type CUSTOM|custom_script_path or command|give custom_script_path or command"
+        r"|contradicts compression|procs_per_node|runs as framework CUSTOM|needs trainer\.command|give it once"
+        r"|not supported yet|output_path \(the run's root\)|not a (memory|CPU) quantity|not a whole number|not a resource trainplane",
+    ),
+    Refusal(
+        "a CUSTOM command's path-like parts are confined like custom_script_path (docs/SECURITY.md)",
+        422,
+        _ISSUE16_OPS,
+        r"(job_template\.)?training_config\.framework\.command\[\d+\]",
+    ),
+    Refusal(
+        "POST /train's payload becomes a job (functions/service/train_api.py): what the job's validation refuses is"
+        " named by the /train field it came from (paths, GPUs, extra_args, the frameworks not supported yet)",
+        422,
+        ("POST /train",),
+        r"framework|config_path|extra_args\..+|dataset_uri|checkpoint_base_uri|model_id|gpus_per_node|num_nodes|cpus_per_node"
+        r"|memory_per_node_gb|run_id|annotations|env(\..+)?|labels(\..+)?|body|training_config.*|data_config.*|resource_config.*"
+        r"|output_config.*",
+    ),
     Refusal("the id names no object of the caller's: unknown, deleted, or another principal's", 404, _BY_ID),
     Refusal(
         "the object's status does not allow the action (cancel a COMPLETED job, ...), a concurrent change, or the first"

@@ -59,6 +59,19 @@ def test_command_line_strings_become_lists_and_objects() -> None:
     assert config.cors_origin == "https://dash.example.com"
 
 
+def test_training_shapes_from_context_reach_the_functions_settings() -> None:
+    from functions.service.shapes import catalog_from_json
+    from functions.settings import Settings
+
+    shape = {"name": "h100-8x", "training_shape_version": 2, "accelerator_type": "H100", "accelerator_count": 8}
+    shape["instance_types"] = {"sagemaker": "ml.p5.48xlarge"}
+    config = StageConfig.from_context(_context({"training_shapes": json.dumps([shape])}))
+    assert config.training_shapes == [shape]
+    # What the stack puts in the functions' environment is what the control plane reads
+    settings = Settings.from_env({"TRAINPLANE_TRAINING_SHAPES": json.dumps(config.training_shapes)})
+    assert catalog_from_json(settings.training_shapes).get("h100-8x").training_shape_version == 2
+
+
 @pytest.mark.parametrize(
     ("field", "value", "complaint"),
     [
@@ -70,6 +83,8 @@ def test_command_line_strings_become_lists_and_objects() -> None:
         ("training_data_uris", "s3://bucket/*", "no wildcards"),
         ("compute", "k8s", "compute"),
         ("gpu_quotas", "H100=8", "queue:gpu_type=count"),
+        ("training_shapes", '[{"name": "big", "instance_types": {"ec2": "p9.big"}}]', "unknown ec2 instance type"),
+        ("training_shapes", "[{", "not JSON"),
         ("stage", "Prod!", "stage"),
         ("no_such_field", "1", "no_such_field"),
     ],

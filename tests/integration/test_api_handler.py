@@ -412,3 +412,45 @@ def test_the_configured_dashboard_origin_gets_cors_headers_on_every_response(aws
         assert origin_header("api_summary", "https://evil.example.com") == (200, None)
     finally:
         composition.reset()
+
+
+# --- training shapes ----------------------------------------------------------------------------------
+
+
+def test_training_shapes_are_listed_and_read_by_name_and_version(call: Api) -> None:
+    # Given the deployment's shapes (the defaults)  When they are listed and one is read
+    listed = call("api_list_training_shapes")
+    one = call("api_get_training_shape")
+    pinned = call("api_get_training_shape", query={"version": "1"})
+    # Then every version is listed, and the named one comes back as its latest version
+    assert listed.status == 200
+    refs = {(s["name"], s["training_shape_version"]) for s in listed.body["shapes"]}
+    assert ("a100-80gb-8x", 1) in refs and ("cpu", 1) in refs
+    assert one.status == 200 and one.body["name"] == "a100-80gb-8x"
+    assert one.body["instance_types"] == {"sagemaker": "ml.p4de.24xlarge", "ec2": "p4de.24xlarge"}
+    assert pinned.body == one.body
+
+
+def test_an_unknown_training_shape_or_version_is_404(call: Api) -> None:
+    missing = call("api_get_training_shape", query={"version": "9"})
+    event = api_event("api_get_training_shape")
+    event["path"] = event["requestContext"]["path"] = "/training-shapes/tpu-v5"
+    event["pathParameters"] = {"name": "tpu-v5"}
+    unknown = api.lambda_handler(event, FakeLambdaContext())
+    assert missing.status == 404 and "a100-80gb-8x@9" in missing.body["message"]
+    assert unknown["statusCode"] == 404
+
+
+def test_submit_with_a_training_shape_records_it_and_a_conflict_names_the_field(call: Api) -> None:
+    # Given a job that names the CPU shape
+    job = call.submit(resource_config={"training_shape": "cpu"})
+    # Then the job carries the resolved profile, with its version
+    assert job["training_shape"]["name"] == "cpu" and job["training_shape"]["training_shape_version"] == 1
+    assert job["resource_config"]["training_shape"] == "cpu@1" and job["resource_config"]["gpu_count"] == 0
+    assert call("api_get_job", job_id=job["job_id"]).body["training_shape"] == job["training_shape"]
+    # And a job that also sets a field the shape owns is refused, naming it
+    reply = call(
+        "api_submit_job", body=request_body(resource_config={"training_shape": "cpu", "gpu_count": 2}), headers={"Idempotency-Key": ""}
+    )
+    assert reply.status == 422
+    assert reply.body["errors"][0]["field"] == "resource_config.gpu_count"

@@ -219,3 +219,28 @@ class _Only:
 
     def client(self, service: str) -> Any:
         return self._clients[service]
+
+
+def test_cloudwatch_cursor_resumes_after_the_last_line_even_within_one_millisecond(aws: Clients) -> None:
+    # Given an attempt whose first three lines share one millisecond
+    job = make_job(make_request()).model_copy(update={"job_id": "job-cursor", "attempt": 1})
+    logs = aws.client("logs")
+    stream = f"{training_job_name('job-cursor', 1)}/algo-1-1700000000"
+    t0 = int(time.time() * 1000) - 30_000
+    with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
+        logs.create_log_group(logGroupName=LOG_GROUP)
+    logs.create_log_stream(logGroupName=LOG_GROUP, logStreamName=stream)
+    logs.put_log_events(logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[{"timestamp": t0, "message": m} for m in ("a", "b", "c")])
+    source = CloudWatchLogSource(cloud_settings(compute="sagemaker"), aws)
+    # When a follower reads two lines, then the rest from its cursor, as the log grows (same ms, then later)
+    first = source.read(job, limit=2)
+    logs.put_log_events(
+        logGroupName=LOG_GROUP, logStreamName=stream, logEvents=[{"timestamp": t0, "message": "d"}, {"timestamp": t0 + 5, "message": "e"}]
+    )
+    second = source.read(job, next_token=first.cursor)
+    third = source.read(job, next_token=second.cursor)
+    # Then every line came exactly once, and an empty read keeps the cursor
+    assert [line.message for line in first.lines + second.lines] == ["a", "b", "c", "d", "e"]
+    assert third.lines == [] and third.cursor == second.cursor
+    with pytest.raises(InvalidRequest):
+        source.read(job, next_token="c.not-base64-json")

@@ -104,6 +104,10 @@ def test_the_state_directory_is_refused_even_inside_an_allowed_directory(tmp_pat
             "training_config.framework.custom_script_path",
             {"training_config.framework": {"type": "CUSTOM", "custom_script_path": "/bin/true"}},
         ),
+        (
+            "training_config.framework.command[1]",
+            {"training_config.framework": {"type": "CUSTOM", "command": ["python", "/tmp/elsewhere/train.py"]}},
+        ),
         ("output_config.output_path", {"output_config.output_path": "/tmp/elsewhere/model"}),
         ("checkpoint_uri", {"checkpoint_uri": "/tmp/elsewhere/checkpoints"}),
         ("metrics_uri", {"metrics_uri": "/tmp/elsewhere/metrics.jsonl"}),

@@ -82,3 +82,25 @@ def test_sigterm_is_forwarded_to_the_custom_script(tmp_path: Path) -> None:
     assert (tmp_path / "model" / "seen.json.stopped").read_text() == "yes"
     done = [e for line in out.splitlines() if (e := TrainerEvent.from_line(line)) and e.kind == TrainerEventKind.DONE]
     assert done[-1].data["stopped"] is True
+
+
+def test_an_ome_command_and_args_run_as_given(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Given a CUSTOM job written as OME's trainer: command ["python", "<script>"] and args
+    script = tmp_path / "user" / "train.py"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(SCRIPT)
+    framework = {"type": "CUSTOM", "command": ["python", str(script)], "args": ["--model", "llama-7b", "--exit_code", "0"]}
+    spec = make_spec(tmp_path, hyperparameters={"max_steps": "3"}, framework=framework, output_config={"hub_token": "t"})
+    # When the trainer runs it
+    outcome = run_in_process(tmp_path, spec, monkeypatch, capsys)
+    # Then the command got exactly its args (not the hyperparameters), and the run spec
+    seen = json.loads((tmp_path / "model" / "seen.json").read_text())
+    assert seen["argv"] == ["--model", "llama-7b", "--exit_code", "0"] and seen["job_id"] == "job-1"
+    assert outcome.code == 0
+
+
+def test_a_command_that_cannot_start_is_a_user_error(tmp_path: Path, monkeypatch, capsys) -> None:
+    spec = make_spec(tmp_path, framework={"type": "CUSTOM", "command": [str(tmp_path / "no-such-binary")]})
+    outcome = run_in_process(tmp_path, spec, monkeypatch, capsys)
+    assert outcome.code == ExitCode.USER_ERROR
+    assert "framework.command cannot be run" in outcome.failure_text()

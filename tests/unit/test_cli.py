@@ -297,3 +297,45 @@ def test_up_hands_its_options_to_local_mode(monkeypatch: pytest.MonkeyPatch, tmp
         ("0.0.0.0", 0, tmp_path, "sagemaker", {"allow_dirs": [Path("/data/a"), Path("/data/b")]}),
         ("127.0.0.1", 8080, tmp_path / "g", "local", {"allow_dirs": []}),
     ]
+
+
+def test_watch_follow_prints_the_log_and_a_failure_with_its_last_lines(
+    cli: Any, standin: StandInApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a training job with a log, that fails on the next read
+    job = standin.add_job(status=JobStatus.TRAINING)
+    standin.logs[job.job_id] = [{"timestamp": 1.0 + i, "attempt": 1, "message": f"step {i}"} for i in range(3)]
+    standin.script[job.job_id] = [JobStatus.FAILED]
+    monkeypatch.setattr("trainplane.client.time.sleep", lambda s: None)
+    # When it is watched with --follow
+    result = cli("jobs", "watch", job.job_id, "--follow")
+    # Then the lines were printed once each, and the failure with the last lines went to stderr; exit 1
+    assert result.exit_code == 1
+    assert [line for line in result.stdout.splitlines() if line.startswith("[1] step")] == ["[1] step 0", "[1] step 1", "[1] step 2"]
+    assert "FAILED" in result.stderr and "| step 2" in result.stderr
+
+
+def test_watch_of_a_paused_job_exits_zero(cli: Any, standin: StandInApi) -> None:
+    job = standin.add_job(status=JobStatus.PAUSED)
+    result = cli("jobs", "watch", job.job_id)
+    assert result.exit_code == 0, result.output
+    assert "PAUSED" in result.stdout
+
+
+def test_reconnect_resumes_a_paused_job_until_it_trains(cli: Any, standin: StandInApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a paused job that the engine schedules once it is resumed
+    job = standin.add_job(status=JobStatus.PAUSED)
+    monkeypatch.setattr("trainplane.client.time.sleep", lambda s: None)
+    original = standin.set_status
+
+    def set_status(job_id: str, status: JobStatus, **changes: Any) -> Any:
+        if status == JobStatus.QUEUED:
+            standin.script[job_id] = [JobStatus.SCHEDULING, JobStatus.TRAINING]
+        return original(job_id, status, **changes)
+
+    monkeypatch.setattr(standin, "set_status", set_status)
+    # When reconnected  Then it was resumed and the CLI exits 0 with the job training
+    result = cli("-o", "json", "jobs", "reconnect", job.job_id, "--poll", "0.1")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["status"] == "TRAINING"
+    assert len(standin.calls("POST", f"/jobs/{job.job_id}/resume")) == 1

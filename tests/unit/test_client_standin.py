@@ -63,6 +63,8 @@ class StandInApi:
     # job_id -> statuses that successive GETs of the job move through (a scripted lifecycle)
     script: dict[str, list[JobStatus]] = field(default_factory=dict)
     idempotency: dict[str, str] = field(default_factory=dict)
+    # Answer GET /logs with a `cursor` (a position after the page), as the real API's local reader does.
+    log_cursor: bool = False
     # Statuses to answer (after checking the signature) before serving normally again: throttling, 5xx.
     fail_next: list[int] = field(default_factory=list)
     requests: list[Recorded] = field(default_factory=list)
@@ -277,6 +279,8 @@ def _verb(api: StandInApi, job: Job, method: str, action: str, query: dict[str, 
             lines = [line for line in lines if line["timestamp"] > float(query["since"])]
         page = lines[start : start + 2]
         token = str(start + 2) if start + 2 < len(lines) else None
+        if api.log_cursor:
+            return _Reply(200, {"lines": page, "next_token": token, "cursor": str(start + len(page))})
         return _Reply(200, {"lines": page, "next_token": token})
     if method != "POST":
         return _error(404, f"no route {method} {action}")

@@ -341,6 +341,29 @@ def test_logs_in_attempt_order_paged_and_after_since(service: JobService, store:
     assert [line.message for line in after.lines] == ["2026-01-01T00:10:00Z resumed", "traceback line"]
 
 
+def test_log_cursor_resumes_after_the_last_line_even_as_the_log_grows(service: JobService, store: InMemoryArtifactStore) -> None:
+    # Given an attempt that has written two lines so far
+    job = service.submit(submit_request(), alice)
+    prefix = constants.logs_prefix(job.job_id)
+    store.put_text(prefix + "attempt-001.log", "one\ntwo")
+    # When a follower reads them, the log grows (same attempt, then a new one), and it asks from its cursor
+    first = service.logs(job.job_id, alice)
+    store.put_text(prefix + "attempt-001.log", "one\ntwo\nthree")
+    store.put_text(prefix + "attempt-002.log", "four")
+    second = service.logs(job.job_id, alice, next_token=first.cursor)
+    third = service.logs(job.job_id, alice, next_token=second.cursor)
+    # Then each line comes exactly once, and an empty page keeps the cursor where it was
+    assert first.next_token is None and first.cursor is not None
+    assert [line.message for line in first.lines + second.lines] == ["one", "two", "three", "four"]
+    assert third.lines == [] and third.cursor == second.cursor
+    # And a full page's cursor is its next_token; `since` moves the cursor past the lines it skipped
+    paged = service.logs(job.job_id, alice, limit=1)
+    assert paged.cursor == paged.next_token
+    after = service.logs(job.job_id, alice, since=first.lines[-1].timestamp)
+    assert [line.message for line in after.lines] == ["three", "four"]
+    assert service.logs(job.job_id, alice, next_token=after.cursor).lines == []
+
+
 def test_logs_refuse_bad_tokens_and_limits(service: JobService) -> None:
     job = service.submit(submit_request(), alice)
     with pytest.raises(InvalidRequest) as err:

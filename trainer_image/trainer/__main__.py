@@ -13,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from trainer.contract import ContainerPaths, load_run_spec
 from trainer.events import Events, log
 from trainer.failures import UserError, classify, write_failure
 from trainer.hyper import Hyper
+from trainer.run_layout import RunLayout
 from trainer.signals import StopRequest
 
 
@@ -144,6 +146,12 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
         reference_model=loaded.reference_model,
         extra_files=_config_files(loaded.model, loaded.is_adapter),
     )
+    layout = RunLayout.of(spec)
+    if layout is not None and runtime.is_main:
+        layout.prepare()
+    on_saved = emit_checkpoint_event(events)
+    if layout is not None:
+        on_saved = _both(on_saved, layout.on_saved)
     checkpoints = CheckpointManager(
         spec.checkpoint_uri,
         paths.checkpoint_dir,
@@ -151,12 +159,15 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
         job_id=spec.job_id,
         attempt=spec.attempt,
         training_type=tc.training_type.value,
-        on_saved=emit_checkpoint_event(events),
+        on_saved=on_saved,
         asynchronous=hyper.async_checkpoint,
     )
     metrics = MetricsLog(paths.output_data_dir / "metrics.jsonl", spec.metrics_uri, attempt=spec.attempt, enabled=runtime.is_main)
     loop = TrainingLoop(spec, hyper, inputs, runtime=runtime, checkpoints=checkpoints, events=events, metrics=metrics, stop=stop)
     result = loop.run(_resume_uri(spec))
+    if layout is not None and runtime.is_main:
+        checkpoints.wait()
+        layout.finish(paths.output_data_dir / "metrics.jsonl")
     if result.stopped:
         log(f"stopped ({stop.reason}) at step {result.step}/{result.total_steps}; checkpoint {result.checkpoint_uri}")
         return _finish(events, ExitCode.STOPPED_WITH_CHECKPOINT, result.checkpoint_uri)
@@ -178,12 +189,22 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
     return _finish(events, ExitCode.COMPLETED, result.checkpoint_uri)
 
 
+def _both(first: Callable[[Any, str], None], second: Callable[[Any, str], None]) -> Callable[[Any, str], None]:
+    def both(manifest: Any, uri: str) -> None:
+        first(manifest, uri)
+        second(manifest, uri)
+
+    return both
+
+
 def _resume_uri(spec: RunSpec) -> str | None:
     if spec.resume_from:
         return spec.resume_from
     if spec.training_config.resume_from_checkpoint:
         # A checkpoint id ("step-000500") names a checkpoint of this job; a URI names any.
         ref = spec.training_config.resume_from_checkpoint
+        if ref == "latest":
+            return None  # the newest checkpoint under checkpoint_uri, as for an automatic resume
         return ref if "/" in ref else storage.join(spec.checkpoint_uri, ref)
     return None
 
@@ -228,27 +249,31 @@ def _exportable_model(trained: Any, runtime: Any, spec: RunSpec, hyper: Hyper, l
 
 
 def run_custom_script(spec: RunSpec, paths: ContainerPaths, stop: StopRequest, argv: list[str]) -> int:
-    """Run framework.custom_script_path; its exit code is ours. The script gets the same environment
-    (paths, TRAINPLANE_RUN_SPEC as a local file) and the hyperparameters as `--key value` arguments,
-    as SageMaker script mode passes them. SIGTERM is forwarded: the script owns its graceful stop."""
-    script_ref = spec.training_config.framework.custom_script_path or ""
+    """Run framework.custom_script_path, or framework.command (OME's trainer.command) as given; its exit
+    code is ours. A script gets the hyperparameters as `--key value` arguments, as SageMaker script mode
+    passes them; a command gets only framework.args. Both get framework.args last and the same
+    environment (paths, TRAINPLANE_RUN_SPEC as a local file). SIGTERM is forwarded: the child owns its
+    graceful stop."""
+    framework = spec.training_config.framework
     work = paths.output_data_dir / "custom"
     work.mkdir(parents=True, exist_ok=True)
-    if storage.is_s3(script_ref):
-        script = work / Path(storage.split_s3(script_ref)[1]).name
-        storage.download_file(script_ref, script)
-    else:
-        script = storage.local_path(script_ref)
-    if not script.is_file():
-        raise UserError(f"framework.custom_script_path not found: {script_ref}")
     spec_file = work / "run.json"
     spec_file.write_text(spec.model_dump_json(context={"reveal_secrets": True}), encoding="utf-8")
-    command = [sys.executable, str(script)] if script.suffix == ".py" else ["/bin/sh", str(script)]
-    for key, value in sorted(spec.training_config.hyperparameters.items()):
-        command += [f"--{key}", value]
+    if framework.command:
+        command = list(framework.command)
+        log(f"CUSTOM: running {' '.join(command)}")
+    else:
+        script = _custom_script(framework.custom_script_path or "", work)
+        command = [sys.executable, str(script)] if script.suffix == ".py" else ["/bin/sh", str(script)]
+        for key, value in sorted(spec.training_config.hyperparameters.items()):
+            command += [f"--{key}", value]
+        log(f"CUSTOM: running {script}")
+    command += framework.args
     env = {**os.environ, ENV_RUN_SPEC: str(spec_file)}
-    log(f"CUSTOM: running {script}")
-    child = subprocess.Popen([*command, *argv], env=env)
+    try:
+        child = subprocess.Popen([*command, *argv], env=env)
+    except OSError as exc:
+        raise UserError(f"framework.command cannot be run: {exc}") from exc
 
     def forward(signum: int, _frame: Any) -> None:
         stop.request(signal.Signals(signum).name)
@@ -263,6 +288,17 @@ def run_custom_script(spec: RunSpec, paths: ContainerPaths, stop: StopRequest, a
     if code < 0:
         return int(ExitCode.STOPPED_WITH_CHECKPOINT) if stop.requested and code == -signal.SIGTERM else int(ExitCode.INTERNAL_ERROR)
     return code
+
+
+def _custom_script(script_ref: str, work: Path) -> Path:
+    if storage.is_s3(script_ref):
+        script = work / Path(storage.split_s3(script_ref)[1]).name
+        storage.download_file(script_ref, script)
+    else:
+        script = storage.local_path(script_ref)
+    if not script.is_file():
+        raise UserError(f"framework.custom_script_path not found: {script_ref}")
+    return script
 
 
 if __name__ == "__main__":

@@ -47,12 +47,15 @@ def spec_paths(spec: RunSpec) -> Iterator[SpecPath]:
     if dc.preprocess.tokenizer is not None and (_path_like(dc.preprocess.tokenizer) or _exists_locally(dc.preprocess.tokenizer)):
         yield SpecPath("data_config.preprocess.tokenizer", _as_local(dc.preprocess.tokenizer, None))
     ref = tc.resume_from_checkpoint
-    if ref:
+    if ref and ref != "latest":  # "latest": the newest under checkpoint_uri, checked below
         yield SpecPath("training_config.resume_from_checkpoint", ref if "/" in ref else storage.join(spec.checkpoint_uri, ref))
     if spec.resume_from:
         yield SpecPath("resume_from", spec.resume_from)
     if tc.framework.custom_script_path:
         yield SpecPath("training_config.framework.custom_script_path", tc.framework.custom_script_path)
+    for i, part in enumerate(tc.framework.command or []):
+        if _path_like(part):  # a CUSTOM command's script or binary is confined like a custom_script_path
+            yield SpecPath(f"training_config.framework.command[{i}]", _as_local(part, None))
     yield SpecPath("checkpoint_uri", spec.checkpoint_uri, write=True)
     if spec.metrics_uri:
         yield SpecPath("metrics_uri", spec.metrics_uri, write=True)
@@ -111,7 +114,10 @@ def _check_tree(path: SpecPath, access: AccessSet) -> None:
 
 
 def own_prefix(spec: RunSpec) -> str:
-    """The job's own prefix (the parent of its checkpoint_uri): jobs/<job_id>."""
+    """The job's own prefix (the parent of its checkpoint_uri): jobs/<job_id>. A deepfinery layout keeps
+    its checkpoints in the run's root, so there it is the parent of metrics_uri (jobs/<job_id>/metrics.jsonl)."""
+    if spec.layout_uri and spec.metrics_uri:
+        return spec.metrics_uri.rstrip("/").rsplit("/", 1)[0]
     return spec.checkpoint_uri.rstrip("/").rsplit("/", 1)[0]
 
 

@@ -5,7 +5,8 @@
 - an adapter run exports the adapter (adapter_model.safetensors + adapter_config.json), or, with
   merge_lora, the base model with the adapter merged in;
 - always written to the model directory (SM_MODEL_DIR: SageMaker uploads it as model.tar.gz), then
-  copied to output_config.output_path, else run_spec.output_uri, when one is set (s3:// or local);
+  copied to output_config.output_path, else run_spec.output_uri, when one is set (s3:// or local); with
+  output_config.layout 'deepfinery' (output_path is a run's root) to run_spec.output_uri, its model/;
 - push_to_hub: huggingface_hub's HfApi against HF_ENDPOINT (the public hub by default) with hub_token.
 """
 
@@ -72,7 +73,8 @@ def export_model(
     exported_is_adapter = is_adapter and not merged
     manifest = {**info, "merged_lora": merged, "is_adapter": exported_is_adapter, "export_format": output.export_format.value}
     (model_dir / EXPORT_INFO_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True), encoding="utf-8")
-    destination = output.output_path or output_uri
+    # A deepfinery layout's output_path is the run's root: the model goes to its model/ (run_spec.output_uri).
+    destination = output_uri if output.layout == "deepfinery" else (output.output_path or output_uri)
     if destination:
         if claim is not None:
             claim(destination)  # never over another principal's export (trainer/access.py)

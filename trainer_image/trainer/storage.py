@@ -167,6 +167,15 @@ def list_children(prefix_uri: str) -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir())
 
 
+def delete_file(uri: str) -> None:
+    """Delete one object or file (nothing if it is not there)."""
+    if is_s3(uri):
+        bucket, key = split_s3(uri)
+        s3_client().delete_object(Bucket=bucket, Key=key)
+        return
+    local_path(uri).unlink(missing_ok=True)
+
+
 def delete_prefix(prefix_uri: str, *, first: str | None = None) -> None:
     """Delete everything under a prefix; `first` (e.g. the manifest) goes before the rest, so a
     deletion cut short leaves an incomplete checkpoint that readers already ignore."""

@@ -12,6 +12,7 @@ from functions.adapters.launchers.instances import PLATFORMS, select_instance
 from functions.service.errors import InvalidRequest
 from schemas.configs import DataConfig, ModelSource, ResourceConfig, TrainingConfig
 from schemas.job import ErrorType
+from schemas.shapes import TrainingShapeProfile
 from schemas.trainer import ENV_ATTEMPT, ENV_JOB_ID, ENV_RUN_SPEC
 
 # Tags on every training job / instance: the events handler finds the job and attempt from them.
@@ -51,11 +52,13 @@ class LaunchCapacityError(RuntimeError):
         self.instance_type = instance_type
 
 
-def validate_cloud_job(training: TrainingConfig, data: DataConfig, resources: ResourceConfig, compute: str) -> None:
+def validate_cloud_job(
+    training: TrainingConfig, data: DataConfig, resources: ResourceConfig, compute: str, shape: TrainingShapeProfile | None = None
+) -> None:
     """Submit-time check for compute 'sagemaker' | 'ec2' (a no-op for 'local'): InvalidRequest naming the field."""
     if compute not in PLATFORMS:
         return
-    select_instance(resources, compute)
+    select_instance(resources, compute, shape)
     if compute == "ec2" and resources.node_count > 1:
         raise InvalidRequest(
             "resource_config.node_count",
@@ -82,7 +85,18 @@ def validate_cloud_job(training: TrainingConfig, data: DataConfig, resources: Re
 
 def check_request(request: LaunchRequest, platform: str) -> None:
     spec = request.run_spec
-    validate_cloud_job(spec.training_config, spec.data_config, spec.resource_config, platform)
+    validate_cloud_job(spec.training_config, spec.data_config, spec.resource_config, platform, spec.training_shape)
+
+
+def trainer_image(image_uri: str, shape: TrainingShapeProfile | None) -> str:
+    """The deployment's trainer image, with the training shape's tag when it names one."""
+    if shape is None or not shape.trainer_image_tag:
+        return image_uri
+    repository = image_uri.split("@", 1)[0]  # a digest pins another build: the shape's tag replaces it
+    last = repository.rsplit("/", 1)[-1]
+    if ":" in last:
+        repository = repository[: repository.rfind(":")]
+    return f"{repository}:{shape.trainer_image_tag}"
 
 
 def launch_environment(request: LaunchRequest) -> dict[str, str]:

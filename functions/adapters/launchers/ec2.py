@@ -37,6 +37,7 @@ from functions.adapters.launchers.cloud import (
     job_ref_from_tags,
     launch_environment,
     launch_tags,
+    trainer_image,
 )
 from functions.adapters.launchers.instances import InstanceChoice, select_instance
 from functions.adapters.launchers.sagemaker import classify_failure
@@ -100,7 +101,7 @@ def render_user_data(request: LaunchRequest, settings: Settings, choice: Instanc
     env[ENV_GRACE_SECONDS] = str(SPOT_GRACE_SECONDS)
     bucket = settings.artifacts_bucket
     values = {
-        "IMAGE_URI": settings.trainer_image_uri or "",
+        "IMAGE_URI": trainer_image(settings.trainer_image_uri, request.run_spec.training_shape) if settings.trainer_image_uri else "",
         "REGION": settings.region,
         "JOB_ID": request.job_id,
         "ATTEMPT": str(request.attempt),
@@ -130,7 +131,7 @@ def build_run_instances_request(request: LaunchRequest, settings: Settings, choi
     if not (settings.ec2_launch_template_id or settings.ec2_launch_template_name):
         raise Unsupported("compute 'ec2' needs the ec2_launch_template_id or ec2_launch_template_name setting")
     check_request(request, NAME)
-    choice = choice or select_instance(request.run_spec.resource_config, "ec2")
+    choice = choice or select_instance(request.run_spec.resource_config, "ec2", request.run_spec.training_shape)
     template: dict[str, str] = {"Version": settings.ec2_launch_template_version}
     if settings.ec2_launch_template_id:
         template["LaunchTemplateId"] = settings.ec2_launch_template_id
@@ -257,7 +258,7 @@ class EC2Launcher:
     def launch(self, request: LaunchRequest) -> LaunchHandle:
         from botocore.exceptions import ClientError
 
-        choice = select_instance(request.run_spec.resource_config, "ec2")
+        choice = select_instance(request.run_spec.resource_config, "ec2", request.run_spec.training_shape)
         params = build_run_instances_request(request, self._settings, choice)
         try:
             instance = self._ec2.run_instances(**params)["Instances"][0]

@@ -18,6 +18,7 @@ from typing import Literal
 from functions.adapters.launchers import pricing
 from functions.service.errors import InvalidRequest
 from schemas.configs import ResourceConfig
+from schemas.shapes import TrainingShapeProfile
 
 Platform = Literal["sagemaker", "ec2"]
 PLATFORMS: tuple[Platform, ...] = ("sagemaker", "ec2")
@@ -176,18 +177,20 @@ def parse_gpu_type(raw: str | None) -> GpuRequest:
     return GpuRequest(canonical, int(gib) * GIB if gib else None)
 
 
-def select_instance(resources: ResourceConfig, platform: Platform) -> InstanceChoice:
+def select_instance(resources: ResourceConfig, platform: Platform, shape: TrainingShapeProfile | None = None) -> InstanceChoice:
     """The cheapest instance type on `platform` that satisfies every minimum in `resources`.
 
     gpu_count is per node and an instance may carry more GPUs than asked when no smaller one exists
-    (2 x A10G -> g5.12xlarge with 4); node_count becomes the instance count.
+    (2 x A10G -> g5.12xlarge with 4); node_count becomes the instance count. A training shape that
+    names an instance type for `platform` pins it (the minimums are still checked against it).
     """
     gpu = parse_gpu_type(resources.gpu_type)
     if resources.gpu_count == 0 and gpu.gpu_type is not None:
         raise InvalidRequest(
             "resource_config.gpu_type", f"gpu_type {resources.gpu_type!r} was given with gpu_count 0; set gpu_count >= 1 or drop gpu_type"
         )
-    candidates: list[InstanceSpec] = [s for s in INSTANCE_TYPES if s.offered_on(platform)]
+    pinned = shape.instance_types.get(platform) if shape is not None else None
+    candidates: list[InstanceSpec] = [spec_for(pinned)] if pinned else [s for s in INSTANCE_TYPES if s.offered_on(platform)]
     memory_floor = max(resources.gpu_memory_min_mb or 0, gpu.memory_mb or 0)
     steps: list[tuple[str, Callable[[InstanceSpec], bool], str]] = [
         (

@@ -18,7 +18,14 @@ from typing import Any
 
 from functions import constants
 from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
-from functions.adapters.launchers.cloud import ClientSource, LaunchCapacityError, check_request, launch_environment, launch_tags
+from functions.adapters.launchers.cloud import (
+    ClientSource,
+    LaunchCapacityError,
+    check_request,
+    launch_environment,
+    launch_tags,
+    trainer_image,
+)
 from functions.adapters.launchers.instances import InstanceChoice, select_instance
 from functions.service.errors import Unsupported
 from functions.settings import Settings
@@ -95,7 +102,7 @@ def build_training_job_request(request: LaunchRequest, settings: Settings, choic
         raise Unsupported("compute 'sagemaker' needs the trainer_image_uri and sagemaker_role_arn settings")
     spec = request.run_spec
     check_request(request, NAME)
-    choice = choice or select_instance(spec.resource_config, "sagemaker")
+    choice = choice or select_instance(spec.resource_config, "sagemaker", spec.training_shape)
     bucket = settings.artifacts_bucket
     name = training_job_name(request.job_id, request.attempt)
     runtime = min(request.max_runtime_seconds or spec.max_runtime_seconds or settings.default_max_runtime_seconds, MAX_SECONDS)
@@ -127,7 +134,7 @@ def build_training_job_request(request: LaunchRequest, settings: Settings, choic
         "TrainingJobName": name,
         "RoleArn": settings.sagemaker_role_arn,
         "AlgorithmSpecification": {
-            "TrainingImage": settings.trainer_image_uri,
+            "TrainingImage": trainer_image(settings.trainer_image_uri, spec.training_shape),
             "TrainingInputMode": "File",
             "MetricDefinitions": [dict(d) for d in METRIC_DEFINITIONS],
             "EnableSageMakerMetricsTimeSeries": True,
@@ -260,7 +267,7 @@ class SageMakerLauncher:
         return self._clients.client("sagemaker")
 
     def launch(self, request: LaunchRequest) -> LaunchHandle:
-        choice = select_instance(request.run_spec.resource_config, "sagemaker")
+        choice = select_instance(request.run_spec.resource_config, "sagemaker", request.run_spec.training_shape)
         params = build_training_job_request(request, self._settings, choice)
         from botocore.exceptions import ClientError
 

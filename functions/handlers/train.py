@@ -1,0 +1,64 @@
+"""DeepFinery's training API (seeds/004), a Router of the API: POST /train and GET /train/{run_id}.
+
+Same IAM (SigV4) authorization as every other route: DeepFinery's X-TRAINER-TOKEN header is neither
+needed nor read. functions/service/train_api.py maps the payload onto an ordinary job.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, cast
+
+from aws_lambda_powertools.event_handler.api_gateway import Router
+from aws_lambda_powertools.event_handler.openapi.params import Body, Path
+
+from functions import composition
+from functions.handlers.errors import BODY_ERRORS, Forbidden, responses
+from functions.service.principal import caller_arn
+from schemas.train import TrainRequest, TrainStatus
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+
+    from functions.service.principal import Principal
+    from functions.service.train_api import TrainApi
+
+router = Router()
+
+RunIdPath = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="The run's run_id")]
+
+
+def _principal() -> Principal:
+    event = cast("APIGatewayProxyEvent", router.current_event)
+    identity = event.request_context.identity
+    arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
+    if not arn:
+        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
+    return composition.job_service().principal(arn)
+
+
+def _train_api() -> TrainApi:
+    from functions.service.train_api import TrainApi
+
+    return TrainApi(composition.job_service())
+
+
+@router.post(
+    "/train",
+    status_code=201,
+    summary="Submit a training run with DeepFinery's unified payload (seeds/004)",
+    description="Becomes an ordinary job (validated as POST /jobs validates) named after run_id; IAM auth, no X-TRAINER-TOKEN.",
+    responses=responses(201, "The run, submitted (status and the job's id)", *BODY_ERRORS, 409, 422, 503),
+    tags=["train"],
+)
+def submit_train(body: Annotated[TrainRequest, Body()]) -> TrainStatus:
+    return _train_api().submit(body, _principal())
+
+
+@router.get(
+    "/train/<run_id>",
+    summary="The status of a /train run: submitted, running, failed or succeeded",
+    responses=responses(200, "The newest job of the run, in the seed's words", 404, 422),
+    tags=["train"],
+)
+def train_status(run_id: RunIdPath) -> TrainStatus:
+    return _train_api().status(run_id, _principal())
