@@ -14,6 +14,12 @@ IDEMPOTENCY_TABLE = "trainplane-idempotency"
 ARTIFACTS_BUCKET = "trainplane-artifacts"
 STATE_MACHINE_NAME = "trainplane-lifecycle"
 EVENT_BUS_NAME = "default"
+EVENTS_FUNCTION_NAME = "trainplane-events"  # local mode's name of the events Lambda
+# The subscription filter that carries the trainer's reports (TRAINPLANE_EVENT lines, schemas/trainer.py)
+# from the trainer's log group to the events Lambda, in the cloud stack and in local mode.
+TRAINER_REPORTS_FILTER_NAME = "trainplane-trainer-reports"
+TRAINER_REPORTS_FILTER_PATTERN = '"TRAINPLANE_EVENT"'
+SAGEMAKER_TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 LOCAL_REGION = "us-east-1"
 LOCAL_ACCOUNT_ID = "123456789012"
 

@@ -229,6 +229,14 @@ class Progress(BaseModel):
     eta_seconds: float | None = None
     tokens_per_second: float | None = None
     updated_at: datetime | None = None
+    attempt: int | None = None  # the attempt that reported it: progress only moves forward (supersedes)
+
+    def supersedes(self, other: Progress) -> bool:
+        """Whether this report is newer than `other`: a later attempt, a later step, or the same step
+        further along (a completed run's 100 %). A duplicate or older report is not (at-least-once delivery)."""
+        if self.attempt is None or other.attempt is None:
+            return True
+        return (self.attempt, self.step, self.percent) > (other.attempt, other.step, other.percent)
 
 
 class AttemptCost(BaseModel):
@@ -317,6 +325,9 @@ class Job(BaseModel):
     capacity_pool: str | None = None
     run_started_at: datetime | None = None
     run_outcome: str | None = None
+    # The seq (schemas.trainer.TrainerEvent) of the last trainer phase report applied for the current
+    # attempt: an older or repeated phase report changes nothing. Cleared when a new attempt starts.
+    report_seq: int | None = None
 
     @field_serializer("task_token", when_used="json")
     def _hide_task_token(self, value: str | None, info: SerializationInfo) -> str | None:

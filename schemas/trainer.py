@@ -7,6 +7,8 @@ codes, and the structured event lines the trainer prints on stdout.
 
 from __future__ import annotations
 
+import threading
+import time
 from enum import IntEnum, StrEnum
 from typing import Any
 
@@ -73,19 +75,56 @@ class TrainerEventKind(StrEnum):
 
 
 class TrainerEvent(BaseModel):
+    """One report of a run: a phase change, progress, a checkpoint, metrics, a failure, the end.
+
+    Reports travel at least once and in no guaranteed order (stdout reader, CloudWatch Logs
+    subscription): `job_id` + `attempt` + `seq` identify one. `seq` is the emission time in
+    microseconds, strictly increasing within the emitting process, so reports of one attempt sort
+    in the order they were made even across processes (a supervisor and its rank-0 worker).
+    Reports without them (an older trainer, a CUSTOM script) are applied without ordering checks.
+    """
+
     model_config = ConfigDict(extra="forbid")
     kind: TrainerEventKind
     time: float
     data: dict[str, Any] = Field(default_factory=dict)
+    job_id: str | None = None
+    attempt: int | None = Field(default=None, ge=1)
+    seq: int | None = Field(default=None, ge=0)
 
     def to_line(self) -> str:
-        return EVENT_PREFIX + self.model_dump_json()
+        return EVENT_PREFIX + self.model_dump_json(exclude_none=True)
 
     @classmethod
     def from_line(cls, line: str) -> TrainerEvent | None:
         if not line.startswith(EVENT_PREFIX):
             return None
         return cls.model_validate_json(line[len(EVENT_PREFIX) :])
+
+    @classmethod
+    def find_in(cls, message: str) -> TrainerEvent | None:
+        """The report in one log message as a log shipper delivers it (CloudWatch Logs): the prefix may
+        follow other text (a launcher's timestamp); None for a plain log line or a malformed report."""
+        start = message.find(EVENT_PREFIX)
+        if start < 0:
+            return None
+        try:
+            return cls.model_validate_json(message[start + len(EVENT_PREFIX) :].strip())
+        except ValueError:
+            return None
+
+
+class ReportSequence:
+    """`seq` for the reports of one process: microseconds since the epoch, strictly increasing."""
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(self._last + 1, time.time_ns() // 1000)
+            return self._last
 
 
 class RunSpec(BaseModel):

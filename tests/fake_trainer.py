@@ -4,7 +4,9 @@ Run as `python -m tests.fake_trainer` with the LocalLauncher's environment. It r
 resumes from `resume_from` (or the latest checkpoint under `checkpoint_uri`), "trains" `max_steps`
 steps of `fake_step_seconds`, writes a checkpoint (files, then manifest.json last) every
 `output_config.checkpoint.save_steps` steps, prints TRAINPLANE_EVENT lines, and exits with the
-contract's codes. On SIGTERM it saves a checkpoint and exits 75. Knobs (strings): the hyperparameter
+contract's codes, and keeps `metrics_uri` (metrics.jsonl: one point per step, uploaded at every
+checkpoint and at the end, as the real trainer does). Events name the job and attempt and carry a
+`seq`, as the real trainer's do. On SIGTERM it saves a checkpoint and exits 75. Knobs (strings): the hyperparameter
 max_steps, and in training_config.environment (submit refuses hyperparameters the real trainer does
 not know; `knobs_apart` moves them there) fake_step_seconds, fake_fail_at_step + fake_exit_code
 (+ fake_failure "Reason: message"), fake_hang_at_step (stops reporting and sleeps: a stuck trainer),
@@ -29,12 +31,16 @@ from schemas.trainer import (
     ENV_RUN_SPEC,
     ENV_S3_ENDPOINT,
     ExitCode,
+    ReportSequence,
     RunSpec,
     TrainerEvent,
     TrainerEventKind,
 )
 
 _stop = False
+_seq = ReportSequence()
+_bound: dict[str, Any] = {}
+_points: list[str] = []
 
 
 def _on_term(signum: int, frame: Any) -> None:
@@ -43,7 +49,12 @@ def _on_term(signum: int, frame: Any) -> None:
 
 
 def emit(kind: TrainerEventKind, **data: Any) -> None:
-    print(TrainerEvent(kind=kind, time=time.time(), data=data).to_line(), flush=True)
+    print(TrainerEvent(kind=kind, time=time.time(), data=data, seq=_seq.next(), **_bound).to_line(), flush=True)
+
+
+def flush_metrics(spec: RunSpec) -> None:
+    if spec.metrics_uri and _points:
+        write_bytes(spec.metrics_uri, "".join(_points).encode())
 
 
 def _s3() -> Any:
@@ -107,6 +118,7 @@ def save(spec: RunSpec, step: int, loss: float) -> None:
         created_at=datetime.now(UTC),
     )
     write_bytes(f"{uri}/{MANIFEST_NAME}", manifest.model_dump_json().encode())
+    flush_metrics(spec)
     emit(TrainerEventKind.CHECKPOINT, **json.loads(manifest.model_dump_json()), uri=uri)
     emit(TrainerEventKind.PHASE, phase="TRAINING")
 
@@ -123,6 +135,13 @@ FAKE_PREFIX = "fake_"
 def main() -> int:
     signal.signal(signal.SIGTERM, _on_term)
     spec = RunSpec.model_validate_json(read_text(os.environ[ENV_RUN_SPEC]))
+    _bound.update(job_id=spec.job_id, attempt=spec.attempt)
+    if spec.metrics_uri:  # the earlier attempts' points stay ahead of this one's
+        try:
+            earlier = read_text(spec.metrics_uri).splitlines()
+        except Exception:
+            earlier = []
+        _points.extend(f"{line}\n" for line in earlier if line.strip() and json.loads(line).get("attempt", 0) < spec.attempt)
     hp = {**spec.training_config.hyperparameters, **spec.training_config.environment}
     if hp.get("fake_ignore_sigterm") == "true":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a trainer that never honours a graceful stop
@@ -157,9 +176,11 @@ def main() -> int:
         time.sleep(step_seconds)
         step += 1
         loss = round(1.0 / (1 + step), 6)
+        _points.append(json.dumps({"step": step, "loss": loss, "attempt": spec.attempt}) + "\n")
         emit(TrainerEventKind.PROGRESS, step=step, total_steps=max_steps, loss=loss, percent=100.0 * step / max_steps)
         if step % save_steps == 0 and step < max_steps:
             save(spec, step, loss)
+    flush_metrics(spec)
     emit(TrainerEventKind.PHASE, phase="EXPORTING")
     write_bytes(f"{spec.output_uri or spec.checkpoint_uri}/model.json", json.dumps({"steps": step}).encode())
     emit(TrainerEventKind.DONE, exit_code=0, stopped=False)

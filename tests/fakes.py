@@ -177,9 +177,13 @@ class InMemoryJobRepository:
         with self._lock:
             self.events.setdefault(job_id, []).append(event)
 
-    def record_progress(self, job_id: str, progress: Progress) -> None:
+    def record_progress(self, job_id: str, progress: Progress) -> bool:
         with self._lock:
-            self.jobs[job_id] = _apply(self.get(job_id), {"progress": progress})
+            current = self.get(job_id)
+            if not progress.supersedes(current.progress):
+                return False
+            self.jobs[job_id] = _apply(current, {"progress": progress})
+            return True
 
     def add_checkpoint(
         self, job_id: str, ref: CheckpointRef, *, best_checkpoint_id: str | None = None, keep: list[str] | None = None
@@ -188,10 +192,12 @@ class InMemoryJobRepository:
             current = self.get(job_id)
             refs = [r for r in current.checkpoints if r.checkpoint_id != ref.checkpoint_id and (keep is None or r.checkpoint_id in keep)]
             refs.append(ref)
+            refs.sort(key=lambda r: r.step)  # in step order, whatever order the reports came in
             best = best_checkpoint_id or current.best_checkpoint_id
             if best is not None and best not in {r.checkpoint_id for r in refs}:
                 best = None
-            new = _apply(current, {"checkpoints": refs, "latest_checkpoint_id": ref.checkpoint_id, "best_checkpoint_id": best})
+            latest = max(refs, key=lambda r: r.step).checkpoint_id
+            new = _apply(current, {"checkpoints": refs, "latest_checkpoint_id": latest, "best_checkpoint_id": best})
             self.jobs[job_id] = new
             return new.model_copy(deep=True)
 

@@ -271,18 +271,32 @@ class DynamoJobRepository:
             del update["ExpressionAttributeValues"]
         self._update_existing(job_id, update)
 
-    def record_progress(self, job_id: str, progress: Progress) -> None:
-        self._update_existing(
-            job_id,
-            {
-                "TableName": self.table,
-                "Key": _meta_key(job_id),
-                "UpdateExpression": "SET #progress = :p",
-                "ConditionExpression": "attribute_exists(#pk)",
-                "ExpressionAttributeNames": {"#progress": "progress", "#pk": c.PK},
-                "ExpressionAttributeValues": {":p": items.field_attr("progress", progress.model_dump(mode="json", exclude_none=True))},
-            },
-        )
+    def record_progress(self, job_id: str, progress: Progress) -> bool:
+        # Reports arrive at least once and out of order: the write is conditional on the stored progress
+        # being older (Progress.supersedes). The progress document is packed, so the order lives beside it
+        # as one string that sorts like (attempt, step, percent): a late or repeated report changes nothing.
+        names = {"#progress": "progress", "#pk": c.PK}
+        values = {":p": items.field_attr("progress", progress.model_dump(mode="json", exclude_none=True))}
+        update = "SET #progress = :p"
+        condition = "attribute_exists(#pk)"
+        if progress.attempt is not None:
+            names["#order"] = PROGRESS_ORDER_ATTR
+            values[":order"] = {"S": progress_order(progress)}
+            update += ", #order = :order"
+            condition += " AND (attribute_not_exists(#order) OR #order < :order)"
+        try:
+            self._ddb.update_item(
+                TableName=self.table,
+                Key=_meta_key(job_id),
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+            return True
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            self.get(job_id)  # JobNotFound if that was why
+            return False
 
     def add_checkpoint(
         self, job_id: str, ref: CheckpointRef, *, best_checkpoint_id: str | None = None, keep: list[str] | None = None
@@ -296,13 +310,16 @@ class DynamoJobRepository:
             current = items.job_from_item(item)
             refs = [r for r in current.checkpoints if r.checkpoint_id != ref.checkpoint_id and (keep is None or r.checkpoint_id in keep)]
             refs.append(ref)
+            refs.sort(key=lambda r: r.step)  # in step order, whatever order the reports came in
             best = best_checkpoint_id or current.best_checkpoint_id
             if best is not None and best not in {r.checkpoint_id for r in refs}:
                 best = None
             if len(refs) > MAX_CHECKPOINT_REFS:
                 others = [r for r in refs if r.checkpoint_id != best][-(MAX_CHECKPOINT_REFS - 1) :]
                 refs = [r for r in refs if r.checkpoint_id == best] + others
-            new = _apply(current, {"checkpoints": refs, "latest_checkpoint_id": ref.checkpoint_id, "best_checkpoint_id": best})
+            # The newest by step, whatever order the reports came in (at-least-once, unordered delivery).
+            latest = max(refs, key=lambda r: r.step).checkpoint_id
+            new = _apply(current, {"checkpoints": refs, "latest_checkpoint_id": latest, "best_checkpoint_id": best})
             update = _update_expression(new, ["checkpoints", "latest_checkpoint_id", "best_checkpoint_id"], reindex=False)
             update.update(TableName=self.table, Key=_meta_key(job_id))
             update["ExpressionAttributeNames"]["#checkpoints"] = "checkpoints"
@@ -429,6 +446,14 @@ def _check_submitted_size(item: Mapping[str, Any]) -> None:
 
 def _meta_key(job_id: str) -> dict[str, Any]:
     return {c.PK: {"S": items.job_pk(job_id)}, c.SK: {"S": items.META}}
+
+
+PROGRESS_ORDER_ATTR = "progress_order"  # not a Job field: the order of the stored progress (record_progress)
+
+
+def progress_order(progress: Progress) -> str:
+    """(attempt, step, percent) as a string DynamoDB compares in the same order (Progress.supersedes)."""
+    return f"{progress.attempt or 0:06d}:{progress.step:012d}:{progress.percent:07.3f}"
 
 
 def _check_changes(changes: Mapping[str, Any]) -> None:

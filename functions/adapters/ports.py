@@ -14,6 +14,7 @@ from schemas.api import LogsResponse
 from schemas.checkpoint import CheckpointManifest
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import JobStatus
+from schemas.trainer import TrainerEvent
 
 
 @dataclass(frozen=True)
@@ -89,13 +90,15 @@ class JobRepository(Protocol):
     def append_event(self, job_id: str, event: StatusEvent) -> None:
         """Append a history entry without touching the job (e.g. "retried as job X" on a terminal job)."""
 
-    def record_progress(self, job_id: str, progress: Progress) -> None:
-        """Unversioned write of the progress attribute (frequent, last writer wins, never a 409)."""
+    def record_progress(self, job_id: str, progress: Progress) -> bool:
+        """Unversioned write of the progress attribute (frequent, never a 409), only if it supersedes the
+        stored progress (Progress.supersedes): False when a newer one is already there."""
 
     def add_checkpoint(
         self, job_id: str, ref: CheckpointRef, *, best_checkpoint_id: str | None = None, keep: list[str] | None = None
     ) -> Job:
-        """Append a checkpoint (and set latest / best); `keep` drops refs no longer retained. Unversioned."""
+        """Add or replace a checkpoint; latest = the highest step, best as given; `keep` drops refs no longer
+        retained. Unversioned."""
 
     def history(self, job_id: str) -> list[StatusEvent]:
         """The job's status history, oldest first."""
@@ -150,6 +153,23 @@ class Workflow(Protocol):
 
     def answer_wait(self, job: Job, decision: str, detail: Mapping[str, Any] | None = None) -> None:
         """Answer the task token the job's execution waits on (capacity or resume): 'resume', 'cancel', 'go'."""
+
+
+class TrainerReports(Protocol):
+    """Where a run's reports go: phase, progress, metrics, checkpoint, done (TrainerEvent) and "alive".
+
+    Implemented by the lifecycle service (LifecycleService). Two transports deliver here, one per kind
+    of compute: the LocalLauncher's stdout reader (compute local) and, for SageMaker and EC2, the
+    CloudWatch Logs subscription on the trainer's log groups -> the events Lambda
+    (functions/service/trainer_reports.py). Delivery is at least once and unordered: the
+    implementation applies each report once and in order (docs/TRAINER.md, "Reports").
+    """
+
+    def on_trainer_event(self, job_id: str, attempt: int, event: TrainerEvent) -> None:
+        """One report of attempt `attempt` of the job; stale, repeated and older ones change nothing."""
+
+    def on_run_alive(self, job_id: str, attempt: int) -> None:
+        """The run is alive (no report of its own): keep its wait from timing out."""
 
 
 class LogSource(Protocol):

@@ -1,10 +1,12 @@
-"""The events Lambda: EventBridge events from SageMaker and EC2, and the reconciler's scheduled tick.
+"""The events Lambda: EventBridge events from SageMaker and EC2, the reconciler's scheduled tick, and
+the trainer's reports from the CloudWatch Logs subscription.
 
-Thin: Powertools parses the EventBridge envelope (a malformed event is a validation error, retried
-and then dead-lettered by EventBridge), one service call decides, the outcome is returned and logged.
-Rules (infra/constructs/events.py): "SageMaker Training Job State Change", "EC2 Instance
-State-change Notification", "EC2 Spot Instance Interruption Warning", and a schedule ("Scheduled
-Event") that runs one reconciler sweep, so a missed event never strands a job.
+Thin: Powertools parses the envelope (EventBridge, or CloudWatch Logs' gzip+base64 `awslogs.data`;
+a malformed event is a validation error, retried and then dead-lettered), one service call decides,
+the outcome is returned and logged. Rules and filters (infra/constructs/events.py): "SageMaker
+Training Job State Change", "EC2 Instance State-change Notification", "EC2 Spot Instance
+Interruption Warning", a schedule ("Scheduled Event") that runs one reconciler sweep, so a missed
+event never strands a job, and the `TRAINPLANE_EVENT` lines of the trainer's log group.
 """
 
 from __future__ import annotations
@@ -14,8 +16,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.utilities.parser import event_parser
-from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
+from aws_lambda_powertools.utilities.parser import parse
+from aws_lambda_powertools.utilities.parser.models import CloudWatchLogsModel, EventBridgeModel
 
 from functions import constants
 
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from functions.service.cloud_events import CloudEventsService
+    from functions.service.trainer_reports import TrainerLogReports
 
 SCHEDULED_EVENT = "Scheduled Event"
 
@@ -31,14 +34,20 @@ logger = Logger(service=constants.SERVICE_NAME)
 _factory: Callable[[], CloudEventsService] | None = None
 _reconcile: Callable[[], dict[str, Any]] | None = None
 _service: CloudEventsService | None = None
+_reports: TrainerLogReports | None = None
+_reports_factory: Callable[[], TrainerLogReports] | None = None
 _lock = threading.Lock()
 
 
-def use(factory: Callable[[], CloudEventsService] | None, reconcile: Callable[[], dict[str, Any]] | None = None) -> None:
-    """Wire the service and the reconciler sweep (tests); None goes back to the composition root's."""
-    global _factory, _reconcile, _service
+def use(
+    factory: Callable[[], CloudEventsService] | None,
+    reconcile: Callable[[], dict[str, Any]] | None = None,
+    reports: Callable[[], TrainerLogReports] | None = None,
+) -> None:
+    """Wire the services and the reconciler sweep (tests); None goes back to the composition root's."""
+    global _factory, _reconcile, _service, _reports, _reports_factory
     with _lock:
-        _factory, _reconcile, _service = factory, reconcile, None
+        _factory, _reconcile, _service, _reports, _reports_factory = factory, reconcile, None, None, reports
 
 
 def service() -> CloudEventsService:
@@ -57,6 +66,21 @@ def service() -> CloudEventsService:
     return _service
 
 
+def reports() -> TrainerLogReports:
+    global _reports
+    if _reports is None:
+        with _lock:
+            if _reports is None:
+                if _reports_factory is not None:
+                    _reports = _reports_factory()
+                else:
+                    from functions import composition
+                    from functions.service.trainer_reports import TrainerLogReports
+
+                    _reports = TrainerLogReports(composition.current().lifecycle)
+    return _reports
+
+
 def reconcile_once() -> dict[str, Any]:
     if _reconcile is not None:
         return _reconcile()
@@ -69,8 +93,13 @@ def reconcile_once() -> dict[str, Any]:
 
 
 @logger.inject_lambda_context(clear_state=True)
-@event_parser(model=EventBridgeModel)
-def lambda_handler(event: EventBridgeModel, context: LambdaContext) -> dict[str, Any]:
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    if isinstance(event, dict) and "awslogs" in event:
+        return _trainer_reports(parse(event=event, model=CloudWatchLogsModel))
+    return _eventbridge(parse(event=event, model=EventBridgeModel))
+
+
+def _eventbridge(event: EventBridgeModel) -> dict[str, Any]:
     logger.append_keys(detail_type=event.detail_type, event_id=event.id)
     scheduled = event.detail_type == SCHEDULED_EVENT
     detail = event.detail if isinstance(event.detail, dict) else {}
@@ -78,4 +107,18 @@ def lambda_handler(event: EventBridgeModel, context: LambdaContext) -> dict[str,
     if result.get("job_id"):
         logger.append_keys(job_id=result["job_id"])
     logger.info("event handled", extra={"outcome": result})
+    return result
+
+
+def _trainer_reports(event: CloudWatchLogsModel) -> dict[str, Any]:
+    from functions.service.trainer_reports import LogLine
+
+    batch = event.awslogs.decoded_data
+    logger.append_keys(log_group=batch.logGroup, log_stream=batch.logStream)
+    if batch.messageType != "DATA_MESSAGE":
+        # CloudWatch Logs sends a CONTROL_MESSAGE when the subscription is created: nothing to apply.
+        return {"action": "ignored", "reason": f"{batch.messageType} from the log subscription"}
+    lines = [LogLine(id=e.id, timestamp_ms=int(e.timestamp.timestamp() * 1000), message=str(e.message)) for e in batch.logEvents]
+    result = reports().handle(batch.logGroup, batch.logStream, lines).as_dict()
+    logger.info("trainer reports handled", extra={"outcome": result})
     return result

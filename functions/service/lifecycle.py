@@ -165,7 +165,14 @@ class LifecycleService:
             uri = self.artifacts.put_json(
                 constants.run_spec_key(job.job_id, attempt), spec.model_dump(mode="json", context={"reveal_secrets": True})
             )
-            changes = {"attempt": attempt, "run_handle": None, "run_outcome": None, "run_started_at": None, "pending_action": None}
+            changes = {
+                "attempt": attempt,
+                "run_handle": None,
+                "run_outcome": None,
+                "run_started_at": None,
+                "pending_action": None,
+                "report_seq": None,
+            }
             reason = f"attempt {attempt}: run spec {uri}" + (f", resuming from {resume_from}" if resume_from else "")
             if self._move(job, S.PREPARING, reason, Actor.SYSTEM, changes) is not None:
                 return {"next": "launch"}
@@ -278,22 +285,56 @@ class LifecycleService:
 
     # ================================================================ reports from the run
     def on_trainer_event(self, job_id: str, attempt: int, event: TrainerEvent) -> None:
-        """A phase, progress, checkpoint... line from the trainer; stale or late ones change nothing."""
+        """One report of the trainer (the TrainerReports port): phase, progress, checkpoint, metrics, done.
+
+        Delivery is at least once and unordered (the LocalLauncher's reader, a CloudWatch Logs
+        subscription), so each kind is applied idempotently: a phase only if its seq is newer than the
+        last phase applied (Job.report_seq), progress only if it supersedes the stored one, a checkpoint
+        by its id (latest = highest step). Reports of another attempt change nothing. Any report of the
+        current attempt is a sign of life (heartbeat, budget check). The run's end is never decided from
+        a report: only from the engine (launcher monitor, EventBridge, reconciler).
+        """
         job = self.repository.get(job_id)
-        if attempt != job.attempt or job.status not in RUN_PHASES:
+        if attempt != job.attempt or (event.attempt is not None and event.attempt != attempt):
+            return
+        if event.kind == TrainerEventKind.CHECKPOINT:
+            # A checkpoint exists once its manifest does, whatever the job's status now (the pause's
+            # checkpoint may be reported after the pause landed): always recorded.
+            self._on_checkpoint(job, event)
+        if job.status not in RUN_PHASES:
             return
         if self.sweep_hooks is not None:
             self.sweep_hooks.on_trainer_event(job, event)
         if event.kind == TrainerEventKind.PHASE:
             self._on_phase(job, event)
-        elif event.kind == TrainerEventKind.PROGRESS:
-            if self._progress_due(job_id, attempt, event):
-                self.repository.record_progress(job_id, progress_of(event.data, self.clock()))
-            self._heartbeat(job)
-            self._check_budget(job)
-        elif event.kind == TrainerEventKind.CHECKPOINT:
-            self._on_checkpoint(job, event)
-            self._heartbeat(job)
+        elif event.kind == TrainerEventKind.PROGRESS and self._progress_due(job_id, attempt, event):
+            self.repository.record_progress(job_id, progress_of(event.data, self.clock(), attempt))
+        self._heartbeat(job)
+        self._check_budget(job)
+
+    def catch_up(self, job_id: str, *, completed: bool = False) -> bool:
+        """Bring the record's checkpoints and progress up to what S3 holds (manifests, metrics.jsonl).
+
+        For reports that were lost (the channel was down, a delivery dropped): S3 is the truth of what a
+        run produced. `completed`: the run finished, so its progress is 100 %. True if anything changed.
+        """
+        job = self.repository.get(job_id)
+        changed = False
+        manifests = self.artifacts.list_manifests(job_id)
+        update = self.specs.catch_up_checkpoints(job, manifests, self.clock())
+        if update is not None:
+            refs, best = update
+            keep = [r.checkpoint_id for r in refs]
+            missing = [r for r in sorted(refs, key=lambda r: r.step) if r not in job.checkpoints]
+            # Only refs dropped on S3 or a new best: one write with the newest settles it.
+            for ref in missing or [max(refs, key=lambda r: r.step)]:
+                self.repository.add_checkpoint(job_id, ref, best_checkpoint_id=best, keep=keep)
+            changed = True
+            job = self.repository.get(job_id)
+        progress = self.specs.progress_from_metrics(job, self.artifacts.read_lines(constants.metrics_key(job_id)), self.clock(), completed)
+        if progress is not None and progress.supersedes(job.progress):
+            changed = self.repository.record_progress(job_id, progress) or changed
+        return changed
 
     def on_run_alive(self, job_id: str, attempt: int) -> None:
         """The launcher sees the run alive: keep the WaitForRun heartbeat fresh between trainer reports."""
@@ -322,6 +363,7 @@ class LifecycleService:
             if job.status not in RUNNING:
                 released = self._left_run(job)
                 return released
+            self._catch_up_before_end(job, run)
             self._record_cost(job, attempt, run)
             decision = decide_run_end(job, run, max_preemptions=self.config.max_preemptions)
             changes = {**decision.changes, "run_outcome": decision.next, "pending_action": None, "pending_reason": None}
@@ -329,6 +371,15 @@ class LifecycleService:
                 self._release(self.repository.get(job_id))
                 return {"next": decision.next}
         raise TransientError(f"run end of {job_id}: kept losing races")
+
+    def _catch_up_before_end(self, job: Job, run: RunDescription) -> None:
+        """The run's checkpoints and progress from S3 before its end is decided: a pause lands with the
+        checkpoint it saved even if that report is still in flight (or lost)."""
+        try:
+            self.catch_up(job.job_id, completed=run.state == RunState.COMPLETED)
+        except Exception:
+            # Bookkeeping: never let it keep a run's end from being decided (the reconciler retries).
+            logger.exception("catching %s up from S3 failed", job.job_id)
 
     def _record_cost(self, job: Job, attempt: int, run: RunDescription) -> None:
         """Price the attempt before its end is decided (idempotent per attempt: every reporter may call it)."""
@@ -373,20 +424,33 @@ class LifecycleService:
         except (KeyError, ValueError):
             return  # PREPARING or unknown: nothing the job record tracks
         attempt = job.attempt
+        seq = event.seq
         for _ in range(3):
-            if job.status == target or job.status not in RUN_PHASES or job.attempt != attempt:
+            if job.status not in RUN_PHASES or job.attempt != attempt:
+                return
+            if seq is not None and job.report_seq is not None and seq <= job.report_seq:
+                return  # a repeated or older phase report: a newer one was applied already
+            if job.status == target:
+                if seq is not None:
+                    # Already there (e.g. the launch wrote TRAINING): remember the report, so an older one
+                    # arriving later cannot move the job back.
+                    self.repository.annotate(job.job_id, {"report_seq": seq})
                 return
             if job.pending_action is not None and target not in PAUSABLE:
                 return  # a pause/preemption is pending: stay where it can land (PAUSED is entered from TRAINING)
-            if self._move(job, target, f"trainer reported {target.value}", Actor.TRAINER, {}, quiet=True) is not None:
+            changes = {"report_seq": seq} if seq is not None else {}
+            if self._move(job, target, f"trainer reported {target.value}", Actor.TRAINER, changes, quiet=True) is not None:
                 return
             job = self.repository.get(job.job_id)
 
     def _on_checkpoint(self, job: Job, event: TrainerEvent) -> None:
         recorded = self.specs.checkpoint(job, event.data, self.clock())
-        if recorded is not None:
-            ref, best, keep = recorded
-            self.repository.add_checkpoint(job.job_id, ref, best_checkpoint_id=best, keep=keep)
+        if recorded is None:
+            return
+        ref, best, keep = recorded
+        if ref in job.checkpoints and best == job.best_checkpoint_id and {r.checkpoint_id for r in job.checkpoints} <= set(keep):
+            return  # a repeated report: nothing to change
+        self.repository.add_checkpoint(job.job_id, ref, best_checkpoint_id=best, keep=keep)
 
     def _progress_due(self, job_id: str, attempt: int, event: TrainerEvent) -> bool:
         total, step = event.data.get("total_steps"), event.data.get("step")

@@ -9,6 +9,10 @@
   a new one; the old one, if it ever comes back, finds itself superseded and ends.
 - Capacity held by jobs that no longer run is given back, then a scheduler pass fills it.
 - Runs that are alive get a heartbeat, so their WaitForRun does not time out between reports.
+- Runs whose reports stopped arriving (the CloudWatch Logs subscription down, deliveries dropped) are
+  caught up from S3: checkpoints from their manifests, progress from metrics.jsonl. A run's end does
+  the same before it is decided (LifecycleService.catch_up), so even a run none of whose reports
+  arrived ends with the record it would have had.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class ReconcileReport:
     preempted: list[str] = field(default_factory=list)
     restarted: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
+    caught_up: list[str] = field(default_factory=list)
     heartbeats: int = 0
 
 
@@ -129,6 +134,8 @@ class Reconciler:
             elif alive and description is not None:
                 self.service.on_run_alive(job.job_id, job.attempt)
                 report.heartbeats += 1
+                if self._reports_stale(job) and self.service.catch_up(job.job_id):
+                    report.caught_up.append(job.job_id)
                 return
         if not self._needs_execution(job) or not (decided or self._settled(job, startup)):
             return
@@ -140,6 +147,11 @@ class Reconciler:
         arn = self.executions.start(job, before_start=lambda arn: self.repository.annotate(job.job_id, {"execution_arn": arn}))
         report.restarted.append(job.job_id)
         logger.info("job %s (%s) had no live execution: started %s", job.job_id, job.status.value, arn)
+
+    def _reports_stale(self, job: Job) -> bool:
+        """No progress report for a while: the reports may be lost, S3 says what the run has done."""
+        updated = job.progress.updated_at or job.run_started_at
+        return updated is None or (self.clock() - updated).total_seconds() >= self.grace_seconds
 
     def _needs_execution(self, job: Job) -> bool:
         if job.status in _WAITING:

@@ -4,7 +4,8 @@ its reports become (checkpoint refs with best/retention, progress).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +13,7 @@ from functions import constants
 from functions.adapters.ports import ArtifactStore
 from functions.service.errors import InvalidRequest
 from functions.service.paths import PathRules, valid_checkpoint_id
-from schemas.checkpoint import step_of
+from schemas.checkpoint import CheckpointManifest, step_of
 from schemas.job import CheckpointRef, Job, Progress
 from schemas.trainer import RunSpec
 
@@ -104,13 +105,9 @@ class RunSpecs:
             step = int(data.get("step", step_of(checkpoint_id)))
         except ValueError:
             return None
-        metrics = {k: float(v) for k, v in (data.get("metrics") or {}).items() if isinstance(v, int | float)}
-        # A checkpoint of this job lives under its own prefix: whatever URI the event reports (a custom
-        # script can print any event) is not recorded, so a later resume or retry cannot be pointed elsewhere.
-        uri = self.s3_uri(f"{constants.checkpoints_prefix(job.job_id)}{checkpoint_id}")
-        ref = CheckpointRef(
-            checkpoint_id=checkpoint_id, step=step, epoch=data.get("epoch"), metrics=metrics, uri=uri, attempt=job.attempt, created_at=now
-        )
+        ref = self._ref(job, checkpoint_id, step, data, now)
+        if ref is None:
+            return None
         refs = [r for r in job.checkpoints if r.checkpoint_id != checkpoint_id] + [ref]
         config = job.output_config.checkpoint
         best = best_of(refs, config.metric_for_best_model, config.greater_is_better)
@@ -118,15 +115,92 @@ class RunSpecs:
         keep = {r.checkpoint_id for r in (newest[-config.save_total_limit :] if config.save_total_limit else newest)}
         if best:
             keep.add(best)
+        if checkpoint_id not in keep:
+            return None  # a late report of a checkpoint that retention has already dropped
         return ref, best, sorted(keep)
 
+    def _ref(self, job: Job, checkpoint_id: str, step: int, data: Mapping[str, Any], now: datetime) -> CheckpointRef | None:
+        metrics = {k: float(v) for k, v in (data.get("metrics") or {}).items() if isinstance(v, int | float)}
+        # A checkpoint of this job lives under its own prefix: whatever URI the event reports (a custom
+        # script can print any event) is not recorded, so a later resume or retry cannot be pointed elsewhere.
+        uri = self.s3_uri(f"{constants.checkpoints_prefix(job.job_id)}{checkpoint_id}")
+        try:
+            # The manifest's own attempt and time: the same checkpoint reported twice is the same ref.
+            return CheckpointRef(
+                checkpoint_id=checkpoint_id,
+                step=step,
+                epoch=data.get("epoch"),
+                metrics=metrics,
+                uri=uri,
+                attempt=data.get("attempt") or job.attempt,
+                created_at=data.get("created_at") or now,
+            )
+        except ValueError:
+            return None
 
-def progress_of(data: Mapping[str, Any], now: datetime) -> Progress:
+    def catch_up_checkpoints(
+        self, job: Job, manifests: list[CheckpointManifest], now: datetime
+    ) -> tuple[list[CheckpointRef], str | None] | None:
+        """The job's checkpoints as S3 holds them (a checkpoint exists iff its manifest does) and the best
+        of them; None when the record already says exactly that (or S3 holds none)."""
+        if not manifests:
+            return None
+        known = {r.checkpoint_id: r for r in job.checkpoints}
+        refs: list[CheckpointRef] = []
+        for manifest in manifests:
+            if not valid_checkpoint_id(manifest.checkpoint_id):
+                continue
+            existing = known.get(manifest.checkpoint_id)
+            if existing is not None and existing.step == manifest.step:
+                refs.append(existing)
+                continue
+            ref = self._ref(job, manifest.checkpoint_id, manifest.step, manifest.model_dump(mode="json"), now)
+            if ref is not None:
+                refs.append(ref)
+        if not refs:
+            return None
+        config = job.output_config.checkpoint
+        best = best_of(refs, config.metric_for_best_model, config.greater_is_better)
+        # The same retention as for reported checkpoints (the trainer applies it to S3 too).
+        newest = sorted(refs, key=lambda r: r.step)
+        keep = {r.checkpoint_id for r in (newest[-config.save_total_limit :] if config.save_total_limit else newest)} | {best}
+        refs = [r for r in newest if r.checkpoint_id in keep]
+        latest = max(refs, key=lambda r: r.step).checkpoint_id
+        if set(known) == {r.checkpoint_id for r in refs} and best == job.best_checkpoint_id and latest == job.latest_checkpoint_id:
+            return None
+        return refs, best
+
+    def progress_from_metrics(self, job: Job, lines: Iterable[str], now: datetime, completed: bool) -> Progress | None:
+        """The current attempt's progress as metrics.jsonl records it (its last point); None without one."""
+        last: dict[str, Any] | None = None
+        for line in lines:
+            try:
+                point = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(point, dict) and isinstance(point.get("step"), int) and point.get("attempt") in (None, job.attempt):
+                last = point
+        if last is None:
+            return None
+        step = int(last["step"])
+        same_attempt = job.progress.attempt in (None, job.attempt)
+        total = job.progress.total_steps if same_attempt else None
+        if completed:
+            total, percent = total or step, 100.0
+        elif total:
+            percent = 100.0 * step / total
+        else:
+            percent = job.progress.percent if same_attempt else 0.0
+        fields = {k: last[k] for k in ("epoch", "loss", "tokens_per_second") if isinstance(last.get(k), int | float)}
+        return Progress(percent=min(max(percent, 0.0), 100.0), step=step, total_steps=total, updated_at=now, attempt=job.attempt, **fields)
+
+
+def progress_of(data: Mapping[str, Any], now: datetime, attempt: int | None = None) -> Progress:
     fields = {k: data[k] for k in ("step", "total_steps", "epoch", "loss", "eta_seconds", "tokens_per_second") if data.get(k) is not None}
     percent = data.get("percent")
     if percent is None and data.get("total_steps"):
         percent = 100.0 * float(data.get("step", 0)) / float(data["total_steps"])
-    return Progress(percent=min(max(float(percent or 0.0), 0.0), 100.0), updated_at=now, **fields)
+    return Progress(percent=min(max(float(percent or 0.0), 0.0), 100.0), updated_at=now, attempt=attempt, **fields)
 
 
 def best_of(refs: list[CheckpointRef], metric: str | None, greater: bool | None) -> str | None:

@@ -29,7 +29,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 # these paths are sent to `docker build` (the rest, .venv and cdk.out above all, stays out).
 TRAINER_DOCKERFILE = "trainer_image/Dockerfile"
 TRAINER_BUILD_CONTEXT = ("trainer_image", "schemas")  # tests/infra check the Dockerfile COPYs nothing else
-SAGEMAKER_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+SAGEMAKER_LOG_GROUP = constants.SAGEMAKER_TRAINING_LOG_GROUP
 # The Deep Learning AMI (Ubuntu) boots from /dev/sda1; Settings.ec2_root_device_name says the same.
 ROOT_DEVICE = "/dev/sda1"
 _ECR_URI = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repo>[a-z0-9._/-]+)[:@]")
@@ -40,6 +40,7 @@ class Compute(Construct):
         super().__init__(scope, construct_id)
         self.config = config
         self.storage = storage
+        self._sagemaker_log_group: logs.ILogGroup | None = None
         self.image_uri, self._grant_pull = self._trainer_image(config)
         self.trainer_log_group = logs.LogGroup(
             self,
@@ -340,6 +341,15 @@ class Compute(Construct):
     @property
     def _training_jobs(self) -> str:
         return arn(self, "sagemaker", f"training-job/{TRAINING_JOB_NAMES}")
+
+    def reports_log_group(self) -> logs.ILogGroup:
+        """Where the stage's trainers print their reports: SageMaker's own group (the account's, created by
+        SageMaker with the first training job; docs/DEPLOY.md), or the stack's trainer group (EC2)."""
+        if self.config.compute != "sagemaker":
+            return self.trainer_log_group
+        if self._sagemaker_log_group is None:
+            self._sagemaker_log_group = logs.LogGroup.from_log_group_name(self, "SageMakerTrainingLogs", SAGEMAKER_LOG_GROUP)
+        return self._sagemaker_log_group
 
     def grant_read_logs(self, role: iam.IRole) -> None:
         """The trainer's logs on the stage's engine (GET /jobs/{id}/logs)."""

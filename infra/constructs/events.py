@@ -1,8 +1,11 @@
-"""SageMaker and EC2 state changes (and the reconciler's tick) -> the events Lambda, with a dead-letter queue.
+"""SageMaker and EC2 state changes (and the reconciler's tick) -> the events Lambda, with a dead-letter queue;
+the trainer's reports (TRAINPLANE_EVENT lines of its log group) -> the same Lambda by a subscription filter.
 
 Waiting in AWS is by task tokens: these events are what answers them. Deliveries that fail (the
 Lambda throttled or erroring past its retries) land in the dead-letter queue, which has an alarm,
-so a lost event is seen; the reconciler covers the ones that never arrived.
+so a lost event is seen; the reconciler covers the ones that never arrived. CloudWatch Logs invokes
+the Lambda asynchronously for the reports: a failed invocation ends in the same queue, and the
+reconciler catches the job record up from S3 (docs/TRAINER.md, "Reports").
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from aws_cdk import Acknowledgment, Duration, Validations
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_logs_destinations as log_destinations
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
@@ -88,6 +93,18 @@ class Events(Construct):
         lifecycle.grant_start(role)  # the reconciler checks executions and restarts lost ones
         compute.grant_describe(role)
         compute.grant_stop(role)  # spot warnings tag the instance; the reconciler stops orphaned runs
+
+        # The trainer's reports: only the TRAINPLANE_EVENT lines of the engine's log group. The destination
+        # adds the function's resource policy: logs.amazonaws.com, from this group only (its ARN).
+        self.trainer_reports = logs.SubscriptionFilter(
+            self,
+            "TrainerReports",
+            log_group=compute.reports_log_group(),
+            destination=log_destinations.LambdaDestination(self.handler.function),
+            filter_pattern=logs.FilterPattern.literal(constants.TRAINER_REPORTS_FILTER_PATTERN),
+            # The SageMaker group is the account's: the stage in the name keeps stages' filters apart.
+            filter_name=config.name(constants.TRAINER_REPORTS_FILTER_NAME.removeprefix("trainplane-")),
+        )
 
         target = lambda_target(self.handler.function, self.dead_letter_queue)
         self.rules = [

@@ -1,7 +1,8 @@
 """e2e: `trainplane up --compute sagemaker` and `--compute ec2`: the real launchers against the emulated
 AWS, the compute emulated (trainplane/local/emulated_compute.py), run ends delivered as EventBridge
-events to the events handler. Checked through the public surfaces only: the HTTP API and the
-emulated AWS endpoint of endpoint.json.
+events to the events handler, the trainer's reports through the emulated CloudWatch Logs and its
+subscription filter (infra/local/trainer_reports.py). Checked through the public surfaces only: the
+HTTP API and the emulated AWS endpoint of endpoint.json.
 
 Both run the fast stand-in trainer (tests/fake_trainer.py), so that a pause through StopTrainingJob,
 a spot interruption, the automatic resume and a cancel fit in a few seconds each.
@@ -34,8 +35,8 @@ class CloudPlane(LocalPlane):
     """A plane started with --compute, optionally with another trainer command (the conftest's own
     start() passes no TRAINPLANE_* variable through, so `env` sets it for the child)."""
 
-    def __init__(self, state_dir: Path, compute: str, trainer_command: str | None = None) -> None:
-        super().__init__(state_dir)
+    def __init__(self, state_dir: Path, compute: str, trainer_command: str | None = None, env: dict[str, str] | None = None) -> None:
+        super().__init__(state_dir, env=env)
         self.compute = compute
         self.trainer_command = trainer_command
 
@@ -54,6 +55,23 @@ def sagemaker_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudP
 @pytest.fixture(scope="module")
 def ec2_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudPlane]:
     plane = CloudPlane(tmp_path_factory.mktemp("ec2") / "state", "ec2", FAKE_TRAINER).start()
+    yield plane
+    plane.stop()
+
+
+@pytest.fixture(scope="module")
+def local_fake_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudPlane]:
+    """--compute local with the same stand-in trainer: what the cloud engines' records must equal."""
+    plane = CloudPlane(tmp_path_factory.mktemp("local") / "state", "local", FAKE_TRAINER).start()
+    yield plane
+    plane.stop()
+
+
+@pytest.fixture(scope="module")
+def cut_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudPlane]:
+    """--compute sagemaker with the reports' channel down: every subscription delivery is dropped."""
+    env = {"TRAINPLANE_LOCAL_DROP_TRAINER_REPORTS": "1"}
+    plane = CloudPlane(tmp_path_factory.mktemp("cut") / "state", "sagemaker", FAKE_TRAINER, env=env).start()
     yield plane
     plane.stop()
 
@@ -205,3 +223,113 @@ def test_ec2_compute_spot_interruption_resumes_and_cancel_terminates(ec2_plane: 
     instance_id = running["run_handle"]["run_id"]
     state = lambda: ec2.describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]["State"]["Name"]  # noqa: E731
     wait_for(lambda: state() == "terminated", 60, "the instance to terminate", plane)
+
+
+RESOURCES = {
+    "local": {"gpu_count": 0},
+    "sagemaker": {"gpu_count": 0, "cpu_cores": 4, "ram_min_mb": 16_000},
+    "ec2": {"gpu_count": 1, "gpu_type": "T4"},
+}
+
+
+def reported_job(name: str, plane: CloudPlane, max_steps: str) -> dict[str, Any]:
+    """12 steps, checkpoints at 4 and 8; best by loss with greater-is-better, so best (4) != latest (8)."""
+    body = fake_job(name, plane.bucket, max_steps=max_steps, resources=RESOURCES[plane.compute])
+    body["output_config"] = {"checkpoint": {"save_steps": 4, "metric_for_best_model": "loss", "greater_is_better": True}}
+    return body
+
+
+def record(plane: CloudPlane, job: dict[str, Any]) -> dict[str, Any]:
+    """What the trainer's reports decide on a job's record, comparable across engines."""
+    events = plane.request("GET", f"/jobs/{job['job_id']}/events").json()["events"]
+    progress = job["progress"]
+    return {
+        "status": job["status"],
+        "checkpoints": [(c["checkpoint_id"], c["step"], c["metrics"]) for c in job["checkpoints"]],
+        "latest": job["latest_checkpoint_id"],
+        "best": job["best_checkpoint_id"],
+        "progress": (progress["step"], progress.get("total_steps"), progress["percent"], progress.get("loss")),
+        "phases": sorted({(e["from"], e["to"]) for e in events if e["actor"] == "trainer"}),
+    }
+
+
+def test_the_record_shows_phases_progress_and_checkpoints_exactly_as_with_compute_local(
+    local_fake_plane: CloudPlane, sagemaker_plane: CloudPlane, ec2_plane: CloudPlane
+) -> None:
+    # Given the same job on compute local (the stdout reader) and on both cloud engines (the log subscription)
+    planes = [local_fake_plane, sagemaker_plane, ec2_plane]
+    jobs = {plane.compute: submit(plane, reported_job(f"reports-{plane.compute}", plane, "12")) for plane in planes}
+    # When they complete
+    done = {p.compute: wait_for(lambda p=p: ended(p, jobs[p.compute], "COMPLETED"), 180, f"{p.compute} to complete", p) for p in planes}
+    records = {p.compute: record(p, done[p.compute]) for p in planes}
+    # Then the local record is what the stand-in reported...
+    assert records["local"] == {
+        "status": "COMPLETED",
+        "checkpoints": [("step-000004", 4, {"loss": 0.2}), ("step-000008", 8, {"loss": round(1 / 9, 6)})],
+        "latest": "step-000008",
+        "best": "step-000004",
+        "progress": (12, 12, 100.0, round(1 / 13, 6)),
+        "phases": sorted(
+            {("TRAINING", "CHECKPOINTING"), ("CHECKPOINTING", "TRAINING"), ("TRAINING", "EXPORTING"), ("EXPORTING", "COMPLETED")}
+        ),
+    }
+    # ...and SageMaker's and EC2's records are the same, phases included: the reports took the cloud's channel
+    assert records["sagemaker"] == records["local"]
+    assert records["ec2"] == records["local"]
+    streams = sagemaker_plane.client("logs").describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs")["logStreams"]
+    assert any(s["logStreamName"].startswith(f"tp-{jobs['sagemaker']}-a1/") for s in streams)
+    # The channel is the log group's subscription filter to the events function, as deployed in the cloud
+    for plane, group in ((sagemaker_plane, "/aws/sagemaker/TrainingJobs"), (ec2_plane, "/trainplane/trainer")):
+        (subscription,) = plane.client("logs").describe_subscription_filters(logGroupName=group)["subscriptionFilters"]
+        assert subscription["filterPattern"] == '"TRAINPLANE_EVENT"'
+        assert subscription["destinationArn"].endswith(":function:trainplane-events")
+
+
+@pytest.mark.parametrize("engine", ["sagemaker", "ec2"])
+def test_pause_lands_with_its_checkpoint_and_resumes_by_checkpoint_id(engine: str, request: pytest.FixtureRequest) -> None:
+    plane: CloudPlane = request.getfixturevalue(f"{engine}_plane")
+    # Given a job that has reported its first two checkpoints
+    job_id = submit(plane, reported_job(f"pause-{engine}", plane, "200"))
+    wait_for(lambda: (get_job(plane, job_id).get("latest_checkpoint_id") or "") >= "step-000008", 120, "checkpoint step-000008", plane)
+    # When it is paused (the trainer saves one more checkpoint on its way out)
+    assert verb(plane, job_id, "pause", {"save_checkpoint": True}).status_code in {200, 202}
+    paused = wait_for(lambda: ended(plane, job_id, "PAUSED"), 120, "the pause", plane)
+    # Then the PAUSED record already names the pause's checkpoint as the latest (it is on S3)
+    s3 = plane.client("s3")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=plane.bucket, Prefix=f"jobs/{job_id}/checkpoints/")["Contents"]]
+    on_s3 = sorted({k.split("/")[3] for k in keys if k.endswith("/manifest.json")})
+    assert paused["latest_checkpoint_id"] == on_s3[-1] >= "step-000008"
+    recorded = [c["checkpoint_id"] for c in paused["checkpoints"]]
+    assert on_s3[-1] in recorded and set(recorded) <= set(on_s3) and paused["best_checkpoint_id"] == "step-000004"
+    # When it is resumed from the first checkpoint by its id
+    assert verb(plane, job_id, "resume", {"checkpoint_id": "step-000004"}).status_code in {200, 202}
+    # Then attempt 2 trains from step 4 (the run spec says so) and reports on the cloud channel again
+    running = wait_for(
+        lambda: (j := get_job(plane, job_id))["attempt"] == 2 and j["progress"].get("attempt") == 2 and j, 120, "attempt 2", plane
+    )
+    spec = json.loads(s3.get_object(Bucket=plane.bucket, Key=f"jobs/{job_id}/config/run-002.json")["Body"].read())
+    assert spec["resume_from"] == f"s3://{plane.bucket}/jobs/{job_id}/checkpoints/step-000004"
+    history = plane.request("GET", f"/jobs/{job_id}/events").json()["events"]
+    assert any("resuming from" in e["reason"] and e["reason"].endswith("step-000004") for e in history)
+    assert running["status"] in {"TRAINING", "CHECKPOINTING"}
+    assert verb(plane, job_id, "cancel", {"reason": "enough"}).status_code in {200, 202}
+    wait_for(lambda: ended(plane, job_id, "CANCELLED"), 120, "the cancel", plane)
+
+
+def test_with_the_reports_channel_cut_the_record_ends_in_the_same_state(local_fake_plane: CloudPlane, cut_plane: CloudPlane) -> None:
+    # Given the same job on compute local and on SageMaker whose log subscription drops every delivery
+    reference = submit(local_fake_plane, reported_job("reference", local_fake_plane, "12"))
+    body = reported_job("cut", cut_plane, "12")
+    body["training_config"]["environment"]["fake_step_seconds"] = "0.5"  # long enough to be seen training
+    cut = submit(cut_plane, body)
+    expected = record(local_fake_plane, wait_for(lambda: ended(local_fake_plane, reference, "COMPLETED"), 180, "local", local_fake_plane))
+    # When the cut one trains: no report arrives (no phase change, no progress, no checkpoint)...
+    training_job = wait_for(lambda: training(cut_plane, cut), 120, "the cut job training", cut_plane)
+    assert training_job["progress"]["step"] == 0 and not training_job["checkpoints"]
+    # ...and completes
+    done = wait_for(lambda: ended(cut_plane, cut, "COMPLETED"), 180, "the cut job to complete", cut_plane)
+    # Then its record was caught up from S3 (manifests, metrics.jsonl) to the same final state; only the
+    # phase history, which exists nowhere but in the reports, is missing
+    got = record(cut_plane, done)
+    assert got["phases"] == [("TRAINING", "COMPLETED")]  # the run's end, decided from SageMaker's event
+    assert {**got, "phases": expected["phases"]} == expected

@@ -456,3 +456,38 @@ def test_state_machine_logs_all_and_traces(synth: Synth, stage: str) -> None:
 def test_outputs(synth: Synth, stage: str) -> None:
     outputs = synth.templates[stage]["Outputs"]
     assert {"ApiUrl", "ArtifactsBucketName", "JobsTableName", "TrainerImageUri", "StateMachineArn"} <= set(outputs)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_trainer_reports_reach_the_events_function_through_a_log_subscription(synth: Synth, stage: str) -> None:
+    functions = {f["Properties"]["Handler"]: k for k, f in synth.resources(stage, "AWS::Lambda::Function").items()}
+    events_fn = functions["functions.handlers.events.lambda_handler"]
+    # One subscription filter: the TRAINPLANE_EVENT lines of the engine's trainer log group -> the events function
+    (subscription,) = synth.resources(stage, "AWS::Logs::SubscriptionFilter").values()
+    props = subscription["Properties"]
+    assert props["FilterPattern"] == constants.TRAINER_REPORTS_FILTER_PATTERN == '"TRAINPLANE_EVENT"'
+    assert resolve_ref(props["DestinationArn"]) == events_fn
+    assert props["FilterName"] == f"trainplane-{stage}-trainer-reports"
+    if stage == "dev":  # compute sagemaker: SageMaker's own group
+        group_ref = None
+        assert props["LogGroupName"] == "/aws/sagemaker/TrainingJobs"
+    else:  # compute ec2: the stack's trainer group, where the user data's awslogs driver writes
+        group_ref = resolve_ref(props["LogGroupName"])
+        assert synth.templates[stage]["Resources"][group_ref]["Properties"]["LogGroupName"] == "/trainplane/prod/trainer"
+    # Least privilege: CloudWatch Logs may invoke the function, from that group only (its ARN), nothing else
+    permissions = [
+        p["Properties"]
+        for p in synth.resources(stage, "AWS::Lambda::Permission").values()
+        if p["Properties"]["Principal"] == "logs.amazonaws.com"
+    ]
+    assert len(permissions) == 1
+    (permission,) = permissions
+    assert permission["Action"] == "lambda:InvokeFunction" and resolve_ref(permission["FunctionName"]) == events_fn
+    source = json.dumps(permission["SourceArn"])
+    if group_ref is None:
+        assert "log-group:/aws/sagemaker/TrainingJobs:*" in source
+    else:
+        assert resolve_ref(permission["SourceArn"]) == group_ref
+    # The subscription is created after the permission exists (else CloudWatch Logs refuses it)
+    permission_ids = [k for k, p in synth.resources(stage, "AWS::Lambda::Permission").items() if p["Properties"] is permission]
+    assert set(permission_ids) <= set(subscription.get("DependsOn", []))

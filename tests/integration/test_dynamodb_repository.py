@@ -216,6 +216,30 @@ def test_progress_of_an_unknown_job_is_not_found(repo: Any) -> None:
         repo.record_progress("nope", Progress())
 
 
+def test_progress_only_moves_forward_whatever_order_reports_arrive_in(repo: Any) -> None:
+    # Given a job with attempt 2's progress at step 5
+    job = _created(repo, status=S.TRAINING)
+    assert repo.record_progress(job.job_id, Progress(percent=50.0, step=5, total_steps=10, attempt=2))
+    # When a repeated report, an older one and one of an earlier attempt arrive
+    assert not repo.record_progress(job.job_id, Progress(percent=50.0, step=5, total_steps=10, attempt=2))
+    assert not repo.record_progress(job.job_id, Progress(percent=40.0, step=4, total_steps=10, attempt=2))
+    assert not repo.record_progress(job.job_id, Progress(percent=90.0, step=9, total_steps=10, attempt=1))
+    # Then nothing changed; a newer step, the same step completed, and a new attempt do
+    assert repo.get(job.job_id).progress.step == 5
+    assert repo.record_progress(job.job_id, Progress(percent=60.0, step=6, total_steps=10, attempt=2))
+    assert repo.record_progress(job.job_id, Progress(percent=100.0, step=6, total_steps=6, attempt=2))
+    assert repo.record_progress(job.job_id, Progress(percent=10.0, step=1, total_steps=10, attempt=3))
+    assert (repo.get(job.job_id).progress.step, repo.get(job.job_id).progress.attempt) == (1, 3)
+
+
+def test_checkpoints_reported_out_of_order_keep_step_order_and_latest(repo: Any) -> None:
+    job = _created(repo, status=S.TRAINING)
+    for step in (8, 4, 8):
+        repo.add_checkpoint(job.job_id, CheckpointRef(checkpoint_id=f"step-{step:06d}", step=step, uri=f"s3://b/jobs/x/step-{step}"))
+    stored = repo.get(job.job_id)
+    assert [r.step for r in stored.checkpoints] == [4, 8] and stored.latest_checkpoint_id == "step-000008"
+
+
 def test_add_checkpoint_sets_latest_best_and_drops_what_is_not_kept(repo: Any) -> None:
     # Given a training job
     job = _created(repo, status=S.TRAINING)

@@ -30,6 +30,7 @@ from functions.adapters.launchers.sagemaker import SageMakerLauncher, describe_t
 from functions.service.cloud_events import EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_STATE_CHANGE
 from schemas.configs import ResourceConfig
 from schemas.job import ErrorType
+from schemas.trainer import TrainerEvent
 from tests.cloud_fixtures import BUCKET, cloud_settings, make_launch_request
 from tests.lifecycle_support import make_job, make_request, wait_until
 from trainplane.local import emulated_compute
@@ -43,18 +44,11 @@ TRAINER_ENV = {"PYTHONPATH": str(REPO_ROOT)}  # the trainer runs in its own dire
 class Recorder:
     def __init__(self) -> None:
         self.events: list[dict[str, Any]] = []
-        self.reports: list[tuple[str, str, int]] = []
         self._lock = threading.Lock()
 
     def __call__(self, event: dict[str, Any]) -> None:
         with self._lock:
             self.events.append(event)
-
-    def on_trainer_event(self, job_id: str, attempt: int, event: Any) -> None:
-        self.reports.append(("event", job_id, attempt))
-
-    def on_run_alive(self, job_id: str, attempt: int) -> None:
-        self.reports.append(("alive", job_id, attempt))
 
     def of(self, detail_type: str) -> list[dict[str, Any]]:
         with self._lock:
@@ -112,7 +106,6 @@ def _emulator(server: Clients, tmp_path: Path, compute: str) -> tuple[EmulatedCo
         bucket=BUCKET,
         trainer_log_group="/trainplane/trainer",
         sink=recorder,
-        observer=recorder,  # type: ignore[arg-type]
     )
     emulator.start()
     return emulator, recorder
@@ -167,11 +160,16 @@ def test_sagemaker_jobs_run_stop_fail_and_are_interrupted_as_in_aws(server: Clie
         assert finished["TrainingTimeInSeconds"] >= 0 and "TrainingEndTime" in finished
         event = _ended(recorder, SAGEMAKER_STATE_CHANGE, done.run_id, "TrainingJobStatus", "Completed")
         assert describe_training_job(event["detail"]).state == RunState.COMPLETED  # type: ignore[index]
-        # And the trainer's output is in SageMaker's log group, and its reports reached the observer
+        # And the trainer's output, its reports included (the log subscription's channel), is in SageMaker's
+        # log group: every line once, in order, in one stream
         job = make_job(make_request()).model_copy(update={"job_id": "job-done", "attempt": 1})
         lines = wait_until(lambda: CloudWatchLogSource(cloud_settings(compute="sagemaker"), server).read(job).lines, what="log lines")
-        assert any("TRAINPLANE_EVENT" in line.message for line in lines)
-        assert ("event", "job-done", 1) in recorder.reports
+        reports = [TrainerEvent.find_in(line.message) for line in lines if "TRAINPLANE_EVENT" in line.message]
+        assert reports and all(r is not None and (r.job_id, r.attempt) == ("job-done", 1) for r in reports)
+        seqs = [r.seq for r in reports if r is not None]
+        assert seqs == sorted(set(seqs))  # type: ignore[type-var]
+        streams = server.client("logs").describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix=done.run_id)
+        assert len(streams["logStreams"]) == 1
     finally:
         emulator.shutdown()
 

@@ -152,3 +152,93 @@ def test_a_state_machine_task_reaches_the_handler_and_routes_on_its_result(aws: 
     )
     assert status == "SUCCEEDED"
     assert handlers.calls[-1][0] == {"action": "admit", "job_id": "j9"}
+
+
+def test_moto_internals_the_subscription_delivery_relies_on_are_where_it_expects() -> None:
+    from moto.awslambda_simple.models import LambdaSimpleBackend
+    from moto.logs.models import LogStream
+
+    params = list(inspect.signature(LambdaSimpleBackend.send_log_event).parameters)
+    assert params == ["self", "function_arn", "filter_name", "log_group_name", "log_stream_name", "log_events"]
+    # PutLogEvents hands each subscription of the group to the destination's backend
+    assert "send_log_event" in inspect.getsource(LogStream._send_log_events)
+
+
+def _subscribed(aws: Any, handler: str, group: str, pattern: str) -> Any:
+    name = _function(aws, handler)
+    logs = boto3.client("logs", region_name=REGION)
+    logs.create_log_group(logGroupName=group)
+    logs.create_log_stream(logGroupName=group, logStreamName="tp-job1-a1/algo-1-1")
+    arn = aws.get_function(FunctionName=name)["Configuration"]["FunctionArn"]
+    logs.put_subscription_filter(logGroupName=group, filterName="reports", filterPattern=pattern, destinationArn=arn)
+    return logs
+
+
+def _now_ms() -> int:
+    import time
+
+    return int(time.time() * 1000)  # CloudWatch Logs refuses events older than 14 days
+
+
+def _wait_delivered(handlers: types.ModuleType, count: int) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while len(handlers.calls) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    while moto_lambda.pending_deliveries() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def test_a_log_subscription_delivers_the_matching_lines_as_awslogs(aws: Any, handlers: types.ModuleType) -> None:
+    from aws_lambda_powertools.utilities.parser import parse
+    from aws_lambda_powertools.utilities.parser.models import CloudWatchLogsModel
+
+    # Given a function subscribed to a log group's TRAINPLANE_EVENT lines
+    logs = _subscribed(aws, "lifecycle_test_handlers.echo", "/aws/sagemaker/TrainingJobs", '"TRAINPLANE_EVENT"')
+    # When lines are put, only some of them reports
+    lines = ["plain log", 'TRAINPLANE_EVENT {"kind":"phase","time":1.0,"data":{"phase":"TRAINING"}}', "another", "TRAINPLANE_EVENT {}"]
+    logs.put_log_events(
+        logGroupName="/aws/sagemaker/TrainingJobs",
+        logStreamName="tp-job1-a1/algo-1-1",
+        logEvents=[{"timestamp": _now_ms() + i, "message": m} for i, m in enumerate(lines)],
+    )
+    _wait_delivered(handlers, 1)
+    # Then the handler got one awslogs event: gzip+base64, the group, the stream, the filter, the matching lines only
+    assert len(handlers.calls) == 1
+    event, function_name, _ = handlers.calls[0]
+    assert function_name == "lifecycle_test_handlers-echo" and set(event) == {"awslogs"}
+    batch = parse(event=event, model=CloudWatchLogsModel).awslogs.decoded_data
+    assert (batch.messageType, batch.logGroup, batch.logStream, batch.subscriptionFilters) == (
+        "DATA_MESSAGE",
+        "/aws/sagemaker/TrainingJobs",
+        "tp-job1-a1/algo-1-1",
+        ["reports"],
+    )
+    assert [e.message for e in batch.logEvents] == [lines[1], lines[3]]
+
+
+def test_dropping_reports_is_a_channel_that_is_down(aws: Any, handlers: types.ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    logs = _subscribed(aws, "lifecycle_test_handlers.echo", "/trainplane/trainer", "TRAINPLANE_EVENT")
+    monkeypatch.setenv(moto_lambda.DROP_REPORTS_ENV, "1")
+    logs.put_log_events(
+        logGroupName="/trainplane/trainer",
+        logStreamName="tp-job1-a1/algo-1-1",
+        logEvents=[{"timestamp": _now_ms(), "message": "TRAINPLANE_EVENT {}"}],
+    )
+    deadline = time.monotonic() + 5
+    while moto_lambda.pending_deliveries() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.2)
+    assert handlers.calls == []
+
+
+def test_filter_patterns_beyond_terms_are_refused() -> None:
+    assert moto_lambda.matches_filter_pattern("", "anything")
+    assert moto_lambda.matches_filter_pattern('"TRAINPLANE_EVENT" phase', 'TRAINPLANE_EVENT {"phase"}')
+    assert not moto_lambda.matches_filter_pattern('"TRAINPLANE_EVENT"', "a plain line")
+    for unsupported in ('{ $.kind = "phase" }', "[ip, user]", "?ERROR ?WARN"):
+        with pytest.raises(ValueError, match="not emulated"):
+            moto_lambda.matches_filter_pattern(unsupported, "x")

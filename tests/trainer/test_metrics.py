@@ -107,3 +107,22 @@ def test_max_runtime_seconds_stops_with_a_checkpoint(tmp_path: Path, monkeypatch
     assert 0 < last < 1000
     assert outcome.checkpoints()[-1].step == last
     assert "stopped (max_runtime_seconds)" in outcome.stderr
+
+
+def test_every_event_names_its_job_and_attempt_and_carries_an_increasing_seq(monkeypatch: pytest.MonkeyPatch) -> None:
+    from schemas.trainer import ENV_ATTEMPT, ENV_JOB_ID, TrainerEvent, TrainerPhase
+
+    # Given the launcher's environment (job and attempt), then the run spec's
+    monkeypatch.setenv(ENV_JOB_ID, "job-1")
+    monkeypatch.setenv(ENV_ATTEMPT, "2")
+    out = io.StringIO()
+    events = Events(out)
+    events.set_phase(TrainerPhase.PREPARING)
+    events.bind("job-1", 3)
+    for _ in range(50):
+        events.emit(TrainerEventKind.PROGRESS, {"step": 1})
+    parsed = [TrainerEvent.from_line(line) for line in out.getvalue().splitlines()]
+    # Then each names its job and attempt, and the seqs increase strictly (reports are ordered by them)
+    assert [(e.job_id, e.attempt) for e in parsed[:2] if e] == [("job-1", 2), ("job-1", 3)]
+    seqs = [e.seq for e in parsed if e is not None and e.seq is not None]
+    assert len(seqs) == 51 and all(a < b for a, b in itertools.pairwise(seqs))

@@ -133,3 +133,34 @@ def test_a_run_this_control_plane_does_not_know_is_stopped_before_it_is_preempte
     assert report.reported_ends == [job.job_id] and report.restarted == [job.job_id]
     assert w.launcher.stopped == [("1001", True)]
     assert w.repo.get(job.job_id).status == S.PREEMPTED
+
+
+def test_a_running_job_whose_reports_stopped_is_caught_up_from_s3() -> None:
+    import json
+
+    from schemas.checkpoint import CheckpointManifest
+
+    w = World()
+    job = w.submit()
+    w.to_training(job.job_id)
+    # Given a live run that wrote two checkpoints and metrics to S3, none of which was reported
+    for step in (2, 4):
+        manifest = CheckpointManifest(checkpoint_id=f"step-{step:06d}", job_id=job.job_id, step=step, files=[], created_at=w.now)
+        w.artifacts.objects[f"jobs/{job.job_id}/checkpoints/step-{step:06d}/manifest.json"] = manifest.model_dump_json().encode()
+    w.artifacts.objects[f"jobs/{job.job_id}/metrics.jsonl"] = "\n".join(
+        json.dumps({"step": s, "loss": 1.0 / s, "attempt": 1}) for s in range(1, 6)
+    ).encode()
+    reconciler = _reconciler(w, Executions({EXEC}))
+    # When a sweep comes within the grace period of the run's start, nothing is read yet
+    assert reconciler.run_once().caught_up == []
+    # When reports have been missing for longer than the grace period
+    w.now += timedelta(seconds=61)
+    report = reconciler.run_once()
+    # Then the record has what S3 holds; the job keeps running
+    caught = w.repo.get(job.job_id)
+    assert report.caught_up == [job.job_id] and report.heartbeats == 1
+    assert [r.checkpoint_id for r in caught.checkpoints] == ["step-000002", "step-000004"] and caught.latest_checkpoint_id == "step-000004"
+    assert (caught.progress.step, caught.progress.attempt, caught.status) == (5, 1, S.TRAINING)
+    # And a sweep that finds nothing new changes nothing
+    w.now += timedelta(seconds=61)
+    assert reconciler.run_once().caught_up == []

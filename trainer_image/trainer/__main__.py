@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         events.set_phase(TrainerPhase.PREPARING)
         spec = load_run_spec(paths)
+        events.bind(spec.job_id, spec.attempt)
         access.enforce(spec)  # every path inside what the control plane allowed, before any is touched
         stop.max_runtime_seconds = spec.max_runtime_seconds
         os.environ.update(spec.training_config.environment)

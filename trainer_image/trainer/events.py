@@ -1,16 +1,20 @@
 """TrainerEvent lines on stdout: how launchers (and the LocalLauncher's log reader) follow a run.
 
-Only rank 0 prints events; other ranks would repeat the same progress N times.
+Only rank 0 prints events; other ranks would repeat the same progress N times. Each event names its
+job and attempt (from TRAINPLANE_JOB_ID / TRAINPLANE_ATTEMPT, then the run spec) and carries a `seq`,
+so the control plane can apply reports that arrive twice or out of order (a CloudWatch Logs
+subscription delivers at least once) exactly once and in order.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
 from typing import Any, TextIO
 
-from schemas.trainer import TrainerEvent, TrainerEventKind, TrainerPhase
+from schemas.trainer import ENV_ATTEMPT, ENV_JOB_ID, ReportSequence, TrainerEvent, TrainerEventKind, TrainerPhase
 
 _lock = threading.Lock()  # the async checkpoint thread prints too: never interleave two lines
 
@@ -20,9 +24,17 @@ class Events:
         self._stream = stream
         self.enabled = enabled
         self.phase: TrainerPhase | None = None
+        self.job_id: str | None = os.environ.get(ENV_JOB_ID) or None
+        attempt = os.environ.get(ENV_ATTEMPT, "")
+        self.attempt: int | None = int(attempt) if attempt.isdigit() and int(attempt) >= 1 else None
+        self._seq = ReportSequence()
+
+    def bind(self, job_id: str, attempt: int) -> None:
+        """The run spec's job and attempt: every later event names them."""
+        self.job_id, self.attempt = job_id, attempt
 
     def emit(self, kind: TrainerEventKind, data: dict[str, Any] | None = None) -> TrainerEvent:
-        event = TrainerEvent(kind=kind, time=time.time(), data=data or {})
+        event = TrainerEvent(kind=kind, time=time.time(), data=data or {}, job_id=self.job_id, attempt=self.attempt, seq=self._seq.next())
         if self.enabled:
             self.line(event.to_line())
         return event

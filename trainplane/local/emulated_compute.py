@@ -18,7 +18,11 @@ DescribeInstances, and run ends arrive as EventBridge events at the events Lambd
 - Each run's state changes are delivered as EventBridge events to the events handler, in process
   (moto cannot deliver EventBridge events to a Lambda target).
 
-Trainer reports (phases, progress, checkpoints) reach the lifecycle as they do with the LocalLauncher.
+Trainer reports (phases, progress, checkpoints) take the cloud's path, not a shortcut: their
+TRAINPLANE_EVENT lines are put into CloudWatch Logs like every other line (as soon as the LocalLauncher
+reads one, where SageMaker's agent or docker's awslogs driver batches for a few seconds), and the
+log group's subscription filter delivers them to the events Lambda (infra/local/trainer_reports.py).
+Nothing here hands a report or a heartbeat to the lifecycle in process.
 
 Emulated spot interruption: tag the training job or the instance `trainplane-emulator:interrupt`
 (any value) through the emulated AWS. EC2: the "Spot Instance Interruption Warning" event fires and
@@ -41,6 +45,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import moto
@@ -63,6 +68,7 @@ logger = logging.getLogger(__name__)
 PINNED_MOTO_VERSION = "5.2.5"
 INTERRUPT_TAG = "trainplane-emulator:interrupt"
 POLL_SECONDS = 0.5
+LOG_DELIVERY_WAIT_SECONDS = 2.0
 EMULATED_AMI = "ami-0trainplane0local0"
 LAUNCH_TEMPLATE = "trainplane-trainer"
 _LOG_KEY = re.compile(r"^jobs/(?P<job_id>.+)/logs/attempt-(?P<attempt>\d+)\.log$")
@@ -86,20 +92,6 @@ EventSink = Callable[[dict[str, Any]], None]
 ClientFactory = Callable[[str], Any]
 
 
-class RunObserver:
-    """Where trainer reports go: the lifecycle service of the process's composition root."""
-
-    def on_trainer_event(self, job_id: str, attempt: int, event: TrainerEvent) -> None:
-        from functions import composition
-
-        composition.lifecycle_service().on_trainer_event(job_id, attempt, event)
-
-    def on_run_alive(self, job_id: str, attempt: int) -> None:
-        from functions import composition
-
-        composition.lifecycle_service().on_run_alive(job_id, attempt)
-
-
 def deliver_to_events_handler(event: dict[str, Any]) -> None:
     """EventBridge -> the events Lambda, in process (moto raises NotImplementedError for Lambda targets)."""
     from functions.handlers import events
@@ -119,6 +111,7 @@ class _Run:
     stop_reason: str | None = None
     interrupted: bool = False
     ended: threading.Event = field(default_factory=threading.Event)
+    log_stream: str | None = None  # named once, at its first line
 
 
 class EmulatedCompute:
@@ -135,7 +128,6 @@ class EmulatedCompute:
         region: str = constants.LOCAL_REGION,
         account_id: str = constants.LOCAL_ACCOUNT_ID,
         sink: EventSink = deliver_to_events_handler,
-        observer: RunObserver | None = None,
     ) -> None:
         if compute not in {"sagemaker", "ec2"}:
             raise ValueError(f"no emulated compute for {compute!r}")
@@ -147,7 +139,6 @@ class EmulatedCompute:
         self.region = region
         self.account_id = account_id
         self.sink = sink
-        self.observer = observer or RunObserver()
         self._runs: dict[str, _Run] = {}  # by run id
         self._by_attempt: dict[tuple[str, int], _Run] = {}
         self._log_shipped: dict[str, tuple[int, int]] = {}  # stream -> (bytes shipped, last timestamp)
@@ -259,6 +250,7 @@ class EmulatedCompute:
             job.failure_reason = failure
         _transition(job, secondary, failure or f"Training job {status.lower()}")
         run.ended.set()
+        self._logs_delivered()
         self._emit_sagemaker(job)
 
     def _emit_sagemaker(self, job: Any) -> None:
@@ -329,6 +321,7 @@ class EmulatedCompute:
             self.client("s3").put_object(Bucket=self.bucket, Key=key, Body=json.dumps(document).encode())
             ec2.terminate_instances(InstanceIds=[run.run_id])
         run.ended.set()
+        self._logs_delivered()
         self._emit(EC2_STATE_CHANGE, "aws.ec2", self._instance_arn(run.run_id), {"instance-id": run.run_id, "state": "terminated"})
 
     # --- SageMaker tags (the interrupt control) --------------------------------------------------
@@ -350,10 +343,19 @@ class EmulatedCompute:
 
     # --- LocalLauncher observer -------------------------------------------------------------------
     def on_trainer_event(self, job_id: str, attempt: int, event: TrainerEvent) -> None:
-        self.observer.on_trainer_event(job_id, attempt, event)
+        """A report line was read: ship the run's new lines to CloudWatch Logs now (the subscription
+        filter takes the report from there), not on the next tick."""
+        run = self._by_attempt.get((job_id, attempt))
+        if run is None or run.handle is None:
+            return
+        try:
+            self._ship_to_cloudwatch(run, self.runner.log_path(run.handle))
+        except Exception:
+            logger.exception("emulated %s: log lines of %s not shipped; next tick", self.compute, job_id)
 
     def on_run_alive(self, job_id: str, attempt: int) -> None:
-        self.observer.on_run_alive(job_id, attempt)
+        """Nothing: in AWS no one tells the control plane a run is alive but its reports (any report is a
+        heartbeat), the engine's events and the reconciler's sweeps."""
 
     def on_run_finished(self, job_id: str, attempt: int, run_description: RunDescription) -> None:
         run = self._by_attempt.get((job_id, attempt))
@@ -419,6 +421,19 @@ class EmulatedCompute:
             # As EventBridge: a failed delivery is not the emitter's problem; the reconciler catches up.
             logger.exception("emulated %s event for %s not delivered", detail_type, resource)
 
+    def _logs_delivered(self) -> None:
+        """Before a run's end event: the subscription deliveries of its last lines, for a moment at most.
+
+        SageMaker and the awslogs driver flush a container's last lines as it exits, and the subscription
+        usually delivers them before the end's EventBridge event is handled; here the two would race
+        on every run. Not a guarantee the control plane relies on: a report that comes after the end is
+        caught up from S3 (LifecycleService.catch_up), only its phase-history entry would be missing.
+        """
+        from trainplane.local import moto_lambda
+
+        if not moto_lambda.wait_for_deliveries(LOG_DELIVERY_WAIT_SECONDS):
+            logger.info("emulated %s: log subscription deliveries still pending at a run's end", self.compute)
+
     def _instance_arn(self, instance_id: str) -> str:
         return f"arn:aws:ec2:{self.region}:{self.account_id}:instance/{instance_id}"
 
@@ -429,17 +444,27 @@ class EmulatedCompute:
         match = _LOG_KEY.match(key)
         if match is None:
             return
-        job_id, attempt = match.group("job_id"), int(match.group("attempt"))
-        run = self._by_attempt.get((job_id, attempt))
-        if run is None:
-            return
-        if run.kind == "sagemaker":
-            group, stream = LOG_GROUP, f"{training_job_name(job_id, attempt)}/algo-1-{int(run.started_at)}"
-        else:
-            group, stream = self.trainer_log_group, f"{log_stream_prefix(job_id, attempt)}trainer"
+        run = self._by_attempt.get((match.group("job_id"), int(match.group("attempt"))))
+        if run is not None and run.handle is not None:
+            self._ship_to_cloudwatch(run, self.runner.log_path(run.handle))
+
+    def _ship_to_cloudwatch(self, run: _Run, log_path: Path) -> None:
+        """The run's complete lines not shipped yet -> PutLogEvents in the group/stream its engine uses."""
         with self._lock:
+            if run.log_stream is None:
+                if run.kind == "sagemaker":
+                    run.log_stream = f"{training_job_name(run.job_id, run.attempt)}/algo-1-{int(time.time())}"
+                else:
+                    run.log_stream = f"{log_stream_prefix(run.job_id, run.attempt)}trainer"
+            group = LOG_GROUP if run.kind == "sagemaker" else self.trainer_log_group
+            stream = run.log_stream
             shipped, last_ms = self._log_shipped.get(stream, (0, 0))
-            fresh = body[shipped:]
+            try:
+                with log_path.open("rb") as log:
+                    log.seek(shipped)
+                    fresh = log.read()
+            except OSError:
+                return
             complete = fresh[: fresh.rfind(b"\n") + 1]  # whole lines only; the rest goes next time
             if not complete:
                 return
@@ -559,10 +584,10 @@ def _ensure_stream(logs: Any, group: str, stream: str) -> None:
 
 
 class _LambdaContext:
-    function_name = "trainplane-events"
+    function_name = constants.EVENTS_FUNCTION_NAME
     function_version = "$LATEST"
     memory_limit_in_mb = 512
-    invoked_function_arn = f"arn:aws:lambda:{constants.LOCAL_REGION}:{constants.LOCAL_ACCOUNT_ID}:function:trainplane-events"
+    invoked_function_arn = f"arn:aws:lambda:{constants.LOCAL_REGION}:{constants.LOCAL_ACCOUNT_ID}:function:{constants.EVENTS_FUNCTION_NAME}"
     aws_request_id = "emulated"
 
 

@@ -179,6 +179,11 @@ class LocalLauncher:
             return run.description
         return RunDescription(state=RunState.STOPPING if run.stop_requested else RunState.RUNNING)
 
+    def log_path(self, handle: LaunchHandle) -> Path:
+        """Where the run's output (every stdout/stderr line, as read) is written."""
+        job_id, attempt = handle.extra.get("job_id", ""), handle.attempt
+        return self.work_dir / job_id / f"attempt-{attempt:03d}" / f"attempt-{attempt:03d}.log"
+
     # --- local mode lifecycle -------------------------------------------------------------------
     def shutdown(self, timeout: float | None = None) -> None:
         """Stop every run with a checkpoint and wait; reports are not delivered (the reconciler resumes them)."""
