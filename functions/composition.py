@@ -39,6 +39,9 @@ if TYPE_CHECKING:
     from functions.service.reconciler import Reconciler
     from functions.service.retraining import RetrainingService
     from functions.service.scheduler import CapacityLedger
+    from functions.service.sweeps import SweepService
+    from functions.service.sweeps_controller import SweepController
+    from functions.service.sweeps_hooks import SweepHooks
     from functions.service.trainer_reports import TrainerLogReports
     from functions.settings import Settings
 
@@ -249,9 +252,50 @@ class Composition:
                 max_preemptions=settings.max_preemptions,
             )
             paths = PathRules(settings, self.repository, self.artifacts)
-            return LifecycleService(self.repository, self.artifacts, self.launchers, workflow, workflow, scheduler, config, paths=paths)
+            service = LifecycleService(self.repository, self.artifacts, self.launchers, workflow, workflow, scheduler, config, paths=paths)
+            service.sweep_hooks = self.sweep_hooks  # a trial's reports and ends wake its sweep's controller
+            return service
 
         return self._given_or("lifecycle", build)
+
+    @property
+    def sweeps(self) -> SweepService:
+        """Sweeps' API side (functions/service/sweeps.py; no Optuna): the sweep items in the jobs table."""
+
+        def build() -> SweepService:
+            from functions.adapters.sweeps import DynamoSweepRepository
+            from functions.adapters.sweeps_wake import waker_for
+            from functions.service.sweeps import SweepService
+
+            repository = DynamoSweepRepository(self.clients, self.settings.jobs_table)
+            return SweepService(repository, self.jobs, waker_for(self.settings, self.clients))
+
+        return self._once("_sweeps", build)
+
+    @property
+    def sweep_hooks(self) -> SweepHooks:
+        """What the lifecycle tells sweeps: a trial's metric reports and transitions wake the controller."""
+
+        def build() -> SweepHooks:
+            from functions.adapters.sweeps import DynamoSweepRepository
+            from functions.adapters.sweeps_wake import waker_for
+            from functions.service.sweeps_hooks import SweepHooks
+
+            return SweepHooks(DynamoSweepRepository(self.clients, self.settings.jobs_table), waker_for(self.settings, self.clients))
+
+        return self._once("_sweep_hooks", build)
+
+    @property
+    def sweep_controller(self) -> SweepController:
+        """The sweep controller (imports Optuna: only its own Lambda and local mode's worker, never the API)."""
+
+        def build() -> SweepController:
+            from functions.adapters.sweeps import DynamoSweepRepository
+            from functions.service.sweeps_controller import SweepController
+
+            return SweepController(DynamoSweepRepository(self.clients, self.settings.jobs_table), self.jobs)
+
+        return self._once("_sweep_controller", build)
 
     @property
     def retraining(self) -> RetrainingService:
@@ -373,6 +417,11 @@ def job_service() -> JobService:
 
 def retraining_service() -> RetrainingService:
     return current().retraining
+
+
+def sweep_service() -> SweepService:
+    """Sweeps' API side (functions/service/sweeps.py; no Optuna)."""
+    return current().sweeps
 
 
 def lifecycle_service() -> LifecycleService:

@@ -74,6 +74,14 @@ class PolicyConflict(ConcurrentModification):
         self.policy_id = policy_id
 
 
+class SweepNotFound(DomainError):
+    """No such sweep, or another principal's (404: sweep ids are not disclosed either)."""
+
+    def __init__(self, sweep_id: str) -> None:
+        super().__init__(f"sweep {sweep_id} not found")
+        self.sweep_id = sweep_id
+
+
 class ShapeNotFound(DomainError):
     """No such training shape (or version) in this deployment (404 on /training-shapes)."""
 

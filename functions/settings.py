@@ -69,6 +69,9 @@ class Settings(BaseModel):
     retraining_schedule_group: str | None = None
     retraining_scheduler_role_arn: str | None = None
     retraining_function_arn: str | None = None
+    # Sweeps: the controller woken by the API and the lifecycle: "local" in local mode (an in-process worker,
+    # localmode/deploy/sweeps.py), a Lambda's name in AWS; None: no controller deployed, POST /sweeps is refused.
+    sweep_controller_function: str | None = None
     # Path confinement (docs/SECURITY.md). Buckets/prefixes outside the artifacts bucket that jobs may
     # use: TRAINPLANE_BUCKET_GRANTS is a JSON list of {"uri", "access": "read"|"read-write", "principals"}
     # (the cloud stack writes it from the CDK context `bucket_grants`).

@@ -40,11 +40,11 @@ def cdk_json_context() -> dict[str, object]:
     return dict(json.loads((ROOT / "cdk.json").read_text(encoding="utf-8")).get("context", {}))
 
 
-def add_stack(app: cdk.App, config: StageConfig, bundle: LambdaBundle) -> TrainplaneStack:
+def add_stack(app: cdk.App, config: StageConfig, bundle: LambdaBundle, sweeps_bundle: LambdaBundle | None = None) -> TrainplaneStack:
     account = config.account or os.environ.get("CDK_DEFAULT_ACCOUNT")
     region = config.region or os.environ.get("CDK_DEFAULT_REGION")
     env = cdk.Environment(account=account, region=region) if account or region else None
-    stack = TrainplaneStack(app, stack_name(config), config=config, bundle=bundle, env=env)
+    stack = TrainplaneStack(app, stack_name(config), config=config, bundle=bundle, sweeps_bundle=sweeps_bundle, env=env)
     cdk.Tags.of(stack).add("application", "trainplane")
     cdk.Tags.of(stack).add("stage", config.stage)
     return stack
@@ -61,7 +61,9 @@ def build_app(context: dict[str, object] | None = None, outdir: str | None = Non
     config = StageConfig.from_context(app.node.try_get_context)
     bundle = build_bundle()
     print(bundle.report(), file=sys.stderr)
-    stack = add_stack(app, config, bundle)
+    sweeps_bundle = build_bundle(sweeps=True)  # the sweep controller's: Optuna, never in the API's bundle
+    print("sweep controller " + sweeps_bundle.report(), file=sys.stderr)
+    stack = add_stack(app, config, bundle, sweeps_bundle)
     check(app)
     return app, stack
 

@@ -35,12 +35,15 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 LOCK_FILE = REPO_ROOT / "infra" / "lambda-requirements.txt"
+# The sweep controller's bundle: the core dependencies and the `sweeps` extra (Optuna), never the API's.
+SWEEPS_LOCK_FILE = REPO_ROOT / "infra" / "sweeps-requirements.txt"
+SWEEPS_EXTRAS = ("sweeps",)
 PLATFORM = "manylinux2014_aarch64"
 PYTHON_VERSION = "3.12"
 SOURCE_PACKAGES = ("schemas", "functions")
 # Services the Lambda code creates clients for; everything else is pruned from botocore/boto3 data.
 BOTOCORE_SERVICES = frozenset(
-    {"dynamodb", "s3", "stepfunctions", "sagemaker", "ec2", "logs", "events", "scheduler", "sts", "cloudwatch", "ssm"}
+    {"dynamodb", "s3", "stepfunctions", "sagemaker", "ec2", "logs", "events", "scheduler", "sts", "cloudwatch", "ssm", "lambda"}
 )
 # Never in a Lambda bundle (docs/DESIGN.md): each is hundreds of MB or seconds of import time.
 FORBIDDEN_DISTRIBUTIONS = ("torch", "transformers", "sagemaker", "peft", "accelerate", "trl", "tokenizers", "safetensors", "moto")
@@ -76,9 +79,18 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def project_pins(pyproject: Path = REPO_ROOT / "pyproject.toml") -> dict[str, str]:
-    """The core dependencies of pyproject.toml, name -> pinned version; every one must be pinned."""
-    deps = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+def _requirements(pyproject: Path, extras: tuple[str, ...] = ()) -> list[str]:
+    """The core dependencies as written in pyproject.toml, then those of `extras`."""
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    deps = list(project["dependencies"])
+    for extra in extras:
+        deps += [d for d in project["optional-dependencies"][extra] if not d.startswith("trainplane[")]
+    return [d.strip() for d in deps]
+
+
+def project_pins(pyproject: Path = REPO_ROOT / "pyproject.toml", extras: tuple[str, ...] = ()) -> dict[str, str]:
+    """The core dependencies (and `extras`') of pyproject.toml, name -> pinned version; every one must be pinned."""
+    deps = _requirements(pyproject, extras)
     pins: dict[str, str] = {}
     for dep in deps:
         match = _PIN.match(dep.strip())
@@ -97,13 +109,13 @@ def lock_pins(lock: Path = LOCK_FILE) -> dict[str, str]:
     return pins
 
 
-def check_lock(lock: Path = LOCK_FILE, pyproject: Path = REPO_ROOT / "pyproject.toml") -> None:
+def check_lock(lock: Path = LOCK_FILE, pyproject: Path = REPO_ROOT / "pyproject.toml", extras: tuple[str, ...] = ()) -> None:
     if not lock.exists():
         raise BundlingError(f"{lock} is missing: run `python -m infra.bundling lock`")
     locked = lock_pins(lock)
     drift = [
         f"{name}: pyproject {version}, lock {locked.get(name, 'absent')}"
-        for name, version in project_pins(pyproject).items()
+        for name, version in project_pins(pyproject, extras).items()
         if locked.get(name) != version
     ]
     if drift:
@@ -114,15 +126,13 @@ def _pip_platform_args() -> list[str]:
     return ["--platform", PLATFORM, "--only-binary=:all:", "--python-version", PYTHON_VERSION, "--implementation", "cp"]
 
 
-def write_lock(lock: Path = LOCK_FILE) -> Path:
-    """Resolve pyproject's core dependencies for the Lambda platform and pin every wheel by hash."""
+def write_lock(lock: Path = LOCK_FILE, extras: tuple[str, ...] = ()) -> Path:
+    """Resolve pyproject's core dependencies (and `extras`') for the Lambda platform and pin every wheel by hash."""
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "report.json"
-        project_pins()  # refuses an unpinned dependency before anything is resolved
+        project_pins(extras=extras)  # refuses an unpinned dependency before anything is resolved
         # As written in pyproject, extras included (aws-lambda-powertools[tracer]).
-        requirements = [
-            d.strip() for d in tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["dependencies"]
-        ]
+        requirements = _requirements(REPO_ROOT / "pyproject.toml", extras)
         _pip(
             [
                 "install",
@@ -139,7 +149,9 @@ def write_lock(lock: Path = LOCK_FILE) -> Path:
         installed = json.loads(report.read_text(encoding="utf-8"))["install"]
     lines = [
         "# The Lambda bundle's dependencies for linux/arm64, CPython 3.12: every wheel pinned by hash.",
-        "# Generated from pyproject.toml [project].dependencies by `python -m infra.bundling lock`; do not edit.",
+        "# Generated from pyproject.toml [project].dependencies"
+        + (f" and the {', '.join(extras)} extra" if extras else "")
+        + " by `python -m infra.bundling lock`; do not edit.",
     ]
     for item in sorted(installed, key=lambda i: _normalise(i["metadata"]["name"])):
         digest = item["download_info"]["archive_info"]["hashes"]["sha256"]
@@ -187,9 +199,9 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def ensure_dependencies(lock: Path = LOCK_FILE, cache: Path | None = None) -> Path:
+def ensure_dependencies(lock: Path = LOCK_FILE, cache: Path | None = None, extras: tuple[str, ...] = ()) -> Path:
     """The installed, pruned dependency tree for this lock; built once per key, then reused."""
-    check_lock(lock)
+    check_lock(lock, extras=extras)
     root = cache or cache_root()
     target = root / "deps" / dependencies_key(lock)
     # The marker sits beside the tree, not in it: the tree is copied into the Lambda bundle as is.
@@ -262,10 +274,13 @@ def _tree_size(tree: Path) -> tuple[int, int]:
     return size, count
 
 
-def build_bundle(root: Path = REPO_ROOT, cache: Path | None = None) -> LambdaBundle:
-    """dependencies + schemas/ + functions/ in one directory, named by the hash of its content."""
+def build_bundle(root: Path = REPO_ROOT, cache: Path | None = None, *, sweeps: bool = False) -> LambdaBundle:
+    """dependencies + schemas/ + functions/ in one directory, named by the hash of its content.
+
+    sweeps=True: the sweep controller's bundle, whose dependencies add the `sweeps` extra (Optuna)."""
     cache = cache or cache_root()
-    deps = ensure_dependencies(cache=cache)
+    lock, extras = (SWEEPS_LOCK_FILE, SWEEPS_EXTRAS) if sweeps else (LOCK_FILE, ())
+    deps = ensure_dependencies(lock, cache=cache, extras=extras)
     digest = hashlib.sha256(deps.name.encode())
     sources = list(_source_files(root))
     for path in sources:
@@ -324,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "lock":
         print(f"wrote {write_lock().relative_to(REPO_ROOT)}")
+        print(f"wrote {write_lock(SWEEPS_LOCK_FILE, SWEEPS_EXTRAS).relative_to(REPO_ROOT)}")
     else:
         print(build_bundle().report())
     return 0

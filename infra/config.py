@@ -43,6 +43,7 @@ class ReservedConcurrency(BaseModel):
     lifecycle: int = Field(default=20, ge=0, le=1000)
     events: int = Field(default=10, ge=0, le=1000)
     retraining: int = Field(default=5, ge=0, le=1000)
+    sweeps: int = Field(default=5, ge=0, le=1000)
 
 
 class StageConfig(BaseModel):

@@ -21,10 +21,20 @@ from infra.constructs.lifecycle import LIFECYCLE, Lifecycle, state_machine_arn
 from infra.constructs.observability import Observability
 from infra.constructs.retraining import RETRAINING, Retraining
 from infra.constructs.storage import Storage
+from infra.constructs.sweeps import SWEEPS, Sweeps
 
 
 class TrainplaneStack(Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, config: StageConfig, bundle: LambdaBundle, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: StageConfig,
+        bundle: LambdaBundle,
+        sweeps_bundle: LambdaBundle | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(scope, construct_id, description=f"trainplane control plane ({config.stage})", **kwargs)
         self.config = config
         # One asset for every function: the hash is the bundle's own, so CDK need not re-hash 1000 files.
@@ -36,6 +46,10 @@ class TrainplaneStack(Stack):
         # Retraining (issue 7) is deployed once its dispatcher exists; a function without code would
         # only fail on every event.
         retraining = Retraining(self, "Retraining", config=config) if RETRAINING.defined_in(bundle.path) else None
+        # Sweeps (issue 15): the controller runs from a bundle of its own (Optuna); without one, the API
+        # refuses POST /sweeps (settings.sweep_controller_function unset) instead of accepting sweeps
+        # nothing would decide.
+        sweeps = Sweeps(self, "Sweeps", config=config) if sweeps_bundle is not None and SWEEPS.defined_in(sweeps_bundle.path) else None
 
         storage = Storage(self, "Storage", config=config)
         dashboard = Dashboard(self, "Dashboard", config=config) if config.dashboard else None
@@ -44,6 +58,7 @@ class TrainplaneStack(Stack):
         environment = settings_environment(
             {
                 **(retraining.settings() if retraining else {}),
+                **(sweeps.settings() if sweeps else {}),
                 "jobs_table": storage.jobs_table.table_name,
                 "idempotency_table": storage.idempotency_table.table_name,
                 "artifacts_bucket": storage.artifacts_bucket.bucket_name,
@@ -96,6 +111,23 @@ class TrainplaneStack(Stack):
                 )
             )
             retraining.grant_manage_schedules(api.handler.role)  # policies are created through the API
+        if sweeps and sweeps_bundle is not None:
+            sweeps_code = lambda_.Code.from_asset(
+                str(sweeps_bundle.path), asset_hash=sweeps_bundle.asset_hash, asset_hash_type=AssetHashType.CUSTOM
+            )
+            functions.append(
+                sweeps.add_controller(
+                    storage=storage,
+                    compute=compute,
+                    lifecycle=lifecycle,
+                    dead_letter_queue=events.dead_letter_queue,
+                    code=sweeps_code,
+                    environment=environment,
+                )
+            )
+            # Woken by the API (create, pause, resume, cancel) and by whoever records trainer reports and run ends.
+            for waker in (api.handler, lifecycle.tasks, events.handler):
+                sweeps.grant_wake(waker.role)
         Observability(
             self,
             "Observability",
@@ -122,6 +154,11 @@ class TrainplaneStack(Stack):
         CfnOutput(self, "SageMakerRoleArn", value=compute.sagemaker_role.role_arn)
         CfnOutput(self, "LaunchTemplateId", value=compute.launch_template.launch_template_id or "")
         CfnOutput(self, "DeadLetterQueueUrl", value=events.dead_letter_queue.queue_url)
+        CfnOutput(
+            self,
+            "SweepsStatus",
+            value="deployed" if sweeps else f"not deployed: no sweep controller bundle with {SWEEPS.handler}",
+        )
         CfnOutput(
             self,
             "RetrainingStatus",

@@ -550,6 +550,9 @@ def _fmt(value: Any) -> str:
 
 app.add_typer(policies_app, name="policies")
 app.add_typer(shapes_app, name="shapes")
+from trainplane.cli_sweeps import sweeps_app  # noqa: E402 (it builds on the helpers above)
+
+app.add_typer(sweeps_app, name="sweeps")
 
 
 def main() -> None:

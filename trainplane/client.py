@@ -33,6 +33,7 @@ from schemas.shapes import TrainingShapeList, TrainingShapeProfile
 from schemas.status import TERMINAL, JobStatus
 from trainplane import endpoint as endpoint_mod
 from trainplane.client_policies import PolicyMethods
+from trainplane.client_sweeps import SweepMethods
 from trainplane.errors import ConnectionFailed, TrainplaneError, WaitTimeout, error_from_response
 from trainplane.waits import LogFollower, WaitMethods
 
@@ -50,9 +51,10 @@ JobRequest = SubmitJobRequest | Mapping[str, Any]
 _Params = Mapping[str, str | int | float | None]
 
 
-class Client(WaitMethods, PolicyMethods):
+class Client(WaitMethods, PolicyMethods, SweepMethods):
     """create_and_wait, wait_for_existing, resume_and_wait, reconnect_and_wait: trainplane/waits.py;
-    create_policy, list_policies, ..., put_event: trainplane/client_policies.py."""
+    create_policy, list_policies, ..., put_event: trainplane/client_policies.py;
+    create_sweep, get_sweep, wait_sweep, ...: trainplane/client_sweeps.py."""
 
     def __init__(
         self,

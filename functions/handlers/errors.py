@@ -30,6 +30,7 @@ from functions.errors import (
     RunActive,
     RunNotFound,
     ShapeNotFound,
+    SweepNotFound,
     TooLarge,
     Unsupported,
 )
@@ -168,7 +169,7 @@ def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None
     def _forbidden(exc: Forbidden) -> Response:
         return _error(403, str(exc))
 
-    @app.exception_handler([JobNotFound, PolicyNotFound, ShapeNotFound, RunNotFound])
+    @app.exception_handler([JobNotFound, PolicyNotFound, ShapeNotFound, RunNotFound, SweepNotFound])
     def _not_found(exc: DomainError) -> Response:
         return _error(404, str(exc))
 

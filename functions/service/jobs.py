@@ -84,10 +84,7 @@ class JobService(LifecycleControls):
         reason: str = "submitted",
     ) -> Job:
         """Create the job PENDING (with its first history entry), then start its lifecycle if wired."""
-        request = apply_ome_trainer(request)
-        request, shape = apply_shape(request, self.shape_catalog())
-        self._check_compute(request)
-        self.check_paths(request, principal, owner=owner)
+        request, shape = self.validate_submit(request, principal, owner=owner)
         now = self.clock()
         priority = request.effective_priority
         job = Job(
@@ -119,6 +116,16 @@ class JobService(LifecycleControls):
         self.repo.annotate(job.job_id, {"execution_arn": execution_arn})
         # Re-read: the execution may already have moved the job on (PENDING -> QUEUED).
         return self.repo.get(job.job_id)
+
+    def validate_submit(self, request: SubmitJobRequest, principal: Principal, *, owner: str | None = None) -> tuple[SubmitJobRequest, Any]:
+        """Every check POST /jobs makes before it creates a job (422 naming the field), on the request as it
+        will run (OME's trainer block and the training shape applied): that request and its shape. Anything
+        else that creates jobs (sweeps, retraining policies) calls this, for the same principal, never a copy."""
+        request = apply_ome_trainer(request)
+        request, shape = apply_shape(request, self.shape_catalog())
+        self._check_compute(request)
+        self.check_paths(request, principal, owner=owner)
+        return request, shape
 
     def shape_catalog(self) -> ShapeCatalog:
         """The deployment's training shapes (defaults + settings.training_shapes), built once."""

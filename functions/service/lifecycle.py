@@ -108,6 +108,8 @@ class LifecycleService:
         self._last_progress: dict[tuple[str, int], float] = {}
         self._last_budget_check: dict[tuple[str, int], float] = {}
         self._heartbeat_lock = threading.Lock()
+        # Sweeps (functions/service/sweeps_hooks.py): a trial's reports and run end wake its sweep.
+        self.sweep_hooks: Any = None
 
     # ================================================================ state-machine tasks
     def admit(self, job_id: str, execution: str | None) -> dict[str, Any]:
@@ -300,6 +302,8 @@ class LifecycleService:
             self._on_checkpoint(job, event)
         if job.status not in RUN_PHASES:
             return
+        if self.sweep_hooks is not None:
+            self.sweep_hooks.on_trainer_event(job, event)
         if event.kind == TrainerEventKind.PHASE:
             self._on_phase(job, event)
         elif event.kind == TrainerEventKind.PROGRESS and self._progress_due(job_id, attempt, event):
@@ -342,6 +346,8 @@ class LifecycleService:
         """The run of `attempt` ended (launcher monitor, EventBridge, reconciler): decide and answer the wait."""
         outcome = self._after_end(job_id, attempt, run)
         job = self.repository.get(job_id)
+        if self.sweep_hooks is not None:
+            self.sweep_hooks.on_job_changed(job)
         if job.attempt == attempt and job.task_token and job.task_token_kind == WaitKind.RUN and outcome.get("next") != Next.IGNORED:
             self.tokens.send_success(job.task_token, outcome)
 

@@ -93,12 +93,21 @@ class Ids:
     policies: list[str] = field(default_factory=list)
     others_jobs: list[str] = field(default_factory=list)
     others_policies: list[str] = field(default_factory=list)
+    sweeps: list[str] = field(default_factory=list)
+    others_sweeps: list[str] = field(default_factory=list)
     seeded: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def _pools(self, kind: str) -> tuple[list[str], list[str]]:
+        if kind == "job_id":
+            return self.jobs, self.others_jobs
+        if kind == "sweep_id":
+            return self.sweeps, self.others_sweeps
+        return self.policies, self.others_policies
+
     def add(self, kind: str, value: str) -> None:
         with self.lock:
-            pool = self.jobs if kind == "job_id" else self.policies
+            pool = self._pools(kind)[0]
             if value not in pool:
                 pool.append(value)
 
@@ -111,7 +120,7 @@ class Ids:
         if roll < 0.3:
             return None  # keep the generated id: an unknown one
         with self.lock:
-            mine, theirs = (self.jobs, self.others_jobs) if kind == "job_id" else (self.policies, self.others_policies)
+            mine, theirs = self._pools(kind)
             if deleting:
                 mine = [i for i in mine if i not in self.seeded]
             pool, is_others = (theirs, True) if roll < 0.4 else (mine, False)
@@ -161,6 +170,21 @@ def seed(plane: LocalPlane) -> Ids:
         assert reply.status_code == 201, reply.text
         return str(reply.json()["policy_id"])
 
+    def create_sweep(principal: str, *, cancelled: bool = False) -> str:
+        tuning = {
+            "method": "random",
+            "maxTrials": 1,
+            "metric": {"name": "loss", "goal": "minimize"},
+            "parameters": {"learning_rate": {"type": "double", "min": 0.0001, "max": 0.01, "scale": "log"}},
+        }
+        body = {"name": "fuzz-sweep", "job_template": job_body("fuzz-sweep-template"), "hyperParameterTuningConfig": tuning}
+        reply = plane.request("POST", "/sweeps", json=body, principal=principal)
+        assert reply.status_code == 201, reply.text
+        sweep_id = str(reply.json()["sweep_id"])
+        if cancelled:  # a finished sweep: one a DELETE can take
+            assert plane.request("POST", f"/sweeps/{sweep_id}/cancel", principal=principal).status_code == 200
+        return sweep_id
+
     completed = submit(job_body("fuzz-seed-completed"))
     queued = submit(job_body("fuzz-seed-queued", gpu_count=1))
     cancelled, expendable = submit(job_body("fuzz-seed-cancelled", gpu_count=1)), submit(job_body("fuzz-seed-expendable", gpu_count=1))
@@ -170,10 +194,13 @@ def seed(plane: LocalPlane) -> Ids:
     ids.others_jobs.append(submit(job_body("fuzz-seed-admins"), principal="admin"))
     ids.policies.append(create_policy("alice"))
     ids.others_policies.append(create_policy("admin"))
-    ids.seeded.update(ids.jobs + ids.policies)
-    # One job and one policy a DELETE may take even when the fuzzer created none of its own
+    ids.sweeps.append(create_sweep("alice"))
+    ids.others_sweeps.append(create_sweep("admin"))
+    ids.seeded.update(ids.jobs + ids.policies + ids.sweeps)
+    # One job, one policy and one (finished) sweep a DELETE may take even when the fuzzer created none of its own
     ids.jobs.append(expendable)
     ids.policies.append(create_policy("alice"))
+    ids.sweeps.append(create_sweep("alice", cancelled=True))
     wait_for_status(plane, completed, "COMPLETED")
     return ids
 
@@ -217,7 +244,7 @@ schema = schemathesis.openapi.from_dict(json.loads(OPENAPI.read_text(encoding="u
 
 # --- what a schema-valid request may be refused for ----------------------------------------------
 
-PATH_IDS = ("job_id", "policy_id")
+PATH_IDS = ("job_id", "policy_id", "sweep_id")
 
 
 @dataclass(frozen=True)
@@ -246,10 +273,15 @@ class Refusal:
 
 _BY_ID = tuple(
     f"{m} {p}"
-    for p, ms in (("/jobs/{job_id}", ("GET", "PATCH", "DELETE", "POST")), ("/retraining-policies/{policy_id}", ("GET", "PATCH", "DELETE")))
+    for p, ms in (
+        ("/jobs/{job_id}", ("GET", "PATCH", "DELETE", "POST")),
+        ("/retraining-policies/{policy_id}", ("GET", "PATCH", "DELETE")),
+        ("/sweeps/{sweep_id}", ("GET", "DELETE", "POST")),
+    )
     for m in ms
 )
-_ISSUE16_OPS = ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /train")
+_TUNING = r"(hyperParameterTuningConfig|hyperparameter_tuning_config)(\..*)?"
+_ISSUE16_OPS = ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /train", "POST /sweeps")
 LEGITIMATE_REFUSALS = (
     Refusal(
         "a /train run_id that made no job of the caller's, or a training shape (version) the deployment lacks",
@@ -335,7 +367,7 @@ LEGITIMATE_REFUSALS = (
         "a path its owner may not use (path confinement, issue 11 point 1, docs/SECURITY.md): whose files a path"
         " names depends on the deployment, the allowed directories and who owns which job, not on its spelling",
         422,
-        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies"),
+        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps"),
         r"(job_template\.)?(data_config\.sources\[\d+\]\.path|data_config\.preprocess\.tokenizer|"
         r"training_config\.(base_model\.(model_id|tokenizer_id)|resume_from_checkpoint|framework\.custom_script_path)|"
         r"output_config\.output_path)",
@@ -344,7 +376,7 @@ LEGITIMATE_REFUSALS = (
         "the options a framework takes depend on framework.type (DEEPSPEED: zero_stage 1-3 only, no ZeRO-Offload, no"
         " float16 across processes), as framework.config's description in openapi.json says",
         422,
-        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies"),
+        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps"),
         r"(job_template\.)?training_config(\.framework)?",
         r"DEEPSPEED|ZeRO-Offload|framework\.config\.zero_stage",
     ),
@@ -360,14 +392,39 @@ LEGITIMATE_REFUSALS = (
         "a rule of the trainer's checked at submit (issue 11 point 3: error type invalid_config), across fields or"
         " list items (e.g. no data source with split 'train', world_size over the GPUs)",
         422,
-        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies"),
+        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps"),
         kind="invalid_config",
+    ),
+    Refusal(
+        "a sweep's parameters obey rules across their fields (min <= max, a log scale from min > 0, a step that divides"
+        " the range, whole bounds for an int, distinct values, values or a range, one parameter per target, a grid no"
+        " larger than maxTrials and enumerable), docs/SWEEPS.md",
+        422,
+        ("POST /sweeps",),
+        _TUNING,
+        r"greater than max|scale log|does not divide|whole number|distinct|values|min and max|takes no step|finite|"
+        r"steps|same target|the grid has|a grid needs|not a dotted path|parameter name",
+    ),
+    Refusal(
+        "a sweep parameter's target must name a field of the template (or a hyperparameter the trainer knows)",
+        422,
+        ("POST /sweeps",),
+        _TUNING,
+        r"no field|index \[\d+\]|whole object|not a hyperparameter|hyperparameter",
+    ),
+    Refusal(
+        "every trial's job (the template with a parameter at its lowest or highest value) must pass POST /jobs's checks,"
+        " and the template may not set the labels the sweep sets",
+        422,
+        ("POST /sweeps",),
+        r"job_template(\..*)?",
+        r"a trial's job|set by the sweep on every trial|trials carry",
     ),
     Refusal(
         "a hyperparameter's value is a string (seeds/000): openapi.json states each known key's spelling (an integer,"
         " a number, true/false, one of a list), not the number's range (learning_rate > 0, lora_dropout < 1)",
         422,
-        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies"),
+        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps"),
         r"(job_template\.)?training_config\.hyperparameters\.[a-z0-9_]+",
         r"^Input should be (greater|less) than",
     ),
@@ -512,6 +569,8 @@ def remember_created(case: Any, response: Any, ids: Ids) -> None:
         return
     if case.path == "/retraining-policies" and "policy_id" in body:
         ids.add("policy_id", body["policy_id"])
+    elif case.path == "/sweeps" and "sweep_id" in body:
+        ids.add("sweep_id", body["sweep_id"])
     elif "job_id" in body:
         ids.add("job_id", body["job_id"])
 

@@ -78,10 +78,11 @@ def _synthesize(tmp_path_factory: pytest.TempPathFactory) -> Synth:
     # cdk.json's feature flags, as `make synth` and `cdk deploy` see them.
     app = cdk.App(context=cdk_json_context(), outdir=str(outdir))
     bundle = build_bundle()
+    sweeps_bundle = build_bundle(sweeps=True)
     # dev builds the trainer image (on a Deep Learning Container base); prod deploys a prebuilt one
     configs = {"dev": StageConfig(trainer_base_image=DEV_BASE_IMAGE, trainer_torch_version="2.13.0"), "prod": StageConfig.parse(PROD)}
     for config in configs.values():
-        add_stack(app, config, bundle)
+        add_stack(app, config, bundle, sweeps_bundle)
     check(app)
     app.synth()  # raises on any unacknowledged cdk-nag finding
     templates, metadata = {}, {}

@@ -336,6 +336,13 @@ def expected_actions(stage: str, retraining: bool) -> dict[str, set[str]]:
         # s3: a fired job's output_path in a data area is probed by submit's path check (read-only)
         data_read = {"s3:GetObject", "s3:ListBucket"}
         expected["retraining"] = COMMON | {"sqs:SendMessage"} | data_read | JOBS | KEY | EXECUTIONS | TOKENS | engine["stop"]
+    # Sweeps (the session's synth builds the controller's bundle): whoever may change a trial wakes it;
+    # the controller submits trials through submit's path check too (read-only probes of data areas)
+    for waker in ("api", "lifecycle", "events"):
+        expected[waker] |= {"lambda:InvokeFunction"}
+    expected["sweeps_controller"] = (
+        COMMON | {"sqs:SendMessage", "s3:GetObject", "s3:ListBucket"} | JOBS | KEY | EXECUTIONS | TOKENS | engine["stop"]
+    )
     return expected
 
 

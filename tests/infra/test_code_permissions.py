@@ -25,6 +25,7 @@ ACTION_OF = {
     ("s3", "download_file"): ["GetObject"],
     ("dynamodb", "transact_write_items"): ["PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem"],
     ("dynamodb", "transact_get_items"): ["GetItem"],
+    ("lambda", "invoke"): ["InvokeFunction"],
 }
 NOT_CALLS = {"get_paginator", "exceptions", "meta", "can_paginate", "get_waiter"}
 _CLIENT_PROPERTY = re.compile(

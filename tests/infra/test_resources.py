@@ -21,10 +21,11 @@ CORE_HANDLERS = {
     "functions.handlers.events.lambda_handler",
 }
 RETRAINING_HANDLER = "functions.handlers.retraining.lambda_handler"
+SWEEPS_HANDLER = "functions.handlers.sweeps_controller.handler"  # the session's synth builds its bundle
 
 
 def handlers(synth: Synth) -> set[str]:
-    return CORE_HANDLERS | ({RETRAINING_HANDLER} if synth.retraining else set())
+    return CORE_HANDLERS | {SWEEPS_HANDLER} | ({RETRAINING_HANDLER} if synth.retraining else set())
 
 
 def _one(synth: Synth, stage: str, kind: str) -> dict[str, Any]:
@@ -227,16 +228,20 @@ def test_functions_have_bounded_concurrency_in_prod(synth: Synth) -> None:
         f["Properties"]["Handler"].split(".")[2]: f["Properties"].get("ReservedConcurrentExecutions")
         for f in synth.resources("prod", "AWS::Lambda::Function").values()
     }
-    assert reserved == {"api": 50, "lifecycle": 20, "events": 10, **({"retraining": 5} if synth.retraining else {})}
+    assert reserved == {"api": 50, "lifecycle": 20, "events": 10, "sweeps_controller": 5, **({"retraining": 5} if synth.retraining else {})}
 
 
 @pytest.mark.parametrize("stage", STAGES)
 def test_functions_share_the_locally_built_bundle(synth: Synth, stage: str) -> None:
-    # Given the functions' code: one asset for all four
-    keys = {json.dumps(f["Properties"]["Code"]["S3Key"]) for f in synth.resources(stage, "AWS::Lambda::Function").values()}
+    # Given the functions' code: one asset for all but the sweep controller (Optuna: a bundle of its own)
+    functions = synth.resources(stage, "AWS::Lambda::Function").values()
+    keys = {json.dumps(f["Properties"]["Code"]["S3Key"]) for f in functions if f["Properties"]["Handler"] != SWEEPS_HANDLER}
     assert len(keys) == 1
     manifest = json.loads((synth.outdir / f"Trainplane-{stage}.assets.json").read_text())
-    (asset,) = [a for a in manifest["files"].values() if a["source"].get("packaging") == "zip"]
+    zips = [a for a in manifest["files"].values() if a["source"].get("packaging") == "zip"]
+    assert len(zips) == 2
+    # The API's bundle has no Optuna; the controller's is the other one
+    (asset,) = [a for a in zips if not (synth.outdir / a["source"]["path"] / "optuna").exists()]
     staged = synth.outdir / asset["source"]["path"]
     # Then it is the bundle infra/bundling.py built: the handlers' packages beside the locked dependencies
     assert (staged / "functions" / "handlers" / "lifecycle.py").exists() and (staged / "schemas" / "job.py").exists()

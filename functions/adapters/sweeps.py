@@ -1,0 +1,297 @@
+"""Sweeps and their trials in the jobs table (single-table design, TABLE_DESIGN.md), Query only, never Scan.
+
+- Sweep: pk `SWEEP#<id>`, sk `META`; `doc` (the Sweep as compact JSON), native `status`, `version`;
+  by-owner GSI `gsi1pk=SWEEPOWNER#<owner>` (its own prefix: jobs, policies and sweeps never share a
+  listing), `gsi1sk=<created>#<id>`; by-created GSI `gsi2pk=SWEEPS` (admins; the sweep reconciler).
+- Trial: pk `SWEEP#<id>`, sk `TRIAL#<number:05>`; `doc` (the Trial as JSON: params, state, job,
+  Optuna's system attributes), `version`, and `iv`, a native map step -> metric value, written by
+  the trainer-event hook with one `SET iv.#step` (no read, no lost update, a resumed attempt that
+  reports a step again overwrites it: a preempted trial counts once).
+
+Every decision is a conditional write: a sweep's status/best on `version`; a new trial on
+`attribute_not_exists` (two concurrent decisions cannot both create trial N); a trial's state on
+its `version`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from functions import constants as c
+from functions.adapters import dynamodb_items as items
+from functions.adapters.aws import AwsClients
+from functions.adapters.policies import _decode_token, _encode_token
+from functions.errors import InvalidRequest, SweepNotFound, TooLarge
+from schemas.configs import STORED
+from schemas.sweeps import SWEEP_TERMINAL, Sweep, SweepStatus, Trial
+
+SWEEP_PREFIX = "SWEEP#"
+TRIAL_PREFIX = "TRIAL#"
+OWNER_PREFIX = "SWEEPOWNER#"
+ALL_SWEEPS = "SWEEPS"
+
+
+def _meta_key(sweep_id: str) -> dict[str, Any]:
+    return {c.PK: {"S": SWEEP_PREFIX + sweep_id}, c.SK: {"S": items.META}}
+
+
+def _trial_key(sweep_id: str, number: int) -> dict[str, Any]:
+    return {c.PK: {"S": SWEEP_PREFIX + sweep_id}, c.SK: {"S": f"{TRIAL_PREFIX}{number:05d}"}}
+
+
+def _doc(model: Sweep) -> str:
+    # Secrets kept (the template's hub token is stored, as a job's is; the API masks it).
+    return model.model_dump_json(exclude={"trials", "counts"}, round_trip=True, context={"reveal_secrets": True})
+
+
+def _trial_doc(trial: Trial) -> str:
+    data = trial.model_dump(mode="json", exclude={"intermediate_values", "version"})
+    data["system_attrs"] = trial.system_attrs
+    data["prune_requested"] = trial.prune_requested
+    return json.dumps(data, separators=(",", ":"))
+
+
+class DynamoSweepRepository:
+    def __init__(self, clients: AwsClients, table_name: str = c.JOBS_TABLE) -> None:
+        self._clients = clients
+        self.table = table_name
+
+    @property
+    def _ddb(self) -> Any:
+        return self._clients.dynamodb()
+
+    # --- sweeps ----------------------------------------------------------------------------------
+
+    def create(self, sweep: Sweep) -> None:
+        created = f"{items.time_key(sweep.created_at)}#{sweep.sweep_id}"
+        doc = _doc(sweep)
+        if len(doc.encode()) > items.SUBMITTED_JOB_MAX_BYTES:
+            # Its template becomes every trial's job, whose request may take at most that much of an item.
+            raise TooLarge(
+                "body",
+                f"the sweep takes {len(doc.encode()):,} bytes as stored; a sweep may take at most "
+                f"{items.SUBMITTED_JOB_MAX_BYTES:,} bytes (DynamoDB's item limit is {items.MAX_ITEM_BYTES:,} bytes)",
+            )
+        item = {
+            **_meta_key(sweep.sweep_id),
+            "doc": {"S": doc},
+            "status": {"S": sweep.status.value},
+            "version": {"N": str(sweep.version)},
+            c.GSI_OWNER_PK: {"S": OWNER_PREFIX + sweep.owner},
+            c.GSI_OWNER_SK: {"S": created},
+            c.GSI_ALL_PK: {"S": ALL_SWEEPS},
+            c.GSI_ALL_SK: {"S": created},
+            "entity": {"S": "SWEEP"},
+        }
+        self._ddb.put_item(TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+
+    def get(self, sweep_id: str) -> Sweep:
+        item = self._ddb.get_item(TableName=self.table, Key=_meta_key(sweep_id), ConsistentRead=True).get("Item")
+        if item is None:
+            raise SweepNotFound(sweep_id)
+        return _sweep(item)
+
+    def load(self, sweep_id: str) -> tuple[Sweep, list[Trial]]:
+        """The sweep and all its trials, read consistently (one Query of its partition)."""
+        sweep: Sweep | None = None
+        trials: list[Trial] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": SWEEP_PREFIX + sweep_id}},
+            "ConsistentRead": True,
+        }
+        while True:
+            page = self._ddb.query(**kwargs)
+            for item in page.get("Items", []):
+                sk = item[c.SK]["S"]
+                if sk == items.META:
+                    sweep = _sweep(item)
+                elif sk.startswith(TRIAL_PREFIX):
+                    trials.append(_trial(item))
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        if sweep is None:
+            raise SweepNotFound(sweep_id)
+        trials.sort(key=lambda t: t.number)
+        return sweep, trials
+
+    def list_sweeps(self, owner: str | None, limit: int, next_token: str | None) -> tuple[list[Sweep], str | None]:
+        if not 1 <= limit <= 1000:
+            raise InvalidRequest("limit", "must be between 1 and 1000")
+        index, pk_attr, sk_attr, pk_value = _listing(owner)
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": index,
+            "KeyConditionExpression": "#ipk = :ipk",
+            "ExpressionAttributeNames": {"#ipk": pk_attr},
+            "ExpressionAttributeValues": {":ipk": {"S": pk_value}},
+            "ScanIndexForward": False,
+            "Limit": limit,
+        }
+        if next_token:
+            kwargs["ExclusiveStartKey"] = _decode_token(next_token, pk_attr, sk_attr, pk_value)
+        page = self._ddb.query(**kwargs)
+        last = page.get("LastEvaluatedKey")
+        return [_sweep(r) for r in page.get("Items", [])], _encode_token(last) if last else None
+
+    def active_sweep_ids(self) -> Iterator[str]:
+        """Every sweep not yet ended (RUNNING or PAUSED): what the reconciler wakes."""
+        index, pk_attr, _, pk_value = _listing(None)
+        ended = [s.value for s in SWEEP_TERMINAL]
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "IndexName": index,
+            "KeyConditionExpression": "#ipk = :ipk",
+            "FilterExpression": "NOT #st IN (" + ", ".join(f":e{i}" for i in range(len(ended))) + ")",
+            "ExpressionAttributeNames": {"#ipk": pk_attr, "#st": "status"},
+            "ExpressionAttributeValues": {":ipk": {"S": pk_value}, **{f":e{i}": {"S": v} for i, v in enumerate(ended)}},
+            "ProjectionExpression": "pk",
+        }
+        while True:
+            page = self._ddb.query(**kwargs)
+            for row in page.get("Items", []):
+                yield row[c.PK]["S"].removeprefix(SWEEP_PREFIX)
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def update(self, sweep: Sweep, expected_version: int) -> bool:
+        """Write `sweep` (its version + 1) if the stored one is still `expected_version`; False if not."""
+        stored = sweep.model_copy(update={"version": expected_version + 1})
+        try:
+            self._ddb.update_item(
+                TableName=self.table,
+                Key=_meta_key(sweep.sweep_id),
+                UpdateExpression="SET #doc = :doc, #st = :st, #v = :new",
+                ConditionExpression="#v = :expected",
+                ExpressionAttributeNames={"#doc": "doc", "#st": "status", "#v": "version"},
+                ExpressionAttributeValues={
+                    ":doc": {"S": _doc(stored)},
+                    ":st": {"S": stored.status.value},
+                    ":new": {"N": str(expected_version + 1)},
+                    ":expected": {"N": str(expected_version)},
+                },
+            )
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def delete(self, sweep_id: str, expected_version: int) -> bool:
+        try:
+            self._ddb.delete_item(
+                TableName=self.table,
+                Key=_meta_key(sweep_id),
+                ConditionExpression="#v = :expected",
+                ExpressionAttributeNames={"#v": "version"},
+                ExpressionAttributeValues={":expected": {"N": str(expected_version)}},
+            )
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            return False
+        kwargs: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": SWEEP_PREFIX + sweep_id}},
+            "ProjectionExpression": "pk, sk",
+        }
+        while True:
+            page = self._ddb.query(**kwargs)
+            keys = [{c.PK: r[c.PK], c.SK: r[c.SK]} for r in page.get("Items", [])]
+            for start in range(0, len(keys), 25):
+                batch = [{"DeleteRequest": {"Key": k}} for k in keys[start : start + 25]]
+                self._ddb.batch_write_item(RequestItems={self.table: batch})
+            if "LastEvaluatedKey" not in page:
+                return True
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    # --- trials ----------------------------------------------------------------------------------
+
+    def claim_trial(self, sweep_id: str, trial: Trial) -> Literal["claimed", "taken", "not_running"]:
+        """Create trial N while the sweep is RUNNING, in one transaction: "taken" when another decision
+        created it first, "not_running" when the sweep was paused or ended meanwhile."""
+        item = {
+            **_trial_key(sweep_id, trial.number),
+            "doc": {"S": _trial_doc(trial)},
+            "version": {"N": str(trial.version)},
+            "iv": {"M": {}},
+            "entity": {"S": "TRIAL"},
+        }
+        writes = [
+            {
+                "ConditionCheck": {
+                    "TableName": self.table,
+                    "Key": _meta_key(sweep_id),
+                    "ConditionExpression": "#st = :running",
+                    "ExpressionAttributeNames": {"#st": "status"},
+                    "ExpressionAttributeValues": {":running": {"S": SweepStatus.RUNNING.value}},
+                }
+            },
+            {"Put": {"TableName": self.table, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}},
+        ]
+        try:
+            self._ddb.transact_write_items(TransactItems=writes)
+        except self._ddb.exceptions.TransactionCanceledException as exc:
+            reasons = exc.response.get("CancellationReasons") or []
+            codes = [r.get("Code") for r in reasons]
+            if codes and codes[0] == "ConditionalCheckFailed":
+                return "not_running"
+            if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
+                return "taken"
+            raise
+        return "claimed"
+
+    def update_trial(self, sweep_id: str, trial: Trial, expected_version: int) -> bool:
+        """Write the trial's doc (never its reported values) if its version is still `expected_version`."""
+        try:
+            self._ddb.update_item(
+                TableName=self.table,
+                Key=_trial_key(sweep_id, trial.number),
+                UpdateExpression="SET #doc = :doc, #v = :new",
+                ConditionExpression="#v = :expected",
+                ExpressionAttributeNames={"#doc": "doc", "#v": "version"},
+                ExpressionAttributeValues={
+                    ":doc": {"S": _trial_doc(trial)},
+                    ":new": {"N": str(expected_version + 1)},
+                    ":expected": {"N": str(expected_version)},
+                },
+            )
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+    def record_value(self, sweep_id: str, number: int, step: int, value: float) -> bool:
+        """The metric at `step` of trial `number` (overwrites: a resumed attempt reporting it again counts once)."""
+        try:
+            self._ddb.update_item(
+                TableName=self.table,
+                Key=_trial_key(sweep_id, number),
+                UpdateExpression="SET iv.#s = :v",
+                ConditionExpression="attribute_exists(pk)",
+                ExpressionAttributeNames={"#s": str(step)},
+                ExpressionAttributeValues={":v": {"N": repr(float(value))}},
+            )
+        except self._ddb.exceptions.ConditionalCheckFailedException:
+            return False
+        return True
+
+
+def _sweep(item: Mapping[str, Any]) -> Sweep:
+    # As stored: the submit-time rules (trainer hyperparameters...) are not applied again on read.
+    sweep = Sweep.model_validate_json(item["doc"]["S"], context=STORED)
+    return sweep.model_copy(update={"version": int(item["version"]["N"])})
+
+
+def _trial(item: Mapping[str, Any]) -> Trial:
+    data = json.loads(item["doc"]["S"])
+    data["version"] = int(item["version"]["N"])
+    data["intermediate_values"] = {int(k): float(v["N"]) for k, v in item.get("iv", {}).get("M", {}).items()}
+    return Trial.model_validate(data)
+
+
+def _listing(owner: str | None) -> tuple[str, str, str, str]:
+    if owner is None:
+        return c.GSI_ALL, c.GSI_ALL_PK, c.GSI_ALL_SK, ALL_SWEEPS
+    return c.GSI_OWNER, c.GSI_OWNER_PK, c.GSI_OWNER_SK, OWNER_PREFIX + owner

@@ -1,0 +1,164 @@
+"""Sweeps in local mode with real jobs: a CUSTOM script (examples/sweeps/quadratic.py) whose metric
+`score` is a known function of x and y, run by the real trainer through `trainplane up`."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import LocalPlane
+from tests.helpers.jobs import request_body
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "sweeps" / "quadratic.py"
+TWO_SLOTS = {"TRAINPLANE_LOCAL_CPU_SLOTS": "2"}
+
+
+def _template(steps: int = 3, step_seconds: float = 0.2) -> dict[str, Any]:
+    body = request_body(name="quadratic")
+    body["training_config"]["framework"] = {"type": "CUSTOM", "custom_script_path": str(SCRIPT)}
+    body["training_config"]["hyperparameters"] = {"max_steps": str(steps)}
+    body["training_config"]["environment"] = {"STEP_SECONDS": str(step_seconds)}
+    return body
+
+
+def _xy(**specs: dict[str, Any]) -> dict[str, Any]:
+    """The script's x and y: set in its environment (a dotted target), as hyperparameters are the trainer's."""
+    return {name: {**spec, "target": f"training_config.environment.{name.upper()}"} for name, spec in specs.items()}
+
+
+def _sweep(plane: LocalPlane, template: dict[str, Any] | None = None, **tuning: Any) -> dict[str, Any]:
+    config = {"metric": {"name": "score", "goal": "maximize"}, "seed": 3}
+    config.update(tuning)
+    body = {"name": "quadratic", "job_template": template or _template(), "hyperParameterTuningConfig": config}
+    reply = plane.request("POST", "/sweeps", json=body)
+    assert reply.status_code == 201, reply.text
+    return reply.json()  # type: ignore[no-any-return]
+
+
+def _wait(plane: LocalPlane, sweep_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 240.0) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        sweep = plane.request("GET", f"/sweeps/{sweep_id}").json()
+        if done(sweep):
+            return sweep  # type: ignore[no-any-return]
+        assert time.monotonic() < deadline, f"sweep {sweep_id} did not get there: {sweep['status']} {sweep['counts']}"
+        time.sleep(0.5)
+
+
+def _ended(sweep: dict[str, Any]) -> bool:
+    return sweep["status"] in {"COMPLETED", "FAILED", "CANCELLED"}
+
+
+@pytest.fixture(scope="module")
+def plane(local_plane_factory: Any) -> LocalPlane:
+    return local_plane_factory(env=TWO_SLOTS)  # type: ignore[no-any-return]
+
+
+def test_a_grid_sweep_visits_every_point_once_and_records_the_best(plane: LocalPlane) -> None:
+    grid = _xy(x={"type": "double", "values": [0.0, 0.3]}, y={"type": "double", "values": [0.2, 0.7]})
+    sweep = _sweep(plane, method="grid", maxTrials=4, maxParallelTrials=2, parameters=grid)
+    sweep = _wait(plane, sweep["sweep_id"], _ended)
+    assert sweep["status"] == "COMPLETED", sweep
+    points = sorted((t["params"]["x"], t["params"]["y"]) for t in sweep["trials"])
+    assert points == [(0.0, 0.2), (0.0, 0.7), (0.3, 0.2), (0.3, 0.7)]
+    assert sweep["best_trial"]["params"] == {"x": 0.3, "y": 0.7} and sweep["best_trial"]["value"] == pytest.approx(1.0)
+    # The trials are ordinary jobs of alice, found by the sweep's label
+    jobs = plane.request("GET", "/jobs", params={"labels.sweep_id": sweep["sweep_id"]}).json()["jobs"]
+    assert sorted(j["labels"]["trial"] for j in jobs) == ["0", "1", "2", "3"] and {j["status"] for j in jobs} == {"COMPLETED"}
+
+
+def test_a_losing_trial_is_pruned_by_the_median_rule_and_stops_early(plane: LocalPlane) -> None:
+    # Given trial 0 at the optimum, then trials whose score loses from their first step (10 slow steps)
+    values = _xy(x={"type": "double", "values": [0.3, 2.0]}, y={"type": "double", "values": [0.7]})
+    template = _template(steps=10, step_seconds=0.5)
+    median = {"type": "median", "startupTrials": 1}
+    # seed 1: this grid's order starts at the optimum (seeded, so always)
+    sweep = _sweep(plane, method="grid", maxTrials=2, seed=1, parameters=values, earlyStopping=median, template=template)
+    sweep = _wait(plane, sweep["sweep_id"], _ended)
+    losing = next(t for t in sweep["trials"] if t["params"]["x"] == 2.0)
+    assert losing["number"] == 1
+    assert losing["state"] == "PRUNED" and losing["job_status"] == "CANCELLED"
+    assert max(losing["intermediate_values"], key=int) != "10"  # stopped before its last step
+    history = plane.request("GET", f"/jobs/{losing['job_id']}/events").json()["events"]
+    assert "median early stopping" in history[-1]["reason"]
+
+
+def test_pause_leaves_both_running_trials_paused_with_checkpoints_and_resume_completes(plane: LocalPlane) -> None:
+    space = _xy(x={"type": "double", "min": 0.0, "max": 1.0}, y={"type": "double", "min": 0.0, "max": 1.0})
+    sweep = _sweep(
+        plane, method="random", maxTrials=3, maxParallelTrials=2, parameters=space, template=_template(steps=8, step_seconds=0.5)
+    )
+    sweep_id = sweep["sweep_id"]
+
+    def two_training(s: dict[str, Any]) -> bool:
+        return sum(t["job_status"] == "TRAINING" and bool(t["intermediate_values"]) for t in s["trials"]) == 2
+
+    _wait(plane, sweep_id, two_training, timeout=120)
+    assert plane.request("POST", f"/sweeps/{sweep_id}/pause").json()["status"] == "PAUSED"
+    jobs = [t["job_id"] for t in plane.request("GET", f"/sweeps/{sweep_id}").json()["trials"]]
+    assert len(jobs) == 2
+    deadline = time.monotonic() + 90
+    while {plane.request("GET", f"/jobs/{j}").json()["status"] for j in jobs} != {"PAUSED"}:
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    for job_id in jobs:
+        assert plane.request("GET", f"/jobs/{job_id}").json()["checkpoints"], job_id
+    time.sleep(2)
+    assert plane.request("GET", f"/sweeps/{sweep_id}").json()["counts"]["total"] == 2  # no new trial while paused
+    assert plane.request("POST", f"/sweeps/{sweep_id}/resume").json()["status"] == "RUNNING"
+    sweep = _wait(plane, sweep_id, _ended)
+    assert sweep["status"] == "COMPLETED" and sweep["counts"]["completed"] == 3
+    for trial in sweep["trials"][:2]:
+        assert sorted(trial["intermediate_values"], key=int) == [str(s) for s in range(1, 9)]  # resumed, not restarted past
+
+
+def test_kill_9_mid_sweep_then_restart_completes_with_exactly_max_trials(local_plane_factory: Any) -> None:
+    plane = local_plane_factory(env=TWO_SLOTS)
+    space = _xy(x={"type": "double", "min": 0.0, "max": 1.0}, y={"type": "double", "min": 0.0, "max": 1.0})
+    sweep = _sweep(plane, method="bayes", maxTrials=5, maxParallelTrials=2, parameters=space, template=_template(steps=4, step_seconds=0.5))
+    sweep_id = sweep["sweep_id"]
+    _wait(plane, sweep_id, lambda s: s["counts"]["completed"] >= 1 and s["counts"]["running"] >= 1, timeout=120)
+    plane.kill()
+    plane.start()
+    sweep = _wait(plane, sweep_id, _ended)
+    assert sweep["status"] == "COMPLETED" and sweep["counts"]["total"] == 5 == len(sweep["trials"])
+    jobs = plane.request("GET", "/jobs", params={"labels.sweep_id": sweep_id}).json()["jobs"]
+    assert len(jobs) == 5 and sorted(j["labels"]["trial"] for j in jobs) == [str(n) for n in range(5)]
+
+
+def test_the_cli_creates_and_waits_and_the_sdk_reads_the_sweep(plane: LocalPlane, tmp_path: Path) -> None:
+    import json
+    import re
+
+    from typer.testing import CliRunner
+
+    from trainplane.cli import app
+    from trainplane.client import Client
+
+    space = _xy(x={"type": "double", "values": [0.0, 0.3]}, y={"type": "double", "values": [0.7]})
+    config = {
+        "method": "grid",
+        "maxTrials": 2,
+        "maxParallelTrials": 2,
+        "metric": {"name": "score", "goal": "maximize"},
+        "parameters": space,
+    }
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps({"name": "cli-sweep", "job_template": _template(), "hyperParameterTuningConfig": config}))
+    base = ["--state-dir", str(plane.state_dir), "--principal", "alice"]
+    created = CliRunner().invoke(app, [*base, "sweeps", "create", str(path), "--wait", "--timeout", "240"], env={"COLUMNS": "250"})
+    assert created.exit_code == 0, created.output
+    listed = CliRunner().invoke(app, [*base, "sweeps", "list"], env={"COLUMNS": "250"})
+    sweep_id = next(re.search(r"swp-[0-9a-f]+", line).group(0) for line in listed.output.splitlines() if "cli-sweep" in line)  # type: ignore[union-attr]
+    shown = CliRunner().invoke(app, [*base, "sweeps", "get", sweep_id], env={"COLUMNS": "250"})
+    assert shown.exit_code == 0 and "COMPLETED" in shown.output
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in shown.output.splitlines() if "COMPLETE " in line]
+    assert [row[1] for row in rows] == ["0.3", "0"]  # TRIAL, X, ...: best first (x=0.3 is the optimum)
+    sweep = Client(state_dir=plane.state_dir, principal="alice").get_sweep(sweep_id)
+    assert sweep.status == "COMPLETED" and sweep.best_trial is not None and sweep.best_trial.params["x"] == 0.3

@@ -1,0 +1,310 @@
+"""The sweep controller on moto: real DynamoDB repository and JobService, fake trials moved through the
+job table's own transitions, metric reports through the lifecycle's hook (SweepHooks)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from functions.adapters.aws import AwsClients
+from functions.adapters.sweeps import DynamoSweepRepository
+from functions.service.jobs import JobService
+from functions.service.sweeps import SweepService
+from functions.service.sweeps_controller import SweepController
+from functions.service.sweeps_hooks import SweepHooks
+from functions.settings import Settings
+from schemas.status import JobStatus
+from schemas.sweeps import SweepRequest, SweepStatus, TrialState
+from tests.fakes import InMemoryArtifactStore, RecordingWorkflow
+from tests.helpers.aws import emulated_aws, fresh_resources
+from tests.helpers.jobs import ALICE, BOB
+from tests.helpers.sweeps import TO_TRAINING, RecordingWaker, advance, metric_event, sweep_body
+
+S = JobStatus
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[AwsClients]:
+    with emulated_aws() as clients:
+        yield clients
+
+
+class Plane:
+    def __init__(self, aws: AwsClients, settings: Settings) -> None:
+        self.workflow = RecordingWorkflow()
+        self.jobs = JobService(_repo(aws, settings), InMemoryArtifactStore(), self.workflow, settings)
+        self.repo = DynamoSweepRepository(aws, settings.jobs_table)
+        self.waker = RecordingWaker()
+        self.service = SweepService(self.repo, self.jobs, self.waker)
+        self.controller = SweepController(self.repo, self.jobs)
+        self.hooks = SweepHooks(self.repo, self.waker)
+        self.alice = self.jobs.principal(ALICE)
+
+    def create(self, **tuning: Any) -> str:
+        return self.service.create(SweepRequest.model_validate(sweep_body(**tuning)), self.alice).sweep_id
+
+    def trials(self, sweep_id: str) -> list[Any]:
+        return self.repo.load(sweep_id)[1]
+
+    def running(self, sweep_id: str) -> list[Any]:
+        return [t for t in self.trials(sweep_id) if t.state == TrialState.RUNNING]
+
+    def report(self, job_id: str, step: int, value: float) -> None:
+        self.hooks.on_trainer_event(self.jobs.repo.get(job_id), metric_event(step, value))
+
+    def finish(self, job_id: str, values: list[float]) -> None:
+        advance(self.jobs.repo, job_id, *TO_TRAINING)
+        for step, value in enumerate(values, start=1):
+            self.report(job_id, step, value)
+        advance(self.jobs.repo, job_id, S.COMPLETED)
+
+
+def _repo(aws: AwsClients, settings: Settings) -> Any:
+    from functions.adapters.dynamodb import DynamoJobRepository
+
+    return DynamoJobRepository(aws, settings.jobs_table)
+
+
+@pytest.fixture
+def plane(aws: AwsClients) -> Plane:
+    return Plane(aws, fresh_resources(aws))
+
+
+def test_trials_start_up_to_max_parallel_and_the_sweep_completes_after_max_trials(plane: Plane) -> None:
+    # Given a random sweep of 4 trials, 2 at a time
+    sweep_id = plane.create(maxTrials=4, maxParallelTrials=2)
+    # When the controller decides
+    decision = plane.controller.decide(sweep_id)
+    # Then two trials run, as ordinary jobs of alice labelled with the sweep and their number
+    assert decision.started == [0, 1]
+    running = plane.running(sweep_id)
+    jobs = [plane.jobs.repo.get(t.job_id) for t in running]
+    assert [j.labels["sweep_id"] for j in jobs] == [sweep_id, sweep_id] and [j.labels["trial"] for j in jobs] == ["0", "1"]
+    assert all(j.owner == ALICE for j in jobs)
+    assert jobs[0].training_config.hyperparameters["learning_rate"] == format(running[0].params["learning_rate"], ".10g")
+    # and a second decision (a duplicate wake) starts nothing more
+    assert plane.controller.decide(sweep_id).started == []
+    # When both finish, the next two start; when those finish, the sweep completes with the best trial
+    for trial in running:
+        plane.finish(trial.job_id, [0.1 * (trial.number + 1), 0.2 * (trial.number + 1)])
+    assert plane.controller.decide(sweep_id).started == [2, 3]
+    for trial in plane.running(sweep_id):
+        plane.finish(trial.job_id, [0.9 if trial.number == 3 else 0.05])
+    decision = plane.controller.decide(sweep_id)
+    sweep = plane.service.get(sweep_id, plane.alice)
+    assert decision.status == "COMPLETED" and sweep.status == SweepStatus.COMPLETED
+    assert sweep.counts.completed == 4 and len(sweep.trials) == 4
+    assert sweep.best_trial is not None and sweep.best_trial.number == 3 and sweep.best_trial.value == pytest.approx(0.9)
+    assert sweep.trials[0].value == pytest.approx(0.2) and sweep.trials[0].intermediate_values == {1: 0.1, 2: 0.2}
+
+
+def test_grid_visits_every_point_once(plane: Plane) -> None:
+    grid = {"learning_rate": {"type": "double", "values": [0.01, 0.1]}, "warmup_steps": {"type": "int", "min": 1, "max": 5, "step": 2}}
+    sweep_id = plane.create(method="grid", maxTrials=6, maxParallelTrials=6, parameters=grid)
+    plane.controller.decide(sweep_id)
+    seen = sorted((t.params["learning_rate"], t.params["warmup_steps"]) for t in plane.trials(sweep_id))
+    assert seen == sorted((lr, n) for lr in (0.01, 0.1) for n in (1, 3, 5))
+
+
+def test_a_losing_trial_is_pruned_by_the_median_rule_and_its_job_shows_why(plane: Plane) -> None:
+    sweep_id = plane.create(maxTrials=3, maxParallelTrials=1, earlyStopping={"type": "median", "startupTrials": 1})
+    plane.controller.decide(sweep_id)
+    first = plane.running(sweep_id)[0]
+    plane.finish(first.job_id, [0.5, 0.6, 0.7])
+    plane.controller.decide(sweep_id)
+    second = plane.running(sweep_id)[0]
+    advance(plane.jobs.repo, second.job_id, *TO_TRAINING)
+    plane.report(second.job_id, 1, 0.1)
+    # When the controller decides on a trial at 0.1 where the finished one had 0.5
+    decision = plane.controller.decide(sweep_id)
+    # Then it is pruned: its job is stopped with a reason naming the sweep and the rule
+    assert decision.pruned == [1]
+    job = plane.jobs.repo.get(second.job_id)
+    assert job.status == S.CANCELLED  # (no run to stop yet: cancelled at once)
+    assert "median early stopping" in plane.jobs.repo.history(second.job_id)[-1].reason
+    pruned = plane.trials(sweep_id)[1]
+    assert pruned.state == TrialState.PRUNED and "pruned by sweep" in (pruned.reason or "")
+    assert len(plane.trials(sweep_id)) == 3  # the pruned trial's slot went to the next one
+
+
+def test_failed_trials_end_the_sweep_at_max_failed_trials_and_cancel_the_rest(plane: Plane) -> None:
+    sweep_id = plane.create(maxTrials=6, maxParallelTrials=3, maxFailedTrials=2)
+    plane.controller.decide(sweep_id)
+    a, b, c = plane.running(sweep_id)
+    for trial in (a, b):
+        advance(plane.jobs.repo, trial.job_id, *TO_TRAINING)
+        advance(plane.jobs.repo, trial.job_id, S.FAILED, error_message="boom")
+    decision = plane.controller.decide(sweep_id)
+    assert decision.status == "FAILED"
+    sweep = plane.service.get(sweep_id, plane.alice)
+    assert sweep.status == SweepStatus.FAILED and "maxFailedTrials=2" in (sweep.status_reason or "")
+    assert plane.jobs.repo.get(c.job_id).status == S.CANCELLED
+    assert [t.reason for t in sweep.trials[:2]] == ["job FAILED: boom"] * 2
+
+
+def test_target_value_and_no_improvement_complete_the_sweep_early(plane: Plane) -> None:
+    target = plane.create(maxTrials=10, completionCriteria={"targetValue": 0.8})
+    plane.controller.decide(target)
+    plane.finish(plane.running(target)[0].job_id, [0.85])
+    assert plane.controller.decide(target).status == "COMPLETED"
+    assert "reached the target" in (plane.service.get(target, plane.alice).status_reason or "")
+
+    patience = plane.create(maxTrials=10, completionCriteria={"noImprovementTrials": 2})
+    for value in (0.5, 0.4, 0.3):
+        plane.controller.decide(patience)
+        plane.finish(plane.running(patience)[0].job_id, [value])
+    decision = plane.controller.decide(patience)
+    assert decision.status == "COMPLETED" and len(plane.trials(patience)) == 3
+
+
+def test_a_lost_wake_up_is_covered_by_the_reconciler(plane: Plane) -> None:
+    sweep_id = plane.create(maxTrials=2)
+    plane.controller.decide(sweep_id)
+    plane.finish(plane.running(sweep_id)[0].job_id, [0.3])
+    # No wake reaches the controller: the reconciler's pass decides for every active sweep
+    decisions = {d.sweep_id: d for d in plane.controller.reconcile()}
+    assert decisions[sweep_id].started == [1]
+
+
+def test_a_trial_claimed_by_a_decision_that_died_is_submitted_once_by_the_next(plane: Plane) -> None:
+    sweep_id = plane.create(maxTrials=1)
+    sweep, _ = plane.repo.load(sweep_id)
+    # Given a decision that claimed trial 0 and died before submitting it
+    from functions.service.sweeps_controller import distributions, rebuild_study
+    from schemas.sweeps import Trial
+
+    tuning = sweep.hyperparameter_tuning_config
+    asked = rebuild_study(tuning, [], 0).ask(distributions(tuning))
+    claimed = Trial(number=0, state=TrialState.SUBMITTING, params=asked.params, created_at=plane.jobs.clock() - timedelta(minutes=5))
+    assert plane.repo.claim_trial(sweep_id, claimed) == "claimed"
+    # When the next decision runs (twice, as two wakes would)
+    plane.controller.decide(sweep_id)
+    plane.controller.decide(sweep_id)
+    # Then exactly one job was submitted for it, with the claimed parameters
+    trial = plane.trials(sweep_id)[0]
+    assert trial.state == TrialState.RUNNING and trial.params == asked.params
+    assert [c.method for c in plane.workflow.calls].count("start") == 1
+
+
+def test_the_same_seed_samples_the_same_trials(aws: AwsClients) -> None:
+    params = []
+    for _ in range(2):
+        plane = Plane(aws, fresh_resources(aws))
+        sweep_id = plane.create(method="bayes", maxTrials=3, maxParallelTrials=3, seed=11)
+        plane.controller.decide(sweep_id)
+        params.append([t.params for t in plane.trials(sweep_id)])
+    assert params[0] == params[1] and len(params[0]) == 3
+
+
+def test_pause_stops_new_trials_and_pauses_running_ones_resume_goes_on_cancel_ends_all(plane: Plane) -> None:
+    sweep_id = plane.create(maxTrials=4, maxParallelTrials=2)
+    plane.controller.decide(sweep_id)
+    a, b = plane.running(sweep_id)
+    advance(plane.jobs.repo, a.job_id, *TO_TRAINING)  # b is still queued
+    sweep = plane.service.pause(sweep_id, plane.alice)
+    assert sweep.status == SweepStatus.PAUSED
+    assert plane.jobs.repo.get(a.job_id).pending_action == "pause"
+    plane.finish(b.job_id, [0.4])
+    assert plane.controller.decide(sweep_id).started == []  # paused: nothing new
+    advance(plane.jobs.repo, a.job_id, S.PAUSED)
+    sweep = plane.service.resume(sweep_id, plane.alice)
+    assert sweep.status == SweepStatus.RUNNING and plane.jobs.repo.get(a.job_id).status == S.QUEUED
+    assert plane.controller.decide(sweep_id).started == [2]
+    sweep = plane.service.cancel(sweep_id, plane.alice)
+    assert sweep.status == SweepStatus.CANCELLED
+    assert {plane.jobs.repo.get(t.job_id).status for t in plane.running(sweep_id)} == {S.CANCELLED}
+
+
+def test_another_principals_sweep_is_not_found_and_only_finished_sweeps_are_deleted(plane: Plane) -> None:
+    from functions.errors import SweepNotFound
+    from functions.service.sweeps import SweepConflict
+
+    sweep_id = plane.create()
+    with pytest.raises(SweepNotFound):
+        plane.service.get(sweep_id, plane.jobs.principal(BOB))
+    with pytest.raises(SweepConflict):
+        plane.service.delete(sweep_id, plane.alice)
+    plane.service.cancel(sweep_id, plane.alice)
+    plane.service.delete(sweep_id, plane.alice)
+    with pytest.raises(SweepNotFound):
+        plane.service.get(sweep_id, plane.alice)
+
+
+OPTIMUM = (0.3, 0.7)
+
+
+def _quadratic(params: dict[str, Any]) -> float:
+    return 1.0 - (params["x"] - OPTIMUM[0]) ** 2 - (params["y"] - OPTIMUM[1]) ** 2
+
+
+def _best_distance(aws: AwsClients, method: str, seed: int, trials: int) -> float:
+    plane = Plane(aws, fresh_resources(aws))
+    # Labels take any key: the paraboloid's x and y go there (the trials never run)
+    space = {
+        "x": {"type": "double", "min": -2.0, "max": 2.0, "target": "labels.x"},
+        "y": {"type": "double", "min": -2.0, "max": 2.0, "target": "labels.y"},
+    }
+    sweep_id = plane.create(method=method, maxTrials=trials, seed=seed, parameters=space)
+    for _ in range(trials):
+        plane.controller.decide(sweep_id)
+        trial = plane.running(sweep_id)[0]
+        plane.finish(trial.job_id, [_quadratic(trial.params)])
+    assert plane.controller.decide(sweep_id).status == "COMPLETED"
+    best = plane.service.get(sweep_id, plane.alice).best_trial
+    assert best is not None
+    return float(((best.params["x"] - OPTIMUM[0]) ** 2 + (best.params["y"] - OPTIMUM[1]) ** 2) ** 0.5)
+
+
+def test_bayes_ends_closer_to_the_known_optimum_than_random_with_the_same_seed_and_trials(aws: AwsClients) -> None:
+    # The metric is a known function (a paraboloid, best at x=0.3, y=0.7); same seed, same 25 trials.
+    # Both are deterministic for a seed (the samplers are seeded per trial), so this cannot flake; over
+    # seeds 1-8 bayes was closer for 7 (seed 2: bayes 0.18, random 0.12), so seed 5 is not cherry-picked.
+    bayes = _best_distance(aws, "bayes", seed=5, trials=25)
+    random = _best_distance(aws, "random", seed=5, trials=25)
+    print(f"distance of the best trial to the optimum: bayes {bayes:.4f}, random {random:.4f}")
+    assert bayes < random
+
+
+def test_a_preempted_trial_that_resumes_is_the_same_trial_and_counts_once(plane: Plane) -> None:
+    sweep_id = plane.create(maxTrials=1)
+    plane.controller.decide(sweep_id)
+    trial = plane.running(sweep_id)[0]
+    advance(plane.jobs.repo, trial.job_id, *TO_TRAINING)
+    plane.report(trial.job_id, 1, 0.2)
+    plane.report(trial.job_id, 2, 0.3)
+    # Preempted (resuming from its checkpoint): still the same running trial, nothing new starts
+    advance(plane.jobs.repo, trial.job_id, S.PREEMPTED, run_outcome="resume_preempted")
+    decision = plane.controller.decide(sweep_id)
+    assert decision.started == [] and plane.trials(sweep_id)[0].state == TrialState.RUNNING
+    # It resumes from step 1 and reports step 2 again: one value per step
+    advance(plane.jobs.repo, trial.job_id, *TO_TRAINING, run_outcome=None)
+    plane.report(trial.job_id, 2, 0.35)
+    plane.report(trial.job_id, 3, 0.4)
+    advance(plane.jobs.repo, trial.job_id, S.COMPLETED)
+    assert plane.controller.decide(sweep_id).status == "COMPLETED"
+    done = plane.trials(sweep_id)
+    assert len(done) == 1 and done[0].intermediate_values == {1: 0.2, 2: 0.35, 3: 0.4} and done[0].value == pytest.approx(0.4)
+
+
+def test_asha_prunes_a_trial_below_its_rung_and_keeps_its_rungs_in_the_table(plane: Plane) -> None:
+    asha = {"type": "asha", "minResource": 1, "reductionFactor": 2}
+    sweep_id = plane.create(maxTrials=3, maxParallelTrials=1, earlyStopping=asha)
+    for value in (0.9,):
+        plane.controller.decide(sweep_id)
+        job_id = plane.running(sweep_id)[0].job_id
+        advance(plane.jobs.repo, job_id, *TO_TRAINING)
+        for step in (1, 2):
+            plane.report(job_id, step, value)
+            plane.controller.decide(sweep_id)  # each report wakes the controller: it records the rung reached
+        advance(plane.jobs.repo, job_id, S.COMPLETED)
+        plane.controller.decide(sweep_id)
+    loser = plane.running(sweep_id)[0]
+    advance(plane.jobs.repo, loser.job_id, *TO_TRAINING)
+    plane.report(loser.job_id, 1, 0.1)
+    decision = plane.controller.decide(sweep_id)
+    assert decision.pruned == [loser.number]
+    stored = plane.trials(sweep_id)[loser.number]
+    assert "asha early stopping" in (stored.reason or "") and any(k.startswith("completed_rung_") for k in stored.system_attrs)
