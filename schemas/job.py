@@ -217,6 +217,7 @@ class CheckpointRef(BaseModel):
     uri: str
     attempt: int = 1
     created_at: datetime | None = None
+    size_bytes: int | None = Field(default=None, description="The checkpoint's files together, as its manifest lists them.")
 
 
 class Progress(BaseModel):

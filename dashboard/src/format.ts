@@ -52,6 +52,18 @@ export function money(usd: number | null | undefined): string {
   return usd === null || usd === undefined ? "—" : `$${usd.toFixed(usd < 1 ? 4 : 2)}`;
 }
 
+export function bytes(value: number | null | undefined): string {
+  if (value === null || value === undefined) return "—";
+  const units = ["B", "KB", "MB", "GB", "TB"];
+  let size = value;
+  let unit = 0;
+  while (size >= 1024 && unit < units.length - 1) {
+    size /= 1024;
+    unit += 1;
+  }
+  return unit === 0 ? `${size} B` : `${size.toFixed(size < 10 ? 1 : 0)} ${units[unit]}`;
+}
+
 export function num(value: unknown): string {
   if (typeof value !== "number") return value === null || value === undefined ? "—" : String(value);
   return Math.abs(value) >= 1000 || Number.isInteger(value) ? String(value) : value.toPrecision(4);

@@ -139,6 +139,7 @@ class RunSpecs:
                 uri=uri,
                 attempt=data.get("attempt") or job.attempt,
                 created_at=data.get("created_at") or now,
+                size_bytes=_size_of(data.get("files")),
             )
         except ValueError:
             return None
@@ -208,3 +209,11 @@ def progress_of(data: Mapping[str, Any], now: datetime, attempt: int | None = No
     if percent is None and data.get("total_steps"):
         percent = 100.0 * float(data.get("step", 0)) / float(data["total_steps"])
     return Progress(percent=min(max(float(percent or 0.0), 0.0), 100.0), updated_at=now, attempt=attempt, **fields)
+
+
+def _size_of(files: Any) -> int | None:
+    """The bytes a checkpoint's manifest lists (its `files`, each with a `size`); None when it lists none."""
+    if not isinstance(files, list):
+        return None
+    sizes = [f.get("size") for f in files if isinstance(f, dict)]
+    return sum(s for s in sizes if isinstance(s, int) and s >= 0) if sizes else None

@@ -17,6 +17,7 @@ import pytest
 from functions import composition
 from functions.adapters.launchers.base import RunDescription, RunState
 from functions.handlers import events as handler
+from functions.service.run_specs import _size_of
 from functions.service.trainer_reports import LogLine, TrainerLogReports, stream_ref
 from schemas.checkpoint import CheckpointManifest
 from schemas.job import Job, StatusEvent
@@ -221,3 +222,16 @@ def test_a_run_none_of_whose_reports_arrived_ends_with_the_record_s3_holds(world
         "step-000004",
         12,
     )
+
+
+def test_a_checkpoint_records_the_size_its_manifest_lists(world: World) -> None:
+    # Given the recorded delivery, whose checkpoint reports carry their manifests' files
+    deliver(RECORDED)
+    job = world.repo.get(JOB_ID)
+    # Then each checkpoint's size is the sum of its files' sizes (the dashboard shows it)
+    assert job.checkpoints and all(c.size_bytes == 30 for c in job.checkpoints)
+
+
+def test_the_size_of_a_manifest_without_files_is_unknown() -> None:
+    assert _size_of(None) is None and _size_of([]) is None and _size_of("x") is None
+    assert _size_of([{"size": 3}, {"size": 4}, {"size": -1}, "junk"]) == 7

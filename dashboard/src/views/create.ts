@@ -46,8 +46,14 @@ export function createView(params: URLSearchParams): View {
   const maxSteps = h("input", { type: "number", name: "max_steps", min: "1", step: "1", "data-field": "training_config.hyperparameters.max_steps" });
   const batch = h("input", { type: "number", name: "batch_size", min: "1", step: "1", "data-field": "data_config.batch_size" });
   const lr = h("input", { type: "text", inputmode: "decimal", name: "learning_rate", placeholder: "0.00002", "data-field": "training_config.hyperparameters.learning_rate" });
-  // The trainer's optimizer choices (trainer/hyper.py): AdamW only, today.
-  const optimizer = h("select", { name: "optimizer", "data-field": "training_config.hyperparameters.optimizer" }, h("option", { value: "adamw" }, "AdamW"));
+  // Kaisar's optimizer choices, each one the trainer takes (schemas/hyperparameters.py: AdamW, Adam, SGD).
+  const optimizer = h(
+    "select",
+    { name: "optimizer", "data-field": "training_config.hyperparameters.optimizer" },
+    h("option", { value: "adamw" }, "AdamW"),
+    h("option", { value: "adam" }, "Adam"),
+    h("option", { value: "sgd" }, "SGD"),
+  );
 
   const modelId = h("input", { name: "model_id", "data-field": "training_config.base_model.model_id" });
   const source = h("select", { name: "source", "data-field": "training_config.base_model.source" }, ["config", "huggingface", "s3"].map((s) => h("option", { value: s }, s)));

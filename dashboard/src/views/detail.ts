@@ -4,7 +4,7 @@ import type uPlot from "uplot";
 import { actionsFor, type Job } from "../actions";
 import { lossChart } from "../chart";
 import { clear, h } from "../dom";
-import { absoluteTime, duration, money, num, relativeTime, TERMINAL } from "../format";
+import { absoluteTime, bytes, duration, money, num, relativeTime, TERMINAL } from "../format";
 import { api, toast } from "../ui";
 import { priorityText, progressBar, statusBadge } from "./jobs";
 import { positionText } from "./queues";
@@ -143,17 +143,17 @@ export function detailView(jobId: string): View {
       h("h2", { id: "h-checkpoints" }, `Checkpoints (${list.length})`),
       list.length
         ? h("table", { class: "compact" },
-            h("thead", null, h("tr", null, ["Step", "Saved", "Metrics", "Best", "Attempt", "Location"].map((t) => h("th", null, t)))),
+            h("thead", null, h("tr", null, ["Step", "Saved", "Metrics", "Best", "Size", "Attempt", "Location"].map((t) => h("th", null, t)))),
             h("tbody", null, list.map((c) =>
               h("tr", { "data-checkpoint-id": c.checkpoint_id },
                 h("td", null, c.step),
                 h("td", null, c.created_at ? h("time", { title: absoluteTime(c.created_at) }, relativeTime(c.created_at)) : "—"),
                 h("td", null, Object.entries(c.metrics ?? {}).map(([k, v]) => `${k} ${num(v)}`).join(", ") || "—"),
                 h("td", null, c.checkpoint_id === j.best_checkpoint_id ? h("span", { class: "badge badge-ok" }, "best") : c.checkpoint_id === j.latest_checkpoint_id ? "latest" : ""),
+                h("td", { "data-size": c.size_bytes ?? "" }, bytes(c.size_bytes)),
                 h("td", null, c.attempt),
                 h("td", { class: "mono small" }, c.uri)))))
         : h("p", { class: "empty" }, "No checkpoint yet."),
-      h("p", { class: "muted small" }, "Sizes are not reported by the API."),
     );
   }
 

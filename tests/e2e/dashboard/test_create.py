@@ -32,7 +32,8 @@ def test_a_job_created_in_the_form_completes_with_its_loss_curve_drawn(
     assert page.input_value('input[name="priority"]') == "8"
     page.fill('input[name="experiment"]', "dashboard-e2e")
     # Configuration: only what the trainer accepts
-    assert page.locator('select[name="optimizer"] option').all_inner_texts() == ["AdamW"]
+    assert page.locator('select[name="optimizer"] option').all_inner_texts() == ["AdamW", "Adam", "SGD"]
+    page.select_option('select[name="optimizer"]', "adam")
     page.fill('input[name="max_steps"]', "12")
     page.fill('input[name="batch_size"]', "8")
     page.fill('input[name="learning_rate"]', "0.003")
@@ -56,7 +57,7 @@ def test_a_job_created_in_the_form_completes_with_its_loss_curve_drawn(
     assert job["name"] == "form-made tiny lora" and job["labels"] == {"experiment": "dashboard-e2e"}
     assert job["scheduling_config"]["priority"] == 8 and job["training_config"]["training_type"] == "LORA"
     hp = job["training_config"]["hyperparameters"]
-    assert hp["max_steps"] == "12" and hp["learning_rate"] == "0.003" and hp["optimizer"] == "adamw"
+    assert hp["max_steps"] == "12" and hp["learning_rate"] == "0.003" and hp["optimizer"] == "adam"
     assert job["data_config"]["batch_size"] == 8
     # It trains for real and the page follows it to COMPLETED without a reload
     page.evaluate("window.__noReload = true")

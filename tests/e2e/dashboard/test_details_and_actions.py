@@ -56,6 +56,9 @@ def test_details_show_configs_timeline_checkpoints_cost_and_a_retry_with_new_res
     latest = page.locator(f'tr[data-checkpoint-id="{detail["latest_checkpoint_id"]}"]')
     assert "latest" in latest.inner_text() or "best" in latest.inner_text()
     assert "loss" in latest.inner_text()
+    # Size: the bytes of the checkpoint's files, as its manifest lists them
+    latest_ref = next(c for c in detail["checkpoints"] if c["checkpoint_id"] == detail["latest_checkpoint_id"])
+    assert latest_ref["size_bytes"] > 0 and latest.locator("td[data-size]").get_attribute("data-size") == str(latest_ref["size_bytes"])
     # Progress and cost
     assert page.locator("#h-progress + .progress .progress-text").inner_text() == "100%"
     assert "$" in page.locator("section", has=page.locator("#h-cost")).inner_text()
