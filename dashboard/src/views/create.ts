@@ -108,7 +108,8 @@ export function createView(params: URLSearchParams): View {
     epochs.value = hp.num_train_epochs ?? "";
     maxSteps.value = hp.max_steps ?? "";
     lr.value = hp.learning_rate ?? "";
-    optimizer.value = "adamw";
+    const chosen = String(hp.optimizer ?? hp.optim ?? "adamw").toLowerCase();
+    optimizer.value = ["adamw", "adam", "sgd"].includes(chosen) ? chosen : "adamw";
     batch.value = request.data_config?.batch_size ?? "";
     modelId.value = request.training_config?.base_model?.model_id ?? "";
     source.value = request.training_config?.base_model?.source ?? "config";
