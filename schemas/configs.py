@@ -17,7 +17,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    GetJsonSchemaHandler,
     SecretStr,
     SerializationInfo,
     ValidationError,
@@ -25,15 +24,19 @@ from pydantic import (
     field_serializer,
     model_validator,
 )
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema, InitErrorDetails, PydanticCustomError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+# The enums and bounds below everything else in schemas/ (schemas/hyperparameters.py needs them too).
+from schemas.kinds import MAX_SEED as MAX_SEED
+from schemas.kinds import UNSUPPORTED_FRAMEWORKS as UNSUPPORTED_FRAMEWORKS
+from schemas.kinds import UNSUPPORTED_TRAINING_TYPES as UNSUPPORTED_TRAINING_TYPES
+from schemas.kinds import FrameworkType as FrameworkType
+from schemas.kinds import TrainingType as TrainingType
 
 # The built-in byte-level tokenizer (trainer/tokenizer.py): 256 bytes + PAD, BOS, EOS.
 BYTE_TOKENIZER_ID = "byte"
 BYTE_VOCAB_SIZE = 259
 Priority = Annotated[int, Field(ge=0, le=10, description="0 (lowest) to 10 (highest).")]
-# numpy's and torch's samplers take a 32-bit unsigned seed: a larger one fails inside the run.
-MAX_SEED = 2**32 - 1
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED, description="0 to 2**32-1.")]
 StrMap = dict[str, str]
 
@@ -136,48 +139,6 @@ def _typed_fields(model: type[BaseModel]) -> tuple[frozenset[str], frozenset[str
         found = _TYPED_FIELDS[model] = (frozenset(numeric), frozenset(boolean))
     return found
 
-
-class TrainingType(StrEnum):
-    SFT = "SFT"
-    LORA = "LORA"
-    QLORA = "QLORA"
-    DPO = "DPO"
-    RLHF = "RLHF"
-    CONTINUED_PRETRAIN = "CONTINUED_PRETRAIN"
-    FULL_FINETUNE = "FULL_FINETUNE"
-
-    @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return _offered_only(handler(core_schema), handler, UNSUPPORTED_TRAINING_TYPES)
-
-
-class FrameworkType(StrEnum):
-    HF_TRAINER = "HF_TRAINER"
-    DEEPSPEED = "DEEPSPEED"
-    FSDP = "FSDP"
-    MEGATRON = "MEGATRON"
-    CUSTOM = "CUSTOM"
-
-    @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        return _offered_only(handler(core_schema), handler, UNSUPPORTED_FRAMEWORKS)
-
-
-def _offered_only(schema: JsonSchemaValue, handler: GetJsonSchemaHandler, refused: dict[Any, str]) -> JsonSchemaValue:
-    """The enum's JSON schema (openapi.json) lists only what submit accepts; the refused values are named
-    in its description (they stay in the Python enum: the seed's API has them, and submit answers 422)."""
-    target = handler.resolve_ref_schema(schema)
-    target["enum"] = [value for value in target.get("enum", []) if value not in {str(r) for r in refused}]
-    target["description"] = "Refused at submit with a 422, not supported yet: " + "; ".join(refused.values()) + "."
-    return schema
-
-
-# Accepted in the schema (they are part of the seed's API) but refused at submit until the trainer
-# really implements them: a feature we cannot offer is a clear 422, never a fake run.
-UNSUPPORTED_TRAINING_TYPES = {TrainingType.RLHF: "RLHF training is not supported yet; use DPO for preference tuning"}
-UNSUPPORTED_FRAMEWORKS = {
-    FrameworkType.MEGATRON: "the MEGATRON framework is not supported yet; use FSDP",
-}
 
 # framework.config keys a DEEPSPEED job may set. ZeRO-Offload is refused: DeepSpeed insists on its own
 # CPU Adam (a compiled op) there, which our checkpoints and exact-resume tests do not cover.

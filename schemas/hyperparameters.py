@@ -19,7 +19,7 @@ from typing import Any, Literal, Self, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from schemas.configs import MAX_SEED, TrainingType
+from schemas.kinds import MAX_SEED, TrainingType
 
 # transformers' SchedulerType values that need nothing beyond warmup and total steps (a trainer test checks
 # each is one transformers.get_scheduler knows). reduce_lr_on_plateau, cosine_with_min_lr,
