@@ -6,7 +6,7 @@ FrontDoor asks `answer()` first; it takes only these requests and leaves every o
   CONTRACTS.md says; the page then signs every API call with SigV4.
 - GET `/dashboard-config.json`: the page's settings (mode, region, API URL = same origin).
 - POST `/_dashboard/session`: a `trainplane dashboard` sign-in code for a principal's keys
-  (trainplane/dashboard_signin.py has the design), loopback peers only.
+  (schemas/dashboard_signin.py has the design), loopback peers only.
 """
 
 from __future__ import annotations
@@ -16,14 +16,35 @@ import json
 import logging
 import mimetypes
 import re
+import time
 from pathlib import Path
 
 from dashboard_assets import STATIC_DIR
 from localmode.credentials import Principal
 from localmode.sigv4 import ArrivedRequest
-from trainplane.dashboard_signin import SignInRefused, claim_code
+from schemas.dashboard_signin import CODE_PATTERN, SignInCode, code_path
 
 logger = logging.getLogger(__name__)
+
+
+class SignInRefused(Exception):
+    pass
+
+
+def claim_code(state_dir: Path, code: object, *, now: float | None = None) -> str:
+    """The principal name a code was issued for; the code is spent. SignInRefused when it is not valid."""
+    if not isinstance(code, str) or not CODE_PATTERN.match(code):
+        raise SignInRefused("not a sign-in code")
+    path = code_path(state_dir, code)
+    try:
+        record = SignInCode.model_validate_json(path.read_text())
+        path.unlink()  # of two racing claims, only one unlink succeeds
+    except (FileNotFoundError, ValueError):
+        raise SignInRefused("unknown or already used sign-in code") from None
+    if record.expires_at < (time.time() if now is None else now):
+        raise SignInRefused("the sign-in code has expired")
+    return record.principal
+
 
 Response = tuple[int, list[tuple[str, str]], bytes]
 

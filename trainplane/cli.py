@@ -143,7 +143,7 @@ def dashboard(
     principal = r.local.principal_with_key(r.credentials.access_key)
     if principal is None:
         raise EndpointNotConfigured(f"the signing keys are not a principal of {r.local.path}: pass --principal NAME")
-    # A single-use code in the URL fragment (never sent to a server); trainplane/dashboard_signin.py.
+    # A single-use code in the URL fragment (never sent to a server); schemas/dashboard_signin.py.
     code = issue_code(r.local.path.parent, principal.name)
     url = f"{r.local.api_url.rstrip('/')}/#code={code}"
     if o.json:

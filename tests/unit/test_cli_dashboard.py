@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from localmode.dashboard import claim_code
 from tests.unit.test_client_endpoint import LOCAL_URL, write_endpoint_json
 from trainplane import cli
-from trainplane.dashboard_signin import claim_code
 
 
 @pytest.fixture(autouse=True)

@@ -1,5 +1,5 @@
 """Local mode's dashboard site (localmode/dashboard.py) in front of a stand-in API on real HTTP, and
-the single-use sign-in codes of `trainplane dashboard` (trainplane/dashboard_signin.py)."""
+the single-use sign-in codes of `trainplane dashboard` (schemas/dashboard_signin.py)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,11 @@ import requests
 from requests_aws4auth import AWS4Auth
 
 from localmode.credentials import new_principal
-from localmode.dashboard import DashboardSite, _is_loopback
+from localmode.dashboard import DashboardSite, SignInRefused, _is_loopback, claim_code
 from localmode.frontdoor import FrontDoor
 from localmode.sigv4 import ArrivedRequest
-from trainplane.dashboard_signin import CODE_TTL_SECONDS, CODES_DIR, SignInRefused, claim_code, issue_code
+from schemas.dashboard_signin import CODE_TTL_SECONDS, CODES_DIR
+from trainplane.dashboard_signin import issue_code
 
 REGION = "us-east-1"
 ALICE = new_principal("alice")
