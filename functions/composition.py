@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from functions.service.cloud_events import CloudEventsService
     from functions.service.jobs import JobService
     from functions.service.lifecycle import LifecycleService
+    from functions.service.paths import PathRules
     from functions.service.queues import QueueView
     from functions.service.reconciler import Reconciler
     from functions.service.retraining import RetrainingService
@@ -205,9 +206,20 @@ class Composition:
 
             # The cloud engines' trainers log to CloudWatch; local runs write the S3 files.
             extra["log_source"] = log_source_for(self.settings, self.clients)
-            return JobService(self.repository, self.artifacts, self.workflow, self.settings, **extra)
+            return JobService(self.repository, self.artifacts, self.workflow, self.settings, paths=self.path_rules, **extra)
 
         return self._once("_jobs", build)
+
+    @property
+    def path_rules(self) -> PathRules:
+        """What the paths a job names may be (docs/SECURITY.md): submit (and retraining, through it) and the lifecycle use this one."""
+
+        def build() -> PathRules:
+            from functions.service.paths import PathRules
+
+            return PathRules(self.settings, self.repository, self.artifacts)
+
+        return self._once("_path_rules", build)
 
     @property
     def engine(self) -> StepFunctionsWorkflow:
@@ -238,7 +250,6 @@ class Composition:
 
         def build() -> LifecycleService:
             from functions.service.lifecycle import LifecycleConfig, LifecycleService
-            from functions.service.paths import PathRules
             from functions.service.scheduler import Scheduler, capacity_model
 
             settings = self.settings
@@ -251,8 +262,9 @@ class Composition:
                 stop_grace_seconds=settings.stop_grace_seconds,
                 max_preemptions=settings.max_preemptions,
             )
-            paths = PathRules(settings, self.repository, self.artifacts)
-            service = LifecycleService(self.repository, self.artifacts, self.launchers, workflow, workflow, scheduler, config, paths=paths)
+            service = LifecycleService(
+                self.repository, self.artifacts, self.launchers, workflow, workflow, scheduler, config, paths=self.path_rules
+            )
             service.sweep_hooks = self.sweep_hooks  # a trial's reports and ends wake its sweep's controller
             return service
 

@@ -58,6 +58,7 @@ class JobService(LifecycleControls):
         clock: Callable[[], datetime] = _utcnow,
         ids: Callable[[], str] = new_job_id,
         log_source: LogSource | None = None,
+        paths: PathRules | None = None,
     ) -> None:
         self.log_source = log_source
         self.repo = repo
@@ -67,7 +68,8 @@ class JobService(LifecycleControls):
         self.clock = clock
         self.ids = ids
         self._shape_catalog: ShapeCatalog | None = None
-        self.paths = PathRules(settings, repo, store)
+        # The composition root hands the one PathRules it wires; tests that build a JobService alone get their own.
+        self.paths = paths if paths is not None else PathRules(settings, repo, store)
 
     def principal(self, arn: str) -> Principal:
         return Principal.from_arn(arn, self.settings.admin_arns)
