@@ -187,7 +187,7 @@ def run_ours(preset: Preset, training_type: TrainingType, device: torch.device, 
     windows = math.ceil(preset.steps / preset.warmup)
     measured_steps = windows * preset.warmup
     total = preset.warmup + measured_steps + (2 if stall_probe else 0)
-    save_at = preset.warmup + measured_steps + 1 if stall_probe else 10**9
+    save_at = preset.warmup + measured_steps + 1 if stall_probe else 10**8
     hyper_strings = {"max_steps": str(total), "logging_steps": str(preset.warmup), "learning_rate": "1e-4", "async_checkpoint": "true"}
     with tempfile.TemporaryDirectory(prefix="bench-trainer-") as scratch:
         root = Path(scratch)
@@ -258,7 +258,7 @@ def run_hf_trainer(preset: Preset, device: torch.device) -> dict[str, Any]:
     total = preset.warmup + preset.steps
     hyper = Hyper.from_strings({"learning_rate": "1e-4"}, TrainingType.LORA)
     with tempfile.TemporaryDirectory(prefix="bench-hf-") as scratch:
-        spec = make_spec(preset, TrainingType.LORA, {}, Path(scratch), device, 10**9)
+        spec = make_spec(preset, TrainingType.LORA, {}, Path(scratch), device, 10**8)
         loaded = models.load_model_and_tokenizer(spec.training_config, hyper, device, seed=0)
         rows = [{**e, "attention_mask": [1] * preset.seq_len} for e in synthetic_examples(preset.batch_size * total, preset.seq_len)]
 
