@@ -95,6 +95,9 @@ class Ids:
     others_policies: list[str] = field(default_factory=list)
     sweeps: list[str] = field(default_factory=list)
     others_sweeps: list[str] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)  # /train run ids (a job labelled train_run_id)
+    others_runs: list[str] = field(default_factory=list)
+    shapes: list[str] = field(default_factory=list)  # training shape names: the deployment's, for everyone
     seeded: set[str] = field(default_factory=set)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -103,6 +106,10 @@ class Ids:
             return self.jobs, self.others_jobs
         if kind == "sweep_id":
             return self.sweeps, self.others_sweeps
+        if kind == "run_id":
+            return self.runs, self.others_runs
+        if kind == "name":
+            return self.shapes, []
         return self.policies, self.others_policies
 
     def add(self, kind: str, value: str) -> None:
@@ -201,6 +208,16 @@ def seed(plane: LocalPlane) -> Ids:
     ids.jobs.append(expendable)
     ids.policies.append(create_policy("alice"))
     ids.sweeps.append(create_sweep("alice", cancelled=True))
+    # A /train run of each principal's (GET /train/{run_id} finds the newest job labelled with it), and the shapes
+    for principal, pool in (("alice", ids.runs), ("admin", ids.others_runs)):
+        body = job_body(f"fuzz-run-{principal}", gpu_count=1)
+        body["labels"] = {"train_run_id": f"fuzz-run-{principal}"}
+        submit(body, principal)
+        pool.append(f"fuzz-run-{principal}")
+    shapes = plane.request("GET", "/training-shapes")
+    assert shapes.status_code == 200, shapes.text
+    ids.shapes += [s["name"] for s in shapes.json()["shapes"]]
+    assert ids.shapes
     wait_for_status(plane, completed, "COMPLETED")
     return ids
 
@@ -244,7 +261,7 @@ schema = schemathesis.openapi.from_dict(json.loads(OPENAPI.read_text(encoding="u
 
 # --- what a schema-valid request may be refused for ----------------------------------------------
 
-PATH_IDS = ("job_id", "policy_id", "sweep_id")
+PATH_IDS = ("job_id", "policy_id", "sweep_id", "run_id", "name")
 
 
 @dataclass(frozen=True)
@@ -427,6 +444,14 @@ LEGITIMATE_REFUSALS = (
         ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps"),
         r"(job_template\.)?training_config\.hyperparameters\.[a-z0-9_]+",
         r"^Input should be (greater|less) than",
+    ),
+    Refusal(
+        "two hyperparameters that name one setting must agree (eval_strategy / evaluation_strategy, optim /"
+        " optimizer, an alias and its data_config field, warmup_ratio with warmup_steps): a rule across keys",
+        422,
+        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps"),
+        r"(job_template\.)?training_config\.hyperparameters\.[a-z0-9_]+",
+        kind="invalid_hyperparameter",
     ),
     Refusal(
         "a rule across fields: a field required when another has a given value, a training type that needs a GPU,"

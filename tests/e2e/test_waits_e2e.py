@@ -7,6 +7,7 @@ failed job raises JobFailed with its error and last lines; the CLI's `jobs submi
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import itertools
 import json
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from botocore.credentials import Credentials, RefreshableCredentials
@@ -27,6 +29,14 @@ from tests.e2e.conftest import LocalPlane
 from tests.e2e.test_lifecycle_e2e import FAKE_TRAINER_ENV, fake_spec
 from trainplane import AsyncClient, Client, JobFailed
 from trainplane.cli import app
+
+
+def run_async(coro: Any) -> Any:
+    """asyncio.run in a thread of its own: a browser test's session (Playwright's sync API) may keep an event
+    loop running in this thread, where asyncio.run refuses to start."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -234,7 +244,7 @@ def test_a_failed_job_raises_job_failed_with_its_last_log_lines_sync_and_async(p
                 return exc
         raise AssertionError("no JobFailed")
 
-    assert asyncio.run(again()).error_message == failed.error_message
+    assert run_async(again()).error_message == failed.error_message
 
 
 def test_cli_submit_wait_follow_prints_the_log_and_the_final_status(plane: LocalPlane, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ rotated keys: tests/e2e/test_waits_e2e.py."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,6 +19,14 @@ from tests.unit.test_client_standin import ACCESS_KEY, MINIMAL_REQUEST, SECRET_K
 from trainplane import AsyncClient, Client
 from trainplane.errors import JobFailed, WaitTimeout
 from trainplane.waits import Action, Goal, Target, decide
+
+
+def run_async(coro: Any) -> Any:
+    """asyncio.run in a thread of its own: a browser test's session (Playwright's sync API) may keep an event
+    loop running in this thread, where asyncio.run refuses to start."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
 
 standin = test_client_standin.standin
 
@@ -286,7 +295,7 @@ def test_async_create_and_wait_follows_logs_and_raises_job_failed(standin: Stand
                 return done, exc
             raise AssertionError("no JobFailed")
 
-    done, failed = asyncio.run(scenario())
+    done, failed = run_async(scenario())
     assert done.status == S.COMPLETED
     assert seen == [f"line {i}" for i in range(len(seen))] and len(seen) >= 3
     assert failed.error_type == "USER_ERROR" and failed.last_log_lines == ["line 0", "line 1", "line 2"]
@@ -304,6 +313,6 @@ def test_async_reconnect_and_wait_resumes_a_paused_job(standin: StandInApi) -> N
         async with async_client_for(standin) as client:
             return await client.reconnect_and_wait(job.job_id, poll_interval_s=0.01, timeout_s=10, on_update=on_update)
 
-    final = asyncio.run(scenario())
+    final = run_async(scenario())
     assert final.status == S.TRAINING
     assert len(standin.calls("POST", f"/jobs/{job.job_id}/resume")) == 1
