@@ -29,11 +29,15 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "PREEMPTED"}
 LORA_TINY = json.loads((REPO_ROOT / "examples" / "jobs" / "lora-tiny.json").read_text())
 
 
-def real_spec(name: str, *, max_steps: int, save_steps: int) -> dict[str, Any]:
+def real_spec(name: str, *, max_steps: int, save_steps: int, accumulate: int = 32) -> dict[str, Any]:
+    """The tiny LoRA job, slowed to tens of milliseconds a step by gradient accumulation: unslowed, its 40
+    steps take a third of a second, and a pause or a kill "mid-training" races the end of training."""
     spec = copy.deepcopy(LORA_TINY)
     spec["name"] = name
     spec["data_config"]["sources"][0]["path"] = str(REPO_ROOT / "examples" / "data" / "tiny-qa.jsonl")
-    spec["training_config"]["hyperparameters"].update({"max_steps": str(max_steps), "logging_steps": "1", "eval_steps": "1000"})
+    spec["training_config"]["hyperparameters"].update(
+        {"max_steps": str(max_steps), "logging_steps": "1", "eval_steps": "1000", "gradient_accumulation_steps": str(accumulate)}
+    )
     spec["output_config"]["checkpoint"].update({"save_steps": save_steps, "metric_for_best_model": None, "greater_is_better": None})
     spec["output_config"]["merge_lora"] = False
     spec.pop("scheduling_config", None)
