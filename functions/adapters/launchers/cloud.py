@@ -59,11 +59,6 @@ def validate_cloud_job(
     if compute not in PLATFORMS:
         return
     select_instance(resources, compute, shape)
-    if compute == "ec2" and resources.node_count > 1:
-        raise InvalidRequest(
-            "resource_config.node_count",
-            "multi-node training is not supported on compute 'ec2' (no rendezvous between instances); use compute 'sagemaker'",
-        )
     for i, source in enumerate(data.sources):
         if not source.path.startswith("s3://"):
             message = f"compute '{compute}' reads training data from S3 only; got {source.path!r}"
