@@ -34,7 +34,7 @@ import json
 import logging
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
@@ -107,7 +107,7 @@ def instance_ids(handle: LaunchHandle) -> list[str]:
     return [i for i in handle.run_id.split(",") if i]
 
 
-def rendezvous_document(job_id: str, attempt: int, instances: list[Mapping[str, Any]]) -> dict[str, Any]:
+def rendezvous_document(job_id: str, attempt: int, instances: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """RunInstances' instances -> the rendezvous object: node rank = AMI launch index, node 0 the master."""
     nodes = sorted(instances, key=lambda i: int(i.get("AmiLaunchIndex", 0)))
     missing = [i["InstanceId"] for i in nodes if not i.get("PrivateIpAddress")]
