@@ -316,7 +316,11 @@ class EmulatedCompute:
         if run.ended.is_set() or run.handle is None:
             return
         if LOSE_TAG in tags and not run.lost:
+            # The host goes first, then its processes: EC2 shows the instance lost before any peer
+            # (whose collective fails at once on loopback) can report a failure of its own.
             run.lost = True
+            self.client("ec2").terminate_instances(InstanceIds=[instance_id])
+            _mark_host_lost(self.account_id, self.region, instance_id)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(int(run.handle.run_id), signal.SIGKILL)
             return
@@ -334,10 +338,7 @@ class EmulatedCompute:
         """The user data's last steps: the exit status object, the bootstrap log, then power off (terminate)."""
         ec2 = self.client("ec2")
         state = ec2.describe_instances(InstanceIds=[run.run_id])["Reservations"][0]["Instances"][0]["State"]["Name"]
-        if run.lost and state != "terminated":  # the host is gone: nothing is written, EC2 says why
-            ec2.terminate_instances(InstanceIds=[run.run_id])
-            _mark_host_lost(self.account_id, self.region, run.run_id)
-        elif state != "terminated":  # a terminated instance's user data never got to write anything
+        if state != "terminated":  # a terminated instance's user data never got to write anything
             document = {"started_at": run.started_at, "ended_at": time.time(), "instance_id": run.run_id, "oom_killed": False, **status}
             document["interrupted"] = run.interrupted
             key = exit_status_key(run.job_id, run.attempt, run.node)
