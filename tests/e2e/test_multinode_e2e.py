@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 LORA_TINY = json.loads((REPO_ROOT / "examples" / "jobs" / "lora-tiny.json").read_text())
 LOSE_TAG = "trainplane-emulator:lose"
-STEPS = 12
+STEPS = 30
 
 
 @pytest.fixture(scope="module")
@@ -43,13 +43,13 @@ def two_node_spec(name: str, data_uri: str) -> dict[str, Any]:
     spec["name"] = name
     spec["data_config"]["sources"][0]["path"] = data_uri
     spec["training_config"]["hyperparameters"].update(
-        {"max_steps": str(STEPS), "logging_steps": "1", "eval_steps": "1000", "gradient_accumulation_steps": "4"}
+        {"max_steps": str(STEPS), "logging_steps": "1", "eval_steps": "1000", "gradient_accumulation_steps": "8"}
     )
     # Two trainers per job on a shared 2-core machine: one thread each, not a fight over the cores.
     spec["training_config"]["environment"] = {"OMP_NUM_THREADS": "1"}
     spec["training_config"]["framework"] = {"type": "HF_TRAINER", "distributed": {"world_size": 2, "backend": "gloo"}}
     spec["resource_config"] = {"gpu_count": 0, "node_count": 2}
-    spec["output_config"]["checkpoint"].update({"save_steps": 3, "metric_for_best_model": None, "greater_is_better": None})
+    spec["output_config"]["checkpoint"].update({"save_steps": 4, "metric_for_best_model": None, "greater_is_better": None})
     spec["output_config"]["merge_lora"] = False
     spec.pop("scheduling_config", None)
     return spec
@@ -70,6 +70,12 @@ def training_at(plane: CloudPlane, job_id: str, step: int, attempt: int = 1) -> 
     assert job["status"] not in {"FAILED", "CANCELLED", "COMPLETED"}, f"{job['status']}: {job.get('error_message')}"
     live = job["status"] in {"TRAINING", "CHECKPOINTING"} and job["attempt"] >= attempt
     return job if live and (job.get("progress") or {}).get("step", 0) >= step else None
+
+
+def past_a_new_checkpoint(plane: CloudPlane, job_id: str, paused_step: int) -> dict[str, Any] | None:
+    job = training_at(plane, job_id, paused_step + 1, attempt=2)
+    saved = max((c["step"] for c in (job or {}).get("checkpoints", [])), default=0)
+    return job if job and saved > paused_step and job["progress"]["step"] > saved else None
 
 
 def done(plane: CloudPlane, job_id: str) -> dict[str, Any] | None:
@@ -105,7 +111,7 @@ def test_two_node_job_pauses_resumes_exactly_and_a_lost_node_preempts_the_whole_
     assert states <= {"shutting-down", "terminated"}
     # When it is resumed, and once it has checkpointed again, its node 1 is lost (the host dies)
     assert verb(plane, job_id, "resume", {"checkpoint_id": ""}).status_code in {200, 202}
-    job = wait_for(lambda: training_at(plane, job_id, paused_step + 4, attempt=2), 240, "attempt 2 past a checkpoint", plane)
+    job = wait_for(lambda: past_a_new_checkpoint(plane, job_id, paused_step), 240, "attempt 2 past a checkpoint of its own", plane)
     second = job["run_handle"]["run_id"].split(",")
     ec2.create_tags(Resources=[second[1]], Tags=[{"Key": LOSE_TAG, "Value": "host failure"}])
     # Then the whole job is preempted (node 0 terminated with it) and resumes by itself, without spending retries
