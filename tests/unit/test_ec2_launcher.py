@@ -36,6 +36,7 @@ from schemas.job import ErrorType
 from tests.cloud_fixtures import BUCKET, IMAGE, cloud_settings, load_event, make_launch_request
 
 INSTANCE = "i-0abcd1234ef567890"
+TWO_NODES_CPU = ResourceConfig(gpu_count=0, node_count=2)
 
 
 class StubClients:
@@ -115,6 +116,7 @@ def test_cpu_only_request_has_no_gpu_flags() -> None:
     [
         ({"resources": ResourceConfig(gpu_count=9)}, "resource_config.gpu_count"),
         ({"sources": ("./data/train.jsonl",)}, "data_config.sources[0].path"),
+        ({"resources": TWO_NODES_CPU, "environment": {"MASTER_ADDR": "10.0.0.1"}}, "training_config.environment.MASTER_ADDR"),
     ],
 )
 def test_requests_ec2_cannot_run_are_refused_naming_the_field(kwargs: dict[str, Any], field: str) -> None:
