@@ -45,6 +45,9 @@ class Settings(BaseModel):
     ec2_launch_template_name: str | None = None
     ec2_launch_template_version: str = "$Latest"
     ec2_instance_profile_arn: str | None = None
+    # The cluster placement group every multi-node EC2 job launches into (all its instances in one RunInstances
+    # call); the CDK stack creates it. Without it, a multi-node job on compute 'ec2' cannot launch.
+    ec2_placement_group: str | None = None
     ec2_root_device_name: str = "/dev/sda1"  # Deep Learning AMI (Ubuntu); only used to size the root volume
     trainer_log_group: str = "/trainplane/trainer"  # EC2 trainer containers log here (awslogs driver)
     # Lifecycle engine (functions/service/lifecycle.py, scheduler.py). Capacity: local mode has one pool

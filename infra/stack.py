@@ -73,6 +73,7 @@ class TrainplaneStack(Stack):
                 "kms_key_id": storage.key.key_arn,
                 "ec2_launch_template_id": compute.launch_template.launch_template_id,
                 "ec2_instance_profile_arn": compute.instance_profile.instance_profile_arn,
+                "ec2_placement_group": compute.placement_group.ref,
                 "ec2_root_device_name": ROOT_DEVICE,
                 "trainer_log_group": compute.trainer_log_group.log_group_name,
                 "gpu_quotas": config.gpu_quotas or None,

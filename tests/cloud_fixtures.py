@@ -31,6 +31,7 @@ def cloud_settings(**overrides: Any) -> Settings:
         "sagemaker_role_arn": ROLE,
         "ec2_launch_template_name": "trainplane-gpu",
         "ec2_instance_profile_arn": "arn:aws:iam::123456789012:instance-profile/trainplane-trainer",
+        "ec2_placement_group": "trainplane-multinode",
     }
     values.update(overrides)
     return Settings(**values)

@@ -154,7 +154,8 @@ class CloudEventsService:
         if job.status not in RUNNING:
             return None, f"the job is {job.status.value}, not running"
         handle = _handle_of(job, attempt)
-        if handle is not None and (handle.launcher != launcher or handle.run_id != run_id):
+        # An EC2 multi-node run's handle names its instances joined by commas: any of them is the run.
+        if handle is not None and (handle.launcher != launcher or run_id not in handle.run_id.split(",")):
             return None, f"the job's run is {handle.launcher}:{handle.run_id}, not {launcher}:{run_id}"
         return job, ""
 

@@ -146,6 +146,12 @@ class JobService(LifecycleControls):
     def _check_compute(self, request: SubmitJobRequest) -> None:
         """What the configured compute cannot run is refused now (422 naming the field), not at launch."""
         if self.settings.compute == "local":
+            if request.resource_config.node_count > 1:
+                why = (
+                    "compute 'local' runs one node; multi-node jobs need compute 'ec2' or 'sagemaker' "
+                    "(in local mode: `trainplane up --compute ec2` runs the nodes as processes on loopback)"
+                )
+                raise InvalidRequest("resource_config.node_count", why)
             return
         from functions.adapters.launchers.cloud import validate_cloud_job
 

@@ -24,6 +24,17 @@ reads one, where SageMaker's agent or docker's awslogs driver batches for a few 
 log group's subscription filter delivers them to the events Lambda (localmode/deploy/trainer_reports.py).
 Nothing here hands a report or a heartbeat to the lifecycle in process.
 
+Multi-node EC2 jobs: the N instances of one RunInstances call run N trainers here, each a LocalLauncher
+process with its own work directory, on loopback: each node's rank is its AMI launch index, and the
+master comes from the rendezvous object the EC2 launcher wrote (waited for, as the user data waits),
+with the emulated network's one difference: every instance's private address is this machine, so
+MASTER_ADDR is 127.0.0.1 and MASTER_PORT a free port per attempt (several jobs share the host here).
+Node k > 0 writes exit-node<k>.json and logs to CloudWatch only ("...trainer-node<k>"), as the user data does.
+
+Emulated node loss: tag an instance `trainplane-emulator:lose` (any value): its trainer is killed with
+SIGKILL and the instance terminated as EC2 does when it loses the host (StateReason
+Server.InternalError, no exit status): the hard end of one node of a multi-node job.
+
 Emulated spot interruption: tag the training job or the instance `trainplane-emulator:interrupt`
 (any value) through the emulated AWS. EC2: the "Spot Instance Interruption Warning" event fires and
 the trainer gets SIGTERM, as the user data's watcher would do on the two-minute notice. SageMaker:
@@ -34,11 +45,14 @@ the job goes `Interrupted`, its trainer gets SIGTERM, and spot capacity "never r
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
 import re
 import shlex
+import signal
+import socket
 import threading
 import time
 import uuid
@@ -67,12 +81,16 @@ logger = logging.getLogger(__name__)
 
 PINNED_MOTO_VERSION = "5.2.5"
 INTERRUPT_TAG = "trainplane-emulator:interrupt"
+LOSE_TAG = "trainplane-emulator:lose"
 POLL_SECONDS = 0.5
 LOG_DELIVERY_WAIT_SECONDS = 2.0
 EMULATED_AMI = "ami-0trainplane0local0"
 LAUNCH_TEMPLATE = "trainplane-trainer"
+PLACEMENT_GROUP = "trainplane-multinode"
 _RUN_SPEC_LINE = re.compile(r"^RUN_SPEC_URI=(?P<value>.+)$", re.MULTILINE)
 _MAX_RUNTIME_LINE = re.compile(r"^MAX_RUNTIME_SECONDS=(?P<value>.+)$", re.MULTILINE)
+_NODE_COUNT_LINE = re.compile(r"^NODE_COUNT=(?P<value>.+)$", re.MULTILINE)
+_RENDEZVOUS_LINE = re.compile(r"^RENDEZVOUS_URI=(?P<value>.+)$", re.MULTILINE)
 
 EventSink = Callable[[dict[str, Any]], None]
 ClientFactory = Callable[[str], Any]
@@ -98,6 +116,8 @@ class _Run:
     interrupted: bool = False
     ended: threading.Event = field(default_factory=threading.Event)
     log_stream: str | None = None  # named once, at its first line
+    node: int = 0  # EC2 multi-node: the node rank (AMI launch index)
+    lost: bool = False  # emulated loss of the host (LOSE_TAG)
 
 
 class EmulatedCompute:
@@ -126,7 +146,9 @@ class EmulatedCompute:
         self.account_id = account_id
         self.sink = sink
         self._runs: dict[str, _Run] = {}  # by run id
-        self._by_attempt: dict[tuple[str, int], _Run] = {}
+        self._by_attempt: dict[tuple[str, int, int], _Run] = {}  # by (job, attempt, node)
+        self._node_runners: dict[int, LocalLauncher] = {0: runner}
+        self._master_ports: dict[tuple[str, int], int] = {}
         self._log_shipped: dict[str, tuple[int, int]] = {}  # stream -> (bytes shipped, last timestamp)
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -156,7 +178,8 @@ class EmulatedCompute:
         global _active
         self._stop.set()
         started = time.monotonic()
-        self.runner.shutdown()
+        for node_runner in list(self._node_runners.values()):
+            node_runner.shutdown()
         if self._poller is not None:
             self._poller.join(5)
         with _active_lock:
@@ -261,7 +284,7 @@ class EmulatedCompute:
         for run in lost:  # terminated by someone (a cancel): the trainer dies with its instance
             run.stop_reason = run.stop_reason or "terminated"
             if run.handle is not None:
-                self.runner.stop(run.handle, graceful=False)
+                self._runner(run).stop(run.handle, graceful=False)
 
     def _watch_instance(self, instance: Mapping[str, Any]) -> None:
         instance_id = instance["InstanceId"]
@@ -271,20 +294,35 @@ class EmulatedCompute:
             ref = cloud.job_ref_from_tags(tags)
             if ref is None:
                 return
-            run = _Run("ec2", instance_id, ref[0], ref[1], spot=instance.get("InstanceLifecycle") == "spot")
-            self._register(run)
+            node = int(instance.get("AmiLaunchIndex", 0))
+            run = _Run("ec2", instance_id, ref[0], ref[1], spot=instance.get("InstanceLifecycle") == "spot", node=node)
             try:
                 user_data = self._user_data(instance_id)
-                request = self._request(run, _shell_value(_RUN_SPEC_LINE, user_data), tags=tags)
+                node_env = self._rendezvous(run, user_data)
+                if node_env is None:
+                    return  # the launcher has not written the rendezvous yet: the next poll looks again
+                self._register(run)
+                request = _with_environment(self._request(run, _shell_value(_RUN_SPEC_LINE, user_data), tags=tags), node_env)
                 runtime = _shell_value(_MAX_RUNTIME_LINE, user_data)
-                run.handle = self.runner.launch(_with_runtime(request, int(runtime) if runtime.isdigit() and int(runtime) else None))
+                limit = int(runtime) if runtime.isdigit() and int(runtime) else None
+                run.handle = self._runner(run).launch(_with_runtime(request, limit))
             except Exception as exc:
+                self._register(run)
                 logger.exception("emulated EC2 could not start the trainer on %s", instance_id)
                 self._end_ec2(
                     run, {"exit_code": int(ExitCode.INTERNAL_ERROR), "reason": "bootstrap-error", "failure": f"InternalError: {exc}"}
                 )
             return
         if run.ended.is_set() or run.handle is None:
+            return
+        if LOSE_TAG in tags and not run.lost:
+            # The host goes first, then its processes: EC2 shows the instance lost before any peer
+            # (whose collective fails at once on loopback) can report a failure of its own.
+            run.lost = True
+            self.client("ec2").terminate_instances(InstanceIds=[instance_id])
+            _mark_host_lost(self.account_id, self.region, instance_id)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(run.handle.run_id), signal.SIGKILL)
             return
         if INTERRUPT_TAG in tags and not run.interrupted:
             run.interrupted = True
@@ -303,7 +341,7 @@ class EmulatedCompute:
         if state != "terminated":  # a terminated instance's user data never got to write anything
             document = {"started_at": run.started_at, "ended_at": time.time(), "instance_id": run.run_id, "oom_killed": False, **status}
             document["interrupted"] = run.interrupted
-            key = exit_status_key(run.job_id, run.attempt)
+            key = exit_status_key(run.job_id, run.attempt, run.node)
             self.client("s3").put_object(Bucket=self.bucket, Key=key, Body=json.dumps(document).encode())
             ec2.terminate_instances(InstanceIds=[run.run_id])
         run.ended.set()
@@ -331,11 +369,14 @@ class EmulatedCompute:
     def on_trainer_event(self, job_id: str, attempt: int, event: TrainerEvent) -> None:
         """A report line was read: ship the run's new lines to CloudWatch Logs now (the subscription
         filter takes the report from there), not on the next tick."""
-        run = self._by_attempt.get((job_id, attempt))
+        self.node_event(job_id, attempt, 0)
+
+    def node_event(self, job_id: str, attempt: int, node: int) -> None:
+        run = self._by_attempt.get((job_id, attempt, node))
         if run is None or run.handle is None:
             return
         try:
-            self._ship_to_cloudwatch(run, self.runner.log_path(run.handle))
+            self._ship_to_cloudwatch(run, self._runner(run).log_path(run.handle))
         except Exception:
             logger.exception("emulated %s: log lines of %s not shipped; next tick", self.compute, job_id)
 
@@ -344,7 +385,10 @@ class EmulatedCompute:
         heartbeat), the engine's events and the reconciler's sweeps."""
 
     def on_run_finished(self, job_id: str, attempt: int, run_description: RunDescription) -> None:
-        run = self._by_attempt.get((job_id, attempt))
+        self.node_finished(job_id, attempt, 0, run_description)
+
+    def node_finished(self, job_id: str, attempt: int, node: int, run_description: RunDescription) -> None:
+        run = self._by_attempt.get((job_id, attempt, node))
         if run is None or run.ended.is_set():
             return
         if run.kind == "sagemaker":
@@ -358,7 +402,47 @@ class EmulatedCompute:
     def _register(self, run: _Run) -> None:
         with self._lock:
             self._runs[run.run_id] = run
-            self._by_attempt[(run.job_id, run.attempt)] = run
+            self._by_attempt[(run.job_id, run.attempt, run.node)] = run
+
+    def _runner(self, run: _Run) -> LocalLauncher:
+        """Node 0 runs on the plane's LocalLauncher; node k on one of its own (its own work directory)."""
+        with self._lock:
+            if run.node not in self._node_runners:
+                base = self.runner
+                node_runner = LocalLauncher(
+                    base.work_dir / f"node-{run.node}",
+                    command=base.command,
+                    env=base.env,
+                    s3_endpoint_url=base.s3_endpoint_url,
+                    upload_log=functools.partial(self._ship_node_log, run.node),
+                    stop_grace_seconds=base.stop_grace_seconds,
+                    tick_seconds=base.tick_seconds,
+                )
+                node_runner.observer = _NodeObserver(self, run.node)
+                self._node_runners[run.node] = node_runner
+            return self._node_runners[run.node]
+
+    def _rendezvous(self, run: _Run, user_data: str) -> dict[str, str] | None:
+        """What the user data adds to the trainer's environment on a node of a multi-node job ({} for one
+        node); None while the rendezvous object is not there yet."""
+        count = _shell_value(_NODE_COUNT_LINE, user_data) if _NODE_COUNT_LINE.search(user_data) else "1"
+        if int(count) <= 1:
+            return {}
+        bucket, key = _split_s3(_shell_value(_RENDEZVOUS_LINE, user_data))
+        try:
+            rendezvous = json.loads(self.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+        except self.client("s3").exceptions.NoSuchKey:
+            return None
+        with self._lock:
+            port = self._master_ports.setdefault((run.job_id, run.attempt), _free_port())
+        logger.info("emulated EC2: %s is node %d of %s, master %s (loopback here)", run.run_id, run.node, count, rendezvous["master_addr"])
+        return {"NODE_RANK": str(run.node), "NNODES": count, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+
+    def _ship_node_log(self, node: int, key: str, body: bytes) -> None:
+        """Node k > 0: its lines go to CloudWatch Logs only (the job's log in S3 is rank 0's)."""
+        match = constants.LOG_KEY.match(key)
+        if match is not None:
+            self.node_event(match.group("job_id"), int(match.group("attempt")), node)
 
     def _request(self, run: _Run, spec_uri: str, *, tags: Mapping[str, str]) -> LaunchRequest:
         bucket, key = _split_s3(spec_uri)
@@ -379,7 +463,7 @@ class EmulatedCompute:
         if run.stop_reason is not None or run.handle is None:
             return
         run.stop_reason = reason
-        self.runner.stop(run.handle)
+        self._runner(run).stop(run.handle)
 
     def _user_data(self, instance_id: str) -> str:
         import base64
@@ -430,7 +514,7 @@ class EmulatedCompute:
         match = constants.LOG_KEY.match(key)
         if match is None:
             return
-        run = self._by_attempt.get((match.group("job_id"), int(match.group("attempt"))))
+        run = self._by_attempt.get((match.group("job_id"), int(match.group("attempt")), 0))
         if run is not None and run.handle is not None:
             self._ship_to_cloudwatch(run, self.runner.log_path(run.handle))
 
@@ -441,7 +525,8 @@ class EmulatedCompute:
                 if run.kind == "sagemaker":
                     run.log_stream = f"{training_job_name(run.job_id, run.attempt)}/algo-1-{int(time.time())}"
                 else:
-                    run.log_stream = f"{log_stream_prefix(run.job_id, run.attempt)}trainer"
+                    suffix = f"-node{run.node}" if run.node else ""
+                    run.log_stream = f"{log_stream_prefix(run.job_id, run.attempt)}trainer{suffix}"
             group = LOG_GROUP if run.kind == "sagemaker" else self.trainer_log_group
             stream = run.log_stream
             shipped, last_ms = self._log_shipped.get(stream, (0, 0))
@@ -517,6 +602,48 @@ def _exit_status(description: RunDescription, run: _Run) -> dict[str, Any]:
             "failure": f"{word}: {description.message}",
         }
     return {"exit_code": 137, "reason": reason, "failure": None}
+
+
+def _with_environment(request: LaunchRequest, extra: Mapping[str, str]) -> LaunchRequest:
+    """The user data's `-e` additions (a node's rank and master) on top of the job's environment."""
+    if not extra:
+        return request
+    from dataclasses import replace
+
+    training = request.run_spec.training_config
+    training = training.model_copy(update={"environment": {**training.environment, **extra}})
+    return replace(request, run_spec=request.run_spec.model_copy(update={"training_config": training}))
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _mark_host_lost(account_id: str, region: str, instance_id: str) -> None:
+    """EC2's word for an instance whose host failed (moto only knows user-initiated terminations)."""
+    from moto.ec2.models import ec2_backends
+    from moto.ec2.models.instances import StateReason
+
+    instance = ec2_backends[account_id][region].get_instance(instance_id)
+    instance.state_reason = StateReason("Server.InternalError: Internal error on the host", "Server.InternalError")
+
+
+class _NodeObserver:
+    """The LocalLauncher observer of node k > 0: its reports are not the job's (rank 0 reports), its end is."""
+
+    def __init__(self, emulator: EmulatedCompute, node: int) -> None:
+        self.emulator, self.node = emulator, node
+
+    def on_trainer_event(self, job_id: str, attempt: int, event: TrainerEvent) -> None:
+        self.emulator.node_event(job_id, attempt, self.node)
+
+    def on_run_alive(self, job_id: str, attempt: int) -> None:
+        """Nothing, as for node 0."""
+
+    def on_run_finished(self, job_id: str, attempt: int, run_description: RunDescription) -> None:
+        self.emulator.node_finished(job_id, attempt, self.node, run_description)
 
 
 def _with_runtime(request: LaunchRequest, runtime: int | None) -> LaunchRequest:
@@ -647,6 +774,9 @@ def deploy(ctx: LocalContext) -> None:
     ctx.set_setting("ec2_instance_profile_arn", profile)
     ctx.client("ec2").create_launch_template(LaunchTemplateName=LAUNCH_TEMPLATE, LaunchTemplateData={"ImageId": EMULATED_AMI})
     ctx.set_setting("ec2_launch_template_name", LAUNCH_TEMPLATE)
+    # moto has no placement groups (CreatePlacementGroup is not implemented, RunInstances drops the
+    # group): the name is passed on as the stack's would be; the nodes here all share one host anyway.
+    ctx.set_setting("ec2_placement_group", PLACEMENT_GROUP)
 
     settings = ctx.settings()
     s3 = ctx.client("s3")

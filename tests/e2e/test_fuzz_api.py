@@ -455,6 +455,13 @@ LEGITIMATE_REFUSALS = (
         kind="invalid_hyperparameter",
     ),
     Refusal(
+        "local mode's default compute 'local' runs one node: node_count > 1 needs compute ec2 or sagemaker (issue 16)",
+        422,
+        _ISSUE16_OPS,
+        r"(job_template\.)?resource_config\.node_count|num_nodes",
+        r"compute 'local' runs one node",
+    ),
+    Refusal(
         "a rule across fields: a field required when another has a given value, a training type that needs a GPU,"
         " processes (world_size) the nodes and GPUs asked for cannot hold",
         422,

@@ -11,6 +11,7 @@ import pytest
 from functions import constants
 from functions.settings import PREFIX, Settings
 from tests.infra.conftest import DEV_BASE_IMAGE, PROD_ACCOUNT, Synth, resolve_ref
+from tests.infra.test_checks import function_roles, role_actions
 
 pytestmark = pytest.mark.infra
 
@@ -302,6 +303,25 @@ def test_launch_template_gpu_dlami_imdsv2_and_self_terminating(synth: Synth, sta
     assert template["BlockDeviceMappings"][0]["DeviceName"] == Settings().ec2_root_device_name
     profile = resolve_ref(template["IamInstanceProfile"]["Arn"])
     assert synth.templates[stage]["Resources"][profile]["Type"] == "AWS::IAM::InstanceProfile"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_multi_node_jobs_launch_into_a_cluster_placement_group_the_launcher_may_use(synth: Synth, stage: str) -> None:
+    # Given the stack's one placement group
+    groups = synth.resources(stage, "AWS::EC2::PlacementGroup")
+    assert len(groups) == 1
+    group_id, group = next(iter(groups.items()))
+    # Then it packs the nodes (cluster), and the functions are told its name (settings.ec2_placement_group)
+    assert group["Properties"]["Strategy"] == "cluster"
+    for function in synth.resources(stage, "AWS::Lambda::Function").values():
+        assert function["Properties"]["Environment"]["Variables"]["TRAINPLANE_EC2_PLACEMENT_GROUP"] == {"Ref": group_id}
+    # And every role that may RunInstances may place instances in it
+    template = synth.templates[stage]
+    launchers = [r for r in function_roles(synth, stage).values() if "ec2:RunInstances" in role_actions(template, r)]
+    assert launchers or stage == "dev"  # prod runs on EC2 (tests/infra/conftest.py), dev on SageMaker
+    for role in launchers:
+        statements = role_actions(template, role)["ec2:RunInstances"]
+        assert any(group_id in json.dumps(st["Resource"]) and "placement-group/" in json.dumps(st["Resource"]) for st in statements)
 
 
 def test_prod_vpc_security_group_admits_only_its_own_nodes(synth: Synth) -> None:

@@ -153,6 +153,39 @@ def test_ec2_cancel_terminates_and_a_spot_mark_makes_the_end_a_preemption(aws: C
     launcher.stop(gone)
 
 
+def test_ec2_multi_node_launch_rendezvous_and_the_nodes_stop_together(aws: Clients) -> None:
+    # Given a 2-node job (2 x 8 H100) and a record of what is sent to EC2 (moto drops Placement.GroupName)
+    launcher = EC2Launcher(cloud_settings(**_ec2_setup(aws)), aws)
+    sent: dict[str, Any] = {}
+    aws.client("ec2").meta.events.register("provide-client-params.ec2.RunInstances", lambda params, **_: sent.update(params))
+    request = make_launch_request("job-2n", resources=ResourceConfig(gpu_count=8, gpu_type="H100", node_count=2))
+    # When launched
+    handle = launcher.launch(request)
+    # Then one RunInstances call started both nodes into the cluster placement group, with one user data
+    assert (sent["MinCount"], sent["MaxCount"], sent["Placement"]) == (2, 2, {"GroupName": "trainplane-multinode"})
+    ec2 = aws.client("ec2")
+    ids = handle.run_id.split(",")
+    instances = {i["InstanceId"]: i for r in ec2.describe_instances(InstanceIds=ids)["Reservations"] for i in r["Instances"]}
+    assert [instances[i]["AmiLaunchIndex"] for i in ids] == [0, 1]
+    assert {i["InstanceType"] for i in instances.values()} == {"p5.48xlarge"}
+    user_data = {base64.b64decode(ec2.describe_instance_attribute(InstanceId=i, Attribute="userData")["UserData"]["Value"]) for i in ids}
+    assert len(user_data) == 1 and b"NODE_COUNT=2\n" in user_data.pop()
+    # And the rendezvous object names node 0's private address as the master, every node by rank
+    body = aws.client("s3").get_object(Bucket=BUCKET, Key="jobs/job-2n/runs/001/rendezvous.json")["Body"].read()
+    rendezvous = json.loads(body)
+    assert rendezvous["master_addr"] == instances[ids[0]]["PrivateIpAddress"] and rendezvous["master_port"] == 29500
+    assert [(n["rank"], n["instance_id"]) for n in rendezvous["nodes"]] == [(0, ids[0]), (1, ids[1])]
+    # And every node is the job's current run for the events handler
+    assert {launcher.job_ref(i) for i in ids} == {("job-2n", 1)}
+    assert launcher.describe(handle).state in {RunState.STARTING, RunState.RUNNING}
+    # When node 1 ends without an exit status (gone, as a dead host), while node 0 still runs
+    ec2.terminate_instances(InstanceIds=[ids[1]])
+    # Then the run is over for all: node 0 is terminated with it, not left waiting in a collective
+    assert launcher.describe(handle).state in {RunState.FAILED, RunState.PREEMPTED}
+    state = ec2.describe_instances(InstanceIds=[ids[0]])["Reservations"][0]["Instances"][0]["State"]["Name"]
+    assert state in {"shutting-down", "terminated"}
+
+
 def _put_lines(logs: Any, group: str, stream: str, start_ms: int, messages: list[str]) -> None:
     with contextlib.suppress(logs.exceptions.ResourceAlreadyExistsException):
         logs.create_log_group(logGroupName=group)

@@ -36,6 +36,7 @@ from schemas.job import ErrorType
 from tests.cloud_fixtures import BUCKET, IMAGE, cloud_settings, load_event, make_launch_request
 
 INSTANCE = "i-0abcd1234ef567890"
+TWO_NODES_CPU = ResourceConfig(gpu_count=0, node_count=2)
 
 
 class StubClients:
@@ -113,13 +114,13 @@ def test_cpu_only_request_has_no_gpu_flags() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"resources": ResourceConfig(gpu_count=8, gpu_type="H100", node_count=2)}, "resource_config.node_count"),
         ({"resources": ResourceConfig(gpu_count=9)}, "resource_config.gpu_count"),
         ({"sources": ("./data/train.jsonl",)}, "data_config.sources[0].path"),
+        ({"resources": TWO_NODES_CPU, "environment": {"MASTER_ADDR": "10.0.0.1"}}, "training_config.environment.MASTER_ADDR"),
     ],
 )
 def test_requests_ec2_cannot_run_are_refused_naming_the_field(kwargs: dict[str, Any], field: str) -> None:
-    # Given a multi-node job, a request nothing fits, local data / When built / Then a 422-style error names the field
+    # Given a request nothing fits, local data / When built / Then a 422-style error names the field
     with pytest.raises(InvalidRequest) as caught:
         build_run_instances_request(make_launch_request(**kwargs), cloud_settings())
     assert caught.value.field == field
@@ -389,3 +390,180 @@ def test_user_data_runs_the_trainer_watches_and_reports(
     # And the launcher's describe() reads that status to the right verdict
     description = describe_instance(_instance("ec2_describe_terminated_by_user_data"), status)
     assert (description.state, description.error_type) == (state, error_type)
+
+
+# --- multi-node -----------------------------------------------------------------------------------
+
+TWO_NODES = ResourceConfig(gpu_count=8, gpu_type="H100", node_count=2)
+NODES = ["i-0node0000000000000", "i-0node1111111111111"]
+
+
+def test_a_multi_node_request_launches_every_node_at_once_into_the_placement_group() -> None:
+    # Given a 2 x 8 H100 job / When its RunInstances request is built
+    params = build_run_instances_request(make_launch_request(resources=TWO_NODES), cloud_settings())
+    # Then one call starts both nodes or none, packed in the deployment's cluster placement group
+    assert (params["InstanceType"], params["MinCount"], params["MaxCount"]) == ("p5.48xlarge", 2, 2)
+    assert params["Placement"] == {"GroupName": "trainplane-multinode"}
+    # And the user data knows the node count and where the rendezvous object will be
+    assert "NODE_COUNT=2\n" in params["UserData"]
+    assert f"RENDEZVOUS_URI=s3://{BUCKET}/jobs/job-0a1b2c3d/runs/001/rendezvous.json\n" in params["UserData"]
+    # A single node needs no group
+    assert "Placement" not in build_run_instances_request(make_launch_request(), cloud_settings())
+
+
+def test_multi_node_without_a_placement_group_setting_is_unsupported() -> None:
+    with pytest.raises(Unsupported, match="ec2_placement_group"):
+        build_run_instances_request(make_launch_request(resources=TWO_NODES), cloud_settings(ec2_placement_group=None))
+
+
+def test_multi_node_launch_writes_the_rendezvous_from_run_instances(stubbed: tuple[EC2Launcher, Stubber, Stubber]) -> None:
+    # Given EC2 returning the two nodes out of launch-index order
+    launcher, ec2, s3 = stubbed
+    request = make_launch_request(resources=TWO_NODES)
+    instances = [
+        {"InstanceId": NODES[1], "AmiLaunchIndex": 1, "PrivateIpAddress": "10.0.1.11"},
+        {"InstanceId": NODES[0], "AmiLaunchIndex": 0, "PrivateIpAddress": "10.0.1.10"},
+    ]
+    ec2.add_response("run_instances", {"Instances": instances}, build_run_instances_request(request, cloud_settings()))
+    expected = {
+        "job_id": "job-0a1b2c3d",
+        "attempt": 1,
+        "node_count": 2,
+        "master_addr": "10.0.1.10",
+        "master_port": 29500,
+        "nodes": [
+            {"rank": 0, "instance_id": NODES[0], "private_ip": "10.0.1.10"},
+            {"rank": 1, "instance_id": NODES[1], "private_ip": "10.0.1.11"},
+        ],
+    }
+    s3.add_response(
+        "put_object",
+        {},
+        {"Bucket": BUCKET, "Key": "jobs/job-0a1b2c3d/runs/001/rendezvous.json", "Body": json.dumps(expected).encode(), "ContentType": ANY},
+    )
+    # When launched / Then the master is launch index 0's private address, and the handle lists the nodes in rank order
+    handle = launcher.launch(request)
+    assert handle.run_id == ",".join(NODES) and handle.extra["instance_count"] == "2"
+
+
+def _node(state: str, **changes: Any) -> dict[str, Any]:
+    recorded = "ec2_describe_running" if state == "running" else "ec2_describe_terminated_by_user_data"
+    return _instance(recorded, **changes)
+
+
+def _describe_nodes(
+    stubbed: tuple[EC2Launcher, Stubber, Stubber],
+    nodes: list[dict[str, Any]],
+    statuses: dict[str, dict[str, Any] | None],
+    then: tuple[tuple[str, dict[str, Any]], ...] = (),
+) -> Any:
+    launcher, ec2, s3 = stubbed
+    ec2.add_response("describe_instances", {"Reservations": [{"Instances": nodes}]}, {"InstanceIds": NODES})
+    for operation, params in then:
+        ec2.add_response(operation, {}, params)
+    for key, status in statuses.items():
+        if status is None:
+            s3.add_client_error("get_object", "NoSuchKey", expected_params={"Bucket": BUCKET, "Key": key})
+        else:
+            body = json.dumps(status).encode()
+            s3.add_response("get_object", {"Body": StreamingBody(io.BytesIO(body), len(body))}, {"Bucket": BUCKET, "Key": key})
+    handle = LaunchHandle("ec2", ",".join(NODES), 1, {"exit_status_key": exit_status_key("job-0a1b2c3d", 1)})
+    return launcher.describe(handle)
+
+
+STOPPED_STATUS = {"exit_code": 75, "reason": "stop-graceful", "started_at": 1.0, "ended_at": 11.0}
+NODE1_KEY = "jobs/job-0a1b2c3d/runs/001/exit-node1.json"
+
+
+def test_a_lost_node_preempts_the_whole_run_and_the_survivor_is_terminated(stubbed: tuple[EC2Launcher, Stubber, Stubber]) -> None:
+    # Given node 0 still running and node 1 terminated by EC2 (spot reclaimed) with no exit status
+    nodes = [
+        _node("running", InstanceId=NODES[0]),
+        _instance("ec2_describe_terminated_spot", InstanceId=NODES[1]),
+    ]
+    terminate = (
+        ("create_tags", {"Resources": [NODES[0]], "Tags": [{"Key": "trainplane:stop", "Value": "cancel"}]}),
+        ("terminate_instances", {"InstanceIds": [NODES[0]]}),
+    )
+    # When described / Then the run is PREEMPTED (resumed from the last checkpoint), node 0 terminated with it
+    description = _describe_nodes(stubbed, nodes, {NODE1_KEY: None}, terminate)
+    assert (description.state, description.error_type) == (RunState.PREEMPTED, ErrorType.PREEMPTED)
+    assert "node 1 of 2 lost" in (description.message or "") and description.instance_count == 2
+
+
+def test_a_node_that_stopped_gracefully_waits_for_rank_0s_checkpoint(stubbed: tuple[EC2Launcher, Stubber, Stubber]) -> None:
+    # Given a pause: node 1 ended with its exit status (stopped), node 0 (rank 0) still saving the checkpoint
+    nodes = [_node("running", InstanceId=NODES[0]), _node("terminated", InstanceId=NODES[1])]
+    # When described / Then the run is still STOPPING and nothing is terminated
+    assert _describe_nodes(stubbed, nodes, {NODE1_KEY: STOPPED_STATUS}).state == RunState.STOPPING
+
+
+def test_all_nodes_stopped_is_a_stopped_run_and_a_failed_node_fails_it(stubbed: tuple[EC2Launcher, Stubber, Stubber]) -> None:
+    nodes = [_node("terminated", InstanceId=NODES[0]), _node("terminated", InstanceId=NODES[1])]
+    node0 = exit_status_key("job-0a1b2c3d", 1)
+    assert _describe_nodes(stubbed, nodes, {node0: STOPPED_STATUS, NODE1_KEY: STOPPED_STATUS}).state == RunState.STOPPED
+    failed = {"exit_code": 65, "reason": "exited", "failure": "DataError: bad line", "started_at": 1.0, "ended_at": 2.0}
+    description = _describe_nodes(stubbed, nodes, {node0: STOPPED_STATUS, NODE1_KEY: failed})
+    assert (description.state, description.error_type) == (RunState.FAILED, ErrorType.DATA_ERROR)
+    assert (description.message or "").startswith("node 1 of 2:")
+
+
+def test_stop_reaches_every_node(stubbed: tuple[EC2Launcher, Stubber, Stubber]) -> None:
+    launcher, ec2, _ = stubbed
+    ec2.add_response("create_tags", {}, {"Resources": NODES, "Tags": [{"Key": "trainplane:stop", "Value": "graceful"}]})
+    launcher.stop(LaunchHandle("ec2", ",".join(NODES), 1), graceful=True)
+
+
+FAKE_AWS_RENDEZVOUS = """#!/bin/bash
+if [ "$1" = ecr ]; then echo password; exit 0; fi
+if [ "$1" = s3 ] && [ "$2" = cp ]; then
+  for last; do :; done
+  if [ "$last" = - ]; then [ -f "$FAKE/rendezvous.json" ] && cat "$FAKE/rendezvous.json" && exit 0; exit 1; fi
+  src=""; for a in "$@"; do case "$a" in /*) src="$a";; esac; done
+  mkdir -p "$FAKE/s3"; cp "$src" "$FAKE/s3/$(basename "$last")"; exit 0
+fi
+exit 2
+"""
+
+FAKE_CURL_NODE1 = FAKE_CURL.replace("*) exit 22;;", "*/meta-data/ami-launch-index) echo 1;;\n  *) exit 22;;")
+
+
+def test_user_data_of_node_1_finds_the_master_through_the_rendezvous(tmp_path: Path) -> None:
+    # Given node 1 of a 2-node job (launch index 1) whose rendezvous object names node 0's address
+    fake = tmp_path / "fake"
+    bin_dir = tmp_path / "bin"
+    fake.mkdir()
+    bin_dir.mkdir()
+    (fake / "mode").write_text("complete")
+    (fake / "trainer.py").write_text(textwrap.dedent(FAKE_TRAINER))
+    (fake / "rendezvous.json").write_text(json.dumps({"master_addr": "10.0.1.10", "master_port": 29500}))
+    scripts = {
+        "docker": f"#!{sys.executable}\n{textwrap.dedent(FAKE_DOCKER)}",
+        "aws": FAKE_AWS_RENDEZVOUS,
+        "curl": FAKE_CURL_NODE1,
+        "shutdown": '#!/bin/bash\ntouch "$FAKE/shutdown"\n',
+    }
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text)
+        (bin_dir / name).chmod(0o755)
+    request = make_launch_request(resources=ResourceConfig(gpu_count=0, node_count=2))
+    script = tmp_path / "user_data.sh"
+    script.write_text(render_user_data(request, cloud_settings(), select_instance(request.run_spec.resource_config, "ec2")))
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE": str(fake),
+        "TRAINPLANE_UD_POLL_SECONDS": "0.1",
+        "TRAINPLANE_UD_BOOT_LOG": str(fake / "bootstrap.log"),
+        "TRAINPLANE_UD_OPT_ML": str(fake / "opt_ml"),
+        "TRAINPLANE_UD_IMDS": "http://imds.invalid/latest",
+    }
+    # When it runs
+    subprocess.run(["bash", str(script)], env=env, timeout=60, check=True, capture_output=True)
+    # Then the trainer got its rank and the master from the rendezvous, and node 1's status and log are its own
+    run_args = json.loads((fake / "run.json").read_text())
+    for expected in ("NODE_RANK=1", "NNODES=2", "MASTER_ADDR=10.0.1.10", "MASTER_PORT=29500"):
+        assert expected in run_args
+    assert "awslogs-stream=job-0a1b2c3d/001/trainer-node1" in run_args
+    assert json.loads((fake / "s3" / "exit-node1.json").read_text())["exit_code"] == 0
+    assert not (fake / "s3" / "exit.json").exists()

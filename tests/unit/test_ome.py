@@ -18,6 +18,7 @@ from functions.service.principal import Principal
 from functions.settings import Settings
 from schemas.configs import DataSource, FrameworkType
 from schemas.job import SubmitJobRequest
+from tests.cloud_fixtures import IMAGE
 from tests.fakes import InMemoryArtifactStore, InMemoryJobRepository
 from tests.helpers.jobs import ALICE, request_body
 
@@ -132,7 +133,11 @@ def test_submit_folds_the_block_in_and_a_training_shapes_nodes_scale_the_process
         ]
     )
     service = JobService(
-        InMemoryJobRepository(), InMemoryArtifactStore(), None, Settings(training_shapes=shapes), ids=lambda: f"job-{next(counter)}"
+        InMemoryJobRepository(),
+        InMemoryArtifactStore(),
+        None,
+        Settings(training_shapes=shapes, compute="sagemaker", trainer_image_uri=IMAGE),  # 2 nodes: not compute 'local'
+        ids=lambda: f"job-{next(counter)}",
     )
     body = request_body(resource_config={"training_shape": "a10g-4x2"})
     job = service.submit(

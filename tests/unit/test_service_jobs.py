@@ -410,3 +410,19 @@ def test_logs_come_from_the_log_source_when_one_is_configured(repo: Any, store: 
     # And another principal still cannot see them
     with pytest.raises(JobNotFound):
         service.logs(job.job_id, bob)
+
+
+@pytest.mark.parametrize(("compute", "refused"), [("local", True), ("ec2", False), ("sagemaker", False)])
+def test_multi_node_is_refused_only_where_the_compute_runs_one_node(repo: Any, store: Any, compute: str, refused: bool) -> None:
+    # Given a 2-node CPU job (one process per node) reading from S3
+    service = JobService(repo, store, None, Settings(compute=compute), clock=Clock(), ids=lambda: "job-0001")
+    body = submit_request().model_dump(mode="json")
+    body["resource_config"] = {"gpu_count": 0, "node_count": 2}
+    body["training_config"]["framework"] = {"distributed": {"world_size": 2, "backend": "gloo"}}
+    # When submitted / Then compute 'local' refuses it naming the field; the cloud computes take it
+    if refused:
+        with pytest.raises(InvalidRequest) as err:
+            service.submit(submit_request(**body), alice)
+        assert err.value.field == "resource_config.node_count" and "--compute ec2" in str(err.value)
+    else:
+        assert service.submit(submit_request(**body), alice).resource_config.node_count == 2

@@ -199,7 +199,7 @@ def test_the_resolved_profile_is_recorded_on_the_job_and_a_retry_keeps_its_versi
 
 
 def test_a_latest_reference_is_pinned_to_the_version_it_resolved_to() -> None:
-    job = service(json.dumps([H100_V2])).submit(shaped("h100-8x"), alice)
+    job = service(json.dumps([H100_V2]), compute="sagemaker").submit(shaped("h100-8x"), alice)  # 2 nodes: not compute 'local'
     assert job.resource_config.training_shape == "h100-8x@2"
     assert job.training_shape is not None and job.training_shape.trainer_image_tag == "2.1-cu124"
 

@@ -96,6 +96,11 @@ def _train(spec: RunSpec, paths: ContainerPaths, events: Events, stop: StopReque
         # Decided before reading data or building the model: QLoRA's 4-bit kernels exist only for CUDA.
         raise UserError(f"QLORA needs a CUDA GPU (bitsandbytes 4-bit kernels); this host has none (device {device}). Use LORA on a CPU.")
     plan = distributed.plan_launch(spec, paths)
+    if plan is not None and plan.nproc_per_node == 1:
+        # One worker on this node (a multi-node job with one process per node): this process is that
+        # worker, rather than a supervisor paying a second interpreter and torch import for one child.
+        os.environ.update(plan.worker_env(0))
+        plan = None
     if plan is not None:
         events.enabled = False  # the workers report; this supervisor only returns their exit code
         return distributed.spawn_workers(plan, argv, grace_seconds=paths.stop_grace_seconds())

@@ -26,6 +26,8 @@ TAG_INTERRUPTED = "trainplane:interrupted"
 
 # The launcher sets these; a job's own environment may not.
 RESERVED_ENV = frozenset({ENV_RUN_SPEC, ENV_JOB_ID, ENV_ATTEMPT})
+# On a multi-node job the nodes' rendezvous sets these (ec2: user_data.sh; sagemaker: the host list).
+RENDEZVOUS_ENV = frozenset({"NODE_RANK", "NNODES", "MASTER_ADDR", "MASTER_PORT"})
 _MAX_ENV = 100  # SageMaker's Environment limits (EC2 follows the same rules: one contract)
 _MAX_ENV_VALUE = 512
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,511}$")
@@ -59,11 +61,6 @@ def validate_cloud_job(
     if compute not in PLATFORMS:
         return
     select_instance(resources, compute, shape)
-    if compute == "ec2" and resources.node_count > 1:
-        raise InvalidRequest(
-            "resource_config.node_count",
-            "multi-node training is not supported on compute 'ec2' (no rendezvous between instances); use compute 'sagemaker'",
-        )
     for i, source in enumerate(data.sources):
         if not source.path.startswith("s3://"):
             message = f"compute '{compute}' reads training data from S3 only; got {source.path!r}"
@@ -77,6 +74,8 @@ def validate_cloud_job(
     for key, value in env.items():
         if key in RESERVED_ENV:
             raise InvalidRequest(f"training_config.environment.{key}", "reserved: the control plane sets it")
+        if key in RENDEZVOUS_ENV and resources.node_count > 1:
+            raise InvalidRequest(f"training_config.environment.{key}", "reserved on a multi-node job: the nodes' rendezvous sets it")
         if not _ENV_KEY.match(key):
             raise InvalidRequest(f"training_config.environment.{key}", "not a valid variable name ([A-Za-z_][A-Za-z0-9_]*)")
         if len(value) > _MAX_ENV_VALUE:

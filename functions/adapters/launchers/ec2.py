@@ -12,22 +12,35 @@ loop serves both; it needs no SSM agent, no ssm:SendCommand permission and no SS
 private subnets; and a tag is a durable request: an instance still booting sees it when its watcher
 starts, where a SendCommand sent too early is lost. A cancel (graceful=False) also tags, then
 terminates the instance at once.
+
+Multi-node (resource_config.node_count = N > 1): one RunInstances call with MinCount = MaxCount = N
+(all or nothing: EC2 places the whole group or none of it) into the deployment's cluster placement
+group (settings.ec2_placement_group). The instances share one user data; each learns its node rank from
+its AMI launch index (instance metadata), and the master's address from the rendezvous object
+`jobs/<job_id>/runs/<attempt>/rendezvous.json` that this launcher writes right after RunInstances, from
+the private addresses RunInstances returned (node 0 = launch index 0 is the master). Nothing is guessed
+and no node needs EC2 permissions. The handle's run_id is the N instance ids in rank order, joined by
+commas; each node writes its own exit status (node 0: exit.json, node k: exit-node<k>.json). describe()
+folds the N nodes into one verdict: a lost node makes the whole run PREEMPTED, a failed one FAILED, and
+either way the surviving instances are terminated at once, so the nodes stop together (docs/DESIGN.md,
+"Multi-node on EC2").
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any
 
 from functions import constants
-from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
+from functions.adapters.launchers.base import TERMINAL_RUN_STATES, LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.launchers.cloud import (
     TAG_INTERRUPTED,
     TAG_STOP,
@@ -67,11 +80,47 @@ _NOT_FOUND = {"InvalidInstanceID.NotFound", "InvalidInstanceID.Malformed"}
 # StateReason codes of a terminated instance that was taken from us (not the trainer's doing).
 _LOST = {"Server.SpotInstanceTermination": ErrorType.PREEMPTED, "Server.InsufficientInstanceCapacity": ErrorType.CAPACITY}
 _LOST_PREFIXES = ("Server.InternalError", "Server.ScheduledStop")
+# torch.distributed's default port; one job per instance on EC2, so every job can use it.
+MASTER_PORT = 29500
+# How long a node waits for the rendezvous object before it gives up (bootstrap error, exit 70).
+RENDEZVOUS_TIMEOUT_SECONDS = 600
+_LIVE = frozenset({RunState.STARTING, RunState.RUNNING, RunState.STOPPING})
 
 
-def exit_status_key(job_id: str, attempt: int) -> str:
-    """Where the user data writes the trainer's exit status for one attempt."""
-    return f"{constants.job_prefix(job_id)}runs/{attempt:03d}/exit.json"
+def exit_status_key(job_id: str, attempt: int, node: int = 0) -> str:
+    """Where the user data of node `node` writes the trainer's exit status for one attempt."""
+    return node_exit_status_key(f"{constants.job_prefix(job_id)}runs/{attempt:03d}/exit.json", node)
+
+
+def node_exit_status_key(node0_key: str, node: int) -> str:
+    """Node 0's key (exit.json, as for a single instance) -> node `node`'s (exit-node<k>.json)."""
+    return node0_key if node == 0 else f"{node0_key.removesuffix('.json')}-node{node}.json"
+
+
+def rendezvous_key(job_id: str, attempt: int) -> str:
+    """The object that tells the nodes of a multi-node attempt who the master is (written by launch())."""
+    return f"{constants.job_prefix(job_id)}runs/{attempt:03d}/rendezvous.json"
+
+
+def instance_ids(handle: LaunchHandle) -> list[str]:
+    """The instances of one attempt, in node-rank order (one for a single-node job)."""
+    return [i for i in handle.run_id.split(",") if i]
+
+
+def rendezvous_document(job_id: str, attempt: int, instances: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """RunInstances' instances -> the rendezvous object: node rank = AMI launch index, node 0 the master."""
+    nodes = sorted(instances, key=lambda i: int(i.get("AmiLaunchIndex", 0)))
+    missing = [i["InstanceId"] for i in nodes if not i.get("PrivateIpAddress")]
+    if missing:
+        raise RuntimeError(f"RunInstances returned no private address for {', '.join(missing)}: no rendezvous possible")
+    return {
+        "job_id": job_id,
+        "attempt": attempt,
+        "node_count": len(nodes),
+        "master_addr": nodes[0]["PrivateIpAddress"],
+        "master_port": MASTER_PORT,
+        "nodes": [{"rank": r, "instance_id": i["InstanceId"], "private_ip": i["PrivateIpAddress"]} for r, i in enumerate(nodes)],
+    }
 
 
 def bootstrap_log_key(job_id: str, attempt: int) -> str:
@@ -106,6 +155,9 @@ def render_user_data(request: LaunchRequest, settings: Settings, choice: Instanc
         "LOG_STREAM": f"{log_stream_prefix(request.job_id, request.attempt)}trainer",
         "GRACE_SECONDS": str(SPOT_GRACE_SECONDS),
         "MAX_RUNTIME_SECONDS": str(runtime),
+        "NODE_COUNT": str(request.run_spec.resource_config.node_count),
+        "RENDEZVOUS_URI": f"s3://{bucket}/{rendezvous_key(request.job_id, request.attempt)}",
+        "RENDEZVOUS_TIMEOUT_SECONDS": str(RENDEZVOUS_TIMEOUT_SECONDS),
     }
     quoted = {key: shlex.quote(value) for key, value in values.items()}
     quoted["GPU_FLAGS"] = "--gpus all" if choice.spec.gpus else ""
@@ -132,11 +184,15 @@ def build_run_instances_request(request: LaunchRequest, settings: Settings, choi
     else:
         template["LaunchTemplateName"] = settings.ec2_launch_template_name or ""
     tags = [{"Key": ec2_tag_key(k), "Value": v} for k, v in launch_tags(request).items()]
+    nodes = choice.instance_count
+    if nodes > 1 and not settings.ec2_placement_group:
+        raise Unsupported("multi-node jobs on compute 'ec2' need the ec2_placement_group setting (a cluster placement group)")
     params: dict[str, Any] = {
         "LaunchTemplate": template,
         "InstanceType": choice.instance_type,
-        "MinCount": 1,
-        "MaxCount": 1,
+        # All nodes in one call: EC2 starts the whole group or none of it (no half-started job holding GPUs).
+        "MinCount": nodes,
+        "MaxCount": nodes,
         "ClientToken": client_token(request.job_id, request.attempt),
         "UserData": render_user_data(request, settings, choice),  # boto3 base64-encodes it
         # The instance powers itself off when the trainer exits: that must end the bill, not park it.
@@ -155,6 +211,9 @@ def build_run_instances_request(request: LaunchRequest, settings: Settings, choi
             "MarketType": "spot",
             "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},
         }
+    if nodes > 1:
+        # A cluster placement group: the nodes on one low-latency network segment (EFA / NCCL bandwidth).
+        params["Placement"] = {"GroupName": settings.ec2_placement_group}
     if settings.ec2_instance_profile_arn:
         params["IamInstanceProfile"] = {"Arn": settings.ec2_instance_profile_arn}
     if settings.vpc_subnet_ids:
@@ -255,22 +314,25 @@ class EC2Launcher:
         choice = select_instance(request.run_spec.resource_config, "ec2", request.run_spec.training_shape)
         params = build_run_instances_request(request, self._settings, choice)
         try:
-            instance = self._ec2.run_instances(**params)["Instances"][0]
+            instances = self._ec2.run_instances(**params)["Instances"]
         except ClientError as exc:
             code, message = _error(exc)
             if code in _CAPACITY_CODES:
                 why = f"EC2 has no {choice.instance_type} for us now ({code}): {message}"
                 raise LaunchCapacityError(choice.instance_type, why) from exc
             raise
-        instance_id = instance["InstanceId"]
-        logger.info("launched instance", extra={"job_id": request.job_id, "instance_id": instance_id, "type": choice.instance_type})
+        instances = sorted(instances, key=lambda i: int(i.get("AmiLaunchIndex", 0)))
+        ids = [i["InstanceId"] for i in instances]
+        if len(ids) > 1:
+            self._write_rendezvous(request, instances)
+        logger.info("launched instances", extra={"job_id": request.job_id, "instance_ids": ids, "type": choice.instance_type})
         return LaunchHandle(
             launcher=NAME,
-            run_id=instance_id,
+            run_id=",".join(ids),
             attempt=request.attempt,
             extra={
                 "instance_type": choice.instance_type,
-                "instance_count": "1",
+                "instance_count": str(len(ids)),
                 "spot": str(request.preemptible).lower(),
                 "launched_at": f"{datetime.now(UTC).timestamp():.3f}",
                 "exit_status_key": exit_status_key(request.job_id, request.attempt),
@@ -278,26 +340,87 @@ class EC2Launcher:
         )
 
     def stop(self, handle: LaunchHandle, *, graceful: bool = True) -> None:
+        """Every node of the attempt: each watcher SIGTERMs its own trainer; the trainer's ranks agree on
+        the stop step (a stop on any rank stops all), so rank 0's checkpoint holds for the whole job."""
+        ids = instance_ids(handle)
+        try:
+            self._stop_instances(ids, graceful=graceful)
+        except _StopRefused:
+            if len(ids) == 1:
+                return
+            # One id unknown fails the whole call: stop the others one by one.
+            for instance_id in ids:
+                with contextlib.suppress(_StopRefused):
+                    self._stop_instances([instance_id], graceful=graceful)
+
+    def _stop_instances(self, ids: list[str], *, graceful: bool) -> None:
         from botocore.exceptions import ClientError
 
         try:
-            self._ec2.create_tags(Resources=[handle.run_id], Tags=[{"Key": TAG_STOP, "Value": "graceful" if graceful else "cancel"}])
+            self._ec2.create_tags(Resources=ids, Tags=[{"Key": TAG_STOP, "Value": "graceful" if graceful else "cancel"}])
             if not graceful:
-                self._ec2.terminate_instances(InstanceIds=[handle.run_id])
+                self._ec2.terminate_instances(InstanceIds=ids)
         except ClientError as exc:
             code, message = _error(exc)
             if code in _NOT_FOUND or code == "IncorrectInstanceState":
-                logger.info("stop: nothing to stop", extra={"instance_id": handle.run_id, "reason": message})
-                return
+                logger.info("stop: nothing to stop", extra={"instance_ids": ids, "reason": message})
+                raise _StopRefused(message) from exc
             raise
 
     def describe(self, handle: LaunchHandle) -> RunDescription:
+        ids = instance_ids(handle)
+        if len(ids) > 1:
+            return self._describe_nodes(handle, ids)
         instance = self.instance(handle.run_id)
         state = (instance or {}).get("State", {}).get("Name")
         key = handle.extra.get("exit_status_key") or _exit_key_from_tags(instance)
         # The exit status exists only once the trainer ended: skip the S3 read while it runs.
         ended = instance is None or state not in {"pending", "running"}
         return describe_instance(instance, self._read_exit_status(key) if key and ended else None)
+
+    def _describe_nodes(self, handle: LaunchHandle, ids: list[str]) -> RunDescription:
+        found = self._instances(ids)
+        node0_key = handle.extra.get("exit_status_key") or _exit_key_from_tags(found.get(ids[0]))
+        nodes, graceful = [], []
+        for node, instance_id in enumerate(ids):
+            instance = found.get(instance_id)
+            ended = instance is None or instance.get("State", {}).get("Name") not in {"pending", "running"}
+            status = self._read_exit_status(node_exit_status_key(node0_key, node)) if node0_key and ended else None
+            nodes.append(describe_instance(instance, status))
+            graceful.append(status is not None and nodes[-1].state != RunState.FAILED)
+        verdict = combine_nodes(nodes, graceful)
+        survivors = [i for i, d in zip(ids, nodes, strict=True) if d.state in _LIVE]
+        if verdict.state in TERMINAL_RUN_STATES and survivors:
+            # One run on N nodes: once a node is lost or failed, the others would only wait in a collective
+            # (NCCL/gloo time out after minutes) on the bill. They go now, with the run.
+            logger.info("multi-node run ended on one node: terminating the rest", extra={"instance_ids": survivors})
+            self.stop(LaunchHandle(NAME, ",".join(survivors), handle.attempt, handle.extra), graceful=False)
+        return verdict
+
+    def _write_rendezvous(self, request: LaunchRequest, instances: list[dict[str, Any]]) -> None:
+        document = rendezvous_document(request.job_id, request.attempt, instances)
+        try:
+            self._clients.client("s3").put_object(
+                Bucket=self._settings.artifacts_bucket,
+                Key=rendezvous_key(request.job_id, request.attempt),
+                Body=json.dumps(document).encode(),
+                ContentType="application/json",
+            )
+        except Exception:
+            # Nodes without a rendezvous would wait for nothing: give them back and let the launch fail.
+            self._ec2.terminate_instances(InstanceIds=[n["instance_id"] for n in document["nodes"]])
+            raise
+
+    def _instances(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        from botocore.exceptions import ClientError
+
+        try:
+            reservations = self._ec2.describe_instances(InstanceIds=ids)["Reservations"]
+        except ClientError as exc:
+            if _error(exc)[0] not in _NOT_FOUND:
+                raise
+            return {i: found for i in ids if (found := self.instance(i)) is not None}
+        return {i["InstanceId"]: i for r in reservations for i in r.get("Instances", [])}
 
     def instance(self, instance_id: str) -> dict[str, Any] | None:
         from botocore.exceptions import ClientError
@@ -341,6 +464,43 @@ class EC2Launcher:
             logger.warning("unreadable exit status", extra={"key": key})
             return None
         return data if isinstance(data, dict) else None
+
+
+class _StopRefused(Exception):
+    """EC2 refused a stop for an instance that is gone or already ending."""
+
+
+def combine_nodes(nodes: list[RunDescription], graceful: list[bool]) -> RunDescription:
+    """The verdicts of the N nodes of one run (node-rank order) -> the run's.
+
+    `graceful[k]`: node k's trainer ended on its own terms and wrote its exit status (completed, or
+    stopped with the ranks' agreed checkpoint, also on a spot notice). While any node is live and no node
+    ended abruptly, the run is live: rank 0 may still be writing the checkpoint the stop agreed on.
+    Else a lost node (spot reclaimed, hardware) preempts the whole job; else a failed node fails it (its
+    own error, e.g. a data error on rank 3); at the end, node 0 (rank 0, the one that writes checkpoints
+    and the model) says whether it completed or stopped.
+    """
+    common: dict[str, Any] = {
+        "instance_type": next((d.instance_type for d in nodes if d.instance_type), None),
+        "instance_count": len(nodes),
+        "spot": any(d.spot for d in nodes),
+        "run_seconds": max((d.run_seconds for d in nodes if d.run_seconds is not None), default=None),
+        "billable_seconds": max((d.billable_seconds for d in nodes if d.billable_seconds is not None), default=None),
+    }
+    states = {d.state for d in nodes}
+    abrupt = any(d.state not in _LIVE and not ok for d, ok in zip(nodes, graceful, strict=True))
+    if states & _LIVE and not abrupt:
+        state = RunState.STOPPING if states - _LIVE or RunState.STOPPING in states else RunState.RUNNING
+        state = RunState.STARTING if RunState.STARTING in states and state == RunState.RUNNING else state
+        return RunDescription(state, secondary_status=nodes[0].secondary_status, **common)
+    for node, d in enumerate(nodes):
+        if d.state in {RunState.PREEMPTED, RunState.UNKNOWN}:
+            why = f"node {node} of {len(nodes)} lost: {d.message or 'the instance is gone'}"
+            return RunDescription(RunState.PREEMPTED, d.error_type or ErrorType.PREEMPTED, why, **common)
+    for node, d in enumerate(nodes):
+        if d.state == RunState.FAILED:
+            return RunDescription(RunState.FAILED, d.error_type, f"node {node} of {len(nodes)}: {d.message}", **common)
+    return RunDescription(nodes[0].state, nodes[0].error_type, nodes[0].message, **common)
 
 
 def _exit_key_from_tags(instance: Mapping[str, Any] | None) -> str | None:

@@ -11,6 +11,10 @@
 # 3. on exit, whatever happened: write the exit status object to S3 (the launcher's describe() reads
 #    it), upload this bootstrap log, and power off; InstanceInitiatedShutdownBehavior=terminate makes
 #    that a termination, so an instance never outlives its trainer.
+# Multi-node (NODE_COUNT > 1; all N instances run this same script): the node rank is the instance's AMI
+# launch index; the master's address comes from the rendezvous object the launcher writes under the
+# job's prefix (node 0's private address, from RunInstances); the trainer gets NODE_RANK, NNODES,
+# MASTER_ADDR and MASTER_PORT; node k > 0 writes exit-node<k>.json and logs to the stream "...trainer-node<k>".
 set -uo pipefail
 
 IMAGE_URI=@@IMAGE_URI@@
@@ -24,6 +28,9 @@ LOG_GROUP=@@LOG_GROUP@@
 LOG_STREAM=@@LOG_STREAM@@
 GRACE_SECONDS=@@GRACE_SECONDS@@
 MAX_RUNTIME_SECONDS=@@MAX_RUNTIME_SECONDS@@
+NODE_COUNT=@@NODE_COUNT@@
+RENDEZVOUS_URI=@@RENDEZVOUS_URI@@
+RENDEZVOUS_TIMEOUT_SECONDS=@@RENDEZVOUS_TIMEOUT_SECONDS@@
 GPU_FLAGS=(@@GPU_FLAGS@@)
 TRAINER_ENV=(@@TRAINER_ENV@@)
 
@@ -72,6 +79,23 @@ PY
 
 # Anything the bootstrap itself fails at is an internal error (exit 70), never a silent idle GPU.
 trap 'finish 70 bootstrap-error' ERR
+
+if [ "$NODE_COUNT" -gt 1 ]; then
+  NODE_RANK=$(imds meta-data/ami-launch-index) || finish 70 no-launch-index
+  if [ "$NODE_RANK" != 0 ]; then
+    EXIT_STATUS_URI="${EXIT_STATUS_URI%.json}-node$NODE_RANK.json"
+    BOOTSTRAP_LOG_URI="${BOOTSTRAP_LOG_URI%.log}-node$NODE_RANK.log"
+    LOG_STREAM="$LOG_STREAM-node$NODE_RANK"
+  fi
+  RENDEZVOUS_FILE=$(mktemp)
+  until aws s3 cp --region "$REGION" "$RENDEZVOUS_URI" - > "$RENDEZVOUS_FILE" 2>/dev/null; do
+    if [ $(( $(date +%s) - STARTED_AT )) -ge "$RENDEZVOUS_TIMEOUT_SECONDS" ]; then finish 70 rendezvous-timeout; fi
+    sleep "$POLL_SECONDS"
+  done
+  read -r MASTER_ADDR MASTER_PORT < <(python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(r["master_addr"], r["master_port"])' "$RENDEZVOUS_FILE")
+  echo "trainplane: node $NODE_RANK of $NODE_COUNT, master $MASTER_ADDR:$MASTER_PORT"
+  TRAINER_ENV+=(-e "NODE_RANK=$NODE_RANK" -e "NNODES=$NODE_COUNT" -e "MASTER_ADDR=$MASTER_ADDR" -e "MASTER_PORT=$MASTER_PORT")
+fi
 
 REGISTRY=${IMAGE_URI%%/*}
 aws ecr get-login-password --region "$REGION" | docker login --username AWS --password-stdin "$REGISTRY"
