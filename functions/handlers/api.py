@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 TITLE = "trainplane"
 VERSION = "1.0.0"
 LABEL_PREFIX = "labels."
-LIST_PARAMS = frozenset({"status", "queue", "name", "limit", "next_token"})
+LIST_PARAMS = frozenset({"status", "queue", "name", "priority_min", "priority_max", "limit", "next_token"})
 LOGS_PARAMS = frozenset({"since", "next_token", "limit"})
 
 logger = Logger(service=constants.SERVICE_NAME)
@@ -147,7 +147,8 @@ def _submit_once(principal: Principal, key: str, body: SubmitJobRequest) -> Job:
     "/jobs",
     summary="List jobs, newest first",
     description=(
-        "Filters are ANDed: status, queue, name (substring), and any number of labels.<key>=<value>. "
+        "Filters are ANDed: status, queue, name (substring), priority_min/priority_max "
+        "(scheduling_config.priority, inclusive), and any number of labels.<key>=<value>. "
         "A page holds at most `limit` jobs; pass next_token to get the next one."
     ),
     responses=responses(200, "A page of jobs", 422),
@@ -157,6 +158,8 @@ def list_jobs(
     status: Annotated[JobStatus | None, Query()] = None,
     queue: Annotated[str | None, Query(max_length=64)] = None,
     name: Annotated[str | None, Query(max_length=128)] = None,
+    priority_min: Annotated[int | None, Query(ge=0, le=10, description="Only jobs of this priority or higher")] = None,
+    priority_max: Annotated[int | None, Query(ge=0, le=10, description="Only jobs of this priority or lower")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     next_token: Annotated[str | None, Query(max_length=2048)] = None,
 ) -> JobList:
@@ -165,7 +168,15 @@ def list_jobs(
     params = jobs.current_event.query_string_parameters or {}
     labels = {k[len(LABEL_PREFIX) :]: v for k, v in params.items() if k.startswith(LABEL_PREFIX)}
     return composition.job_service().list_jobs(
-        principal, status=status, queue=queue, labels=labels, name=name, limit=limit, next_token=next_token
+        principal,
+        status=status,
+        queue=queue,
+        labels=labels,
+        name=name,
+        priority_min=priority_min,
+        priority_max=priority_max,
+        limit=limit,
+        next_token=next_token,
     )
 
 

@@ -35,6 +35,7 @@ from schemas.trainer import EVENT_PREFIX
 logger = logging.getLogger(__name__)
 
 MAX_LIST_LIMIT = 200
+MIN_PRIORITY, MAX_PRIORITY = 0, 10  # schemas.configs.Priority
 DEFAULT_LOG_LINES = 1000
 MAX_LOG_LINES = 5000
 
@@ -180,17 +181,26 @@ class JobService(LifecycleControls):
         queue: str | None = None,
         labels: Mapping[str, str] | None = None,
         name: str | None = None,
+        priority_min: int | None = None,
+        priority_max: int | None = None,
         limit: int = 50,
         next_token: str | None = None,
     ) -> JobList:
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise InvalidRequest("limit", f"must be between 1 and {MAX_LIST_LIMIT}")
+        for field, value in (("priority_min", priority_min), ("priority_max", priority_max)):
+            if value is not None and not MIN_PRIORITY <= value <= MAX_PRIORITY:
+                raise InvalidRequest(field, f"must be between {MIN_PRIORITY} and {MAX_PRIORITY}")
+        if priority_min is not None and priority_max is not None and priority_min > priority_max:
+            raise InvalidRequest("priority_min", f"must not be above priority_max ({priority_max})")
         query = JobQuery(
             owner=principal.owner_scope,
             status=status,
             queue=queue or None,
             labels=dict(labels or {}),
             name_contains=name or None,
+            priority_min=priority_min,
+            priority_max=priority_max,
             limit=limit,
             next_token=next_token or None,
         )

@@ -243,12 +243,34 @@ def test_list_filters_page_and_validate_the_query(call: Api) -> None:
     # And a bad query is a 422 naming the parameter
     for query, field in [
         ({"limit": "0"}, "limit"),
+        ({"priority_min": "11"}, "priority_min"),
+        ({"priority_max": "-1"}, "priority_max"),
+        ({"priority_min": "high"}, "priority_min"),
+        ({"priority_min": "8", "priority_max": "7"}, "priority_min"),
         ({"status": "DONE"}, "status"),
         ({"staus": "QUEUED"}, "staus"),
         ({"next_token": "x"}, "next_token"),
     ]:
         reply = call("api_list_jobs", query=query)
         assert reply.status == 422 and reply.body["errors"][0]["field"] == field, (query, reply.body)
+
+
+def test_the_priority_filter_pages_over_every_match(call: Api) -> None:
+    # Given 7 jobs of alice, priorities 0..6 (newest last), and a high-priority job of bob's
+    ids = [call.submit(name=f"prio-{p}", scheduling_config={"priority": p})["job_id"] for p in range(7)]
+    call.submit(user=BOB, scheduling_config={"priority": 5})
+    # When alice lists the Medium band (4-6) one job a page
+    seen, token = [], None
+    while True:
+        reply = call("api_list_jobs", query={"priority_min": "4", "priority_max": "6", "limit": "1", **({"next_token": token} if token else {})})
+        assert reply.status == 200, reply.body
+        seen += [(j["job_id"], j["scheduling_config"]["priority"]) for j in reply.body["jobs"]]
+        token = reply.body["next_token"]
+        if not token:
+            break
+    # Then exactly her jobs of priority 4, 5 and 6 came back, newest first
+    assert seen == [(ids[6], 6), (ids[5], 5), (ids[4], 4)]
+    assert [j["name"] for j in call("api_list_jobs", query={"priority_max": "1"}).body["jobs"]] == ["prio-1", "prio-0"]
 
 
 def test_summary_counts_the_callers_jobs(call: Api) -> None:
