@@ -83,8 +83,12 @@ class MetricsPoint(BaseModel):
 
 
 class MetricsResponse(BaseModel):
+    """The job's metric points in step order; `total_points` is how many the job has: more than
+    len(points) when `max_points` reduced them (min/max per bucket of loss and eval_loss)."""
+
     model_config = ConfigDict(defer_build=True)
     points: list[MetricsPoint]
+    total_points: int | None = None
 
 
 class LogLine(BaseModel):

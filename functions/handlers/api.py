@@ -49,6 +49,7 @@ VERSION = "1.0.0"
 LABEL_PREFIX = "labels."
 LIST_PARAMS = frozenset({"status", "queue", "name", "priority_min", "priority_max", "limit", "next_token"})
 LOGS_PARAMS = frozenset({"since", "next_token", "limit"})
+METRICS_PARAMS = frozenset({"max_points"})
 
 logger = Logger(service=constants.SERVICE_NAME)
 metrics = Metrics(namespace=constants.METRICS_NAMESPACE, service=constants.SERVICE_NAME)
@@ -280,11 +281,21 @@ def job_events(job_id: JobId) -> EventList:
 @reports.get(
     "/jobs/<job_id>/metrics",
     summary="The job's training metrics (metrics.jsonl)",
+    description=(
+        "Points in step order. `max_points` reduces a long curve to at most that many points that keep its shape "
+        "(per bucket of steps, the points of lowest and highest loss, and of eval_loss; the first and last kept): "
+        "a chart asks for about two per pixel. `total_points` says how many the job has."
+    ),
     responses=responses(200, "Metric points", 404, 422),
     tags=["reports"],
 )
-def job_metrics(job_id: JobId) -> MetricsResponse:
-    return composition.job_service().metrics(job_id, _for_job(reports, job_id))
+def job_metrics(
+    job_id: JobId,
+    max_points: Annotated[int | None, Query(ge=10, le=1_000_000, description="At most this many points, the curve's shape kept")] = None,
+) -> MetricsResponse:
+    principal = _for_job(reports, job_id)
+    _reject_unknown_params(reports, METRICS_PARAMS)
+    return composition.job_service().metrics(job_id, principal, max_points=max_points)
 
 
 @reports.get(

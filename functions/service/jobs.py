@@ -21,6 +21,7 @@ from functions import constants
 from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, Transition, Workflow
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
+from functions.service.metrics_reduce import MIN_MAX_POINTS, reduce_points
 from functions.service.ome import apply_ome_trainer
 from functions.service.paths import PathRules
 from functions.service.principal import Principal
@@ -224,7 +225,11 @@ class JobService(LifecycleControls):
             paused=full[JobStatus.PAUSED],
         )
 
-    def metrics(self, job_id: str, principal: Principal) -> MetricsResponse:
+    def metrics(self, job_id: str, principal: Principal, *, max_points: int | None = None) -> MetricsResponse:
+        """Every point of metrics.jsonl in step order; with `max_points`, at most that many that keep the
+        loss curves' shape (functions/service/metrics_reduce.py)."""
+        if max_points is not None and max_points < MIN_MAX_POINTS:
+            raise InvalidRequest("max_points", f"must be at least {MIN_MAX_POINTS}")
         self.get(job_id, principal)
         points = []
         for n, line in enumerate(self.store.read_lines(constants.metrics_key(job_id)), start=1):
@@ -235,7 +240,10 @@ class JobService(LifecycleControls):
             except ValueError:
                 # One torn line (a run killed mid-write) must not hide the others.
                 logger.warning("metrics line %d of %s is not a metrics point; skipped", n, job_id)
-        return MetricsResponse(points=points)
+        total = len(points)
+        if max_points is not None:
+            points = reduce_points(points, max_points)
+        return MetricsResponse(points=points, total_points=total)
 
     def logs(
         self,

@@ -305,6 +305,24 @@ def test_events_metrics_and_logs(call: Api) -> None:
     assert call("api_job_logs", job_id=job_id, query={"tail": "5"}).status == 422
 
 
+def test_metrics_are_reduced_to_max_points_keeping_the_curves_shape(call: Api) -> None:
+    # Given a job whose metrics.jsonl holds 5,000 points with a spike at step 3210
+    job_id = call.submit()["job_id"]
+    lines = [json.dumps({"step": s, "loss": 50.0 if s == 3210 else 3.0 / s, "attempt": 1}) for s in range(1, 5001)]
+    call.clients.s3().put_object(Bucket=call.settings.artifacts_bucket, Key=constants.metrics_key(job_id), Body="\n".join(lines).encode())
+    # When the points are read whole and for a chart of ~100 pixels
+    whole = call("api_job_metrics", job_id=job_id).body
+    reply = call("api_job_metrics", job_id=job_id, query={"max_points": "200"})
+    # Then the reduction keeps at most 200 points, the ends and the spike, and says how many there are
+    assert reply.status == 200 and whole["total_points"] == reply.body["total_points"] == 5000 and len(whole["points"]) == 5000
+    steps = [p["step"] for p in reply.body["points"]]
+    assert len(steps) <= 200 and steps == sorted(steps) and steps[0] == 1 and steps[-1] == 5000 and 3210 in steps
+    # And a bad max_points, or an unknown parameter, is a 422 naming it
+    for query, field in [({"max_points": "9"}, "max_points"), ({"max_points": "many"}, "max_points"), ({"points": "5"}, "points")]:
+        bad = call("api_job_metrics", job_id=job_id, query=query)
+        assert bad.status == 422 and bad.body["errors"][0]["field"] == field, (query, bad.body)
+
+
 # --- edit and delete ------------------------------------------------------------------------------------
 
 
