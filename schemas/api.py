@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -91,11 +91,19 @@ class MetricsResponse(BaseModel):
     total_points: int | None = None
 
 
+LogStream = Literal["stdout", "stderr"]
+
+
 class LogLine(BaseModel):
     model_config = ConfigDict(defer_build=True)
     timestamp: float
     attempt: int
     message: str
+    stream: LogStream | None = Field(
+        default=None,
+        description="The trainer's stream the line was printed on; null where the compute merges the two "
+        "(SageMaker and EC2 ship stdout and stderr as one CloudWatch stream). Local runs know it.",
+    )
 
 
 class LogsResponse(BaseModel):

@@ -29,6 +29,7 @@ from schemas.api import (
     EventList,
     JobList,
     LogsResponse,
+    LogStream,
     MetricsResponse,
     PatchJobRequest,
     PauseRequest,
@@ -48,7 +49,7 @@ TITLE = "trainplane"
 VERSION = "1.0.0"
 LABEL_PREFIX = "labels."
 LIST_PARAMS = frozenset({"status", "queue", "name", "priority_min", "priority_max", "limit", "next_token"})
-LOGS_PARAMS = frozenset({"since", "next_token", "limit"})
+LOGS_PARAMS = frozenset({"since", "next_token", "limit", "stream"})
 METRICS_PARAMS = frozenset({"max_points"})
 
 logger = Logger(service=constants.SERVICE_NAME)
@@ -301,7 +302,11 @@ def job_metrics(
 @reports.get(
     "/jobs/<job_id>/logs",
     summary="The job's log lines, every attempt in order",
-    description="`since` (epoch seconds) returns only lines stamped after it; next_token pages on.",
+    description=(
+        "`since` (epoch seconds) returns only lines stamped after it; next_token pages on. Each line says its `stream` "
+        "(stdout or stderr) where the compute knows it (local runs; null on SageMaker and EC2, which merge the two); "
+        "`stream` keeps only that stream's lines (a 422 where lines carry no stream)."
+    ),
     responses=responses(200, "Log lines", 404, 422),
     tags=["reports"],
 )
@@ -310,10 +315,11 @@ def job_logs(
     since: Annotated[float | None, Query(ge=0)] = None,
     next_token: Annotated[str | None, Query(max_length=512)] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
+    stream: Annotated[LogStream | None, Query(description="Only the lines of this stream")] = None,
 ) -> LogsResponse:
     principal = _for_job(reports, job_id)
     _reject_unknown_params(reports, LOGS_PARAMS)
-    return composition.job_service().logs(job_id, principal, since=since, next_token=next_token, limit=limit)
+    return composition.job_service().logs(job_id, principal, since=since, next_token=next_token, limit=limit, stream=stream)
 
 
 @reports.get(

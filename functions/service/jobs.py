@@ -27,7 +27,7 @@ from functions.service.paths import PathRules
 from functions.service.principal import Principal
 from functions.service.shapes import ShapeCatalog, apply_shape, catalog_from_json
 from functions.settings import Settings
-from schemas.api import EventList, JobList, LogLine, LogsResponse, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
+from schemas.api import EventList, JobList, LogLine, LogsResponse, LogStream, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
 from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest
 from schemas.shapes import parse_shape_ref
 from schemas.status import EDITABLE, RUNNING, TERMINAL, JobStatus
@@ -253,12 +253,20 @@ class JobService(LifecycleControls):
         since: float | None = None,
         next_token: str | None = None,
         limit: int = DEFAULT_LOG_LINES,
+        stream: LogStream | None = None,
     ) -> LogsResponse:
-        """Log lines of every attempt in order, after `since` (epoch seconds, exclusive), `limit` per page."""
+        """Log lines of every attempt in order, after `since` (epoch seconds, exclusive), `limit` per page;
+        with `stream`, only that stream's lines (skipped lines still move the cursor, as `since` does)."""
         job = self.get(job_id, principal)
         if not 1 <= limit <= MAX_LOG_LINES:
             raise InvalidRequest("limit", f"must be between 1 and {MAX_LOG_LINES}")
         if self.log_source is not None:
+            if stream is not None:
+                raise InvalidRequest(
+                    "stream",
+                    f"compute {self.settings.compute!r} ships the trainer's stdout and stderr as one CloudWatch stream: "
+                    "its lines carry no stream to filter on (docs/DASHBOARD.md)",
+                )
             return self.log_source.read(job, since=since, next_token=next_token, limit=limit)
         start_attempt, start_line = _decode_log_token(next_token) if next_token else (0, 0)
         files = sorted(
@@ -272,17 +280,20 @@ class JobService(LifecycleControls):
         # A file is only ever appended to, so (attempt, line index) stays valid as the run writes on.
         resume_at = (start_attempt, start_line)
         for attempt, key in files:
-            for index, (stamp, message) in enumerate(_stamped(self.store.read_lines(key), last_stamp)):
+            streams: list[str] = []  # each stored line's stream, in step with what _stamped yields
+            printed = (_untagged(stored, streams) for stored in self.store.read_lines(key))
+            for index, (stamp, message) in enumerate(_stamped(printed, last_stamp)):
                 last_stamp = stamp
+                line_stream = streams[-1]
                 if (attempt, index) < (start_attempt, start_line):
                     continue
                 if len(lines) == limit:
                     token = _encode_log_token(attempt, index)
                     return LogsResponse(lines=lines, next_token=token, cursor=token)
                 resume_at = (attempt, index + 1)
-                if since is not None and stamp <= since:
+                if (since is not None and stamp <= since) or (stream is not None and line_stream != stream):
                     continue
-                lines.append(LogLine(timestamp=stamp, attempt=attempt, message=message))
+                lines.append(LogLine(timestamp=stamp, attempt=attempt, message=message, stream=line_stream))
         return LogsResponse(lines=lines, next_token=None, cursor=_encode_log_token(*resume_at))
 
     # --- edit and delete -------------------------------------------------------------------------
@@ -367,6 +378,12 @@ def _first_error(exc: ValueError) -> str:
 _EPOCH_PREFIX = re.compile(r"^\[?(\d{9,11}(?:\.\d+)?)\]?\s")
 _ISO_PREFIX = re.compile(r"^\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?\s?")
 _TICK = 1e-6  # lines without a time of their own follow the previous one by a microsecond
+
+
+def _untagged(stored: str, streams: list[str]) -> str:
+    stream, printed = constants.untag_log_line(stored)
+    streams.append(stream)
+    return printed
 
 
 def _stamped(lines: Iterator[str], previous: float) -> Iterator[tuple[float, str]]:

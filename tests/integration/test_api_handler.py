@@ -303,6 +303,11 @@ def test_events_metrics_and_logs(call: Api) -> None:
     assert [line["message"] for line in page["lines"] + rest["lines"]] == ["1767225600 loading", "1767225601 step 1", "1767225700 resumed"]
     assert rest["next_token"] is None and [line["attempt"] for line in since["lines"]] == [1, 2]
     assert call("api_job_logs", job_id=job_id, query={"tail": "5"}).status == 422
+    # And each line says its stream (a local log's untagged line is stdout); a stream filter is validated
+    assert {line["stream"] for line in page["lines"]} == {"stdout"}
+    assert call("api_job_logs", job_id=job_id, query={"stream": "stderr"}).body["lines"] == []
+    bad = call("api_job_logs", job_id=job_id, query={"stream": "both"})
+    assert bad.status == 422 and bad.body["errors"][0]["field"] == "stream"
 
 
 def test_metrics_are_reduced_to_max_points_keeping_the_curves_shape(call: Api) -> None:
