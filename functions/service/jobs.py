@@ -21,7 +21,7 @@ from functions import constants
 from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, Transition, Workflow
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
-from functions.service.metrics_reduce import MIN_MAX_POINTS, reduce_points
+from functions.service.metrics_reduce import MIN_MAX_POINTS, parse_documents, reduce_documents
 from functions.service.ome import apply_ome_trainer
 from functions.service.paths import PathRules
 from functions.service.principal import Principal
@@ -226,24 +226,31 @@ class JobService(LifecycleControls):
         )
 
     def metrics(self, job_id: str, principal: Principal, *, max_points: int | None = None) -> MetricsResponse:
-        """Every point of metrics.jsonl in step order; with `max_points`, at most that many that keep the
-        loss curves' shape (functions/service/metrics_reduce.py)."""
+        """Every point of metrics.jsonl as written; with `max_points`, at most that many, in step order, that
+        keep the loss curves' shape (functions/service/metrics_reduce.py). A torn line is skipped."""
         if max_points is not None and max_points < MIN_MAX_POINTS:
             raise InvalidRequest("max_points", f"must be at least {MIN_MAX_POINTS}")
         self.get(job_id, principal)
+        lines = [line for line in self.store.read_lines(constants.metrics_key(job_id)) if line.strip()]
         points = []
-        for n, line in enumerate(self.store.read_lines(constants.metrics_key(job_id)), start=1):
-            if not line.strip():
-                continue
+        if max_points is None:
+            for n, line in enumerate(lines, start=1):
+                try:
+                    points.append(MetricsPoint.model_validate_json(line))
+                except ValueError:
+                    # One torn line (a run killed mid-write) must not hide the others.
+                    logger.warning("metrics line %d of %s is not a metrics point; skipped", n, job_id)
+            return MetricsResponse(points=points, total_points=len(points))
+        # A long curve: parsed as plain JSON, reduced, and only the kept points built as models.
+        documents = parse_documents(lines)
+        if len(documents) < len(lines):
+            logger.warning("%d metrics lines of %s are not metrics points; skipped", len(lines) - len(documents), job_id)
+        for document in reduce_documents(documents, max_points):
             try:
-                points.append(MetricsPoint.model_validate_json(line))
+                points.append(MetricsPoint.model_validate(document))
             except ValueError:
-                # One torn line (a run killed mid-write) must not hide the others.
-                logger.warning("metrics line %d of %s is not a metrics point; skipped", n, job_id)
-        total = len(points)
-        if max_points is not None:
-            points = reduce_points(points, max_points)
-        return MetricsResponse(points=points, total_points=total)
+                logger.warning("a metrics line of %s (step %s) is not a metrics point; skipped", job_id, document.get("step"))
+        return MetricsResponse(points=points, total_points=len(documents))
 
     def logs(
         self,

@@ -262,7 +262,8 @@ def test_the_priority_filter_pages_over_every_match(call: Api) -> None:
     # When alice lists the Medium band (4-6) one job a page
     seen, token = [], None
     while True:
-        reply = call("api_list_jobs", query={"priority_min": "4", "priority_max": "6", "limit": "1", **({"next_token": token} if token else {})})
+        query = {"priority_min": "4", "priority_max": "6", "limit": "1", **({"next_token": token} if token else {})}
+        reply = call("api_list_jobs", query=query)
         assert reply.status == 200, reply.body
         seen += [(j["job_id"], j["scheduling_config"]["priority"]) for j in reply.body["jobs"]]
         token = reply.body["next_token"]
@@ -311,9 +312,10 @@ def test_events_metrics_and_logs(call: Api) -> None:
 
 
 def test_metrics_are_reduced_to_max_points_keeping_the_curves_shape(call: Api) -> None:
-    # Given a job whose metrics.jsonl holds 5,000 points with a spike at step 3210
+    # Given a job whose metrics.jsonl holds 5,000 points with a spike at step 3210, and a torn line
     job_id = call.submit()["job_id"]
     lines = [json.dumps({"step": s, "loss": 50.0 if s == 3210 else 3.0 / s, "attempt": 1}) for s in range(1, 5001)]
+    lines.insert(100, '{"step": 100, "lo')
     call.clients.s3().put_object(Bucket=call.settings.artifacts_bucket, Key=constants.metrics_key(job_id), Body="\n".join(lines).encode())
     # When the points are read whole and for a chart of ~100 pixels
     whole = call("api_job_metrics", job_id=job_id).body

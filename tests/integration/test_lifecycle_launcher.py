@@ -122,7 +122,8 @@ def test_each_log_line_keeps_its_stream_and_events_come_from_either_pipe(tmp_pat
     stored = uploads[constants.log_key(request.job_id, 1)].decode().splitlines()
     lines = [constants.untag_log_line(line) for line in stored]
     # Then every line is whole and says its stream; each stream keeps its own order
-    assert [m for s, m in lines if s == "stdout"] == [f"out {i}" for i in range(200)] + ["\x02E\x03 not a tag: printed on stdout", "no newline either"]
+    odd = "\x02E\x03 not a tag: printed on stdout"
+    assert [m for s, m in lines if s == "stdout"] == [f"out {i}" for i in range(200)] + [odd, "no newline either"]
     assert [m for s, m in lines if s == "stderr"] == [f"err {i}" for i in range(200)] + [event, "last words"]
     # And the event printed on stderr was delivered, as when the two pipes were one
     assert [e.data.get("step") for e in observer.events] == [3]

@@ -375,7 +375,8 @@ def test_each_line_says_its_stream_and_a_stream_filter_follows_without_loss_or_r
     # When read whole
     whole = service.logs(job.job_id, alice)
     # Then each line is as printed, with its stream, and a stderr line's own stamp is read under its tag
-    assert [(line.stream, line.message) for line in whole.lines] == [("stdout", "o1"), ("stderr", "1767225600 e1"), ("stdout", "\x02 odd"), ("stderr", "e2")]
+    expected = [("stdout", "o1"), ("stderr", "1767225600 e1"), ("stdout", "\x02 odd"), ("stderr", "e2")]
+    assert [(line.stream, line.message) for line in whole.lines] == expected
     assert whole.lines[1].timestamp == 1767225600.0
     # When a follower of stderr alone pages one line at a time, and the log grows between its reads
     page = service.logs(job.job_id, alice, stream="stderr", limit=1)

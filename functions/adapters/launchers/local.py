@@ -3,8 +3,9 @@
 The child gets the same contract as the SageMaker container (schemas/trainer.py): the run spec URI,
 the checkpoint/model/output/failure paths moved under the state directory, the emulated S3 endpoint.
 A monitor thread per run reads its stdout and stderr (two pipes, one reader each): TRAINPLANE_EVENT
-lines go to the observer (on_trainer_event), every line goes to jobs/<id>/logs/attempt-NNN.log in the
-bucket, stderr lines tagged as such (constants.tag_log_line), and the exit goes to on_run_finished. Stops are SIGTERM (the trainer checkpoints and exits 75), a grace period,
+lines go to the observer (on_trainer_event), every line goes to jobs/<id>/logs/attempt-NNN.log in
+the bucket, stderr lines tagged as such (constants.tag_log_line), and the exit goes to
+on_run_finished. Stops are SIGTERM (the trainer checkpoints and exits 75), a grace period,
 then SIGKILL, always to the child's whole process group (data-loader workers included).
 """
 
@@ -316,9 +317,7 @@ def coalesce(events: list[TrainerEvent]) -> list[TrainerEvent]:
     return kept
 
 
-def _read_pipe(
-    pipe: IO[str], stream: str, log: IO[str], writing: threading.Lock, pending: queue.SimpleQueue[TrainerEvent | None]
-) -> None:
+def _read_pipe(pipe: IO[str], stream: str, log: IO[str], writing: threading.Lock, pending: queue.SimpleQueue[TrainerEvent | None]) -> None:
     """Every line of one of the child's pipes into the log, tagged with its stream; events to `pending`
     (from either pipe, as when the two were one). A line is split where the log's readers split it
     (str.splitlines), so each piece they read carries its tag; the last line gets its newline."""
