@@ -42,44 +42,45 @@ def parse_documents(lines: Sequence[str]) -> list[dict[str, Any]]:
 
 def reduce_points(points: Sequence[MetricsPoint], max_points: int) -> list[MetricsPoint]:
     """At most `max_points` of `points` (whole points, in step order) that keep the loss curves' shape."""
-    kept = reduce_indices([p.step for p in points], [p.loss for p in points], [p.eval_loss for p in points], max_points)
+    kept = reduce_indices([p.step for p in points], _finite([p.loss for p in points]), _finite([p.eval_loss for p in points]), max_points)
     return [points[i] for i in kept]
 
 
 def reduce_documents(documents: Sequence[Mapping[str, Any]], max_points: int) -> list[Mapping[str, Any]]:
     """reduce_points over metrics.jsonl's parsed lines (each a dict with an int `step`), before any model is
     built: building 100,000 pydantic models costs ~10x parsing the JSON, and only the kept ones need one."""
-    kept = reduce_indices([d["step"] for d in documents], [_number(d.get("loss")) for d in documents],
-                          [_number(d.get("eval_loss")) for d in documents], max_points)  # fmt: skip
+    losses = _finite([d.get("loss") for d in documents])
+    evals = _finite([d.get("eval_loss") for d in documents])
+    kept = reduce_indices([d["step"] for d in documents], losses, evals, max_points)
     return [documents[i] for i in kept]
 
 
 def reduce_indices(steps: Sequence[int], losses: Sequence[float | None], evals: Sequence[float | None], max_points: int) -> list[int]:
-    """The indices of the points to keep, in step order (the module's docstring says which)."""
+    """The indices of the points to keep, in step order (the module's docstring says which); a value of
+    None is no value (_finite made every non-finite or non-number value None)."""
     if max_points < MIN_MAX_POINTS:
         raise ValueError(f"max_points must be at least {MIN_MAX_POINTS}")
     order = sorted(range(len(steps)), key=steps.__getitem__)  # stable: repeated steps keep file order
     if len(steps) <= max_points:
         return order
-    with_loss = [i for i in order if _finite(losses[i])]
-    with_eval = [i for i in order if _finite(evals[i])]
+    with_loss = [i for i in order if losses[i] is not None]
+    with_eval = [i for i in order if evals[i] is not None]
     kept: set[int] = set()
     eval_budget = min(len(with_eval), max_points // 4) if with_loss else max_points
     kept.update(_min_max(evals, with_eval, eval_budget))
     kept.update(_min_max(losses, with_loss, max_points - len(kept)))
     left = max_points - len(kept)
     if left > 0:
-        others = [i for i in order if i not in kept and not _finite(losses[i]) and not _finite(evals[i])]
+        others = [i for i in order if i not in kept and losses[i] is None and evals[i] is None]
         kept.update(_evenly(others, left))
     return [i for i in order if i in kept]
 
 
-def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
-def _finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
+def _finite(values: list[Any]) -> list[float | None]:
+    """Each value as a finite float, or None (missing, NaN, infinite, not a number; a bool is no number).
+    One comprehension, no call per value: it runs over every point of a long curve."""
+    inf = math.inf
+    return [v if type(v) is float and -inf < v < inf else float(v) if type(v) is int else None for v in values]
 
 
 def _min_max(values: Sequence[float | None], indices: list[int], budget: int) -> list[int]:
