@@ -476,6 +476,9 @@ def test_training_shapes_are_listed_and_read_by_name_and_version(call: Api) -> N
     assert one.status == 200 and one.body["name"] == "a100-80gb-8x"
     assert one.body["instance_types"] == {"sagemaker": "ml.p4de.24xlarge", "ec2": "p4de.24xlarge"}
     assert pinned.body == one.body
+    # And a misspelt parameter is named, not ignored
+    misspelt = call("api_get_training_shape", query={"verison": "1"})
+    assert misspelt.status == 422 and misspelt.body["errors"][0]["field"] == "verison"
 
 
 def test_an_unknown_training_shape_or_version_is_404(call: Api) -> None:
