@@ -88,5 +88,30 @@ def log_key(job_id: str, attempt: int) -> str:
     return logs_prefix(job_id) + log_file_name(attempt)
 
 
+# Which stream a line of a local run's log came from (the LocalLauncher reads the trainer's stdout and
+# stderr on two pipes): a stderr line is stored as STDERR_TAG + line; a stdout line is stored as is,
+# unless it begins with STREAM_MARK, when it gets STDOUT_TAG, so every line reads back exactly as printed.
+# STREAM_MARK (STX) is no line boundary of str.splitlines, which the readers of log files use.
+STREAM_MARK = "\x02"
+STDOUT_TAG = "\x02O\x03"
+STDERR_TAG = "\x02E\x03"
+
+
+def tag_log_line(line: str, stream: str) -> str:
+    """One line (no newline) as a local log file stores it."""
+    if stream == "stderr":
+        return STDERR_TAG + line
+    return STDOUT_TAG + line if line.startswith(STREAM_MARK) else line
+
+
+def untag_log_line(stored: str) -> tuple[str, str]:
+    """A stored line -> (stream, the line as printed): tag_log_line's inverse."""
+    if stored.startswith(STDERR_TAG):
+        return "stderr", stored[len(STDERR_TAG) :]
+    if stored.startswith(STDOUT_TAG):
+        return "stdout", stored[len(STDOUT_TAG) :]
+    return "stdout", stored
+
+
 # A log_key, parsed back: job id and attempt.
 LOG_KEY = re.compile(rf"^{JOBS_PREFIX}/(?P<job_id>.+)/logs/attempt-(?P<attempt>\d+)\.log$")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -83,8 +83,15 @@ class MetricsPoint(BaseModel):
 
 
 class MetricsResponse(BaseModel):
+    """The job's metric points in step order; `total_points` is how many the job has: more than
+    len(points) when `max_points` reduced them (min/max per bucket of loss and eval_loss)."""
+
     model_config = ConfigDict(defer_build=True)
     points: list[MetricsPoint]
+    total_points: int | None = None
+
+
+LogStream = Literal["stdout", "stderr"]
 
 
 class LogLine(BaseModel):
@@ -92,6 +99,11 @@ class LogLine(BaseModel):
     timestamp: float
     attempt: int
     message: str
+    stream: LogStream | None = Field(
+        default=None,
+        description="The trainer's stream the line was printed on; null where the compute merges the two "
+        "(SageMaker and EC2 ship stdout and stderr as one CloudWatch stream). Local runs know it.",
+    )
 
 
 class LogsResponse(BaseModel):

@@ -158,6 +158,7 @@ def main() -> int:
     elif resume:
         start = resume[0]
     print(f"fake trainer: job {spec.job_id} attempt {spec.attempt} starting at step {start} of {max_steps}", flush=True)
+    print(f"fake trainer: attempt {spec.attempt} says hello on stderr", file=sys.stderr, flush=True)
     emit(TrainerEventKind.PHASE, phase="TRAINING")
     loss = 1.0
     step = start

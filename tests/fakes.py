@@ -104,6 +104,8 @@ class InMemoryJobRepository:
                 and (not query.queue or j.queue == query.queue)
                 and all(j.labels.get(k) == v for k, v in query.labels.items())
                 and (not query.name_contains or query.name_contains in j.name)
+                and (query.priority_min is None or j.priority >= query.priority_min)
+                and (query.priority_max is None or j.priority <= query.priority_max)
             )
 
         selected = [j for j in jobs if matches(j)]

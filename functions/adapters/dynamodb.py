@@ -526,6 +526,14 @@ def _list_filters(query: JobQuery, names: dict[str, str], values: dict[str, Any]
         names["#name"] = "name"
         values[":name"] = {"S": query.name_contains}
         filters.append("contains(#name, :name)")
+    if query.priority_min is not None:
+        names.update({"#sc": "scheduling_config", "#priority": "priority"})
+        values[":pmin"] = {"N": str(int(query.priority_min))}
+        filters.append("#sc.#priority >= :pmin")
+    if query.priority_max is not None:
+        names.update({"#sc": "scheduling_config", "#priority": "priority"})
+        values[":pmax"] = {"N": str(int(query.priority_max))}
+        filters.append("#sc.#priority <= :pmax")
     return filters
 
 

@@ -25,6 +25,8 @@ class JobQuery:
     queue: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     name_contains: str | None = None
+    priority_min: int | None = None  # scheduling_config.priority, inclusive
+    priority_max: int | None = None
     limit: int = 50
     next_token: str | None = None
 

@@ -29,6 +29,7 @@ from schemas.api import (
     EventList,
     JobList,
     LogsResponse,
+    LogStream,
     MetricsResponse,
     PatchJobRequest,
     PauseRequest,
@@ -47,8 +48,9 @@ if TYPE_CHECKING:
 TITLE = "trainplane"
 VERSION = "1.0.0"
 LABEL_PREFIX = "labels."
-LIST_PARAMS = frozenset({"status", "queue", "name", "limit", "next_token"})
-LOGS_PARAMS = frozenset({"since", "next_token", "limit"})
+LIST_PARAMS = frozenset({"status", "queue", "name", "priority_min", "priority_max", "limit", "next_token"})
+LOGS_PARAMS = frozenset({"since", "next_token", "limit", "stream"})
+METRICS_PARAMS = frozenset({"max_points"})
 
 logger = Logger(service=constants.SERVICE_NAME)
 metrics = Metrics(namespace=constants.METRICS_NAMESPACE, service=constants.SERVICE_NAME)
@@ -147,7 +149,8 @@ def _submit_once(principal: Principal, key: str, body: SubmitJobRequest) -> Job:
     "/jobs",
     summary="List jobs, newest first",
     description=(
-        "Filters are ANDed: status, queue, name (substring), and any number of labels.<key>=<value>. "
+        "Filters are ANDed: status, queue, name (substring), priority_min/priority_max "
+        "(scheduling_config.priority, inclusive), and any number of labels.<key>=<value>. "
         "A page holds at most `limit` jobs; pass next_token to get the next one."
     ),
     responses=responses(200, "A page of jobs", 422),
@@ -157,6 +160,8 @@ def list_jobs(
     status: Annotated[JobStatus | None, Query()] = None,
     queue: Annotated[str | None, Query(max_length=64)] = None,
     name: Annotated[str | None, Query(max_length=128)] = None,
+    priority_min: Annotated[int | None, Query(ge=0, le=10, description="Only jobs of this priority or higher")] = None,
+    priority_max: Annotated[int | None, Query(ge=0, le=10, description="Only jobs of this priority or lower")] = None,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     next_token: Annotated[str | None, Query(max_length=2048)] = None,
 ) -> JobList:
@@ -165,7 +170,15 @@ def list_jobs(
     params = jobs.current_event.query_string_parameters or {}
     labels = {k[len(LABEL_PREFIX) :]: v for k, v in params.items() if k.startswith(LABEL_PREFIX)}
     return composition.job_service().list_jobs(
-        principal, status=status, queue=queue, labels=labels, name=name, limit=limit, next_token=next_token
+        principal,
+        status=status,
+        queue=queue,
+        labels=labels,
+        name=name,
+        priority_min=priority_min,
+        priority_max=priority_max,
+        limit=limit,
+        next_token=next_token,
     )
 
 
@@ -269,17 +282,31 @@ def job_events(job_id: JobId) -> EventList:
 @reports.get(
     "/jobs/<job_id>/metrics",
     summary="The job's training metrics (metrics.jsonl)",
+    description=(
+        "Points in step order. `max_points` reduces a long curve to at most that many points that keep its shape "
+        "(per bucket of steps, the points of lowest and highest loss, and of eval_loss; the first and last kept): "
+        "a chart asks for about two per pixel. `total_points` says how many the job has."
+    ),
     responses=responses(200, "Metric points", 404, 422),
     tags=["reports"],
 )
-def job_metrics(job_id: JobId) -> MetricsResponse:
-    return composition.job_service().metrics(job_id, _for_job(reports, job_id))
+def job_metrics(
+    job_id: JobId,
+    max_points: Annotated[int | None, Query(ge=10, le=1_000_000, description="At most this many points, the curve's shape kept")] = None,
+) -> MetricsResponse:
+    principal = _for_job(reports, job_id)
+    _reject_unknown_params(reports, METRICS_PARAMS)
+    return composition.job_service().metrics(job_id, principal, max_points=max_points)
 
 
 @reports.get(
     "/jobs/<job_id>/logs",
     summary="The job's log lines, every attempt in order",
-    description="`since` (epoch seconds) returns only lines stamped after it; next_token pages on.",
+    description=(
+        "`since` (epoch seconds) returns only lines stamped after it; next_token pages on. Each line says its `stream` "
+        "(stdout or stderr) where the compute knows it (local runs; null on SageMaker and EC2, which merge the two); "
+        "`stream` keeps only that stream's lines (a 422 where lines carry no stream)."
+    ),
     responses=responses(200, "Log lines", 404, 422),
     tags=["reports"],
 )
@@ -288,10 +315,11 @@ def job_logs(
     since: Annotated[float | None, Query(ge=0)] = None,
     next_token: Annotated[str | None, Query(max_length=512)] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 1000,
+    stream: Annotated[LogStream | None, Query(description="Only the lines of this stream")] = None,
 ) -> LogsResponse:
     principal = _for_job(reports, job_id)
     _reject_unknown_params(reports, LOGS_PARAMS)
-    return composition.job_service().logs(job_id, principal, since=since, next_token=next_token, limit=limit)
+    return composition.job_service().logs(job_id, principal, since=since, next_token=next_token, limit=limit, stream=stream)
 
 
 @reports.get(

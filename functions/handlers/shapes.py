@@ -31,6 +31,15 @@ def _signed() -> None:
         raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
 
 
+def _reject_unknown_params(known: frozenset[str]) -> None:
+    # A misspelt ?verison=2 would silently give the latest version; name it instead (as the other routes do).
+    from functions.errors import InvalidRequest
+
+    for name in router.current_event.query_string_parameters or {}:
+        if name not in known:
+            raise InvalidRequest(name, f"unknown query parameter; known: {', '.join(sorted(known))}")
+
+
 @router.get(
     "/training-shapes",
     summary="The deployment's training shapes, every version",
@@ -50,4 +59,5 @@ def list_training_shapes() -> TrainingShapeList:
 )
 def get_training_shape(name: ShapeName, version: Annotated[int | None, Query(ge=1, le=999_999)] = None) -> TrainingShapeProfile:
     _signed()
+    _reject_unknown_params(frozenset({"version"}))
     return composition.job_service().shape_catalog().get(name, version)

@@ -21,12 +21,13 @@ from functions import constants
 from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, Transition, Workflow
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
+from functions.service.metrics_reduce import MIN_MAX_POINTS, parse_documents, reduce_documents
 from functions.service.ome import apply_ome_trainer
 from functions.service.paths import PathRules
 from functions.service.principal import Principal
 from functions.service.shapes import ShapeCatalog, apply_shape, catalog_from_json
 from functions.settings import Settings
-from schemas.api import EventList, JobList, LogLine, LogsResponse, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
+from schemas.api import EventList, JobList, LogLine, LogsResponse, LogStream, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
 from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest
 from schemas.shapes import parse_shape_ref
 from schemas.status import EDITABLE, RUNNING, TERMINAL, JobStatus
@@ -35,6 +36,7 @@ from schemas.trainer import EVENT_PREFIX
 logger = logging.getLogger(__name__)
 
 MAX_LIST_LIMIT = 200
+MIN_PRIORITY, MAX_PRIORITY = 0, 10  # schemas.configs.Priority
 DEFAULT_LOG_LINES = 1000
 MAX_LOG_LINES = 5000
 
@@ -186,17 +188,26 @@ class JobService(LifecycleControls):
         queue: str | None = None,
         labels: Mapping[str, str] | None = None,
         name: str | None = None,
+        priority_min: int | None = None,
+        priority_max: int | None = None,
         limit: int = 50,
         next_token: str | None = None,
     ) -> JobList:
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise InvalidRequest("limit", f"must be between 1 and {MAX_LIST_LIMIT}")
+        for field, value in (("priority_min", priority_min), ("priority_max", priority_max)):
+            if value is not None and not MIN_PRIORITY <= value <= MAX_PRIORITY:
+                raise InvalidRequest(field, f"must be between {MIN_PRIORITY} and {MAX_PRIORITY}")
+        if priority_min is not None and priority_max is not None and priority_min > priority_max:
+            raise InvalidRequest("priority_min", f"must not be above priority_max ({priority_max})")
         query = JobQuery(
             owner=principal.owner_scope,
             status=status,
             queue=queue or None,
             labels=dict(labels or {}),
             name_contains=name or None,
+            priority_min=priority_min,
+            priority_max=priority_max,
             limit=limit,
             next_token=next_token or None,
         )
@@ -220,18 +231,32 @@ class JobService(LifecycleControls):
             paused=full[JobStatus.PAUSED],
         )
 
-    def metrics(self, job_id: str, principal: Principal) -> MetricsResponse:
+    def metrics(self, job_id: str, principal: Principal, *, max_points: int | None = None) -> MetricsResponse:
+        """Every point of metrics.jsonl as written; with `max_points`, at most that many, in step order, that
+        keep the loss curves' shape (functions/service/metrics_reduce.py). A torn line is skipped."""
+        if max_points is not None and max_points < MIN_MAX_POINTS:
+            raise InvalidRequest("max_points", f"must be at least {MIN_MAX_POINTS}")
         self.get(job_id, principal)
+        lines = [line for line in self.store.read_lines(constants.metrics_key(job_id)) if line.strip()]
         points = []
-        for n, line in enumerate(self.store.read_lines(constants.metrics_key(job_id)), start=1):
-            if not line.strip():
-                continue
+        if max_points is None:
+            for n, line in enumerate(lines, start=1):
+                try:
+                    points.append(MetricsPoint.model_validate_json(line))
+                except ValueError:
+                    # One torn line (a run killed mid-write) must not hide the others.
+                    logger.warning("metrics line %d of %s is not a metrics point; skipped", n, job_id)
+            return MetricsResponse(points=points, total_points=len(points))
+        # A long curve: parsed as plain JSON, reduced, and only the kept points built as models.
+        documents = parse_documents(lines)
+        if len(documents) < len(lines):
+            logger.warning("%d metrics lines of %s are not metrics points; skipped", len(lines) - len(documents), job_id)
+        for document in reduce_documents(documents, max_points):
             try:
-                points.append(MetricsPoint.model_validate_json(line))
+                points.append(MetricsPoint.model_validate(document))
             except ValueError:
-                # One torn line (a run killed mid-write) must not hide the others.
-                logger.warning("metrics line %d of %s is not a metrics point; skipped", n, job_id)
-        return MetricsResponse(points=points)
+                logger.warning("a metrics line of %s (step %s) is not a metrics point; skipped", job_id, document.get("step"))
+        return MetricsResponse(points=points, total_points=len(documents))
 
     def logs(
         self,
@@ -241,12 +266,20 @@ class JobService(LifecycleControls):
         since: float | None = None,
         next_token: str | None = None,
         limit: int = DEFAULT_LOG_LINES,
+        stream: LogStream | None = None,
     ) -> LogsResponse:
-        """Log lines of every attempt in order, after `since` (epoch seconds, exclusive), `limit` per page."""
+        """Log lines of every attempt in order, after `since` (epoch seconds, exclusive), `limit` per page;
+        with `stream`, only that stream's lines (skipped lines still move the cursor, as `since` does)."""
         job = self.get(job_id, principal)
         if not 1 <= limit <= MAX_LOG_LINES:
             raise InvalidRequest("limit", f"must be between 1 and {MAX_LOG_LINES}")
         if self.log_source is not None:
+            if stream is not None:
+                raise InvalidRequest(
+                    "stream",
+                    f"compute {self.settings.compute!r} ships the trainer's stdout and stderr as one CloudWatch stream: "
+                    "its lines carry no stream to filter on (docs/DASHBOARD.md)",
+                )
             return self.log_source.read(job, since=since, next_token=next_token, limit=limit)
         start_attempt, start_line = _decode_log_token(next_token) if next_token else (0, 0)
         files = sorted(
@@ -260,17 +293,20 @@ class JobService(LifecycleControls):
         # A file is only ever appended to, so (attempt, line index) stays valid as the run writes on.
         resume_at = (start_attempt, start_line)
         for attempt, key in files:
-            for index, (stamp, message) in enumerate(_stamped(self.store.read_lines(key), last_stamp)):
+            streams: list[str] = []  # each stored line's stream, in step with what _stamped yields
+            printed = (_untagged(stored, streams) for stored in self.store.read_lines(key))
+            for index, (stamp, message) in enumerate(_stamped(printed, last_stamp)):
                 last_stamp = stamp
+                line_stream = streams[-1]
                 if (attempt, index) < (start_attempt, start_line):
                     continue
                 if len(lines) == limit:
                     token = _encode_log_token(attempt, index)
                     return LogsResponse(lines=lines, next_token=token, cursor=token)
                 resume_at = (attempt, index + 1)
-                if since is not None and stamp <= since:
+                if (since is not None and stamp <= since) or (stream is not None and line_stream != stream):
                     continue
-                lines.append(LogLine(timestamp=stamp, attempt=attempt, message=message))
+                lines.append(LogLine(timestamp=stamp, attempt=attempt, message=message, stream=line_stream))
         return LogsResponse(lines=lines, next_token=None, cursor=_encode_log_token(*resume_at))
 
     # --- edit and delete -------------------------------------------------------------------------
@@ -355,6 +391,12 @@ def _first_error(exc: ValueError) -> str:
 _EPOCH_PREFIX = re.compile(r"^\[?(\d{9,11}(?:\.\d+)?)\]?\s")
 _ISO_PREFIX = re.compile(r"^\[?(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?)\]?\s?")
 _TICK = 1e-6  # lines without a time of their own follow the previous one by a microsecond
+
+
+def _untagged(stored: str, streams: list[str]) -> str:
+    stream, printed = constants.untag_log_line(stored)
+    streams.append(stream)
+    return printed
 
 
 def _stamped(lines: Iterator[str], previous: float) -> Iterator[tuple[float, str]]:

@@ -539,7 +539,8 @@ class EmulatedCompute:
             complete = fresh[: fresh.rfind(b"\n") + 1]  # whole lines only; the rest goes next time
             if not complete:
                 return
-            lines = complete.decode("utf-8", errors="replace").splitlines()
+            # Both engines ship the container's stdout and stderr as one stream: the local tags go.
+            lines = [constants.untag_log_line(line)[1] for line in complete.decode("utf-8", errors="replace").splitlines()]
             now_ms = int(time.time() * 1000)
             events = []
             for i, line in enumerate(lines):

@@ -346,6 +346,9 @@ LEGITIMATE_REFUSALS = (
     Refusal("the Idempotency-Key was used before with another body", 422, ("POST /jobs",), r"Idempotency-Key"),
     Refusal("next_token is opaque: only a token the API returned is one", 422, ("GET ",), r"next_token", r"not a token this API returned"),
     Refusal(
+        "a priority band's bounds across fields: priority_min <= priority_max", 422, ("GET /jobs",), r"priority_min", r"above priority_max"
+    ),
+    Refusal(
         "checkpoint_id names no checkpoint of this job", 422, ("POST /jobs/{job_id}/resume", "POST /jobs/{job_id}/retry"), r"checkpoint_id"
     ),
     Refusal(

@@ -90,9 +90,10 @@ class Api:
         return [e["to"] for e in self.plane.request("GET", f"/jobs/{job_id}/events").json()["events"]]
 
     def logs(self, job_id: str) -> str:
-        return "\n".join(
-            line["message"] for line in self.plane.request("GET", f"/jobs/{job_id}/logs", params={"limit": 1000}).json()["lines"]
-        )
+        return "\n".join(line["message"] for line in self.log_lines(job_id))
+
+    def log_lines(self, job_id: str) -> list[dict[str, Any]]:
+        return list(self.plane.request("GET", f"/jobs/{job_id}/logs", params={"limit": 1000}).json()["lines"])
 
     def wait(self, job_id: str, until: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
         deadline = time.monotonic() + timeout

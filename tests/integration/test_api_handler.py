@@ -185,12 +185,35 @@ def test_list_filters_page_and_validate_the_query(call: Api) -> None:
     # And a bad query is a 422 naming the parameter
     for query, field in [
         ({"limit": "0"}, "limit"),
+        ({"priority_min": "11"}, "priority_min"),
+        ({"priority_max": "-1"}, "priority_max"),
+        ({"priority_min": "high"}, "priority_min"),
+        ({"priority_min": "8", "priority_max": "7"}, "priority_min"),
         ({"status": "DONE"}, "status"),
         ({"staus": "QUEUED"}, "staus"),
         ({"next_token": "x"}, "next_token"),
     ]:
         reply = call("api_list_jobs", query=query)
         assert reply.status == 422 and reply.body["errors"][0]["field"] == field, (query, reply.body)
+
+
+def test_the_priority_filter_pages_over_every_match(call: Api) -> None:
+    # Given 7 jobs of alice, priorities 0..6 (newest last), and a high-priority job of bob's
+    ids = [call.submit(name=f"prio-{p}", scheduling_config={"priority": p})["job_id"] for p in range(7)]
+    call.submit(user=BOB, scheduling_config={"priority": 5})
+    # When alice lists the Medium band (4-6) one job a page
+    seen, token = [], None
+    while True:
+        query = {"priority_min": "4", "priority_max": "6", "limit": "1", **({"next_token": token} if token else {})}
+        reply = call("api_list_jobs", query=query)
+        assert reply.status == 200, reply.body
+        seen += [(j["job_id"], j["scheduling_config"]["priority"]) for j in reply.body["jobs"]]
+        token = reply.body["next_token"]
+        if not token:
+            break
+    # Then exactly her jobs of priority 4, 5 and 6 came back, newest first
+    assert seen == [(ids[6], 6), (ids[5], 5), (ids[4], 4)]
+    assert [j["name"] for j in call("api_list_jobs", query={"priority_max": "1"}).body["jobs"]] == ["prio-1", "prio-0"]
 
 
 def test_summary_counts_the_callers_jobs(call: Api) -> None:
@@ -223,6 +246,30 @@ def test_events_metrics_and_logs(call: Api) -> None:
     assert [line["message"] for line in page["lines"] + rest["lines"]] == ["1767225600 loading", "1767225601 step 1", "1767225700 resumed"]
     assert rest["next_token"] is None and [line["attempt"] for line in since["lines"]] == [1, 2]
     assert call("api_job_logs", job_id=job_id, query={"tail": "5"}).status == 422
+    # And each line says its stream (a local log's untagged line is stdout); a stream filter is validated
+    assert {line["stream"] for line in page["lines"]} == {"stdout"}
+    assert call("api_job_logs", job_id=job_id, query={"stream": "stderr"}).body["lines"] == []
+    bad = call("api_job_logs", job_id=job_id, query={"stream": "both"})
+    assert bad.status == 422 and bad.body["errors"][0]["field"] == "stream"
+
+
+def test_metrics_are_reduced_to_max_points_keeping_the_curves_shape(call: Api) -> None:
+    # Given a job whose metrics.jsonl holds 5,000 points with a spike at step 3210, and a torn line
+    job_id = call.submit()["job_id"]
+    lines = [json.dumps({"step": s, "loss": 50.0 if s == 3210 else 3.0 / s, "attempt": 1}) for s in range(1, 5001)]
+    lines.insert(100, '{"step": 100, "lo')
+    call.clients.s3().put_object(Bucket=call.settings.artifacts_bucket, Key=constants.metrics_key(job_id), Body="\n".join(lines).encode())
+    # When the points are read whole and for a chart of ~100 pixels
+    whole = call("api_job_metrics", job_id=job_id).body
+    reply = call("api_job_metrics", job_id=job_id, query={"max_points": "200"})
+    # Then the reduction keeps at most 200 points, the ends and the spike, and says how many there are
+    assert reply.status == 200 and whole["total_points"] == reply.body["total_points"] == 5000 and len(whole["points"]) == 5000
+    steps = [p["step"] for p in reply.body["points"]]
+    assert len(steps) <= 200 and steps == sorted(steps) and steps[0] == 1 and steps[-1] == 5000 and 3210 in steps
+    # And a bad max_points, or an unknown parameter, is a 422 naming it
+    for query, field in [({"max_points": "9"}, "max_points"), ({"max_points": "many"}, "max_points"), ({"points": "5"}, "points")]:
+        bad = call("api_job_metrics", job_id=job_id, query=query)
+        assert bad.status == 422 and bad.body["errors"][0]["field"] == field, (query, bad.body)
 
 
 # --- edit and delete ------------------------------------------------------------------------------------
@@ -371,6 +418,9 @@ def test_training_shapes_are_listed_and_read_by_name_and_version(call: Api) -> N
     assert one.status == 200 and one.body["name"] == "a100-80gb-8x"
     assert one.body["instance_types"] == {"sagemaker": "ml.p4de.24xlarge", "ec2": "p4de.24xlarge"}
     assert pinned.body == one.body
+    # And a misspelt parameter is named, not ignored
+    misspelt = call("api_get_training_shape", query={"verison": "1"})
+    assert misspelt.status == 422 and misspelt.body["errors"][0]["field"] == "verison"
 
 
 def test_an_unknown_training_shape_or_version_is_404(call: Api) -> None:

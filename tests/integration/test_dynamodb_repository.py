@@ -318,6 +318,29 @@ def test_list_filters_and_pages_newest_first(repo: Any) -> None:
     assert len(everyone) == 21 and everyone[0].owner == BOB
 
 
+def test_priority_filter_is_inclusive_and_pages_across_the_whole_listing(repo: Any) -> None:
+    # Given 30 jobs of alice with priorities 0..10 in turn (newest last), and a high one of bob's
+    for i in range(30):
+        _created(repo, created_at=T0 + timedelta(minutes=i), priority=i % 11, request={"name": f"p-{i:02d}"})
+    _created(repo, owner=BOB, created_at=T0 + timedelta(hours=1), priority=9)
+    # When alice lists the High band (7-10) in pages of 2
+    seen: list[Job] = []
+    token = None
+    while True:
+        page, token = repo.list_jobs(JobQuery(owner=ALICE, priority_min=7, priority_max=10, limit=2, next_token=token))
+        assert len(page) <= 2
+        seen.extend(page)
+        if token is None:
+            break
+    # Then every matching job of the whole listing comes back, newest first, none twice, bob's never
+    assert [j.name for j in seen] == [f"p-{i:02d}" for i in reversed(range(30)) if i % 11 >= 7]
+    # And each bound works alone, with the other filters ANDed
+    low, _ = repo.list_jobs(JobQuery(owner=ALICE, priority_max=0, limit=50))
+    assert sorted(j.name for j in low) == ["p-00", "p-11", "p-22"]
+    top, _ = repo.list_jobs(JobQuery(owner=ALICE, priority_min=10, name_contains="p-2", limit=50))
+    assert [j.name for j in top] == ["p-21"]
+
+
 def test_an_exactly_full_last_page_has_no_token(repo: Any) -> None:
     for i in range(4):
         _created(repo, created_at=T0 + timedelta(minutes=i))

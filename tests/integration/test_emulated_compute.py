@@ -22,6 +22,7 @@ from typing import Any
 import boto3
 import pytest
 
+from functions import constants
 from functions.adapters.cloudwatch_logs import CloudWatchLogSource
 from functions.adapters.launchers.base import RunState
 from functions.adapters.launchers.ec2 import EC2Launcher
@@ -170,6 +171,10 @@ def test_sagemaker_jobs_run_stop_fail_and_are_interrupted_as_in_aws(server: Clie
         assert seqs == sorted(set(seqs))  # type: ignore[type-var]
         streams = server.client("logs").describe_log_streams(logGroupName="/aws/sagemaker/TrainingJobs", logStreamNamePrefix=done.run_id)
         assert len(streams["logStreams"]) == 1
+        # And, as on SageMaker, stdout and stderr are one stream there: the lines say no stream (and carry
+        # no local stream tag), the fake trainer's stderr line among them
+        assert all(line.stream is None and constants.STREAM_MARK not in line.message for line in lines)
+        assert any("says hello on stderr" in line.message for line in lines)
     finally:
         emulator.shutdown()
 

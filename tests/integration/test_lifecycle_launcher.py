@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from functions import constants
 from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.launchers.local import LocalLauncher, coalesce
 from schemas.job import ErrorType
@@ -98,6 +99,34 @@ def test_a_completed_run_reports_its_events_in_order_and_uploads_its_log(tmp_pat
     # And the whole log is in the bucket under the job's logs/ prefix
     log = uploads[f"jobs/{request.job_id}/logs/attempt-001.log"].decode()
     assert "starting at step 0 of 5" in log and "TRAINPLANE_EVENT" in log
+
+
+def test_each_log_line_keeps_its_stream_and_events_come_from_either_pipe(tmp_path: Path) -> None:
+    # Given a trainer printing on both pipes: plain lines, a line that looks like the stream tag,
+    # a stderr line without its newline at exit, and one event on stderr
+    event = TrainerEvent(kind=TrainerEventKind.PROGRESS, time=1.0, data={"step": 3}).to_line()
+    script = (
+        "import sys\n"
+        "for i in range(200):\n"
+        "    print(f'out {i}', flush=True); print(f'err {i}', file=sys.stderr, flush=True)\n"
+        "print('\\x02E\\x03 not a tag: printed on stdout', flush=True)\n"
+        f"print({event!r}, file=sys.stderr, flush=True)\n"
+        "sys.stderr.write('last words'); sys.stdout.write('no newline either')\n"
+    )
+    uploads: dict[str, bytes] = {}
+    launcher, observer = _launcher(tmp_path, uploads, command=[sys.executable, "-c", script])
+    request = _request(tmp_path)
+    launcher.launch(request)
+    assert observer.done.wait(20)
+    # When the uploaded log is read back line by line
+    stored = uploads[constants.log_key(request.job_id, 1)].decode().splitlines()
+    lines = [constants.untag_log_line(line) for line in stored]
+    # Then every line is whole and says its stream; each stream keeps its own order
+    odd = "\x02E\x03 not a tag: printed on stdout"
+    assert [m for s, m in lines if s == "stdout"] == [f"out {i}" for i in range(200)] + [odd, "no newline either"]
+    assert [m for s, m in lines if s == "stderr"] == [f"err {i}" for i in range(200)] + [event, "last words"]
+    # And the event printed on stderr was delivered, as when the two pipes were one
+    assert [e.data.get("step") for e in observer.events] == [3]
 
 
 def test_the_child_gets_the_container_contract(tmp_path: Path) -> None:

@@ -364,6 +364,35 @@ def test_log_cursor_resumes_after_the_last_line_even_as_the_log_grows(service: J
     assert service.logs(job.job_id, alice, next_token=after.cursor).lines == []
 
 
+def test_each_line_says_its_stream_and_a_stream_filter_follows_without_loss_or_repeat(
+    service: JobService, store: InMemoryArtifactStore
+) -> None:
+    # Given a local run's log as the launcher stores it: stderr lines tagged, a stamped stderr line
+    job = service.submit(submit_request(), alice)
+    key = constants.log_key(job.job_id, 1)
+    out, err = (lambda m: constants.tag_log_line(m, "stdout")), (lambda m: constants.tag_log_line(m, "stderr"))
+    store.put_text(key, "\n".join([out("o1"), err("1767225600 e1"), out("\x02 odd"), err("e2")]))
+    # When read whole
+    whole = service.logs(job.job_id, alice)
+    # Then each line is as printed, with its stream, and a stderr line's own stamp is read under its tag
+    expected = [("stdout", "o1"), ("stderr", "1767225600 e1"), ("stdout", "\x02 odd"), ("stderr", "e2")]
+    assert [(line.stream, line.message) for line in whole.lines] == expected
+    assert whole.lines[1].timestamp == 1767225600.0
+    # When a follower of stderr alone pages one line at a time, and the log grows between its reads
+    page = service.logs(job.job_id, alice, stream="stderr", limit=1)
+    seen = list(page.lines)
+    store.put_text(key, "\n".join([out("o1"), err("1767225600 e1"), out("\x02 odd"), err("e2"), out("o3"), err("e3")]))
+    store.put_text(constants.log_key(job.job_id, 2), "\n".join([err("e4"), out("o4")]))
+    while page.next_token:
+        page = service.logs(job.job_id, alice, stream="stderr", limit=1, next_token=page.next_token)
+        seen += page.lines
+    later = service.logs(job.job_id, alice, stream="stderr", next_token=page.cursor)
+    # Then it saw every stderr line once, in order, and its cursor moved past the stdout lines it skipped
+    assert [line.message for line in seen] == ["1767225600 e1", "e2", "e3", "e4"]
+    assert later.lines == [] and later.cursor == page.cursor
+    assert [line.message for line in service.logs(job.job_id, alice, stream="stdout").lines] == ["o1", "\x02 odd", "o3", "o4"]
+
+
 def test_logs_refuse_bad_tokens_and_limits(service: JobService) -> None:
     job = service.submit(submit_request(), alice)
     with pytest.raises(InvalidRequest) as err:
@@ -407,6 +436,11 @@ def test_logs_come_from_the_log_source_when_one_is_configured(repo: Any, store: 
     # Then the source answered for that job with the same paging
     assert [line.message for line in page.lines] == ["from cloudwatch"] and page.next_token == "t2"
     assert calls == [(job.job_id, 5.0, "t1", 10)]
+    # And the lines carry no stream there, so a stream filter is refused naming it
+    assert page.lines[0].stream is None
+    with pytest.raises(InvalidRequest) as err:
+        service.logs(job.job_id, alice, stream="stderr")
+    assert err.value.field == "stream" and "one CloudWatch stream" in str(err.value)
     # And another principal still cannot see them
     with pytest.raises(JobNotFound):
         service.logs(job.job_id, bob)

@@ -29,10 +29,12 @@ function dl(rows: [string, unknown][]): HTMLElement {
 export function detailView(jobId: string): View {
   let job: Job | null = null;
   let points: any[] = [];
+  let totalPoints = 0; // how many the job has: the API sends at most ~2 per pixel of the chart (max_points)
   let chart: uPlot | null = null;
-  let logLines: { attempt: number; message: string; timestamp: number }[] = [];
+  let logLines: { attempt: number; message: string; timestamp: number; stream?: string | null }[] = [];
   let logsSince: number | undefined;
   let level = "ALL";
+  let streamShown = "ALL";
   let follow = true;
 
   const head = h("div", { class: "view-head" });
@@ -50,6 +52,9 @@ export function detailView(jobId: string): View {
   const levelSelect = h("select", { "aria-label": "Log level", name: "level" }, h("option", { value: "ALL" }, "All levels"), LEVELS.map((l) => h("option", { value: l }, `${l} and above`)));
   const followBox = h("input", { type: "checkbox", name: "follow", checked: true });
   levelSelect.addEventListener("change", () => { level = levelSelect.value; renderLogs(); });
+  // stdout / stderr: known for local runs; SageMaker and EC2 merge the two (the lines say no stream).
+  const streamSelect = h("select", { "aria-label": "Log stream", name: "stream" }, h("option", { value: "ALL" }, "All streams"), h("option", { value: "stdout" }, "stdout"), h("option", { value: "stderr" }, "stderr"));
+  streamSelect.addEventListener("change", () => { streamShown = streamSelect.value; renderLogs(); });
   followBox.addEventListener("change", () => { follow = followBox.checked; });
   const download = h("button", { onclick: () => downloadLogs() }, "Download");
 
@@ -127,13 +132,25 @@ export function detailView(jobId: string): View {
       return;
     }
     clear(chartBox);
-    const width = Math.max(280, Math.min(900, (chartBox.parentElement?.clientWidth ?? 700) - 24));
+    const width = chartWidth();
     const started = performance.now();
     chart = lossChart(chartBox, usable, width);
     // Read by scripts/bench_dashboard.py: the downsampling and drawing alone.
     performance.measure("loss-chart", { start: started, end: performance.now() });
-    chartBox.dataset.points = String(usable.length);
-    chartNote.textContent = `${usable.length} points${usable.length > 2 * width ? ` (drawn min/max per pixel: ${chart.data[0].length} points)` : ""}.`;
+    const total = Math.max(totalPoints, usable.length);
+    chartBox.dataset.points = String(total);
+    chartNote.textContent = `${total} points${total > chart.data[0].length ? ` (drawn min/max per pixel: ${chart.data[0].length} points)` : ""}.`;
+  }
+
+  /** The chart's width in pixels; before the first render, the width it will get (the page's). */
+  function chartWidth(): number {
+    const room = chartBox.parentElement?.clientWidth ?? Math.min(document.documentElement.clientWidth, 1200) - 64;
+    return Math.max(280, Math.min(900, room - 24));
+  }
+
+  /** The job's metric points, reduced by the API to ~2 per pixel of the chart (min/max per bucket). */
+  function fetchMetrics(): Promise<any> {
+    return api().get(`/jobs/${encodeURIComponent(jobId)}/metrics`, { max_points: 2 * chartWidth() });
   }
 
   function renderCheckpoints(j: Job): void {
@@ -207,15 +224,28 @@ export function detailView(jobId: string): View {
   }
 
   function shownLines() {
-    if (level === "ALL") return logLines;
     const min = LEVELS.indexOf(level as (typeof LEVELS)[number]);
-    return logLines.filter((l) => LEVELS.indexOf(levelOf(l.message) as (typeof LEVELS)[number]) >= min);
+    return logLines.filter(
+      (l) => (streamShown === "ALL" || l.stream === streamShown) && (level === "ALL" || LEVELS.indexOf(levelOf(l.message) as (typeof LEVELS)[number]) >= min),
+    );
   }
 
   function renderLogs(): void {
     const atBottom = logBox.scrollTop + logBox.clientHeight >= logBox.scrollHeight - 4;
     const lines = shownLines();
-    logBox.textContent = lines.length ? lines.map((l) => `[${l.attempt}] ${l.message}`).join("\n") : "(no log lines)";
+    // stdout lines as plain text, stderr lines marked (a tag and a colour): one node per run of lines.
+    const nodes: Node[] = [];
+    let plain = "";
+    for (const l of lines) {
+      if (l.stream === "stderr") {
+        if (plain) nodes.push(document.createTextNode(plain));
+        plain = "";
+        nodes.push(h("span", { class: "log-stderr", "data-stream": "stderr" }, `[${l.attempt} stderr] ${l.message}`), document.createTextNode("\n"));
+      } else plain += `[${l.attempt}] ${l.message}\n`;
+    }
+    if (plain) nodes.push(document.createTextNode(plain));
+    if (lines.length) logBox.replaceChildren(...nodes);
+    else logBox.textContent = "(no log lines)";
     logBox.dataset.lines = String(lines.length);
     if (follow && atBottom) logBox.scrollTop = logBox.scrollHeight;
   }
@@ -234,7 +264,7 @@ export function detailView(jobId: string): View {
   }
 
   function downloadLogs(): void {
-    const text = logLines.map((l) => `${new Date(l.timestamp * 1000).toISOString()} [attempt ${l.attempt}] ${l.message}`).join("\n") + "\n";
+    const text = logLines.map((l) => `${new Date(l.timestamp * 1000).toISOString()} [attempt ${l.attempt}${l.stream === "stderr" ? " stderr" : ""}] ${l.message}`).join("\n") + "\n";
     const url = URL.createObjectURL(new Blob([text], { type: "text/plain" }));
     const a = h("a", { href: url, download: `${jobId}.log` });
     document.body.appendChild(a);
@@ -250,14 +280,16 @@ export function detailView(jobId: string): View {
     const [j, events, fetched] = await Promise.all([
       api().get(`/jobs/${encodeURIComponent(jobId)}`),
       api().get(`/jobs/${encodeURIComponent(jobId)}/events`),
-      wantMetrics ? api().get(`/jobs/${encodeURIComponent(jobId)}/metrics`) : Promise.resolve(null),
+      wantMetrics ? fetchMetrics() : Promise.resolve(null),
     ]);
     const changed = !job || job.version !== j.version || job.status !== j.status;
     job = j;
     if (changed || !wasTerminal) {
-      const metrics = fetched ?? (await api().get(`/jobs/${encodeURIComponent(jobId)}/metrics`));
-      const moved = metrics.points.length !== points.length;
+      const metrics = fetched ?? (await fetchMetrics());
+      const total = metrics.total_points ?? metrics.points.length;
+      const moved = total !== totalPoints || metrics.points.length !== points.length;
       points = metrics.points;
+      totalPoints = total;
       renderProgress(j);
       if (moved || !chart) renderChart();
     }
@@ -285,7 +317,7 @@ export function detailView(jobId: string): View {
           overview, progress, checkpoints, timeline, cost, related,
           h("section", { class: "panel wide", "aria-labelledby": "h-logs" },
             h("h2", { id: "h-logs" }, "Logs"),
-            h("div", { class: "log-tools" }, levelSelect, h("label", { class: "check" }, followBox, " Follow"), download),
+            h("div", { class: "log-tools" }, levelSelect, streamSelect, h("label", { class: "check" }, followBox, " Follow"), download),
             logBox),
           configs),
       );

@@ -84,8 +84,9 @@ export function jobsView(params: URLSearchParams): View {
   }
 
   function query(): Record<string, string | number> {
-    const q: Record<string, string | number> = { limit: filters.band ? MAX_PAGE : size };
+    const q: Record<string, string | number> = { limit: size };
     if (filters.q) q.name = filters.q;
+    if (filters.band && BAND_RANGES[filters.band]) [q.priority_min, q.priority_max] = BAND_RANGES[filters.band];
     if (filters.status) q.status = filters.status;
     if (filters.queue) q.queue = filters.queue;
     if (filters.experiment) q["labels.experiment"] = filters.experiment;
@@ -101,13 +102,6 @@ export function jobsView(params: URLSearchParams): View {
       h("a", { class: `card card-${key}`, href: key === "total" ? "#/jobs" : `#/jobs?status=${({ running: "TRAINING", completed: "COMPLETED", failed: "FAILED", queued: "QUEUED", paused: "PAUSED" } as Record<string, string>)[key]}`, "data-card": key },
         h("span", { class: "card-value" }, String(value)), h("span", { class: "card-label" }, label));
     clear(cards, card("total", "Total jobs", s.total), card("running", "Running", s.running), card("completed", "Completed", s.completed), card("failed", "Failed", s.failed), card("queued", "Queued", s.queued), card("paused", "Paused", s.paused));
-  }
-
-  function matchesBand(job: Job): boolean {
-    if (!filters.band) return true;
-    const [lo, hi] = BAND_RANGES[filters.band];
-    const p = job.scheduling_config?.priority ?? 5;
-    return p >= lo && p <= hi;
   }
 
   function row(job: Job): HTMLTableRowElement {
@@ -145,7 +139,7 @@ export function jobsView(params: URLSearchParams): View {
     const focused = (document.activeElement as HTMLElement | null)?.closest("tr")?.dataset.jobId;
     const menuOpen = tbody.querySelector(".menu");
     if (menuOpen) return; // never yank a menu from under the pointer; the next tick catches up
-    const shown = jobs.filter(matchesBand);
+    const shown = jobs;
     tbody.replaceChildren(...shown.map(row));
     const anyFilter = FILTERS.some((k) => filters[k]);
     empty.hidden = shown.length > 0;
@@ -153,7 +147,7 @@ export function jobsView(params: URLSearchParams): View {
     clear(empty, anyFilter ? [h("p", null, "No job matches these filters."), clearButton] : [h("p", null, "No jobs yet."), h("a", { class: "button primary", href: "#/create" }, "Create your first job")]);
     if (focused) tbody.querySelector<HTMLElement>(`tr[data-job-id="${CSS.escape(focused)}"]`)?.focus({ preventScroll: true });
     window.scrollTo(0, scroll);
-    pageInfo.textContent = `Page ${page + 1}${filters.band ? ` · ${filters.band} priority among the first ${MAX_PAGE} matches` : ""}`;
+    pageInfo.textContent = `Page ${page + 1}`;
     prev.disabled = page === 0;
     next.disabled = !nextToken;
     for (const j of jobs) if (j.labels?.experiment) experiments.add(j.labels.experiment);

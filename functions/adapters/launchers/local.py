@@ -2,9 +2,10 @@
 
 The child gets the same contract as the SageMaker container (schemas/trainer.py): the run spec URI,
 the checkpoint/model/output/failure paths moved under the state directory, the emulated S3 endpoint.
-A monitor thread per run reads its stdout: TRAINPLANE_EVENT lines go to the observer
-(on_trainer_event), every line goes to jobs/<id>/logs/attempt-NNN.log in the bucket, and the exit
-goes to on_run_finished. Stops are SIGTERM (the trainer checkpoints and exits 75), a grace period,
+A monitor thread per run reads its stdout and stderr (two pipes, one reader each): TRAINPLANE_EVENT
+lines go to the observer (on_trainer_event), every line goes to jobs/<id>/logs/attempt-NNN.log in
+the bucket, stderr lines tagged as such (constants.tag_log_line), and the exit goes to
+on_run_finished. Stops are SIGTERM (the trainer checkpoints and exits 75), a grace period,
 then SIGKILL, always to the child's whole process group (data-loader workers included).
 """
 
@@ -22,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 from functions import constants
 from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
@@ -132,7 +133,7 @@ class LocalLauncher:
             env=env,
             cwd=run_dir,
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,  # its own pipe: each log line knows its stream
             stdin=subprocess.DEVNULL,
             text=True,
             bufsize=1,
@@ -169,7 +170,7 @@ class LocalLauncher:
         return RunDescription(state=RunState.STOPPING if run.stop_requested else RunState.RUNNING)
 
     def log_path(self, handle: LaunchHandle) -> Path:
-        """Where the run's output (every stdout/stderr line, as read) is written."""
+        """Where the run's output (every stdout/stderr line, as read; constants.untag_log_line reads a line's stream) is written."""
         job_id, attempt = handle.extra.get("job_id", ""), handle.attempt
         return self.work_dir / job_id / f"attempt-{attempt:03d}" / f"attempt-{attempt:03d}.log"
 
@@ -207,17 +208,18 @@ class LocalLauncher:
         """Reads the child's output; a second thread delivers the events, so a slow control plane never
         slows the trainer down (a full pipe would block its prints) and a backlog is coalesced."""
         request = run.request
-        assert run.process.stdout is not None
+        assert run.process.stdout is not None and run.process.stderr is not None
         pending: queue.SimpleQueue[TrainerEvent | None] = queue.SimpleQueue()
         deliverer = threading.Thread(target=self._deliver, args=(run, pending), name=f"events-{request.job_id}", daemon=True)
         deliverer.start()
+        writing = threading.Lock()  # one line at a time into the shared file, whole
         with run.log_path.open("a", encoding="utf-8") as log:
-            for line in run.process.stdout:
-                log.write(line)
-                log.flush()
-                event = _parse_event(line.rstrip("\n"))
-                if event is not None:
-                    pending.put(event)
+            errors = threading.Thread(
+                target=_read_pipe, args=(run.process.stderr, "stderr", log, writing, pending), name=f"stderr-{request.job_id}", daemon=True
+            )
+            errors.start()
+            _read_pipe(run.process.stdout, "stdout", log, writing, pending)
+            errors.join()
         code = run.process.wait()
         pending.put(None)
         deliverer.join()  # every event of the run is delivered before its end
@@ -313,6 +315,20 @@ def coalesce(events: list[TrainerEvent]) -> list[TrainerEvent]:
             continue
         kept.append(event)
     return kept
+
+
+def _read_pipe(pipe: IO[str], stream: str, log: IO[str], writing: threading.Lock, pending: queue.SimpleQueue[TrainerEvent | None]) -> None:
+    """Every line of one of the child's pipes into the log, tagged with its stream; events to `pending`
+    (from either pipe, as when the two were one). A line is split where the log's readers split it
+    (str.splitlines), so each piece they read carries its tag; the last line gets its newline."""
+    for line in pipe:
+        printed = line.rstrip("\n")
+        with writing:
+            log.write("".join(constants.tag_log_line(piece, stream) + "\n" for piece in printed.splitlines() or [""]))
+            log.flush()
+        event = _parse_event(printed)
+        if event is not None:
+            pending.put(event)
 
 
 def _key(job_id: str, pid: int) -> str:

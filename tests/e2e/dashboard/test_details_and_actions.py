@@ -107,12 +107,21 @@ def test_logs_filter_by_level_follow_and_download(fake_plane: LocalPlane, open_d
         all_lines = api.logs(job_id).splitlines()
         expected_errors = [line for line in all_lines if any(w in line for w in ("ERROR", "CRITICAL", "FATAL", "Traceback"))]
         assert filtered == len(expected_errors)
+        # Streams: the trainer's stderr lines are marked, and a stream filter shows them alone
+        stderr_lines = [line["message"] for line in api.log_lines(job_id) if line["stream"] == "stderr"]
+        assert "fake trainer: attempt 1 says hello on stderr" in stderr_lines
+        marked = page.locator('[data-testid="logs"] .log-stderr[data-stream="stderr"]')
+        assert "says hello on stderr" in marked.first.inner_text() and marked.count() == len(stderr_lines)
+        page.select_option('select[name="stream"]', "stderr")
+        assert int(logs.get_attribute("data-lines") or 0) == len(stderr_lines)
+        page.select_option('select[name="stream"]', "ALL")
         # Download: the whole log as a file
         with page.expect_download() as info:
             page.click('button:has-text("Download")')
         path = Path(info.value.path())
         text = path.read_text()
         assert info.value.suggested_filename == f"{job_id}.log" and "starting at step 0" in text
+        assert "[attempt 1 stderr] fake trainer: attempt 1 says hello on stderr" in text
         assert len(text.splitlines()) == everything
         dash.shot("job-logs")
     finally:

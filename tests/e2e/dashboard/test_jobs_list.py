@@ -106,6 +106,7 @@ def test_job_list_columns_search_filters_in_the_url_paging_and_live_refresh(
         dash.page.select_option('select[name="status"]', "")
         dash.page.select_option('select[name="band"]', "High")
         wait_for(lambda: visible_ids() == {running["job_id"], high["job_id"]}, 10, "the priority filter")
+        assert hash_query(dash)["band"] == ["High"]
         dash.page.select_option('select[name="band"]', "")
         dash.page.fill('input[name="experiment"]', "exp-b")
         wait_for(lambda: visible_ids() == {medium["job_id"], low["job_id"]}, 10, "the experiment filter")
@@ -137,6 +138,14 @@ def test_job_list_columns_search_filters_in_the_url_paging_and_live_refresh(
         assert set(seen) == set(ids) and dash.page.locator('[data-testid="next-page"]').is_disabled()
         dash.page.click('[data-testid="prev-page"]')
         wait_for(lambda: row_ids(dash) == [seen[2]], 10, "the previous page")
+        # The priority filter is the API's (priority_min/max), so it pages like the others: one High job a page
+        dash.go("#/jobs?q=list-&band=High&size=1")
+        dash.page.wait_for_selector("tbody tr")
+        first_high = row_ids(dash)
+        dash.page.click('[data-testid="next-page"]')
+        wait_for(lambda: (shown := row_ids(dash)) and shown != first_high, 10, "the next High page")
+        assert set(first_high + row_ids(dash)) == {running["job_id"], high["job_id"]}
+        wait_for(lambda: dash.page.locator('[data-testid="next-page"]').is_disabled(), 10, "the last High page")
 
         # Live refresh keeps the selection, the focused row and the scroll position
         small = open_dashboard(fake_plane, viewport={"width": 1280, "height": 300})
