@@ -130,6 +130,30 @@ def test_one_run_across_a_crash_a_resume_a_pause_and_a_resume_with_a_continuous_
     assert len(list((root / "tb").glob("events.out.tfevents.*"))) == 3
 
 
+@pytest.mark.slow
+def test_points_a_tracker_missed_are_filled_in_from_metrics_jsonl_on_resume(tmp_path: Path, monkeypatch, capsys) -> None:
+    root, store = tmp_path / "job", tmp_path / "mlruns"
+
+    def down(*_args: Any) -> None:
+        raise ConnectionError("tracking server down")
+
+    # Given a first attempt whose tracking server went down after the run was opened, paused at step 5
+    with monkeypatch.context() as patch:
+        patch.setattr(tracking.MlflowSink, "send", down)
+        _at_progress(patch, 5, lambda: os.kill(os.getpid(), signal.SIGTERM))
+        first = run_in_process(root, _spec(root, store), patch, capsys)
+    assert first.code == ExitCode.STOPPED_WITH_CHECKPOINT  # the tracker never held the stop's checkpoint back
+    run_id = first.of_kind(TrainerEventKind.TRACKING)[0].data["mlflow_run_id"]
+    assert _history(store, run_id, "loss") == []
+    # When the job resumes with the server back
+    second = run_in_process(root, _spec(root, store, attempt=2, mlflow_run_id=run_id), monkeypatch, capsys)
+    assert second.code == ExitCode.COMPLETED
+    # Then the run has every step once: 1-5 from metrics.jsonl, 6-10 as they were trained
+    final = {p.step: p.loss for p in metrics_points(root) if p.loss is not None}
+    assert _history(store, run_id, "loss") == [(s, pytest.approx(final[s])) for s in range(1, STEPS + 1)]
+    assert [s for s, _ in _history(store, run_id, "eval_loss")] == [4, 8, STEPS]
+
+
 def test_a_retry_is_a_child_run_of_its_parents_run(tmp_path: Path, monkeypatch, capsys) -> None:
     store = tmp_path / "mlruns"
     short = {"max_steps": "2"}

@@ -195,7 +195,12 @@ def test_get_shows_the_tracker_run_the_trainer_reported(cli: Any, standin: Stand
     job = standin.add_job(name="tracked", output_config={"tracking": tracking})
     before = cli("jobs", "get", job.job_id)
     url = "http://127.0.0.1:5000/#/experiments/3/runs/abc123"
-    record = {"mlflow_run_id": "abc123", "mlflow_run_url": url, "mlflow_parent_run_id": "p1", "tensorboard_uri": "s3://b/jobs/j/tensorboard"}
+    record = {
+        "mlflow_run_id": "abc123",
+        "mlflow_run_url": url,
+        "mlflow_parent_run_id": "p1",
+        "tensorboard_uri": "s3://b/jobs/j/tensorboard",
+    }
     standin.set_status(job.job_id, JobStatus.TRAINING, tracking=TrackingRecord.model_validate(record).model_dump())
     after = cli("jobs", "get", job.job_id)
     as_json = cli("jobs", "get", job.job_id, "--json")

@@ -65,7 +65,7 @@ class MetricsLog:
     def started_at(self, step: int, checkpoint_uri: str | None) -> None:
         """The loop trains from `step` (resumed from `checkpoint_uri`, or 0): the trackers mark it."""
         if self.tracker is not None:
-            self.tracker.started_at(step, checkpoint_uri)
+            self.tracker.started_at(step, checkpoint_uri, self.points())
 
     def flush_tracker(self) -> None:
         """Before a checkpoint is written: every step up to it reaches the trackers (no gap after a resume)."""
@@ -74,7 +74,7 @@ class MetricsLog:
 
     def sync(self) -> None:
         if self.tracker is not None:
-            self.tracker.flush()
+            self.tracker.flush(wait_seconds=0.0)
         if not (self.enabled and self._dirty and self.uri and storage.is_s3(self.uri)):
             return
         storage.upload_file(self.local_file, self.uri)

@@ -25,6 +25,7 @@ server that cannot be reached at the start is a UserError naming the field.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -42,6 +43,8 @@ JOB_TAG = "trainplane.job_id"
 PARENT_JOB_TAG = "trainplane.parent_job_id"
 CHECKPOINT_METRIC = "checkpoint_step"
 FLUSH_SECONDS = 5.0
+PRE_CHECKPOINT_WAIT_SECONDS = 10.0  # at most this long a checkpoint waits for the trackers
+CLOSE_WAIT_SECONDS = 10.0  # at the end of an attempt: a stop's exit stays well inside the launchers' grace
 MAX_BUFFERED = 100_000  # points kept while a tracker is down
 _POINT_FIELDS = ("loss", "learning_rate", "grad_norm", "tokens_per_second", "epoch")
 
@@ -64,6 +67,10 @@ class MlflowSink:
         # The client's own retries back off for minutes by default; a trainer must not hang on a tracker.
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+        if not is_mlflow_arn(config.tracking_uri):
+            # sagemaker-mlflow's header provider warns on every request to a non-ARN server (it parses the URI
+            # as an ARN); its headers are for ARNs only.
+            logging.getLogger("mlflow.tracking.request_header.registry").setLevel(logging.ERROR)
         if config.tracking_uri.startswith("file://"):
             # mlflow 3 keeps its file store in maintenance mode behind this opt-in; local mode's stores use it.
             os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
@@ -81,6 +88,7 @@ class MlflowSink:
                 f"output_config.tracking.mlflow.tracking_uri: cannot open a run on {self.uri}: {type(exc).__name__}: {exc}{hint}"
             ) from exc
         self._buffer: list[Any] = []
+        self._tags: dict[str, str] = {}
 
     def _experiment(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
@@ -180,16 +188,28 @@ class MlflowSink:
                 self._buffer.append(Metric(key, value, now, step))
 
     def tag(self, key: str, value: str) -> None:
-        self.client.set_tag(self.run_id, key, value)
+        self._tags[key] = value
 
-    def flush(self) -> None:
-        while self._buffer:
-            chunk = self._buffer[:1000]  # log_batch's limit
-            self.client.log_batch(self.run_id, metrics=chunk)
-            del self._buffer[: len(chunk)]
+    def take(self) -> tuple[list[Any], dict[str, str]]:
+        """What is waiting to be sent (the caller holds Tracker's buffer lock)."""
+        points, tags = self._buffer, self._tags
+        self._buffer, self._tags = [], {}
+        return points, tags
 
-    def close(self, status: str) -> None:
-        self.flush()
+    def give_back(self, points: list[Any], tags: dict[str, str]) -> None:
+        """A send failed: keep it for the next flush (before what came meanwhile)."""
+        self._buffer[:0] = points[: max(0, MAX_BUFFERED - len(self._buffer))]
+        self._tags = {**tags, **self._tags}
+
+    def send(self, points: list[Any], tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        for start in range(0, len(points), 1000):  # log_batch's limit
+            self.client.log_batch(self.run_id, metrics=points[start : start + 1000])
+        if tags:
+            self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+    def terminate(self, status: str) -> None:
         self.client.set_terminated(self.run_id, status=status)
 
 
@@ -213,7 +233,7 @@ class TensorBoardSink:
         for key, value in values.items():
             self.writer.add_scalar(key, value, step)
 
-    def flush(self) -> None:
+    def send(self) -> None:
         self.writer.flush()
         if self.remote:
             for path in sorted(self.dir.iterdir()):
@@ -222,7 +242,7 @@ class TensorBoardSink:
 
     def close(self) -> None:
         self.writer.close()
-        self.flush()
+        self.send()
 
 
 class Tracker:
@@ -230,9 +250,10 @@ class Tracker:
 
     def __init__(self, mlflow: MlflowSink | None, tensorboard: TensorBoardSink | None) -> None:
         self.mlflow, self.tensorboard = mlflow, tensorboard
-        self._lock = threading.Lock()  # the async checkpoint thread reports checkpoints
+        self._buffer_lock = threading.Lock()  # the loop and the async checkpoint thread log; held briefly
+        self._send_lock = threading.Lock()  # one send at a time; never held by the training loop
         self._last_flush = time.monotonic()
-        self._started = False
+        self._sender: threading.Thread | None = None
 
     @classmethod
     def open(cls, spec: RunSpec, hyperparameters: dict[str, str], staging: Path, events: Events) -> Tracker | None:
@@ -247,10 +268,20 @@ class Tracker:
         events.emit(TrainerEventKind.TRACKING, record.model_dump(exclude_none=True))
         return cls(mlflow, tensorboard)
 
-    def started_at(self, step: int, checkpoint_uri: str | None) -> None:
-        """The loop trains from `step` (a resumed checkpoint's, else 0): mark the restart, record the checkpoint."""
-        with self._lock:
-            self._started = True
+    def started_at(self, step: int, checkpoint_uri: str | None, earlier: list[MetricsPoint]) -> None:
+        """The loop trains from `step` (a resumed checkpoint's, else 0). MLflow gets what earlier attempts
+        wrote to metrics.jsonl up to `step` that it misses (a flush that never reached it: the latest
+        attempt's point of a step wins, as for every reader of metrics.jsonl); TensorBoard its restart marker."""
+        latest: dict[int, MetricsPoint] = {}
+        for point in earlier:
+            if point.step <= step:
+                latest[point.step] = (
+                    point if point.step not in latest else latest[point.step].model_copy(update=point.model_dump(exclude_none=True))
+                )
+        with self._buffer_lock:
+            if self.mlflow is not None:
+                for point_step, point in sorted(latest.items()):
+                    self.mlflow.log(point_values(point), point_step)
             if self.tensorboard is not None and step > 0:
                 self.tensorboard.restart_at(step + 1)
         if checkpoint_uri is not None:
@@ -260,33 +291,60 @@ class Tracker:
         values = point_values(point)
         if not values:
             return
-        with self._lock:
+        with self._buffer_lock:
             for sink in self._sinks():
                 sink.log(values, point.step)
         if time.monotonic() - self._last_flush >= FLUSH_SECONDS:
-            self.flush()
+            self.flush(wait_seconds=0.0)
 
     def checkpoint(self, step: int, uri: str) -> None:
-        with self._lock:
+        with self._buffer_lock:
             for sink in self._sinks():
                 sink.log({CHECKPOINT_METRIC: float(step)}, step)
-        if self.mlflow is not None:
-            self._guarded("tag", lambda: self.mlflow.tag("trainplane.latest_checkpoint", uri) if self.mlflow else None)
+            if self.mlflow is not None:
+                self.mlflow.tag("trainplane.latest_checkpoint", uri)
 
-    def flush(self) -> None:
-        """Everything logged so far to the trackers (before a checkpoint: no step of it may be missing)."""
-        with self._lock:
-            self._last_flush = time.monotonic()
-            for sink in self._sinks():
-                self._guarded("flush", sink.flush)
+    def flush(self, wait_seconds: float = PRE_CHECKPOINT_WAIT_SECONDS) -> bool:
+        """Send what was logged so far, in the background; wait up to `wait_seconds` for it (before a
+        checkpoint: then no step up to it is missing). A tracker slower than that never holds the
+        training or a stop's checkpoint back: the send goes on, and a resume fills any gap from
+        metrics.jsonl. True when everything logged before the call was sent."""
+        self._last_flush = time.monotonic()
+        sender = threading.Thread(target=self._send, name="tracking-flush", daemon=True)
+        sender.start()
+        self._sender = sender
+        sender.join(wait_seconds)
+        if sender.is_alive() and wait_seconds > 0:
+            log(f"tracking: the trackers did not answer within {wait_seconds:.0f}s; training goes on, the send continues")
+        return not sender.is_alive()
+
+    def _send(self) -> None:
+        with self._send_lock:  # sends in order: a later flush waits for the earlier one
+            with self._buffer_lock:
+                points, tags = self.mlflow.take() if self.mlflow is not None else ([], {})
+            if self.mlflow is not None and (points or tags):
+                try:
+                    self.mlflow.send(points, tags)
+                except Exception as exc:
+                    with self._buffer_lock:
+                        self.mlflow.give_back(points, tags)
+                    log(f"tracking: MLflow send failed ({type(exc).__name__}: {exc}); kept for the next flush")
+            if self.tensorboard is not None:
+                self._guarded("TensorBoard upload", self.tensorboard.send)
 
     def close(self, status: str) -> None:
         """FINISHED, KILLED (stopped: paused or preempted, continued by the next attempt) or FAILED."""
-        with self._lock:
+        if not self.flush(wait_seconds=CLOSE_WAIT_SECONDS) or not self._send_lock.acquire(timeout=CLOSE_WAIT_SECONDS):
+            log(f"tracking: the trackers are not answering; the run is left as it is ({status} not recorded)")
+            return
+        try:
             if self.mlflow is not None:
-                self._guarded("close", lambda: self.mlflow.close(status) if self.mlflow else None)
+                mlflow = self.mlflow
+                self._guarded("close", lambda: mlflow.terminate(status))
             if self.tensorboard is not None:
                 self._guarded("close", self.tensorboard.close)
+        finally:
+            self._send_lock.release()
 
     def _sinks(self) -> list[MlflowSink | TensorBoardSink]:
         return [s for s in (self.mlflow, self.tensorboard) if s is not None]
