@@ -43,8 +43,11 @@ JOB_TAG = "trainplane.job_id"
 PARENT_JOB_TAG = "trainplane.parent_job_id"
 CHECKPOINT_METRIC = "checkpoint_step"
 FLUSH_SECONDS = 5.0
-PRE_CHECKPOINT_WAIT_SECONDS = 10.0  # at most this long a checkpoint waits for the trackers
-CLOSE_WAIT_SECONDS = 10.0  # at the end of an attempt: a stop's exit stays well inside the launchers' grace
+# At most this long a checkpoint, and the end of an attempt, wait for the trackers: a stop (checkpoint, close,
+# exit) stays well inside the launchers' grace (30 s local, 120 s SageMaker); what was not sent by then is
+# filled in from metrics.jsonl when the job resumes.
+PRE_CHECKPOINT_WAIT_SECONDS = 5.0
+CLOSE_WAIT_SECONDS = 5.0
 MAX_BUFFERED = 100_000  # points kept while a tracker is down
 _POINT_FIELDS = ("loss", "learning_rate", "grad_norm", "tokens_per_second", "epoch")
 
@@ -310,13 +313,24 @@ class Tracker:
         training or a stop's checkpoint back: the send goes on, and a resume fills any gap from
         metrics.jsonl. True when everything logged before the call was sent."""
         self._last_flush = time.monotonic()
+        deadline = time.monotonic() + wait_seconds
+        previous = self._sender
+        if previous is not None and previous.is_alive():
+            # One sender at a time: a tracker that hangs must not pile threads up (one every few seconds).
+            previous.join(wait_seconds)
+            if previous.is_alive():
+                return self._late(wait_seconds)
         sender = threading.Thread(target=self._send, name="tracking-flush", daemon=True)
         sender.start()
         self._sender = sender
-        sender.join(wait_seconds)
-        if sender.is_alive() and wait_seconds > 0:
+        sender.join(max(0.0, deadline - time.monotonic()))
+        return not sender.is_alive() or self._late(wait_seconds)
+
+    @staticmethod
+    def _late(wait_seconds: float) -> bool:
+        if wait_seconds > 0:
             log(f"tracking: the trackers did not answer within {wait_seconds:.0f}s; training goes on, the send continues")
-        return not sender.is_alive()
+        return False
 
     def _send(self) -> None:
         with self._send_lock:  # sends in order: a later flush waits for the earlier one
