@@ -19,6 +19,7 @@ which the job records (`Job.tracking`) and `jobs get` and the dashboard show.
 from __future__ import annotations
 
 import re
+from typing import Annotated
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -118,12 +119,15 @@ class TrackingPlan(_Block):
     tensorboard_uri: str | None = Field(default=None, description="Where the event files go (the job's own prefix).")
 
 
+_Reported = Annotated[str, Field(max_length=2048)]  # a report is the trainer's word (a CUSTOM script's too): bounded
+
+
 class TrackingRecord(BaseModel):
     """On the job: the tracker run the trainer reported (a `tracking` report)."""
 
     model_config = ConfigDict(extra="ignore")
-    mlflow_run_id: str | None = None
-    mlflow_experiment_id: str | None = None
-    mlflow_run_url: str | None = None
-    mlflow_parent_run_id: str | None = None
-    tensorboard_uri: str | None = None
+    mlflow_run_id: _Reported | None = None
+    mlflow_experiment_id: _Reported | None = None
+    mlflow_run_url: _Reported | None = None
+    mlflow_parent_run_id: _Reported | None = None
+    tensorboard_uri: _Reported | None = None

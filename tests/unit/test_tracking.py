@@ -108,6 +108,9 @@ def test_the_run_spec_plans_one_run_per_job_and_the_reported_run_is_recorded_and
     assert recorded.tracking is not None and recorded.tracking.mlflow_run_id == "r1"
     assert recorded.tracking.mlflow_run_url == data["mlflow_run_url"]
     assert world.svc.specs.run_spec(recorded, 2, None).tracking.mlflow_run_id == "r1"  # type: ignore[union-attr]
+    # and an oversized report (a CUSTOM script prints what it likes) is ignored, not stored
+    world.svc.on_trainer_event(job.job_id, 1, report.model_copy(update={"data": {"mlflow_run_id": "x" * 5000}, "seq": 2}))
+    assert world.repo.get(job.job_id).tracking.mlflow_run_id == "r1"  # type: ignore[union-attr]
     # and a report of another attempt changes nothing
     world.svc.on_trainer_event(job.job_id, 1, report.model_copy(update={"data": {"mlflow_run_id": "other"}, "attempt": 2}))
     assert world.repo.get(job.job_id).tracking.mlflow_run_id == "r1"  # type: ignore[union-attr]
