@@ -80,6 +80,14 @@ class SubmitJobRequest(Strict):
             self._check_hub_push()
             if tc.framework.type != FrameworkType.CUSTOM:  # a CUSTOM script's hyperparameters are its own
                 self._check_trainer_arguments()
+            elif self.output_config.tracking is not None:
+                # The trainer's trackers follow its own loop; a CUSTOM script's run would log nothing.
+                raise_at(
+                    ("output_config", "tracking"),
+                    "a CUSTOM script logs its own runs: tracking applies to the trainer's training types (docs/TRACKING.md)",
+                    "tracking",
+                    "SubmitJobRequest",
+                )
         return self
 
     def _check_trainer_arguments(self) -> None:

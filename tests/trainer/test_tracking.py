@@ -154,6 +154,7 @@ def test_points_a_tracker_missed_are_filled_in_from_metrics_jsonl_on_resume(tmp_
     assert [s for s, _ in _history(store, run_id, "eval_loss")] == [4, 8, STEPS]
 
 
+@pytest.mark.slow
 def test_a_retry_is_a_child_run_of_its_parents_run(tmp_path: Path, monkeypatch, capsys) -> None:
     store = tmp_path / "mlruns"
     short = {"max_steps": "2"}

@@ -60,6 +60,16 @@ def test_a_tracker_the_trainer_could_not_use_is_refused_naming_the_field(trackin
     assert where == f"output_config.tracking.{field}" and fragment in message, message
 
 
+def test_tracking_is_refused_for_a_custom_script() -> None:
+    body = request_body()
+    body["training_config"]["framework"] = {"type": "CUSTOM", "custom_script_path": "s3://b/data/x/train.py"}
+    body["output_config"] = {"tracking": {"tensorboard": {}}}
+    with pytest.raises(ValidationError) as caught:
+        SubmitJobRequest.model_validate(body)
+    ((error),) = caught.value.errors()
+    assert error["loc"] == ("output_config", "tracking") and "CUSTOM script logs its own runs" in error["msg"]
+
+
 @pytest.mark.parametrize(
     "uri",
     [
