@@ -32,6 +32,7 @@ from schemas.kinds import UNSUPPORTED_FRAMEWORKS as UNSUPPORTED_FRAMEWORKS
 from schemas.kinds import UNSUPPORTED_TRAINING_TYPES as UNSUPPORTED_TRAINING_TYPES
 from schemas.kinds import FrameworkType as FrameworkType
 from schemas.kinds import TrainingType as TrainingType
+from schemas.tracking import TrackingConfig
 
 # The built-in byte-level tokenizer (trainer/tokenizer.py): 256 bytes + PAD, BOS, EOS.
 BYTE_TOKENIZER_ID = "byte"
@@ -436,6 +437,7 @@ class OutputConfig(Strict):
     hub_token: SecretStr | None = Field(default=None, description="Write-only: never returned by the API.")
     export_format: ExportFormat = ExportFormat.SAFETENSORS
     merge_lora: bool = False
+    tracking: TrackingConfig | None = Field(default=None, description="Experiment trackers the trainer logs to (docs/TRACKING.md).")
     layout: Literal["trainplane", "deepfinery"] = Field(
         default="trainplane",
         description=(

@@ -26,6 +26,7 @@ from schemas.configs import (
 from schemas.ome import OmeTrainer
 from schemas.shapes import TrainingShapeProfile
 from schemas.status import JobStatus
+from schemas.tracking import TrackingRecord
 
 LabelKey = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_.\-/]+$")]  # = LABEL_KEY_PATTERN
 # Label values: any text but control characters (they would break list filters and log lines).
@@ -79,6 +80,14 @@ class SubmitJobRequest(Strict):
             self._check_hub_push()
             if tc.framework.type != FrameworkType.CUSTOM:  # a CUSTOM script's hyperparameters are its own
                 self._check_trainer_arguments()
+            elif self.output_config.tracking is not None:
+                # The trainer's trackers follow its own loop; a CUSTOM script's run would log nothing.
+                raise_at(
+                    ("output_config", "tracking"),
+                    "a CUSTOM script logs its own runs: tracking applies to the trainer's training types (docs/TRACKING.md)",
+                    "tracking",
+                    "SubmitJobRequest",
+                )
         return self
 
     def _check_trainer_arguments(self) -> None:
@@ -329,6 +338,8 @@ class Job(BaseModel):
     # The seq (schemas.trainer.TrainerEvent) of the last trainer phase report applied for the current
     # attempt: an older or repeated phase report changes nothing. Cleared when a new attempt starts.
     report_seq: int | None = None
+    # The tracker run the trainer reported (output_config.tracking), continued by every attempt.
+    tracking: TrackingRecord | None = None
 
     @field_serializer("task_token", when_used="json")
     def _hide_task_token(self, value: str | None, info: SerializationInfo) -> str | None:

@@ -18,6 +18,7 @@ from schemas.access import AccessSet
 from schemas.configs import DataConfig, OutputConfig, ResourceConfig, TrainingConfig
 from schemas.job import ErrorType
 from schemas.shapes import TrainingShapeProfile
+from schemas.tracking import TrackingPlan
 
 # --- Environment (each overrides the SageMaker default path in brackets) -------------------------
 ENV_RUN_SPEC = "TRAINPLANE_RUN_SPEC"  # path or s3:// URI of config/run-NNN.json [hyperparameters.json "run_spec"]
@@ -92,6 +93,7 @@ class TrainerEventKind(StrEnum):
     METRICS = "metrics"  # data: a MetricsPoint
     FAILURE = "failure"  # data: {"reason": FailureReason, "message"}
     DONE = "done"  # data: {"exit_code", "stopped": bool}
+    TRACKING = "tracking"  # data: a schemas.tracking.TrackingRecord (the tracker run this job logs to)
 
 
 class TrainerEvent(BaseModel):
@@ -167,6 +169,7 @@ class RunSpec(BaseModel):
     # a first attempt resumes from the newest checkpoint there (resume_from_checkpoint 'latest').
     layout_uri: str | None = None
     resume_latest: bool = True
+    tracking: TrackingPlan | None = Field(default=None, description="output_config.tracking with what keeps one tracker run per job.")
     access: AccessSet | None = Field(
         default=None,
         description="What this job may read and write (docs/SECURITY.md); the trainer refuses any other path. "

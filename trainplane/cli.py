@@ -244,6 +244,25 @@ def list_jobs(
         err.print("no jobs match")
 
 
+def _tracking_rows(job: Job) -> dict[str, str]:
+    """The tracker run the trainer reported (docs/TRACKING.md), or what is configured before it has."""
+    config, record = job.output_config.tracking, job.tracking
+    rows: dict[str, str] = {}
+    if config is not None and config.mlflow is not None:
+        where = f"{config.mlflow.tracking_uri} (experiment {config.mlflow.experiment_name})"
+        if record is not None and record.mlflow_run_id:
+            rows["mlflow run"] = record.mlflow_run_url or f"{record.mlflow_run_id} on {where}"
+            if record.mlflow_parent_run_id:
+                rows["mlflow parent run"] = record.mlflow_parent_run_id
+        else:
+            rows["mlflow run"] = f"not started yet, on {where}"
+    if record is not None and record.tensorboard_uri:
+        rows["tensorboard"] = record.tensorboard_uri
+    elif config is not None and config.tensorboard is not None and config.tensorboard.enabled:
+        rows["tensorboard"] = "event files under the job's tensorboard/ prefix (once it runs)"
+    return rows
+
+
 @jobs_app.command("get")
 @handles_api_errors
 def get(
@@ -279,6 +298,7 @@ def get(
         rows["error"] = f"{job.error_type or ''} {job.error_message or ''}".strip()
     if job.latest_checkpoint_id:
         rows["latest / best checkpoint"] = f"{job.latest_checkpoint_id} / {job.best_checkpoint_id or '-'}"
+    rows.update(_tracking_rows(job))
     _print_mapping(o, rows)
     if job.checkpoints:
         table = Table("CHECKPOINT", "STEP", "METRICS", "URI")

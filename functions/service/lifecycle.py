@@ -32,6 +32,7 @@ from functions.service.scheduler import NeverFits, Scheduler
 from schemas.job import Actor, ErrorType, Job
 from schemas.lifecycle import Next, WaitKind
 from schemas.status import PAUSABLE, RUNNING, TERMINAL, JobStatus
+from schemas.tracking import TrackingRecord
 from schemas.trainer import TrainerEvent, TrainerEventKind, TrainerPhase
 
 logger = logging.getLogger(__name__)
@@ -300,6 +301,9 @@ class LifecycleService:
             # A checkpoint exists once its manifest does, whatever the job's status now (the pause's
             # checkpoint may be reported after the pause landed): always recorded.
             self._on_checkpoint(job, event)
+        if event.kind == TrainerEventKind.TRACKING:
+            # The tracker run this job logs to (whatever the status now: a stop may race the report).
+            self._on_tracking(job, event)
         if job.status not in RUN_PHASES:
             return
         if self.sweep_hooks is not None:
@@ -310,6 +314,15 @@ class LifecycleService:
             self.repository.record_progress(job_id, progress_of(event.data, self.clock(), attempt))
         self._heartbeat(job)
         self._check_budget(job)
+
+    def _on_tracking(self, job: Job, event: TrainerEvent) -> None:
+        try:
+            record = TrackingRecord.model_validate(event.data)
+        except ValueError:
+            logger.warning("tracking report of %s is not a TrackingRecord: ignored", job.job_id)
+            return
+        if record != job.tracking:
+            self.repository.annotate(job.job_id, {"tracking": record})
 
     def catch_up(self, job_id: str, *, completed: bool = False) -> bool:
         """Bring the record's checkpoints and progress up to what S3 holds (manifests, metrics.jsonl).

@@ -106,6 +106,7 @@ class NamedPath:
     value: str
     write: bool = False
     directory: bool = True  # may name a directory (its files are checked too)
+    claim: bool = True  # a write place that must hold nothing but this owner's exports (False: a shared store, an MLflow file store)
 
 
 def named_paths(request: SubmitJobRequest) -> Iterator[NamedPath]:
@@ -129,6 +130,10 @@ def named_paths(request: SubmitJobRequest) -> Iterator[NamedPath]:
             yield NamedPath(f"training_config.framework.command[{i}]", part, directory=False)
     if oc.output_path:
         yield NamedPath("output_config.output_path", oc.output_path, write=True)
+    mlflow = oc.tracking.mlflow if oc.tracking else None
+    if mlflow is not None and mlflow.tracking_uri.startswith("file://"):
+        # A local MLflow file store: written by the trainer, so confined like any local output.
+        yield NamedPath("output_config.tracking.mlflow.tracking_uri", mlflow.tracking_uri, write=True, claim=False)
 
 
 def _looks_like_path(value: str) -> bool:
@@ -195,7 +200,8 @@ class PathRules:
             self._check_s3_write(named.field, normal, owner)
         else:
             self._check_local(named, normal, write=True)
-            self._check_local_claim(named.field, normal, owner)
+            if named.claim:
+                self._check_local_claim(named.field, normal, owner)
         return normal
 
     def check_checkpoint_uri(self, field: str, uri: str, owner: Principal) -> None:

@@ -354,3 +354,33 @@ def test_environment_variables_that_move_the_trainers_files_are_refused(plane: P
     assert reply.status == 422 and reply.field() == f"training_config.environment.{key}", reply.body
     body["training_config"]["environment"] = {"MY_FLAG": "1", "HF_ENDPOINT": "http://127.0.0.1:1"}
     assert plane.call("api_submit_job", body=body).status == 201
+
+
+@pytest.mark.parametrize("where", ["local_allowed", "local_not_allowed", "state_dir", "dotdot_escape", "symlink_escape"])
+def test_an_mlflow_file_store_is_confined_like_a_local_output(plane: Plane, where: str) -> None:
+    # Given a job logging to a local MLflow file store at that place
+    body = request_body()
+    store = plane.location(where, write=True) if where == "local_allowed" else plane.location(where)
+    body["output_config"] = {"tracking": {"mlflow": {"tracking_uri": f"file://{store}"}}}
+    # When it is submitted
+    reply = plane.call("api_submit_job", body=body)
+    # Then only a directory the owner may use is accepted; anything else is a 422 naming the field
+    if where == "local_allowed":
+        assert reply.status == 201, reply.body
+        job = composition.current().repository.get(reply.body["job_id"])
+        rules = composition.current().path_rules
+        # and the trainer may write there (its access set), as well as its TensorBoard files in its own prefix
+        assert rules.access_for(job).can_write(f"{store}/0/meta.yaml")
+    else:
+        assert reply.status == 422 and reply.field() == "output_config.tracking.mlflow.tracking_uri", reply.body
+
+
+def test_a_tracking_block_the_trainer_cannot_use_is_a_422_at_the_api(plane: Plane) -> None:
+    for tracking, field in (
+        ({"mlflow": {"tracking_uri": "https://user:pw@mlflow.example.com"}}, "output_config.tracking.mlflow.tracking_uri"),
+        ({"wandb": {"project": "p"}}, "output_config.tracking.wandb"),
+    ):
+        body = request_body()
+        body["output_config"] = {"tracking": tracking}
+        reply = plane.call("api_submit_job", body=body)
+        assert reply.status == 422 and reply.field() == field, reply.body

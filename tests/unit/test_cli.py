@@ -13,6 +13,7 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from schemas.status import JobStatus
+from schemas.tracking import TrackingRecord
 from tests.unit import test_client_standin
 from tests.unit.test_client_standin import ACCESS_KEY, MINIMAL_REQUEST, SECRET_KEY, StandInApi
 from trainplane.cli import app
@@ -186,6 +187,30 @@ def test_get_shows_the_job_and_json_gives_the_record(cli: Any, standin: StandInA
     assert "team=x" in table.stdout
     assert "cpu only" in table.stdout
     assert json.loads(as_json.stdout)["job_id"] == job.job_id
+
+
+def test_get_shows_the_tracker_run_the_trainer_reported(cli: Any, standin: StandInApi) -> None:
+    # Given a job tracked on MLflow and TensorBoard, before and after its trainer reported the run
+    tracking = {"mlflow": {"tracking_uri": "http://127.0.0.1:5000", "experiment_name": "team"}, "tensorboard": {}}
+    job = standin.add_job(name="tracked", output_config={"tracking": tracking})
+    before = cli("jobs", "get", job.job_id)
+    url = "http://127.0.0.1:5000/#/experiments/3/runs/abc123"
+    record = {
+        "mlflow_run_id": "abc123",
+        "mlflow_run_url": url,
+        "mlflow_parent_run_id": "p1",
+        "tensorboard_uri": "s3://b/jobs/j/tensorboard",
+    }
+    standin.set_status(job.job_id, JobStatus.TRAINING, tracking=TrackingRecord.model_validate(record).model_dump())
+    after = cli("jobs", "get", job.job_id)
+    as_json = cli("jobs", "get", job.job_id, "--json")
+    # Then `jobs get` says where the run will be, then shows it (URL, parent run, event files), and JSON has the record
+    assert before.exit_code == 0 and after.exit_code == 0, after.output
+    assert "not started yet" in before.stdout and "http://127.0.0.1:5000" in before.stdout
+    flat = " ".join(after.stdout.split())
+    assert url in flat
+    assert "p1" in after.stdout and "s3://b/jobs/j/tensorboard" in flat.replace(" ", "")
+    assert json.loads(as_json.stdout)["tracking"]["mlflow_run_id"] == "abc123"
 
 
 def test_unknown_job_prints_the_404_message(cli: Any) -> None:

@@ -27,6 +27,7 @@ from trainer.failures import UserError, classify, write_failure
 from trainer.hyper import Hyper
 from trainer.run_layout import RunLayout
 from trainer.signals import StopRequest
+from trainer.tracking import Tracker
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,12 +124,10 @@ def _seed_everything(seed: int) -> None:
 
 
 def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Events, stop: StopRequest, runtime: Any) -> int:
-    from trainer import data, export, models
-    from trainer.checkpoint import CheckpointManager
-    from trainer.loop import TrainingLoop, TrainInputs, emit_checkpoint_event
-    from trainer.metrics import MetricsLog
+    from trainer import data, models
+    from trainer.loop import TrainInputs, emit_checkpoint_event
 
-    tc, dc, oc = spec.training_config, spec.data_config, spec.output_config
+    tc, dc = spec.training_config, spec.data_config
     seed = hyper.seed if hyper.seed is not None else dc.seed
     _seed_everything(seed)
     train_records, validation_records = data.load_splits(dc, paths.channels(), tc.training_type)
@@ -158,6 +157,39 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
     on_saved = emit_checkpoint_event(events)
     if layout is not None:
         on_saved = _both(on_saved, layout.on_saved)
+    tracker = Tracker.open(spec, hyper.to_strings(), paths.output_data_dir / "tensorboard", events) if runtime.is_main else None
+    if tracker is not None:
+        on_saved = _both(on_saved, lambda manifest, uri: tracker.checkpoint(manifest.step, uri))
+    try:
+        code = _train_tracked(spec, hyper, paths, events, stop, runtime, loaded, inputs, layout, on_saved, tracker)
+    except BaseException:
+        if tracker is not None:
+            tracker.close("FAILED")
+        raise
+    if tracker is not None:
+        tracker.close("KILLED" if code == ExitCode.STOPPED_WITH_CHECKPOINT else "FINISHED")
+    return code
+
+
+def _train_tracked(
+    spec: RunSpec,
+    hyper: Hyper,
+    paths: ContainerPaths,
+    events: Events,
+    stop: StopRequest,
+    runtime: Any,
+    loaded: Any,
+    inputs: Any,
+    layout: RunLayout | None,
+    on_saved: Callable[[Any, str], None],
+    tracker: Tracker | None,
+) -> int:
+    from trainer import export, models
+    from trainer.checkpoint import CheckpointManager
+    from trainer.loop import TrainingLoop
+    from trainer.metrics import MetricsLog
+
+    tc, oc = spec.training_config, spec.output_config
     checkpoints = CheckpointManager(
         spec.checkpoint_uri,
         paths.checkpoint_dir,
@@ -169,6 +201,7 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
         asynchronous=hyper.async_checkpoint,
     )
     metrics = MetricsLog(paths.output_data_dir / "metrics.jsonl", spec.metrics_uri, attempt=spec.attempt, enabled=runtime.is_main)
+    metrics.tracker = tracker
     loop = TrainingLoop(spec, hyper, inputs, runtime=runtime, checkpoints=checkpoints, events=events, metrics=metrics, stop=stop)
     result = loop.run(_resume_uri(spec))
     if layout is not None and runtime.is_main:

@@ -63,6 +63,13 @@ def spec_paths(spec: RunSpec) -> Iterator[SpecPath]:
         yield SpecPath("output_config.output_path", oc.output_path, write=True)
     elif spec.output_uri:
         yield SpecPath("output_uri", spec.output_uri, write=True)
+    tracking = spec.tracking
+    if tracking is not None:
+        mlflow = tracking.config.mlflow
+        if mlflow is not None and mlflow.tracking_uri.startswith("file://"):
+            yield SpecPath("output_config.tracking.mlflow.tracking_uri", mlflow.tracking_uri, write=True)
+        if tracking.tensorboard_uri:
+            yield SpecPath("tracking.tensorboard_uri", tracking.tensorboard_uri, write=True)
 
 
 def _path_like(value: str) -> bool:

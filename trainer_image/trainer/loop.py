@@ -335,6 +335,7 @@ class TrainingLoop:
         if loaded is not None:
             self._restore(loaded, model, optimizer, scheduler)
         resumed_at = self.step
+        self.metrics.started_at(resumed_at, loaded.uri if loaded is not None else None)
         progress = Progress(self.total_steps, start_step=self.step)
         self.events.set_phase(TrainerPhase.TRAINING)
         model.train()
@@ -463,6 +464,7 @@ class TrainingLoop:
         # The stall is the copy off the accelerator (snapshot) plus, without async, the whole write; and,
         # when checkpoints come faster than they are written, waiting for the previous one.
         self._wait_for_checkpoint()
+        self.metrics.flush_tracker()  # every step up to this checkpoint is tracked before it exists
         snapshot = self._snapshot(model, optimizer, scheduler, metrics)
         if self.runtime.is_main:
             self.checkpoints.save(snapshot, wait=wait or not self.hyper.async_checkpoint)

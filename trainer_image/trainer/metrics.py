@@ -11,11 +11,15 @@ from __future__ import annotations
 import time
 from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from schemas.api import MetricsPoint
 from schemas.trainer import METRIC_LINE_KEYS, TrainerEventKind, metric_line
 from trainer import storage
 from trainer.events import Events, log
+
+if TYPE_CHECKING:
+    from trainer.tracking import Tracker
 
 
 class MetricsLog:
@@ -27,6 +31,7 @@ class MetricsLog:
         self.enabled = enabled
         self._last_sync = 0.0
         self._dirty = False
+        self.tracker: Tracker | None = None  # trainer/tracking.py: the experiment trackers, rank 0 only
         if enabled:
             self._start()
 
@@ -52,10 +57,24 @@ class MetricsLog:
         with self.local_file.open("a", encoding="utf-8") as handle:
             handle.write(point.model_dump_json(exclude_none=True) + "\n")
         self._dirty = True
+        if self.tracker is not None:
+            self.tracker.log_point(point)
         if time.monotonic() - self._last_sync >= self.sync_seconds:
             self.sync()
 
+    def started_at(self, step: int, checkpoint_uri: str | None) -> None:
+        """The loop trains from `step` (resumed from `checkpoint_uri`, or 0): the trackers mark it."""
+        if self.tracker is not None:
+            self.tracker.started_at(step, checkpoint_uri, self.points())
+
+    def flush_tracker(self) -> None:
+        """Before a checkpoint is written: every step up to it reaches the trackers (no gap after a resume)."""
+        if self.tracker is not None:
+            self.tracker.flush()
+
     def sync(self) -> None:
+        if self.tracker is not None:
+            self.tracker.flush(wait_seconds=0.0)
         if not (self.enabled and self._dirty and self.uri and storage.is_s3(self.uri)):
             return
         storage.upload_file(self.local_file, self.uri)

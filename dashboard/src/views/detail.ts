@@ -8,6 +8,7 @@ import { absoluteTime, bytes, duration, money, num, relativeTime, TERMINAL } fro
 import { api, toast } from "../ui";
 import { priorityText, progressBar, statusBadge } from "./jobs";
 import { positionText } from "./queues";
+import { renderTracking } from "./tracking";
 import type { View } from "./view";
 
 const LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"] as const;
@@ -44,6 +45,7 @@ export function detailView(jobId: string): View {
   const chartBox = h("div", { class: "chart", "data-testid": "loss-chart" });
   const chartNote = h("p", { class: "muted" });
   const checkpoints = h("section", { class: "panel", "aria-labelledby": "h-checkpoints" });
+  const tracking = h("section", { class: "panel", "aria-labelledby": "h-tracking", hidden: true });
   const timeline = h("section", { class: "panel", "aria-labelledby": "h-timeline" });
   const cost = h("section", { class: "panel", "aria-labelledby": "h-cost" });
   const related = h("section", { class: "panel", "aria-labelledby": "h-related" });
@@ -298,6 +300,7 @@ export function detailView(jobId: string): View {
       renderHead(j);
       renderOverview(j);
       renderCheckpoints(j);
+      renderTracking(tracking, j);
       renderTimeline(events.events);
       renderCost(j);
       renderConfigs(j);
@@ -314,7 +317,7 @@ export function detailView(jobId: string): View {
         head,
         actionBar,
         h("div", { class: "grid" },
-          overview, progress, checkpoints, timeline, cost, related,
+          overview, progress, checkpoints, tracking, timeline, cost, related,
           h("section", { class: "panel wide", "aria-labelledby": "h-logs" },
             h("h2", { id: "h-logs" }, "Logs"),
             h("div", { class: "log-tools" }, levelSelect, streamSelect, h("label", { class: "check" }, followBox, " Follow"), download),

@@ -30,6 +30,7 @@ from functions.adapters.launchers.instances import InstanceChoice, select_instan
 from functions.errors import Unsupported
 from functions.settings import Settings
 from schemas.job import ErrorType
+from schemas.tracking import is_mlflow_arn
 from schemas.trainer import DEFAULT_STOP_GRACE_SECONDS, EXIT_CODE_ERRORS, FAILURE_REASON_ERRORS, METRIC_DEFINITIONS, FailureReason
 
 logger = logging.getLogger(__name__)
@@ -145,6 +146,15 @@ def build_training_job_request(request: LaunchRequest, settings: Settings, choic
         "Environment": environment,
         "Tags": [{"Key": k, "Value": v} for k, v in launch_tags(request).items()],
     }
+    mlflow = spec.output_config.tracking.mlflow if spec.output_config.tracking else None
+    if mlflow is not None and is_mlflow_arn(mlflow.tracking_uri):
+        # SageMaker's own MLflow setting for a managed MLflow server; the trainer logs to the same ARN
+        # (the sagemaker-mlflow plugin signs with this role) and names the run after the job.
+        params["MlflowConfig"] = {
+            "MlflowResourceArn": mlflow.tracking_uri,
+            "MlflowExperimentName": mlflow.experiment_name,
+            "MlflowRunName": request.job_id,
+        }
     if not params["InputDataConfig"]:
         del params["InputDataConfig"]
     if settings.vpc_subnet_ids or settings.vpc_security_group_ids:

@@ -1,0 +1,371 @@
+"""Experiment tracking from the trainer: ONE tracker run per job, across pause, resume and preemption.
+
+`run_spec.tracking` (schemas/tracking.py) names the trackers. Rank 0 opens them after the run spec is
+loaded and reports the run (a `tracking` TrainerEvent: the job records it). Every metrics point the
+loop reports (trainer/metrics.py `report`) is logged by its global step, and every checkpoint's step.
+
+- **MLflow** (`mlflow-skinny`'s MlflowClient). The run is the one the control plane recorded for the
+  job (`mlflow_run_id`, from an earlier attempt's report), else the run tagged `trainplane.job_id` in the
+  experiment, else a new one, tagged with the job's id, name and labels, with the hyperparameters and
+  the job's configs as params. A retry (`parent_job_id`) is a new run with `mlflow.parentRunId` set to
+  the parent job's run. No gap: points are buffered and flushed (every few seconds, and synchronously
+  before every checkpoint is written), so every step up to a checkpoint's is on the server before the
+  checkpoint exists. No overlap: a resumed attempt re-does the steps after its checkpoint; the points
+  of steps the run already holds (an attempt killed after logging them) are not logged again — resume is
+  exact, they are the same values.
+- **TensorBoard** (`torch.utils.tensorboard`). Each attempt writes its own event file, uploaded to the
+  job's `jobs/<id>/tensorboard/` prefix at every flush; an attempt that resumed at step S writes a
+  `SessionLog.START` at S+1 first, which TensorBoard documents as the restart marker: readers drop the
+  earlier attempts' events from S+1 on (the steps this attempt re-does), so the curve has no overlap.
+
+After the run is open, a tracker that fails (server down) never fails the training: the failure is
+logged and the buffered points are tried again at the next flush. Opening it is checked: a tracking
+server that cannot be reached at the start is a UserError naming the field.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from schemas.api import MetricsPoint
+from schemas.tracking import TrackingPlan, TrackingRecord, is_mlflow_arn
+from schemas.trainer import RunSpec, TrainerEventKind
+from trainer import storage
+from trainer.events import Events, log
+from trainer.failures import UserError
+
+JOB_TAG = "trainplane.job_id"
+PARENT_JOB_TAG = "trainplane.parent_job_id"
+CHECKPOINT_METRIC = "checkpoint_step"
+FLUSH_SECONDS = 5.0
+# At most this long a checkpoint, and the end of an attempt, wait for the trackers: a stop (checkpoint, close,
+# exit) stays well inside the launchers' grace (30 s local, 120 s SageMaker); what was not sent by then is
+# filled in from metrics.jsonl when the job resumes.
+PRE_CHECKPOINT_WAIT_SECONDS = 5.0
+CLOSE_WAIT_SECONDS = 5.0
+MAX_BUFFERED = 100_000  # points kept while a tracker is down
+_POINT_FIELDS = ("loss", "learning_rate", "grad_norm", "tokens_per_second", "epoch")
+
+
+def point_values(point: MetricsPoint) -> dict[str, float]:
+    """The numbers of one MetricsPoint by name (train loss as `loss`, evaluations as `eval_*`)."""
+    values: dict[str, float] = {}
+    for key, value in point.model_dump(exclude_none=True).items():
+        if key in ("step", "attempt"):
+            continue
+        if isinstance(value, int | float) and not isinstance(value, bool) and (key in _POINT_FIELDS or key.startswith("eval_")):
+            values[key] = float(value)
+    return values
+
+
+class MlflowSink:
+    def __init__(self, plan: TrackingPlan, spec: RunSpec, hyperparameters: dict[str, str]) -> None:
+        config = plan.config.mlflow
+        assert config is not None
+        # The client's own retries back off for minutes by default; a trainer must not hang on a tracker.
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "3")
+        os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+        if not is_mlflow_arn(config.tracking_uri):
+            # sagemaker-mlflow's header provider warns on every request to a non-ARN server (it parses the URI
+            # as an ARN); its headers are for ARNs only.
+            logging.getLogger("mlflow.tracking.request_header.registry").setLevel(logging.ERROR)
+        if config.tracking_uri.startswith("file://"):
+            # mlflow 3 keeps its file store in maintenance mode behind this opt-in; local mode's stores use it.
+            os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+        from mlflow import MlflowClient
+
+        self.uri = config.tracking_uri
+        try:
+            self.client = MlflowClient(tracking_uri=self.uri)
+            self.experiment_id = self._experiment(config.experiment_name)
+            self.run_id, self.parent_run_id = self._open_run(plan, spec, hyperparameters)
+            self.last_step = self._last_steps()
+        except Exception as exc:
+            hint = " (a SageMaker MLflow ARN needs the sagemaker-mlflow plugin and AWS credentials)" if is_mlflow_arn(self.uri) else ""
+            raise UserError(
+                f"output_config.tracking.mlflow.tracking_uri: cannot open a run on {self.uri}: {type(exc).__name__}: {exc}{hint}"
+            ) from exc
+        self._buffer: list[Any] = []
+        self._tags: dict[str, str] = {}
+
+    def _experiment(self, name: str) -> str:
+        found = self.client.get_experiment_by_name(name)
+        if found is not None:
+            return str(found.experiment_id)
+        try:
+            return str(self.client.create_experiment(name))
+        except Exception:
+            found = self.client.get_experiment_by_name(name)  # another job created it meanwhile
+            if found is None:
+                raise
+            return str(found.experiment_id)
+
+    def _run_of_job(self, job_id: str) -> str | None:
+        runs = self.client.search_runs([self.experiment_id], filter_string=f"tags.`{JOB_TAG}` = '{job_id}'", max_results=1)
+        return str(runs[0].info.run_id) if runs else None
+
+    def _open_run(self, plan: TrackingPlan, spec: RunSpec, hyperparameters: dict[str, str]) -> tuple[str, str | None]:
+        run_id = None
+        if plan.mlflow_run_id:
+            try:
+                run = self.client.get_run(plan.mlflow_run_id)
+                if run.info.lifecycle_stage == "active" and run.data.tags.get(JOB_TAG) == spec.job_id:
+                    run_id = run.info.run_id
+            except Exception as exc:  # deleted on the server, or another server now: look it up by tag
+                log(f"tracking: run {plan.mlflow_run_id} not found ({type(exc).__name__}); looking the job's run up")
+        run_id = run_id or self._run_of_job(spec.job_id)
+        parent = self._run_of_job(plan.parent_job_id) if plan.parent_job_id else None
+        if run_id is not None:
+            self.client.update_run(run_id, status="RUNNING")
+            log(f"tracking: continuing MLflow run {run_id}")
+            return run_id, parent
+        tags = {f"label.{k}" if k.startswith("mlflow.") else k: v for k, v in plan.labels.items()}
+        tags[JOB_TAG] = spec.job_id
+        tags["trainplane.job_name"] = plan.job_name
+        tags["trainplane.training_type"] = spec.training_config.training_type.value
+        if plan.parent_job_id:
+            tags[PARENT_JOB_TAG] = plan.parent_job_id
+            if parent:
+                tags["mlflow.parentRunId"] = parent
+        run = self.client.create_run(self.experiment_id, run_name=spec.job_id, tags=tags)
+        run_id = str(run.info.run_id)
+        self._log_params(run_id, spec, hyperparameters)
+        log(f"tracking: new MLflow run {run_id}")
+        return run_id, parent
+
+    def _log_params(self, run_id: str, spec: RunSpec, hyperparameters: dict[str, str]) -> None:
+        from mlflow.entities import Param
+
+        tc, dc = spec.training_config, spec.data_config
+        params = {**hyperparameters}
+        params.update(
+            {
+                "training_type": tc.training_type.value,
+                "base_model": tc.base_model.model_id,
+                "framework": tc.framework.type.value,
+                "batch_size": str(dc.batch_size),
+                "max_seq_length": str(dc.max_seq_length),
+                "seed": str(dc.seed),
+                "gpu_count": str(spec.resource_config.gpu_count),
+            }
+        )
+        items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        for start in range(0, len(items), 100):  # MLflow's log_batch takes at most 100 params
+            self.client.log_batch(run_id, params=items[start : start + 100])
+
+    def _last_steps(self) -> dict[str, int]:
+        """The highest step of every metric the run holds (what an earlier attempt already logged)."""
+        run = self.client.get_run(self.run_id)
+        last: dict[str, int] = {}
+        for key in run.data.metrics:
+            history = self.client.get_metric_history(self.run_id, key)
+            if history:
+                last[key] = max(int(m.step) for m in history)
+        return last
+
+    def record(self) -> dict[str, str | None]:
+        url = None
+        if self.uri.startswith(("http://", "https://")):
+            url = f"{self.uri.rstrip('/')}/#/experiments/{self.experiment_id}/runs/{self.run_id}"
+        return {
+            "mlflow_run_id": self.run_id,
+            "mlflow_experiment_id": self.experiment_id,
+            "mlflow_run_url": url,
+            "mlflow_parent_run_id": self.parent_run_id,
+        }
+
+    def log(self, values: dict[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        for key, value in values.items():
+            if step <= self.last_step.get(key, -1):
+                continue  # already in the run: an earlier attempt logged this step before it was stopped
+            self.last_step[key] = step
+            if len(self._buffer) < MAX_BUFFERED:
+                self._buffer.append(Metric(key, value, now, step))
+
+    def tag(self, key: str, value: str) -> None:
+        self._tags[key] = value
+
+    def take(self) -> tuple[list[Any], dict[str, str]]:
+        """What is waiting to be sent (the caller holds Tracker's buffer lock)."""
+        points, tags = self._buffer, self._tags
+        self._buffer, self._tags = [], {}
+        return points, tags
+
+    def give_back(self, points: list[Any], tags: dict[str, str]) -> None:
+        """A send failed: keep it for the next flush (before what came meanwhile)."""
+        self._buffer[:0] = points[: max(0, MAX_BUFFERED - len(self._buffer))]
+        self._tags = {**tags, **self._tags}
+
+    def send(self, points: list[Any], tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        for start in range(0, len(points), 1000):  # log_batch's limit
+            self.client.log_batch(self.run_id, metrics=points[start : start + 1000])
+        if tags:
+            self.client.log_batch(self.run_id, tags=[RunTag(k, v) for k, v in tags.items()])
+
+    def terminate(self, status: str) -> None:
+        self.client.set_terminated(self.run_id, status=status)
+
+
+class TensorBoardSink:
+    def __init__(self, uri: str, staging: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.uri = uri
+        self.remote = storage.is_s3(uri)
+        self.dir = staging if self.remote else storage.local_path(uri)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.writer = SummaryWriter(log_dir=str(self.dir))
+
+    def restart_at(self, step: int) -> None:
+        """TensorBoard's restart marker: readers drop earlier events of step >= `step` (re-done here)."""
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+
+        self.writer._get_file_writer().add_event(Event(step=step, wall_time=time.time(), session_log=SessionLog(status=SessionLog.START)))
+
+    def log(self, values: dict[str, float], step: int) -> None:
+        for key, value in values.items():
+            self.writer.add_scalar(key, value, step)
+
+    def send(self) -> None:
+        self.writer.flush()
+        if self.remote:
+            for path in sorted(self.dir.iterdir()):
+                if path.is_file():
+                    storage.upload_file(path, storage.join(self.uri, path.name))
+
+    def close(self) -> None:
+        self.writer.close()
+        self.send()
+
+
+class Tracker:
+    """Every tracker of the run; the loop sees one object (MetricsLog forwards its points here)."""
+
+    def __init__(self, mlflow: MlflowSink | None, tensorboard: TensorBoardSink | None) -> None:
+        self.mlflow, self.tensorboard = mlflow, tensorboard
+        self._buffer_lock = threading.Lock()  # the loop and the async checkpoint thread log; held briefly
+        self._send_lock = threading.Lock()  # one send at a time; never held by the training loop
+        self._last_flush = time.monotonic()
+        self._sender: threading.Thread | None = None
+
+    @classmethod
+    def open(cls, spec: RunSpec, hyperparameters: dict[str, str], staging: Path, events: Events) -> Tracker | None:
+        plan = spec.tracking
+        if plan is None:
+            return None
+        mlflow = MlflowSink(plan, spec, hyperparameters) if plan.config.mlflow is not None else None
+        tensorboard = TensorBoardSink(plan.tensorboard_uri, staging / f"attempt-{spec.attempt:03d}") if plan.tensorboard_uri else None
+        if mlflow is None and tensorboard is None:
+            return None
+        record = TrackingRecord(**(mlflow.record() if mlflow else {}), tensorboard_uri=plan.tensorboard_uri)
+        events.emit(TrainerEventKind.TRACKING, record.model_dump(exclude_none=True))
+        return cls(mlflow, tensorboard)
+
+    def started_at(self, step: int, checkpoint_uri: str | None, earlier: list[MetricsPoint]) -> None:
+        """The loop trains from `step` (a resumed checkpoint's, else 0). MLflow gets what earlier attempts
+        wrote to metrics.jsonl up to `step` that it misses (a flush that never reached it: the latest
+        attempt's point of a step wins, as for every reader of metrics.jsonl); TensorBoard its restart marker."""
+        latest: dict[int, MetricsPoint] = {}
+        for point in earlier:
+            if point.step <= step:
+                latest[point.step] = (
+                    point if point.step not in latest else latest[point.step].model_copy(update=point.model_dump(exclude_none=True))
+                )
+        with self._buffer_lock:
+            if self.mlflow is not None:
+                for point_step, point in sorted(latest.items()):
+                    self.mlflow.log(point_values(point), point_step)
+            if self.tensorboard is not None and step > 0:
+                self.tensorboard.restart_at(step + 1)
+        if checkpoint_uri is not None:
+            self.checkpoint(step, checkpoint_uri)
+
+    def log_point(self, point: MetricsPoint) -> None:
+        values = point_values(point)
+        if not values:
+            return
+        with self._buffer_lock:
+            for sink in self._sinks():
+                sink.log(values, point.step)
+        if time.monotonic() - self._last_flush >= FLUSH_SECONDS:
+            self.flush(wait_seconds=0.0)
+
+    def checkpoint(self, step: int, uri: str) -> None:
+        with self._buffer_lock:
+            for sink in self._sinks():
+                sink.log({CHECKPOINT_METRIC: float(step)}, step)
+            if self.mlflow is not None:
+                self.mlflow.tag("trainplane.latest_checkpoint", uri)
+
+    def flush(self, wait_seconds: float = PRE_CHECKPOINT_WAIT_SECONDS) -> bool:
+        """Send what was logged so far, in the background; wait up to `wait_seconds` for it (before a
+        checkpoint: then no step up to it is missing). A tracker slower than that never holds the
+        training or a stop's checkpoint back: the send goes on, and a resume fills any gap from
+        metrics.jsonl. True when everything logged before the call was sent."""
+        self._last_flush = time.monotonic()
+        deadline = time.monotonic() + wait_seconds
+        previous = self._sender
+        if previous is not None and previous.is_alive():
+            # One sender at a time: a tracker that hangs must not pile threads up (one every few seconds).
+            previous.join(wait_seconds)
+            if previous.is_alive():
+                return self._late(wait_seconds)
+        sender = threading.Thread(target=self._send, name="tracking-flush", daemon=True)
+        sender.start()
+        self._sender = sender
+        sender.join(max(0.0, deadline - time.monotonic()))
+        return not sender.is_alive() or self._late(wait_seconds)
+
+    @staticmethod
+    def _late(wait_seconds: float) -> bool:
+        if wait_seconds > 0:
+            log(f"tracking: the trackers did not answer within {wait_seconds:.0f}s; training goes on, the send continues")
+        return False
+
+    def _send(self) -> None:
+        with self._send_lock:  # sends in order: a later flush waits for the earlier one
+            with self._buffer_lock:
+                points, tags = self.mlflow.take() if self.mlflow is not None else ([], {})
+            if self.mlflow is not None and (points or tags):
+                try:
+                    self.mlflow.send(points, tags)
+                except Exception as exc:
+                    with self._buffer_lock:
+                        self.mlflow.give_back(points, tags)
+                    log(f"tracking: MLflow send failed ({type(exc).__name__}: {exc}); kept for the next flush")
+            if self.tensorboard is not None:
+                self._guarded("TensorBoard upload", self.tensorboard.send)
+
+    def close(self, status: str) -> None:
+        """FINISHED, KILLED (stopped: paused or preempted, continued by the next attempt) or FAILED."""
+        if not self.flush(wait_seconds=CLOSE_WAIT_SECONDS) or not self._send_lock.acquire(timeout=CLOSE_WAIT_SECONDS):
+            log(f"tracking: the trackers are not answering; the run is left as it is ({status} not recorded)")
+            return
+        try:
+            if self.mlflow is not None:
+                mlflow = self.mlflow
+                self._guarded("close", lambda: mlflow.terminate(status))
+            if self.tensorboard is not None:
+                self._guarded("close", self.tensorboard.close)
+        finally:
+            self._send_lock.release()
+
+    def _sinks(self) -> list[MlflowSink | TensorBoardSink]:
+        return [s for s in (self.mlflow, self.tensorboard) if s is not None]
+
+    @staticmethod
+    def _guarded(what: str, action: Any) -> None:
+        try:
+            action()
+        except Exception as exc:  # a tracker down never fails the training; the points wait for the next flush
+            log(f"tracking: {what} failed ({type(exc).__name__}: {exc}); training goes on")
