@@ -106,7 +106,7 @@ def test_config_errors_name_their_field() -> None:
     assert _error(_tuning(method="hill-climb"))[0] == "method"
     assert _error(_tuning(maxTrials=0))[0] == "maxTrials"
     assert _error(_tuning(metric={"name": "acc", "goal": "up"}))[0] == "metric.goal"
-    assert _error(_tuning(earlyStopping="hyperband"))[0] == "earlyStopping.type"
+    assert _error(_tuning(earlyStopping="bohb"))[0] == "earlyStopping.type"
     assert _error(_tuning(parameters={}))[0] == "parameters"
     assert _error(_tuning(parameters={"9x": {"type": "int", "min": 1, "max": 2}}))[0] == "parameters"
     b = "training_config.hyperparameters.b"
