@@ -211,7 +211,6 @@ class EarlyStopping(_Camel):
         return value
 
 
-
 def _settings(kind: EarlyStoppingType) -> str:
     return ", ".join(sorted(to_camel(f) for f in _STOPPING_FIELDS[kind])) or "nothing"
 
