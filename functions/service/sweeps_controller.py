@@ -9,7 +9,7 @@ point, the asha rungs), intermediate and final values are all items of the sweep
    resumes is the same trial, counted once); a trial claimed but never submitted (its decision died)
    is taken over after SUBMIT_LEASE;
 2. a PAUSED sweep pauses trial jobs that became pausable; an ended sweep cancels what still runs;
-3. prunes running trials whose intermediate values lose (MedianPruner / SuccessiveHalvingPruner),
+3. prunes running trials whose intermediate values lose (MedianPruner / SuccessiveHalvingPruner / HyperbandPruner),
    cancelling the job with a reason the job's history shows;
 4. ends the sweep when maxTrials trials have ended, the target value is reached, N trials in a row did
    not improve, or maxFailedTrials failed;
@@ -152,9 +152,9 @@ def hyperband_max_resource(trials: list[Trial]) -> int | None:
 def rebuild_study(tuning: TuningConfig, trials: list[Trial], number: int) -> optuna.Study:
     """An in-memory study holding every trial as stored, sampling with the sampler of trial `number`.
 
-    The trials are built as FrozenTrials and added with one `add_trials` (no `create_trial` per trial:
-    a study of 1,000 trials is rebuilt in tens of milliseconds). The study's name comes from the
-    sweep's seed: Hyperband assigns a trial to its bracket by hashing (study name, trial number)."""
+    The trials are built as FrozenTrials and added with one `add_trials` (no `create_trial` per trial;
+    docs/BENCHMARKS.md). The study's name comes from the sweep's seed: Hyperband assigns a trial to its
+    bracket by hashing (study name, trial number), so the same seed gives the same brackets."""
     direction = optuna.study.StudyDirection.MAXIMIZE if tuning.metric.goal == Goal.MAXIMIZE else optuna.study.StudyDirection.MINIMIZE
     study = optuna.create_study(
         study_name=f"sweep-{tuning.seed or 0}",
