@@ -172,7 +172,7 @@ def bench_local(trials: int) -> list[float]:
 
     script = ROOT / "examples" / "sweeps" / "quadratic.py"
     state = Path(tempfile.mkdtemp(prefix="bench-sweeps-")) / "state"
-    plane = LocalPlane(state).start()
+    plane = LocalPlane(state, allow_dirs=[ROOT / "examples"]).start()  # the script is a local file (docs/SECURITY.md)
     try:
         template = request_body(name="bench")
         template["training_config"]["framework"] = {"type": "CUSTOM", "custom_script_path": str(script)}
@@ -189,7 +189,8 @@ def bench_local(trials: int) -> list[float]:
             },
         }
         reply = plane.request("POST", "/sweeps", json={"name": "bench", "job_template": template, "hyperParameterTuningConfig": config})
-        reply.raise_for_status()
+        if reply.status_code != 201:
+            raise SystemExit(f"POST /sweeps: {reply.status_code} {reply.text}")
         sweep_id = reply.json()["sweep_id"]
         deadline = time.monotonic() + 60 + 30 * trials
         while True:
