@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from functions.adapters.aws import AwsClients
+from functions.adapters.ports import JobQuery
 from functions.adapters.sweeps import DynamoSweepRepository
 from functions.service.jobs import JobService
 from functions.service.sweeps import SweepService
@@ -393,3 +394,27 @@ def test_an_ended_trial_moves_into_its_block_and_no_decision_can_create_it_again
     assert plane.trials(sweep_id)[1].model_dump() == ended.model_dump()
     assert plane.repo.claim_trial(sweep_id, again.model_copy(update={"number": 1})) == "taken"
     assert layout.ENTRY_MAX_BYTES * layout.BLOCK < layout.items.MAX_ITEM_BYTES
+
+
+def test_two_decisions_at_once_create_each_trial_once(plane: Plane) -> None:
+    # Decision A reads the sweep, then, before it claims trial 0, decision B runs whole and trial 0 ends
+    sweep_id = plane.create(maxTrials=3, maxParallelTrials=1)
+    other = SweepController(plane.repo, plane.jobs)
+    claim = plane.repo.claim_trial
+    raced: list[int] = []
+
+    def claim_after_the_other(sweep: str, trial: Any) -> Any:
+        if not raced:
+            raced.append(trial.number)
+            assert other.decide(sweep_id).started == [0]
+            plane.finish(plane.running(sweep_id)[0].job_id, [0.5])
+            assert other.decide(sweep_id).started == [1]  # trial 0 ended (moved into its block), trial 1 started
+        return claim(sweep, trial)
+
+    plane.repo.claim_trial = claim_after_the_other  # type: ignore[method-assign]
+    # A's claim of trial 0 is refused; it reads again and starts nothing (trial 1 runs: the one slot is taken)
+    assert plane.controller.decide(sweep_id).started == []
+    trials = plane.trials(sweep_id)
+    assert [t.number for t in trials] == [0, 1] and raced == [0]
+    jobs = plane.jobs.repo.list_jobs(JobQuery(owner=ALICE, labels={"sweep_id": sweep_id}, limit=10))[0]
+    assert sorted(j.labels["trial"] for j in jobs) == ["0", "1"]
