@@ -56,6 +56,21 @@ def _validate_operator(item: dict[str, Any], where: str) -> None:
             raise ValueError(f"event pattern {where}: numeric takes pairs like ['>', 0, '<=', 5]")
     elif name == "exists" and not isinstance(arg, bool):
         raise ValueError(f"event pattern {where}: exists takes true or false")
+    elif name == "prefix" and not (isinstance(arg, str) or _is_ignore_case(arg)):
+        raise ValueError(f"event pattern {where}: prefix takes a string, or {{'equals-ignore-case': string}}")
+    elif name in {"suffix", "equals-ignore-case", "wildcard"} and not isinstance(arg, str):
+        raise ValueError(f"event pattern {where}: {name} takes a string")
+    elif name == "anything-but":
+        values = arg if isinstance(arg, list) else [arg]
+        if isinstance(arg, dict):
+            if set(arg) != {"prefix"} or not isinstance(arg["prefix"], str):
+                raise ValueError(f"event pattern {where}: anything-but takes values, or {{'prefix': string}}")
+        elif not values or not all(isinstance(v, str | int | float | bool) for v in values):
+            raise ValueError(f"event pattern {where}: anything-but takes values, or {{'prefix': string}}")
+
+
+def _is_ignore_case(arg: Any) -> bool:
+    return isinstance(arg, dict) and set(arg) == {"equals-ignore-case"} and isinstance(arg["equals-ignore-case"], str)
 
 
 def _matches_value(rule: Any, value: Any, present: bool) -> bool:

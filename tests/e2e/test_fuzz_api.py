@@ -378,7 +378,8 @@ LEGITIMATE_REFUSALS = (
         r"trigger\.event\.pattern|trigger\.pattern",
         r"^event pattern .*(must be a non-empty object|an empty list matches nothing|values must be in a list|"
         r"is not a value or an operator|"
-        r"unsupported operator|numeric takes pairs|exists takes)",
+        r"unsupported operator|numeric takes pairs|exists takes|(prefix|suffix|wildcard|equals-ignore-case) takes a string|"
+        r"anything-but takes values)",
     ),
     Refusal(
         "a path its owner may not use (path confinement, issue 11 point 1, docs/SECURITY.md): whose files a path"

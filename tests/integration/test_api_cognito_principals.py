@@ -8,9 +8,9 @@ from typing import Any
 
 from functions.handlers import api
 from functions.service.principal import caller_arn
+from tests.helpers.api_lambda import Api
 from tests.helpers.events import FakeLambdaContext, api_event
 from tests.helpers.jobs import request_body
-from tests.integration.test_api_handler import Api, aws, call  # noqa: F401 (fixtures)
 
 SESSION = "arn:aws:sts::123456789012:assumed-role/trainplane-dev-dashboard-users/CognitoIdentityCredentials"
 ANA = "us-east-1:11111111-2222-3333-4444-555555555555"
@@ -31,7 +31,7 @@ def reply(event: dict[str, Any]) -> tuple[int, Any]:
     return raw["statusCode"], json.loads(raw["body"]) if raw.get("body") else None
 
 
-def test_each_signed_in_person_is_a_principal_of_their_own(call: Api) -> None:  # noqa: F811
+def test_each_signed_in_person_is_a_principal_of_their_own(call: Api) -> None:
     status, ana_job = reply(as_dashboard_user("api_submit_job", ANA, body=request_body(name="ana-job"), headers={"Idempotency-Key": ""}))
     assert status == 201 and ana_job["owner"] == f"arn:aws:sts::123456789012:assumed-role/trainplane-dev-dashboard-users/{ANA}"
     status, ben_job = reply(as_dashboard_user("api_submit_job", BEN, body=request_body(name="ben-job"), headers={"Idempotency-Key": ""}))

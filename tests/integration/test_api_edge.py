@@ -8,39 +8,18 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from functions import composition
 from functions.adapters import dynamodb_items
-from functions.adapters.aws import AwsClients
 from functions.handlers import api
-from tests.fakes import RecordingWorkflow
-from tests.helpers.aws import emulated_aws, fresh_resources
+from tests.helpers.api_lambda import DOCUMENT, Api
 from tests.helpers.events import FakeLambdaContext, api_event
-from tests.helpers.jobs import ADMIN, request_body
-from tests.integration.test_api_handler import DOCUMENT, Api
+from tests.helpers.jobs import request_body
 
 NO_KEY = {"Idempotency-Key": ""}
-
-
-@pytest.fixture(scope="module")
-def aws() -> Iterator[AwsClients]:
-    with emulated_aws() as clients:
-        yield clients
-
-
-@pytest.fixture
-def call(aws: AwsClients) -> Iterator[Api]:
-    settings = fresh_resources(aws, admin_arns=(ADMIN,))
-    workflow = RecordingWorkflow()
-    composition.configure(settings=settings, clients=aws, workflow=workflow)
-    try:
-        yield Api(aws, workflow, settings)
-    finally:
-        composition.reset()
 
 
 def raw_call(name: str, **changes: Any) -> tuple[int, dict[str, Any], dict[str, Any]]:
@@ -342,7 +321,6 @@ def test_a_bad_hyperparameter_or_architecture_is_422_naming_it_through_the_api(c
 
 def test_a_job_stored_before_the_submit_rules_still_reads_and_its_retry_is_a_422(call: Api) -> None:
     # Given a FAILED job stored before submit checked hyperparameters (one the trainer refused)
-    from functions import composition
     from functions.adapters.ports import Transition
     from schemas.status import JobStatus
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -23,16 +22,10 @@ from functions.errors import ConcurrentModification, IllegalTransition, InvalidR
 from schemas.job import CheckpointRef, Job, PendingAction, Progress, StatusEvent
 from schemas.status import JobStatus
 from tests.fakes import InMemoryJobRepository
-from tests.helpers.aws import emulated_aws, fresh_resources
+from tests.helpers.aws import fresh_resources
 from tests.helpers.jobs import ALICE, BOB, T0, make_job
 
 S = JobStatus
-
-
-@pytest.fixture(scope="module")
-def aws() -> Iterator[AwsClients]:
-    with emulated_aws() as clients:
-        yield clients
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ from schemas.access import BucketGrant
 from schemas.job import CheckpointRef, Job, StatusEvent, SubmitJobRequest
 from schemas.status import JobStatus
 from tests.fakes import RecordingWorkflow
-from tests.helpers.aws import emulated_aws, fresh_resources
+from tests.helpers.aws import fresh_resources
 from tests.helpers.events import FakeLambdaContext, api_event
 from tests.helpers.jobs import ADMIN, ALICE, BOB, request_body
 from tests.helpers.retraining import policy_body
@@ -165,12 +165,6 @@ def expected(field: str, where: str) -> int:
     if field == "training_config.base_model.tokenizer_id" and where == "relative_path":
         return 422  # './allowed/data': relative, refused
     return 201 if where in (WRITABLE if field == WRITE_FIELD else READABLE) else 422
-
-
-@pytest.fixture(scope="module")
-def aws() -> Iterator[AwsClients]:
-    with emulated_aws() as clients:
-        yield clients
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ the fire bookkeeping that decides duplicates, bursts and caps.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,17 +18,11 @@ from functions.adapters.aws import AwsClients
 from functions.adapters.policies import DynamoPolicyRepository, FireClaim, Route
 from functions.errors import InvalidRequest, PolicyConflict, PolicyNotFound
 from schemas.retraining import RetrainingPolicy
-from tests.helpers.aws import emulated_aws, fresh_resources
+from tests.helpers.aws import fresh_resources
 from tests.helpers.jobs import ALICE, BOB
 from tests.helpers.retraining import InMemoryPolicyRepository, policy_body
 
 T0 = datetime(2026, 2, 1, 9, 0, tzinfo=UTC)
-
-
-@pytest.fixture(scope="module")
-def aws() -> Iterator[AwsClients]:
-    with emulated_aws() as clients:
-        yield clients
 
 
 @pytest.fixture

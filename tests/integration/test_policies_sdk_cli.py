@@ -20,7 +20,7 @@ from localmode.credentials import new_principal
 from localmode.frontdoor import FrontDoor
 from schemas.retraining import RetrainingPolicyPatch
 from tests.fakes import RecordingWorkflow
-from tests.helpers.aws import emulated_aws, fresh_resources
+from tests.helpers.aws import fresh_resources
 from tests.helpers.retraining import policy_body
 from trainplane import Client
 from trainplane.cli import app
@@ -28,12 +28,6 @@ from trainplane.errors import NotFound, ValidationFailed
 
 ALICE = new_principal("alice")
 BOB = new_principal("bob")
-
-
-@pytest.fixture(scope="module")
-def aws() -> Iterator[AwsClients]:
-    with emulated_aws() as clients:
-        yield clients
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -13,13 +12,7 @@ from functions.adapters import s3 as s3_module
 from functions.adapters.aws import AwsClients
 from functions.adapters.s3 import S3ArtifactStore
 from schemas.checkpoint import CheckpointManifest, ManifestFile
-from tests.helpers.aws import emulated_aws, fresh_resources
-
-
-@pytest.fixture(scope="module")
-def aws() -> Iterator[AwsClients]:
-    with emulated_aws() as clients:
-        yield clients
+from tests.helpers.aws import fresh_resources
 
 
 @pytest.fixture

@@ -103,6 +103,15 @@ def test_event_pattern_matching_agrees_with_eventbridge(pattern: dict, expected:
         ({"source": [{"regex": ".*"}]}, "unsupported operator"),
         ({"detail": {"size": [{"numeric": [">"]}]}}, "numeric takes pairs"),
         ({"detail": {"size": [{"exists": "yes"}]}}, "exists takes true or false"),
+        # Operator arguments of the wrong type: refused at create, never a failure at dispatch
+        ({"detail": {"key": [{"prefix": 5}]}}, "prefix takes a string"),
+        ({"detail": {"key": [{"prefix": {"suffix": "x"}}]}}, "prefix takes a string"),
+        ({"detail": {"key": [{"suffix": ["a"]}]}}, "suffix takes a string"),
+        ({"detail": {"key": [{"wildcard": None}]}}, "wildcard takes a string"),
+        ({"detail": {"key": [{"equals-ignore-case": 3}]}}, "equals-ignore-case takes a string"),
+        ({"detail": {"key": [{"anything-but": {"suffix": "x"}}]}}, "anything-but takes values"),
+        ({"detail": {"key": [{"anything-but": [{"a": 1}]}]}}, "anything-but takes values"),
+        ({"detail": {"key": [{"anything-but": []}]}}, "anything-but takes values"),
     ],
 )
 def test_bad_event_patterns_are_refused(pattern: dict, message: str) -> None:
