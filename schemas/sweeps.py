@@ -14,9 +14,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from schemas.configs import is_stored
 from schemas.job import MAX_LABELS, JobName, SubmitJobRequest
 
 SWEEP_LABEL = "sweep_id"
@@ -160,16 +161,58 @@ class EarlyStoppingType(StrEnum):
     NONE = "none"
     MEDIAN = "median"
     ASHA = "asha"
+    HYPERBAND = "hyperband"
+
+
+_STOPPING_FIELDS = {
+    EarlyStoppingType.NONE: frozenset(),
+    EarlyStoppingType.MEDIAN: frozenset({"startup_trials", "warmup_steps"}),
+    EarlyStoppingType.ASHA: frozenset({"min_resource", "reduction_factor"}),
+    EarlyStoppingType.HYPERBAND: frozenset({"min_resource", "max_resource", "reduction_factor", "bootstrap_count"}),
+}
 
 
 class EarlyStopping(_Camel):
-    """Stop losing trials over the metric's intermediate values (median: Optuna MedianPruner; asha: SuccessiveHalvingPruner)."""
+    """Stop losing trials over the metric's intermediate values (median: Optuna MedianPruner; asha:
+    SuccessiveHalvingPruner; hyperband: HyperbandPruner). A setting of another rule is refused."""
 
     type: EarlyStoppingType = EarlyStoppingType.NONE
     startup_trials: int = Field(default=1, ge=0, le=100, description="median: trials that must finish before any is pruned")
     warmup_steps: int = Field(default=0, ge=0, description="median: steps a trial runs before it can be pruned")
-    min_resource: int | None = Field(default=None, ge=1, description="asha: steps before the first rung (auto when unset)")
-    reduction_factor: int = Field(default=3, ge=2, le=10, description="asha: 1/reduction_factor of the trials go on at each rung")
+    min_resource: int | None = Field(
+        default=None, ge=1, le=10**9, description="asha, hyperband: steps before the first rung (asha: auto when unset; hyperband: 1)"
+    )
+    max_resource: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**9,
+        description="hyperband: the steps a trial runs (unset: the last step + 1 of the first trial that completes)",
+    )
+    reduction_factor: int = Field(default=3, ge=2, le=10, description="asha, hyperband: 1/reduction_factor of trials go on at each rung")
+    bootstrap_count: int = Field(
+        default=0, ge=0, le=100, description="hyperband: trials a rung needs before any trial is promoted (needs maxResource)"
+    )
+
+    @field_validator("startup_trials", "warmup_steps", "min_resource", "max_resource", "reduction_factor", "bootstrap_count")
+    @classmethod
+    def _fields_of_its_rule(cls, value: Any, info: ValidationInfo) -> Any:
+        # Runs for the fields given (defaults are not validated): each is refused under another rule,
+        # unless it holds its default (a sweep read back echoes every field).
+        kind = info.data.get("type")
+        if kind is None or is_stored(info):
+            return value
+        name = info.field_name or ""
+        if name not in _STOPPING_FIELDS[kind] and value != cls.model_fields[name].default:
+            raise ValueError(f"not a setting of early stopping {kind.value!r} (it takes: {_settings(kind)})")
+        if name == "max_resource" and value is not None and value < (info.data.get("min_resource") or 1):
+            raise ValueError(f"maxResource ({value}) is smaller than minResource ({info.data.get('min_resource') or 1})")
+        if name == "bootstrap_count" and value and info.data.get("max_resource") is None:
+            raise ValueError("bootstrapCount needs maxResource (Optuna refuses it with an automatic maxResource)")
+        return value
+
+
+def _settings(kind: EarlyStoppingType) -> str:
+    return ", ".join(sorted(to_camel(f) for f in _STOPPING_FIELDS[kind])) or "nothing"
 
 
 class CompletionCriteria(_Camel):

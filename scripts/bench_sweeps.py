@@ -2,9 +2,10 @@
 
 (a) The sweep controller's decision time with 1,000 finished trials in the study (TPE, method bayes):
     - the Optuna part alone: rebuild the in-memory study from 1,000 stored trials + ask one trial;
-    - a whole decide() on moto: Query the sweep's 1,001 items, follow the running trial's job, rebuild,
-      ask, claim trial 1,000 (transaction), submit its job. moto is in-process here and is slower per
-      item than DynamoDB; the Query's share is printed on its own.
+    - a whole decide() on moto: Query the sweep's partition (the sweep and its 1,000 ended trials, stored
+      as the controller stores them: folded into blocks of 50), rebuild, ask, claim trial 1,000
+      (transaction), submit its job. moto is in-process here and is slower per item than DynamoDB; the
+      Query's share and the number of items it reads are printed on their own.
     Median and max of --runs. Goal: <= 1 s on this machine.
 (b) Local mode, from a trial's end to the next trial's submit: `trainplane up` in a subprocess, a sweep of
     --trials quick CUSTOM trials (examples/sweeps/quadratic.py) one at a time; for each next trial,
@@ -106,12 +107,13 @@ def _bench_decide_on_moto(runs: int, tuning: Any, trials: list[Any]) -> dict[str
     from functions.service.jobs import JobService
     from functions.service.sweeps_controller import SweepController
     from functions.settings import Settings
-    from schemas.sweeps import Sweep, SweepStatus
+    from schemas.sweeps import Sweep, SweepStatus, TrialState
     from tests.fakes import InMemoryArtifactStore, RecordingWorkflow
     from tests.helpers.jobs import request_body
 
     decide: list[float] = []
     query: list[float] = []
+    items: list[float] = []
     with mock_aws():
         clients = AwsClients(region=constants.LOCAL_REGION)
         for run in range(runs):
@@ -138,17 +140,30 @@ def _bench_decide_on_moto(runs: int, tuning: Any, trials: list[Any]) -> dict[str
             )
             repo.create(sweep)
             for trial in trials:
-                repo.claim_trial("swp-bench", trial)
+                # As the controller stores them: claimed in flight, then ended (moved into its block)
+                claimed = trial.model_copy(update={"state": TrialState.SUBMITTING, "value": None, "intermediate_values": {}})
+                repo.claim_trial("swp-bench", claimed)
+                for step, value in trial.intermediate_values.items():
+                    repo.record_value("swp-bench", trial.number, step, value)
+                repo.update_trial("swp-bench", trial, claimed.version)
             controller = SweepController(repo, jobs)
             t0 = time.perf_counter()
             repo.load("swp-bench")
             query.append(time.perf_counter() - t0)
+            items.append(_partition_items(clients, settings.jobs_table, "SWEEP#swp-bench"))
             t0 = time.perf_counter()
             decision = controller.decide("swp-bench")
             decide.append(time.perf_counter() - t0)
             started = repo.load("swp-bench")[1][-1]
             assert decision.started == [len(trials)] and started.job_id, (decision, started.reason)
-    return {"decide": decide, "query": query}
+    return {"decide": decide, "query": query, "items": items}
+
+
+def _partition_items(clients: Any, table: str, pk: str) -> int:
+    reply = clients.dynamodb().query(
+        TableName=table, KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": pk}}, Select="COUNT"
+    )
+    return int(reply["Count"])
 
 
 def bench_local(trials: int) -> list[float]:
@@ -157,7 +172,7 @@ def bench_local(trials: int) -> list[float]:
 
     script = ROOT / "examples" / "sweeps" / "quadratic.py"
     state = Path(tempfile.mkdtemp(prefix="bench-sweeps-")) / "state"
-    plane = LocalPlane(state).start()
+    plane = LocalPlane(state, allow_dirs=[ROOT / "examples"]).start()  # the script is a local file (docs/SECURITY.md)
     try:
         template = request_body(name="bench")
         template["training_config"]["framework"] = {"type": "CUSTOM", "custom_script_path": str(script)}
@@ -174,7 +189,8 @@ def bench_local(trials: int) -> list[float]:
             },
         }
         reply = plane.request("POST", "/sweeps", json={"name": "bench", "job_template": template, "hyperParameterTuningConfig": config})
-        reply.raise_for_status()
+        if reply.status_code != 201:
+            raise SystemExit(f"POST /sweeps: {reply.status_code} {reply.text}")
         sweep_id = reply.json()["sweep_id"]
         deadline = time.monotonic() + 60 + 30 * trials
         while True:
@@ -215,7 +231,10 @@ def main() -> None:
     print(f"(a) decision with {args.finished} finished trials (TPE, 4 parameters)")
     print("   " + _line("Optuna: rebuild the study + ask", figures["optuna"]))
     print("   " + _line("whole decide() on moto (query, rebuild, ask, claim, submit)", figures["decide"]))
-    print("   " + _line("  of which the sweep's Query on moto", figures["query"]))
+    print("   " + _line("  of which reading the sweep (its partition's Query) on moto", figures["query"]))
+    print(
+        f"   items in the sweep's partition: {int(statistics.median(figures['items']))} (sweep, blocks of ended trials, trials in flight)"
+    )
     if not args.skip_local:
         delays = bench_local(args.trials)
         print(f"(b) local mode, trial end -> next trial submitted ({args.trials} trials, one at a time)")

@@ -3,19 +3,30 @@
 - Sweep: pk `SWEEP#<id>`, sk `META`; `doc` (the Sweep as compact JSON), native `status`, `version`;
   by-owner GSI `gsi1pk=SWEEPOWNER#<owner>` (its own prefix: jobs, policies and sweeps never share a
   listing), `gsi1sk=<created>#<id>`; by-created GSI `gsi2pk=SWEEPS` (admins; the sweep reconciler).
-- Trial: pk `SWEEP#<id>`, sk `TRIAL#<number:05>`; `doc` (the Trial as JSON: params, state, job,
-  Optuna's system attributes), `version`, and `iv`, a native map step -> metric value, written by
-  the trainer-event hook with one `SET iv.#step` (no read, no lost update, a resumed attempt that
-  reports a step again overwrites it: a preempted trial counts once).
+- A trial in flight (claimed, running): pk `SWEEP#<id>`, sk `TRIAL#<number:05>`; `doc` (the Trial as
+  JSON: params, state, job, Optuna's system attributes), `version`, and `iv`, a native map step ->
+  metric value, written by the trainer-event hook with one `SET iv.#step` (no read, no lost update, a
+  resumed attempt that reports a step again overwrites it: a preempted trial counts once).
+- Ended trials, folded into blocks: sk `DONE#<number // 50:04>`, one attribute `t<number>` per ended
+  trial of the block (the whole Trial, intermediate values included, as compact JSON). A trial that
+  ends is moved there by one transaction that deletes its `TRIAL#` item (if its version and its number
+  of reported steps are still those the decision read) and sets its attribute (if not yet set). So a
+  sweep of 1,000 ended trials is ~20 items, not 1,000: a decision reads the sweep's partition in one
+  or two pages (docs/BENCHMARKS.md). An ended trial too large for its share of a block (over
+  ENTRY_MAX_BYTES: hundreds of reported steps) keeps an item of its own, sk `ENDED#<number:05>`, and
+  its block attribute says "apart". (Items of the layout before the blocks, ended `TRIAL#` items, are
+  read as they are.)
 
-Every decision is a conditional write: a sweep's status/best on `version`; a new trial on
-`attribute_not_exists` (two concurrent decisions cannot both create trial N); a trial's state on
-its `version`.
+Every decision is a conditional write: a sweep's status/best on `version`; a new trial N by a
+transaction that checks the sweep is RUNNING, that no `TRIAL#N` item exists and that N's block has
+no `tN` (two concurrent decisions cannot both create trial N, even when one of them read before N
+ended and was folded); a trial's state on its `version`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
@@ -25,10 +36,18 @@ from functions.adapters.aws import AwsClients
 from functions.adapters.policies import _decode_token, _encode_token
 from functions.errors import InvalidRequest, SweepNotFound, TooLarge
 from schemas.configs import STORED
-from schemas.sweeps import SWEEP_TERMINAL, Sweep, SweepStatus, Trial
+from schemas.sweeps import SWEEP_TERMINAL, TRIAL_ENDED, Sweep, SweepStatus, Trial
+
+logger = logging.getLogger(__name__)
 
 SWEEP_PREFIX = "SWEEP#"
 TRIAL_PREFIX = "TRIAL#"
+DONE_PREFIX = "DONE#"
+ENDED_PREFIX = "ENDED#"
+BLOCK = 50  # ended trials per DONE# item
+ENTRY_MAX_BYTES = 7000  # an ended trial's share of its block (50 x 7,000 B < DynamoDB's 400 KB item limit)
+APART = "apart"  # a block's entry for a trial kept in an ENDED# item of its own
+_LOAD_ATTEMPTS = 5
 OWNER_PREFIX = "SWEEPOWNER#"
 ALL_SWEEPS = "SWEEPS"
 
@@ -41,15 +60,39 @@ def _trial_key(sweep_id: str, number: int) -> dict[str, Any]:
     return {c.PK: {"S": SWEEP_PREFIX + sweep_id}, c.SK: {"S": f"{TRIAL_PREFIX}{number:05d}"}}
 
 
+def _block_key(sweep_id: str, number: int) -> dict[str, Any]:
+    return {c.PK: {"S": SWEEP_PREFIX + sweep_id}, c.SK: {"S": f"{DONE_PREFIX}{number // BLOCK:04d}"}}
+
+
+def _ended_key(sweep_id: str, number: int) -> dict[str, Any]:
+    return {c.PK: {"S": SWEEP_PREFIX + sweep_id}, c.SK: {"S": f"{ENDED_PREFIX}{number:05d}"}}
+
+
+def _entry_attr(number: int) -> str:
+    return f"t{number}"
+
+
 def _doc(model: Sweep) -> str:
     # Secrets kept (the template's hub token is stored, as a job's is; the API masks it).
     return model.model_dump_json(exclude={"trials", "counts"}, round_trip=True, context={"reveal_secrets": True})
 
 
 def _trial_doc(trial: Trial) -> str:
+    return json.dumps(_trial_data(trial), separators=(",", ":"))
+
+
+def _trial_data(trial: Trial) -> dict[str, Any]:
     data = trial.model_dump(mode="json", exclude={"intermediate_values", "version"})
     data["system_attrs"] = trial.system_attrs
     data["prune_requested"] = trial.prune_requested
+    return data
+
+
+def _entry(trial: Trial, version: int) -> str:
+    """An ended trial as its block keeps it: everything, intermediate values and version included."""
+    data = _trial_data(trial)
+    data["version"] = version
+    data["iv"] = {str(step): value for step, value in trial.intermediate_values.items()}
     return json.dumps(data, separators=(",", ":"))
 
 
@@ -94,9 +137,22 @@ class DynamoSweepRepository:
         return _sweep(item)
 
     def load(self, sweep_id: str) -> tuple[Sweep, list[Trial]]:
-        """The sweep and all its trials, read consistently (one Query of its partition)."""
+        """The sweep and all its trials, read consistently (a Query of its partition: the sweep, the
+        blocks of ended trials, the trials in flight).
+
+        A Query is not isolated from a transaction that moves a trial into its block (DynamoDB reads
+        each item committed, not the partition as of one instant): a page may miss the moved trial
+        (read again) or hold it twice (the ended copy wins)."""
+        for _ in range(_LOAD_ATTEMPTS):
+            sweep, trials = self._read(sweep_id)
+            if [t.number for t in trials] == list(range(len(trials))):
+                return sweep, trials
+        logger.warning("sweep %s: its trials are not numbered 0..%d as read", sweep_id, len(trials) - 1)
+        return sweep, trials
+
+    def _read(self, sweep_id: str) -> tuple[Sweep, list[Trial]]:
         sweep: Sweep | None = None
-        trials: list[Trial] = []
+        trials: dict[int, Trial] = {}
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "pk = :pk",
@@ -109,15 +165,24 @@ class DynamoSweepRepository:
                 sk = item[c.SK]["S"]
                 if sk == items.META:
                     sweep = _sweep(item)
+                elif sk.startswith(DONE_PREFIX):
+                    for attr, value in item.items():
+                        if attr[:1] == "t" and attr[1:].isdigit() and value.get("S", APART) != APART:
+                            trial = _from_entry(value["S"])
+                            trials[trial.number] = trial
+                elif sk.startswith(ENDED_PREFIX):
+                    trial = _from_entry(item["doc"]["S"])
+                    trials[trial.number] = trial
                 elif sk.startswith(TRIAL_PREFIX):
-                    trials.append(_trial(item))
+                    trial = _trial(item)
+                    if trial.number not in trials or trials[trial.number].state not in TRIAL_ENDED:
+                        trials[trial.number] = trial
             if "LastEvaluatedKey" not in page:
                 break
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         if sweep is None:
             raise SweepNotFound(sweep_id)
-        trials.sort(key=lambda t: t.number)
-        return sweep, trials
+        return sweep, [trials[n] for n in sorted(trials)]
 
     def list_sweeps(self, owner: str | None, limit: int, next_token: str | None) -> tuple[list[Sweep], str | None]:
         if not 1 <= limit <= 1000:
@@ -211,7 +276,8 @@ class DynamoSweepRepository:
 
     def claim_trial(self, sweep_id: str, trial: Trial) -> Literal["claimed", "taken", "not_running"]:
         """Create trial N while the sweep is RUNNING, in one transaction: "taken" when another decision
-        created it first, "not_running" when the sweep was paused or ended meanwhile."""
+        created it first (its TRIAL# item exists, or it already ended and sits in its block),
+        "not_running" when the sweep was paused or ended meanwhile."""
         item = {
             **_trial_key(sweep_id, trial.number),
             "doc": {"S": _trial_doc(trial)},
@@ -230,6 +296,14 @@ class DynamoSweepRepository:
                 }
             },
             {"Put": {"TableName": self.table, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}},
+            {
+                "ConditionCheck": {
+                    "TableName": self.table,
+                    "Key": _block_key(sweep_id, trial.number),
+                    "ConditionExpression": "attribute_not_exists(#t)",
+                    "ExpressionAttributeNames": {"#t": _entry_attr(trial.number)},
+                }
+            },
         ]
         try:
             self._ddb.transact_write_items(TransactItems=writes)
@@ -238,13 +312,16 @@ class DynamoSweepRepository:
             codes = [r.get("Code") for r in reasons]
             if codes and codes[0] == "ConditionalCheckFailed":
                 return "not_running"
-            if len(codes) > 1 and codes[1] == "ConditionalCheckFailed":
+            if "ConditionalCheckFailed" in codes[1:]:
                 return "taken"
             raise
         return "claimed"
 
     def update_trial(self, sweep_id: str, trial: Trial, expected_version: int) -> bool:
-        """Write the trial's doc (never its reported values) if its version is still `expected_version`."""
+        """Write the trial's doc (never its reported values) if its version is still `expected_version`;
+        a trial that ended is moved into its block (`end_trial`)."""
+        if trial.state in TRIAL_ENDED:
+            return self.end_trial(sweep_id, trial, expected_version)
         try:
             self._ddb.update_item(
                 TableName=self.table,
@@ -260,6 +337,49 @@ class DynamoSweepRepository:
             )
         except self._ddb.exceptions.ConditionalCheckFailedException:
             return False
+        return True
+
+    def end_trial(self, sweep_id: str, trial: Trial, expected_version: int) -> bool:
+        """Move an ended trial into its block, in one transaction: its TRIAL# item is deleted if its version
+        is still `expected_version` and it holds exactly the steps `trial` holds (a value reported since
+        the decision read it refuses the move: the decision reads again), and its block entry is set if
+        not set yet. False when either condition failed."""
+        entry = _entry(trial, expected_version + 1)
+        apart = len(entry.encode()) > ENTRY_MAX_BYTES
+        writes: list[dict[str, Any]] = [
+            {
+                "Delete": {
+                    "TableName": self.table,
+                    "Key": _trial_key(sweep_id, trial.number),
+                    "ConditionExpression": "#v = :expected AND (size(#iv) = :steps OR attribute_not_exists(#iv))",
+                    "ExpressionAttributeNames": {"#v": "version", "#iv": "iv"},
+                    "ExpressionAttributeValues": {
+                        ":expected": {"N": str(expected_version)},
+                        ":steps": {"N": str(len(trial.intermediate_values))},
+                    },
+                }
+            },
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": _block_key(sweep_id, trial.number),
+                    "UpdateExpression": "SET #t = :entry, #e = :block",
+                    "ConditionExpression": "attribute_not_exists(#t)",
+                    "ExpressionAttributeNames": {"#t": _entry_attr(trial.number), "#e": "entity"},
+                    "ExpressionAttributeValues": {":entry": {"S": APART if apart else entry}, ":block": {"S": "TRIAL_BLOCK"}},
+                }
+            },
+        ]
+        if apart:
+            item = {**_ended_key(sweep_id, trial.number), "doc": {"S": entry}, "entity": {"S": "TRIAL"}}
+            writes.append({"Put": {"TableName": self.table, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}})
+        try:
+            self._ddb.transact_write_items(TransactItems=writes)
+        except self._ddb.exceptions.TransactionCanceledException as exc:
+            codes = [r.get("Code") for r in exc.response.get("CancellationReasons") or []]
+            if "ConditionalCheckFailed" in codes:
+                return False
+            raise
         return True
 
     def record_value(self, sweep_id: str, number: int, step: int, value: float) -> bool:
@@ -288,6 +408,12 @@ def _trial(item: Mapping[str, Any]) -> Trial:
     data = json.loads(item["doc"]["S"])
     data["version"] = int(item["version"]["N"])
     data["intermediate_values"] = {int(k): float(v["N"]) for k, v in item.get("iv", {}).get("M", {}).items()}
+    return Trial.model_validate(data)
+
+
+def _from_entry(text: str) -> Trial:
+    data = json.loads(text)
+    data["intermediate_values"] = {int(k): float(v) for k, v in data.pop("iv", {}).items()}
     return Trial.model_validate(data)
 
 

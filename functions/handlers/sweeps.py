@@ -69,7 +69,7 @@ def _reject_unknown_params(known: frozenset[str]) -> None:
     description=(
         "A job template (a SubmitJobRequest, validated as POST /jobs validates it for the caller) and OME's "
         "hyperParameterTuningConfig (camelCase, or hyperparameter_tuning_config in snake_case): method grid|random|bayes, "
-        "maxTrials, metric {name, goal}, typed parameters, maxParallelTrials, seed, earlyStopping none|median|asha, "
+        "maxTrials, metric {name, goal}, typed parameters, maxParallelTrials, seed, earlyStopping none|median|asha|hyperband, "
         "completionCriteria, maxFailedTrials. Trials are ordinary jobs of the caller labelled sweep_id and trial."
     ),
     responses=_responses(201, "The sweep, RUNNING", *BODY_ERRORS, 422),

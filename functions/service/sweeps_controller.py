@@ -9,7 +9,7 @@ point, the asha rungs), intermediate and final values are all items of the sweep
    resumes is the same trial, counted once); a trial claimed but never submitted (its decision died)
    is taken over after SUBMIT_LEASE;
 2. a PAUSED sweep pauses trial jobs that became pausable; an ended sweep cancels what still runs;
-3. prunes running trials whose intermediate values lose (MedianPruner / SuccessiveHalvingPruner),
+3. prunes running trials whose intermediate values lose (MedianPruner / SuccessiveHalvingPruner / HyperbandPruner),
    cancelling the job with a reason the job's history shows;
 4. ends the sweep when maxTrials trials have ended, the target value is reached, N trials in a row did
    not improve, or maxFailedTrials failed;
@@ -31,7 +31,7 @@ from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.trial import FrozenTrial, create_trial
+from optuna.trial import FrozenTrial
 from optuna.trial import TrialState as OptunaState
 
 from functions.adapters.ports import JobQuery
@@ -117,7 +117,7 @@ def sampler_for(tuning: TuningConfig, number: int) -> optuna.samplers.BaseSample
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, constant_liar=True, multivariate=True)
 
 
-def pruner_for(tuning: TuningConfig) -> optuna.pruners.BasePruner:
+def pruner_for(tuning: TuningConfig, trials: list[Trial] | None = None) -> optuna.pruners.BasePruner:
     stopping = tuning.early_stopping
     if stopping.type == EarlyStoppingType.MEDIAN:
         return optuna.pruners.MedianPruner(n_startup_trials=stopping.startup_trials, n_warmup_steps=stopping.warmup_steps)
@@ -125,29 +125,67 @@ def pruner_for(tuning: TuningConfig) -> optuna.pruners.BasePruner:
         return optuna.pruners.SuccessiveHalvingPruner(
             min_resource=stopping.min_resource or "auto", reduction_factor=stopping.reduction_factor
         )
+    if stopping.type == EarlyStoppingType.HYPERBAND:
+        max_resource = stopping.max_resource or hyperband_max_resource(trials or [])
+        if max_resource is None:
+            return optuna.pruners.NopPruner()  # "auto" and no trial completed yet: nothing to compare with
+        return optuna.pruners.HyperbandPruner(
+            min_resource=stopping.min_resource or 1,
+            max_resource=max(max_resource, stopping.min_resource or 1),
+            reduction_factor=stopping.reduction_factor,
+            bootstrap_count=stopping.bootstrap_count,
+        )
     return optuna.pruners.NopPruner()
 
 
+def hyperband_max_resource(trials: list[Trial]) -> int | None:
+    """Hyperband's "auto" maxResource, fixed once and for all: the last step + 1 of the first trial that
+    completed (Optuna sets it at the first pruning check after a trial completed and keeps it; a study
+    rebuilt at every decision must not let it move, as its brackets are computed from it)."""
+    done = [t for t in trials if t.state == TrialState.COMPLETE and t.intermediate_values]
+    if not done:
+        return None
+    first = min(done, key=lambda t: (t.ended_at or t.created_at, t.number))
+    return max(first.intermediate_values) + 1
+
+
 def rebuild_study(tuning: TuningConfig, trials: list[Trial], number: int) -> optuna.Study:
-    """An in-memory study holding every trial as stored, sampling with the sampler of trial `number`."""
+    """An in-memory study holding every trial as stored, sampling with the sampler of trial `number`.
+
+    The trials are built as FrozenTrials and added with one `add_trials` (no `create_trial` per trial;
+    docs/BENCHMARKS.md). The study's name comes from the sweep's seed: Hyperband assigns a trial to its
+    bracket by hashing (study name, trial number), so the same seed gives the same brackets."""
     direction = optuna.study.StudyDirection.MAXIMIZE if tuning.metric.goal == Goal.MAXIMIZE else optuna.study.StudyDirection.MINIMIZE
-    study = optuna.create_study(direction=direction, sampler=sampler_for(tuning, number), pruner=pruner_for(tuning))
+    study = optuna.create_study(
+        study_name=f"sweep-{tuning.seed or 0}",
+        direction=direction,
+        sampler=sampler_for(tuning, number),
+        pruner=pruner_for(tuning, trials),
+    )
     dists = distributions(tuning)
+    frozen = []
     for trial in trials:
         state = _STATE[trial.state]
         value = trial.value if state == OptunaState.COMPLETE else None
         if state == OptunaState.COMPLETE and value is None:
             state = OptunaState.FAIL
-        study.add_trial(
-            create_trial(
+        frozen.append(
+            FrozenTrial(
+                number=trial.number,
+                trial_id=trial.number,
                 state=state,
                 value=value,
+                values=None,
+                datetime_start=trial.created_at,
+                datetime_complete=(trial.ended_at or trial.created_at) if state.is_finished() else None,
                 params=dict(trial.params),
                 distributions={k: dists[k] for k in trial.params if k in dists},
-                intermediate_values=dict(trial.intermediate_values),
+                user_attrs={},
                 system_attrs=dict(trial.system_attrs),
+                intermediate_values=dict(trial.intermediate_values),
             )
         )
+    study.add_trials(frozen)
     return study
 
 
@@ -364,9 +402,13 @@ class SweepController:
         limit = tuning.effective_max_trials()
         dists = distributions(tuning)
         trials = list(trials)
+        study: optuna.Study | None = None
         while sum(t.state not in TRIAL_ENDED for t in trials) < tuning.max_parallel_trials and len(trials) < limit:
             number = len(trials)
-            study = rebuild_study(tuning, trials, number)
+            if study is None:
+                study = rebuild_study(tuning, trials, number)  # once per decision, not once per new trial
+            else:
+                study.sampler = sampler_for(tuning, number)  # the study already holds the trials started since
             asked = study.ask(dists)
             frozen = study._storage.get_trial(asked._trial_id)
             trial = Trial(
@@ -379,7 +421,10 @@ class SweepController:
             claimed = self.sweeps.claim_trial(sweep.sweep_id, trial)
             if claimed != "claimed":
                 return "retry"  # another decision took trial N, or the sweep was paused/ended: decide again
-            trials.append(self._submit(sweep, trial))
+            started = self._submit(sweep, trial)
+            if started.state == TrialState.FAIL:
+                study.tell(asked, state=OptunaState.FAIL)  # as a study rebuilt from the table would hold it
+            trials.append(started)
             decision.started.append(number)
         return "done"
 

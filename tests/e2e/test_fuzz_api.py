@@ -427,6 +427,15 @@ LEGITIMATE_REFUSALS = (
         r"steps|same target|the grid has|a grid needs|not a dotted path|parameter name",
     ),
     Refusal(
+        "a sweep's early stopping takes only its own rule's settings, each away from its default only under its rule"
+        " (type asha: minResource, reductionFactor; hyperband: maxResource >= minResource, bootstrapCount with"
+        " maxResource), docs/SWEEPS.md: a rule across earlyStopping's fields",
+        422,
+        ("POST /sweeps",),
+        _TUNING,
+        r"not a setting of early stopping|smaller than minResource|bootstrapCount needs maxResource",
+    ),
+    Refusal(
         "a sweep parameter's target must name a field of the template (or a hyperparameter the trainer knows)",
         422,
         ("POST /sweeps",),

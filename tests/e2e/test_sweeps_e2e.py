@@ -89,6 +89,35 @@ def test_a_losing_trial_is_pruned_by_the_median_rule_and_stops_early(plane: Loca
     assert "median early stopping" in history[-1]["reason"]
 
 
+def test_a_sweep_of_real_tiny_lora_fine_tunes_records_the_best_trial_and_its_best_checkpoint(plane: LocalPlane) -> None:
+    # The real trainer (LoRA on the 2-layer llama of examples/jobs/lora-tiny.json, CPU): its evaluations
+    # report eval_loss at steps 3 and 6, which the sweep minimizes over two learning rates.
+    import copy
+    import json
+
+    template = copy.deepcopy(json.loads((SCRIPT.parents[1] / "jobs" / "lora-tiny.json").read_text()))
+    template["data_config"]["sources"][0]["path"] = str(SCRIPT.parents[1] / "data" / "tiny-qa.jsonl")
+    template["training_config"]["hyperparameters"].update({"max_steps": "6", "eval_steps": "3", "logging_steps": "3", "warmup_steps": "0"})
+    template["output_config"]["checkpoint"]["save_steps"] = 3
+    template["output_config"]["merge_lora"] = False
+    template.pop("scheduling_config", None)
+    rates = {"learning_rate": {"type": "double", "values": [0.0001, 0.01]}}
+    config = {"metric": {"name": "eval_loss", "goal": "minimize"}}
+    sweep = _sweep(plane, template, method="grid", maxTrials=2, maxParallelTrials=2, parameters=rates, **config)
+    sweep = _wait(plane, sweep["sweep_id"], _ended)
+    assert sweep["status"] == "COMPLETED", sweep
+    trials = sweep["trials"]
+    assert sorted(t["params"]["learning_rate"] for t in trials) == [0.0001, 0.01]
+    for trial in trials:
+        assert trial["state"] == "COMPLETE" and sorted(trial["intermediate_values"], key=int) == ["3", "6"], trial
+        assert trial["value"] == trial["intermediate_values"]["6"]
+        job = plane.request("GET", f"/jobs/{trial['job_id']}").json()
+        assert job["training_config"]["hyperparameters"]["learning_rate"] == format(trial["params"]["learning_rate"], ".10g")
+    best = sweep["best_trial"]
+    assert best["value"] == min(t["value"] for t in trials)
+    assert best["best_checkpoint_id"] and best["best_checkpoint_uri"], best
+
+
 def test_pause_leaves_both_running_trials_paused_with_checkpoints_and_resume_completes(plane: LocalPlane) -> None:
     space = _xy(x={"type": "double", "min": 0.0, "max": 1.0}, y={"type": "double", "min": 0.0, "max": 1.0})
     sweep = _sweep(

@@ -103,6 +103,7 @@ def test_another_principals_sweep_is_404_for_every_verb(call: Any) -> None:
         ({"parameters": {"x": {"type": "int", "min": 1, "max": 2, "target": NOPE}}}, "parameters.x.target", "no field 'nope'"),
         ({"parameters": {"g": {"type": "int", "values": [-1, 1], "target": GPUS}}}, "job_template.resource_config.gpu_count", ""),
         ({"method": "grid", "maxTrials": 2, "parameters": {"n": {"type": "int", "min": 1, "max": 3}}}, "TuningConfig", "maxTrials"),
+        ({"earlyStopping": {"type": "hyperband", "minResource": 4, "maxResource": 2}}, "earlyStopping.maxResource", "smaller than"),
     ],
 )
 def test_invalid_sweeps_are_422_naming_the_field(call: Any, change: dict[str, Any], field: str, message: str) -> None:

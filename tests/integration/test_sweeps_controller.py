@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from functions.adapters.aws import AwsClients
+from functions.adapters.ports import JobQuery
 from functions.adapters.sweeps import DynamoSweepRepository
 from functions.service.jobs import JobService
 from functions.service.sweeps import SweepService
@@ -308,3 +309,112 @@ def test_asha_prunes_a_trial_below_its_rung_and_keeps_its_rungs_in_the_table(pla
     assert decision.pruned == [loser.number]
     stored = plane.trials(sweep_id)[loser.number]
     assert "asha early stopping" in (stored.reason or "") and any(k.startswith("completed_rung_") for k in stored.system_attrs)
+
+
+def _run_trial(plane: Plane, sweep_id: str, values: list[float]) -> tuple[int, list[int]]:
+    """Start the next trial and report its values step by step, a decision after each report (as each
+    report's wake-up would run one); (its number, the steps at which the controller pruned it)."""
+    plane.controller.decide(sweep_id)
+    trial = plane.running(sweep_id)[0]
+    advance(plane.jobs.repo, trial.job_id, *TO_TRAINING)
+    pruned_at = []
+    for step, value in enumerate(values, start=1):
+        plane.report(trial.job_id, step, value)
+        if plane.controller.decide(sweep_id).pruned == [trial.number]:
+            pruned_at.append(step)
+            break
+    if not pruned_at:
+        advance(plane.jobs.repo, trial.job_id, S.COMPLETED)
+    return trial.number, pruned_at
+
+
+def test_hyperband_prunes_weak_trials_each_at_its_brackets_rung(plane: Plane) -> None:
+    # maxResource unset: the first trial to complete fixes it (4 steps: 5), so 3 brackets, whose first
+    # rungs are at steps 1, 2 and 4. A trial's bracket is a hash of (seed, trial number): with seed 2,
+    # trials 3 and 4 fall in the bracket that checks at step 1, trial 5 in the one that checks at step 4.
+    hyperband = {"type": "hyperband", "minResource": 1, "reductionFactor": 2}
+    sweep_id = plane.create(maxTrials=6, maxParallelTrials=1, earlyStopping=hyperband, seed=2)
+    strong = [_run_trial(plane, sweep_id, [v] * 4) for v in (0.9, 0.8, 0.85)]
+    weak = [_run_trial(plane, sweep_id, [0.1] * 4) for _ in range(3)]
+    assert strong == [(0, []), (1, []), (2, [])]
+    assert weak == [(3, [1]), (4, [1]), (5, [4])]  # fixed by the seed: the same on every run
+    trials = plane.trials(sweep_id)
+    for trial in trials[3:]:
+        assert trial.state == TrialState.PRUNED and "hyperband early stopping" in (trial.reason or "")
+        assert plane.jobs.repo.get(trial.job_id).status == S.CANCELLED
+        assert any(k.startswith("completed_rung_") for k in trial.system_attrs)
+    assert plane.controller.decide(sweep_id).status == "COMPLETED"
+
+
+def test_an_ended_trial_moves_into_its_block_and_no_decision_can_create_it_again(plane: Plane) -> None:
+    from functions.adapters import sweeps as layout
+    from schemas.sweeps import Trial
+
+    sweep_id = plane.create(maxTrials=3)
+    plane.controller.decide(sweep_id)
+    trial = plane.running(sweep_id)[0]
+    plane.report(trial.job_id, 1, 0.25)
+    read = plane.trials(sweep_id)[0]
+    ended = read.model_copy(update={"state": TrialState.COMPLETE, "value": 0.25, "ended_at": plane.jobs.clock()})
+    # A value reported after the decision read the trial refuses the move (the decision reads again)
+    plane.report(trial.job_id, 2, 0.5)
+    assert plane.repo.update_trial(sweep_id, ended, read.version) is False
+    read = plane.trials(sweep_id)[0]
+    ended = read.model_copy(update={"state": TrialState.COMPLETE, "value": 0.5, "ended_at": plane.jobs.clock()})
+    assert plane.repo.update_trial(sweep_id, ended, read.version) is True
+    assert plane.repo.update_trial(sweep_id, ended, read.version) is False  # moved once
+    # It reads back whole, from its block (its TRIAL# item is gone: a late report is not recorded)
+    (stored,) = plane.trials(sweep_id)
+    assert stored.model_dump() == ended.model_dump() and stored.version == read.version + 1
+    assert stored.intermediate_values == {1: 0.25, 2: 0.5}
+    assert plane.repo.record_value(sweep_id, 0, 3, 0.9) is False
+    keys = [
+        i["sk"]["S"]
+        for i in plane.repo._ddb.query(
+            TableName=plane.repo.table, KeyConditionExpression="pk = :pk", ExpressionAttributeValues={":pk": {"S": f"SWEEP#{sweep_id}"}}
+        )["Items"]
+    ]
+    assert keys == ["DONE#0000", "META"]
+    # A decision that read the sweep before trial 0 was claimed, ran and ended cannot create trial 0 again
+    again = Trial(number=0, state=TrialState.SUBMITTING, params=stored.params, created_at=plane.jobs.clock())
+    assert plane.repo.claim_trial(sweep_id, again) == "taken"
+    # An ended trial too large for its share of a block keeps an item of its own, and reads back whole
+    plane.controller.decide(sweep_id)
+    big = plane.running(sweep_id)[0]
+    many = {str(step): {"N": str(step / 1000)} for step in range(1, 400)}  # 399 reports, written at once
+    plane.repo._ddb.update_item(
+        TableName=plane.repo.table,
+        Key=layout._trial_key(sweep_id, big.number),
+        UpdateExpression="SET iv = :m",
+        ExpressionAttributeValues={":m": {"M": many}},
+    )
+    read = plane.trials(sweep_id)[1]
+    ended = read.model_copy(update={"state": TrialState.FAIL, "reason": "job FAILED: x" * 50, "ended_at": plane.jobs.clock()})
+    assert len(read.intermediate_values) == 399 and plane.repo.update_trial(sweep_id, ended, read.version)
+    assert plane.trials(sweep_id)[1].model_dump() == ended.model_dump()
+    assert plane.repo.claim_trial(sweep_id, again.model_copy(update={"number": 1})) == "taken"
+    assert layout.ENTRY_MAX_BYTES * layout.BLOCK < layout.items.MAX_ITEM_BYTES
+
+
+def test_two_decisions_at_once_create_each_trial_once(plane: Plane) -> None:
+    # Decision A reads the sweep, then, before it claims trial 0, decision B runs whole and trial 0 ends
+    sweep_id = plane.create(maxTrials=3, maxParallelTrials=1)
+    other = SweepController(plane.repo, plane.jobs)
+    claim = plane.repo.claim_trial
+    raced: list[int] = []
+
+    def claim_after_the_other(sweep: str, trial: Any) -> Any:
+        if not raced:
+            raced.append(trial.number)
+            assert other.decide(sweep_id).started == [0]
+            plane.finish(plane.running(sweep_id)[0].job_id, [0.5])
+            assert other.decide(sweep_id).started == [1]  # trial 0 ended (moved into its block), trial 1 started
+        return claim(sweep, trial)
+
+    plane.repo.claim_trial = claim_after_the_other  # type: ignore[method-assign]
+    # A's claim of trial 0 is refused; it reads again and starts nothing (trial 1 runs: the one slot is taken)
+    assert plane.controller.decide(sweep_id).started == []
+    trials = plane.trials(sweep_id)
+    assert [t.number for t in trials] == [0, 1] and raced == [0]
+    jobs = plane.jobs.repo.list_jobs(JobQuery(owner=ALICE, labels={"sweep_id": sweep_id}, limit=10))[0]
+    assert sorted(j.labels["trial"] for j in jobs) == ["0", "1"]

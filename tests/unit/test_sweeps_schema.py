@@ -106,7 +106,7 @@ def test_config_errors_name_their_field() -> None:
     assert _error(_tuning(method="hill-climb"))[0] == "method"
     assert _error(_tuning(maxTrials=0))[0] == "maxTrials"
     assert _error(_tuning(metric={"name": "acc", "goal": "up"}))[0] == "metric.goal"
-    assert _error(_tuning(earlyStopping="hyperband"))[0] == "earlyStopping.type"
+    assert _error(_tuning(earlyStopping="bohb"))[0] == "earlyStopping.type"
     assert _error(_tuning(parameters={}))[0] == "parameters"
     assert _error(_tuning(parameters={"9x": {"type": "int", "min": 1, "max": 2}}))[0] == "parameters"
     b = "training_config.hyperparameters.b"
@@ -138,3 +138,33 @@ def test_importing_the_api_handler_does_not_import_optuna() -> None:
     code = "import sys, functions.handlers.api, functions.service.sweeps, functions.service.sweeps_hooks; print('optuna' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("stopping", "field", "message"),
+    [
+        ({"type": "hyperband", "minResource": 4, "maxResource": 2}, "earlyStopping.maxResource", "smaller than minResource (4)"),
+        ({"type": "hyperband", "maxResource": 0}, "earlyStopping.maxResource", "greater than or equal to 1"),
+        ({"type": "hyperband", "bootstrapCount": 2}, "earlyStopping.bootstrapCount", "needs maxResource"),
+        ({"type": "hyperband", "reductionFactor": 1}, "earlyStopping.reductionFactor", "greater than or equal to 2"),
+        ({"type": "hyperband", "startupTrials": 3}, "earlyStopping.startupTrials", "not a setting of early stopping 'hyperband'"),
+        ({"type": "asha", "maxResource": 9}, "earlyStopping.maxResource", "not a setting of early stopping 'asha'"),
+        ({"type": "median", "minResource": 2}, "earlyStopping.minResource", "(it takes: startupTrials, warmupSteps)"),
+        ({"type": "none", "warmupSteps": 5}, "earlyStopping.warmupSteps", "(it takes: nothing)"),
+    ],
+)
+def test_early_stopping_settings_are_checked_against_their_rule(stopping: dict[str, Any], field: str, message: str) -> None:
+    where, why = _error(_tuning(earlyStopping=stopping))
+    assert where == field and message in why
+
+
+def test_hyperband_settings_are_accepted_and_a_sweep_read_back_validates_again() -> None:
+    tuning = TuningConfig.model_validate(
+        _tuning(earlyStopping={"type": "hyperband", "minResource": 2, "maxResource": 32, "reductionFactor": 2, "bootstrapCount": 1})
+    )
+    stopping = tuning.early_stopping
+    assert (stopping.min_resource, stopping.max_resource, stopping.reduction_factor, stopping.bootstrap_count) == (2, 32, 2, 1)
+    # The API echoes every setting, defaults of the other rules included: the echo is a valid config
+    for echoed in (tuning.model_dump(mode="json", by_alias=True), tuning.model_dump(mode="json")):
+        assert TuningConfig.model_validate(echoed) == tuning
+    assert TuningConfig.model_validate(_tuning(earlyStopping="hyperband")).early_stopping.max_resource is None
