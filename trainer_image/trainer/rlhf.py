@@ -397,6 +397,9 @@ class RLHFRun:
                     self.window_tokens = 0.0
                     self.step_start = time.perf_counter()
 
+                def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+                    self.window_start = time.perf_counter()  # the first window is training, not trl's set-up
+
                 def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
                     nonlocal pending_rng
                     if pending_rng is not None:
@@ -423,6 +426,7 @@ class RLHFRun:
                         epoch=round(run._epoch(step), 4),
                         tokens_per_second=round(tokens / elapsed, 2) if elapsed > 0 and tokens > 0 else None,
                         attempt=run.spec.attempt,
+                        tokens_seen=run.tokens_seen,  # prompt + completion tokens so far, every attempt's
                         **{k: float(v) for k, v in values.items()},
                     )
                     if point.loss is not None:
