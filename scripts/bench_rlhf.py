@@ -50,14 +50,20 @@ def letters(prompts, completions, **columns):
 '''
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu-tiny": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2},
-    "gpu-small": {"hidden_size": 768, "intermediate_size": 2048, "num_hidden_layers": 12, "num_attention_heads": 12, "num_key_value_heads": 4},
+    "gpu-small": {
+        "hidden_size": 768,
+        "intermediate_size": 2048,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 4,
+    },
 }
 
 
 def build_model(directory: Path, preset: dict[str, Any]) -> None:
     """A random llama with the byte tokenizer, saved as a Hugging Face model directory (both sides load it)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
     from trainer.tokenizer import ByteTokenizer
+    from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = ByteTokenizer()
     torch.manual_seed(0)
@@ -80,7 +86,9 @@ def throughput(windows: list[tuple[float, float]], warmup: int) -> dict[str, Any
     return {"tokens": tokens, "seconds": seconds, "steps": len(timed), "tokens_per_second": tokens / seconds if seconds > 0 else 0.0}
 
 
-def run_ours(work: Path, model_dir: Path, data: Path, reward: Path, args: argparse.Namespace, gradient_checkpointing: bool) -> dict[str, Any]:
+def run_ours(
+    work: Path, model_dir: Path, data: Path, reward: Path, args: argparse.Namespace, gradient_checkpointing: bool
+) -> dict[str, Any]:
     from trainer.__main__ import main
 
     from schemas.api import MetricsPoint
@@ -153,10 +161,10 @@ def run_plain(work: Path, model_dir: Path, prompts: list[dict[str, Any]], reward
     windows: list[tuple[float, float]] = []
 
     class Windows(TrainerCallback):
-        def on_train_begin(self, a: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             self.mark, self.seen = time.perf_counter(), 0.0
 
-        def on_log(self, a: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
             if not logs or "reward" not in logs:
                 return
             now, seen = time.perf_counter(), float(state.num_input_tokens_seen)
@@ -204,9 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.steps <= args.warmup:
         parser.error("--steps must be larger than --warmup")
 
-    from trl import GRPOConfig
-
     import trl
+    from trl import GRPOConfig
 
     cuda = torch.cuda.is_available()
     preset_name = args.preset if args.preset != "auto" else ("gpu-small" if cuda else "cpu-tiny")

@@ -157,7 +157,8 @@ def with_path(field: str, value: str) -> dict[str, Any]:
     elif field == "training_config.framework.custom_script_path":
         tc["framework"] = {"type": "CUSTOM", "custom_script_path": value}
     elif field == "training_config.rlhf.reward_model":
-        tc.update(training_type="RLHF", rlhf={"reward_model": value if value.startswith(("s3://", "/")) else "./" + value, "num_generations": 2})
+        reward_model = value if value.startswith(("s3://", "/")) else "./" + value
+        tc.update(training_type="RLHF", rlhf={"reward_model": reward_model, "num_generations": 2})
     elif field == "training_config.rlhf.reward_script_path":
         tc.update(training_type="RLHF", rlhf={"reward_script_path": value, "num_generations": 2})
     elif field == WRITE_FIELD:

@@ -67,7 +67,11 @@ def _change(path: tuple[str, ...], value: Any, rlhf: dict[str, Any] | None = Non
         (_body_without_block(), "training_config.rlhf", "training_type RLHF needs the rlhf block"),
         (_block_on_sft(), "training_config.rlhf", "for training_type RLHF, not SFT"),
         (rlhf_body({"reward_script_path": None}), "training_config.rlhf", "RLHF needs a reward"),
-        (rlhf_body({"reward_script_path": None, "reward_model": "m", "reward_functions": ["f"]}), "training_config.rlhf.reward_functions", "not set"),
+        (
+            rlhf_body({"reward_script_path": None, "reward_model": "m", "reward_functions": ["f"]}),
+            "training_config.rlhf.reward_functions",
+            "not set",
+        ),
         (rlhf_body({"reward_weights": [1.0, 2.0]}), "training_config.rlhf.reward_weights", "2 weight(s) for 1 reward(s)"),
         (rlhf_body({"reward_functions": ["f", "f"]}), "training_config.rlhf.reward_functions", "named twice"),
         (rlhf_body({"reward_functions": ["not-an-identifier"]}), "training_config.rlhf.reward_functions.0", "should match pattern"),
