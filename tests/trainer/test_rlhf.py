@@ -37,8 +37,11 @@ def broken(prompts, completions, **columns):
 ONE_LAYER = {**TINY_LLAMA, "num_hidden_layers": 1}
 
 
-def rlhf_spec(root: Path, *, steps: int, rlhf: dict[str, Any] | None = None, **fields: Any) -> dict[str, Any]:
-    write_jsonl(root / "data" / "train.jsonl", [{"prompt": f"write some words, {i}:", "topic": f"t{i % 3}"} for i in range(8)])
+def rlhf_spec(root: Path, *, steps: int, rlhf: dict[str, Any] | None = None, chat: bool = False, **fields: Any) -> dict[str, Any]:
+    prompts: list[Any] = [f"write some words, {i}:" for i in range(8)]
+    if chat:  # trl's conversational prompts, rendered with the tokenizer's chat template
+        prompts = [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}] for text in prompts]
+    write_jsonl(root / "data" / "train.jsonl", [{"prompt": prompt, "topic": f"t{i % 3}"} for i, prompt in enumerate(prompts)])
     script = root / "rewards.py"
     script.write_text(REWARD_SCRIPT, encoding="utf-8")
     hyperparameters = {"max_steps": str(steps), "learning_rate": "3e-2", "lr_scheduler_type": "constant", "logging_steps": "1"}
@@ -130,7 +133,8 @@ def test_an_rlhf_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run
 
 
 def test_a_reward_model_directory_is_the_reward(tmp_path: Path, monkeypatch, capsys) -> None:
-    # Given a (tiny, untrained) sequence-classification reward model saved with its tokenizer, and no reward function
+    # Given a (tiny, untrained) sequence-classification reward model saved with its tokenizer, no reward function,
+    # and chat prompts
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
     torch.manual_seed(0)
@@ -140,7 +144,8 @@ def test_a_reward_model_directory_is_the_reward(tmp_path: Path, monkeypatch, cap
     reward_dir = tmp_path / "reward-model"
     LlamaForSequenceClassification(config).save_pretrained(reward_dir)
     tokenizer.save_pretrained(reward_dir)
-    spec = rlhf_spec(tmp_path, steps=2, rlhf={"reward_script_path": None, "reward_functions": None, "reward_model": str(reward_dir)})
+    block = {"reward_script_path": None, "reward_functions": None, "reward_model": str(reward_dir)}
+    spec = rlhf_spec(tmp_path, steps=2, rlhf=block, chat=True)
 
     # When it runs
     outcome = run_in_process(tmp_path, spec, monkeypatch, capsys)

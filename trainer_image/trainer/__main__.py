@@ -130,6 +130,8 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
     if stop.requested:
         return _finish(events, ExitCode.STOPPED_WITH_CHECKPOINT, None)
     if tc.training_type == TrainingType.RLHF:
+        if validation_records:
+            raise UserError("RLHF has no evaluation pass: remove the validation sources and validation_split")
         return _train_rlhf(spec, hyper, paths, events, stop, runtime, train_records, seed)
     loaded = models.load_model_and_tokenizer(tc, hyper, runtime.device, seed=seed)
     train_examples = data.build_examples(train_records, loaded.tokenizer, tc.training_type, dc, hyper)

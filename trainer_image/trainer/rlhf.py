@@ -474,7 +474,9 @@ class RLHFRun:
         self.metrics.sync()
         last = self.checkpoints.last_saved_uri or (loaded.uri if loaded else None)
         return RLHFResult(
-            stopped=stopped or (self.stop.requested and self.step < self.total_steps),
+            # A stop after the last step still stops before the export (exit 75): the final checkpoint exists,
+            # so the resumed attempt goes straight to exporting, as the loop does.
+            stopped=stopped or self.stop.requested,
             step=self.step,
             total_steps=self.total_steps,
             checkpoint_uri=last,
