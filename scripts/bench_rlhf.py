@@ -231,8 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-generations", type=int, default=4)
     parser.add_argument("--completion-length", type=int, default=32, help="max_completion_length")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each side, alternating; the best of each is compared")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads for both sides (default 1: on a shared host a second thread spin-waits for a "
+        "descheduled sibling, which makes both wall and CPU figures noisy); 0 keeps torch's default",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures to this file")
     args = parser.parse_args(argv)
+    if args.threads > 0:
+        torch.set_num_threads(args.threads)
     if args.warmup < 1 or args.steps <= args.warmup:
         parser.error("--warmup must be >= 1 (the first window holds the set-up) and --steps larger than it")
 
@@ -242,7 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     cuda = torch.cuda.is_available()
     preset_name = args.preset if args.preset != "auto" else ("gpu-small" if cuda else "cpu-tiny")
     device = torch.cuda.get_device_name(0) if cuda else "CPU"
-    print(f"trainplane RLHF benchmark | torch {torch.__version__} | trl {trl.__version__} | device: {device} | preset {preset_name}")
+    print(
+        f"trainplane RLHF benchmark | torch {torch.__version__} | trl {trl.__version__} | device: {device} | preset {preset_name}"
+        f" | torch threads {torch.get_num_threads()}"
+    )
     print(
         f"{args.steps} steps ({args.warmup} untimed) x {args.batch_size} completions ({args.batch_size // args.num_generations} prompts"
         f" x {args.num_generations} generations), max_completion_length {args.completion_length}; tokens = prompt + completion"
@@ -288,6 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         "trl": trl.__version__,
         "preset": preset_name,
         "gradient_checkpointing": gradient_checkpointing,
+        "threads": torch.get_num_threads(),
         "settings": {k: v for k, v in vars(args).items() if k != "json"},
         "best": figures_of,
         "rounds": {"ours": ours_runs, "plain_trl": plain_runs},
