@@ -37,6 +37,16 @@ def broken(prompts, completions, **columns):
 ONE_LAYER = {**TINY_LLAMA, "num_hidden_layers": 1}
 
 
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Any:
+    """One intra-op thread: on the shared 2-core CI host a second one spin-waits for its descheduled sibling,
+    which made these runs ~10x slower (scripts/bench_rlhf.py --threads). Both runs of a comparison share it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def rlhf_spec(root: Path, *, steps: int, rlhf: dict[str, Any] | None = None, chat: bool = False, **fields: Any) -> dict[str, Any]:
     prompts: list[Any] = [f"write some words, {i}:" for i in range(8)]
     if chat:  # trl's conversational prompts, rendered with the tokenizer's chat template
@@ -140,7 +150,8 @@ def test_a_reward_model_directory_is_the_reward(tmp_path: Path, monkeypatch, cap
     torch.manual_seed(0)
     tokenizer = ByteTokenizer()
     fields = {k: v for k, v in ONE_LAYER.items() if k != "architecture"}
-    config = LlamaConfig(**fields, vocab_size=len(tokenizer), num_labels=1, pad_token_id=tokenizer.pad_token_id)
+    config = LlamaConfig(**fields, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    config.num_labels = 1
     reward_dir = tmp_path / "reward-model"
     LlamaForSequenceClassification(config).save_pretrained(reward_dir)
     tokenizer.save_pretrained(reward_dir)
