@@ -181,3 +181,15 @@ def test_reward_script_failures_are_the_users(tmp_path: Path, monkeypatch, capsy
     import re
 
     assert re.search(message, failure), failure
+
+
+def test_epoch_strategies_count_passes_over_the_prompts(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Given 8 prompts and 2 prompts per step (8 completions, 4 per prompt): an epoch is 4 steps
+    hyperparameters = {"logging_strategy": "epoch", "save_strategy": "epoch", "logging_steps": "1"}
+    spec = rlhf_spec(tmp_path, steps=5, hyperparameters=hyperparameters)
+    # When 5 steps run
+    outcome = run_in_process(tmp_path, spec, monkeypatch, capsys)
+    # Then the end of the first epoch and the last step are reported, and checkpointed
+    assert outcome.code == ExitCode.COMPLETED, outcome.stderr[-3000:]
+    assert sorted(rewards(tmp_path)) == [4, 5]
+    assert [m.step for m in outcome.checkpoints()] == [4, 5] and outcome.checkpoints()[0].epoch == 1.0

@@ -282,9 +282,13 @@ class RLHFRun:
         config = self.spec.output_config.checkpoint
         strategy = self.hyper.save_strategy or config.save_strategy.value
         if strategy == "epoch":
-            n = len(self.rows)
-            return (self.step * self.prompts_per_step) // n > ((self.step - 1) * self.prompts_per_step) // n
+            return self._epoch_ended(self.step)
         return self.step % (self.hyper.save_steps or config.save_steps) == 0
+
+    def _epoch_ended(self, step: int) -> bool:
+        """Step `step` took the last prompt of a pass over the prompts (an epoch)."""
+        n = len(self.rows)
+        return (step * self.prompts_per_step) // n > ((step - 1) * self.prompts_per_step) // n
 
     def _step_metrics(self) -> dict[str, float]:
         found: dict[str, float] = {}
@@ -316,7 +320,8 @@ class RLHFRun:
             learning_rate=hyper.learning_rate,
             weight_decay=hyper.weight_decay,
             max_grad_norm=hyper.max_grad_norm,
-            logging_strategy=hyper.logging_strategy,
+            # trl's "epoch" would be its one pass over the prompt sequence it is given: ours is decided per step
+            logging_strategy="no" if hyper.logging_strategy == "epoch" else hyper.logging_strategy,
             logging_steps=hyper.logging_steps,
             save_strategy="no",
             report_to="none",
@@ -409,7 +414,8 @@ class RLHFRun:
 
                 def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
                     progress.record(time.perf_counter() - self.step_start)
-                    if start + state.global_step == run.total_steps:
+                    step = start + state.global_step
+                    if step == run.total_steps or (run.hyper.logging_strategy == "epoch" and run._epoch_ended(step)):
                         control.should_log = True  # the last step is always reported
 
                 def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
