@@ -287,6 +287,93 @@ class FrameworkConfig(Strict):
         return int(stage) if stage is not None else DEEPSPEED_DEFAULT_ZERO_STAGE
 
 
+RewardFunctionName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class RLHFConfig(Strict):
+    """RLHF (training_type RLHF): GRPO through trl's GRPOTrainer (docs/TRAINER.md). The reward is a reward model,
+    reward functions from a Python file the user ships, or both (their weighted sum)."""
+
+    reward_model: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description="A sequence-classification reward model (one score per completion): a Hub id, an s3:// prefix or a local path.",
+    )
+    reward_model_revision: str | None = Field(default=None, max_length=256, description="The Hub revision of reward_model.")
+    reward_script_path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="A Python file (local or s3://) defining the reward functions named by reward_functions.",
+    )
+    reward_functions: list[RewardFunctionName] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=16,
+        description="Functions of reward_script_path, called as trl reward functions: f(prompts, completions, **columns) -> "
+        "list[float]. Default: ['reward'].",
+    )
+    reward_weights: list[Annotated[float, Field(ge=-1e6, le=1e6)]] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=17,
+        description="One weight per reward: the functions in order, then reward_model. Default: all 1.",
+    )
+    num_generations: int = Field(default=8, ge=2, le=1024, description="Completions sampled per prompt (the GRPO group).")
+    max_completion_length: int = Field(default=512, ge=1, le=131_072, description="Tokens generated per completion at most.")
+    temperature: float = Field(default=1.0, gt=0, le=100, description="Sampling temperature.")
+    top_p: float = Field(default=1.0, gt=0, le=1, description="Nucleus sampling.")
+    top_k: int = Field(default=0, ge=0, le=1_000_000, description="0: no top-k filter.")
+    beta: float = Field(
+        default=0.0,
+        ge=0,
+        le=1000,
+        description="KL coefficient against the reference model (the initial policy, frozen); 0 (trl's default) loads no reference.",
+    )
+
+    def reward_model_source(self) -> ModelSource | None:
+        """Where reward_model lives, read as base_model.model_id is (s3://, a local path, else a Hub id)."""
+        if self.reward_model is None:
+            return None
+        return BaseModelSpec(model_id=self.reward_model).resolved_source()
+
+    def function_names(self) -> list[str]:
+        if self.reward_script_path is None:
+            return []
+        return list(self.reward_functions or ["reward"])
+
+    def reward_count(self) -> int:
+        return len(self.function_names()) + (1 if self.reward_model else 0)
+
+    @model_validator(mode="after")
+    def _some_reward(self, info: ValidationInfo) -> RLHFConfig:
+        if is_stored(info):
+            return self
+        title = type(self).__name__
+        if self.reward_model is None and self.reward_script_path is None:
+            raise ValueError("give reward_model, reward_script_path or both: RLHF needs a reward")
+        if self.reward_functions is not None and self.reward_script_path is None:
+            raise_at(("reward_functions",), "reward_functions name functions of reward_script_path, which is not set", None, title)
+        if self.reward_model_revision is not None and self.reward_model is None:
+            raise_at(("reward_model_revision",), "reward_model_revision without reward_model", self.reward_model_revision, title)
+        for name in ("reward_model", "reward_script_path"):
+            value = getattr(self, name)
+            if value is not None and value.startswith("s3:") and s3_uri_problem(value):
+                raise_at((name,), str(s3_uri_problem(value)), value, title)
+        if self.reward_functions is not None and len(set(self.reward_functions)) != len(self.reward_functions):
+            raise_at(("reward_functions",), "a function is named twice", self.reward_functions, title)
+        if self.reward_weights is not None and len(self.reward_weights) != self.reward_count():
+            raise_at(
+                ("reward_weights",),
+                f"{len(self.reward_weights)} weight(s) for {self.reward_count()} reward(s) "
+                "(the reward functions in order, then reward_model)",
+                self.reward_weights,
+                title,
+            )
+        return self
+
+
 def hyperparameters_schema(schema: dict[str, Any]) -> None:
     # The document names the keys the trainer knows and how each value is spelt (schemas/hyperparameters.py),
     # as the server refuses other keys and spellings.
@@ -311,6 +398,18 @@ class TrainingConfig(Strict):
     )
     max_retries: int = Field(default=0, ge=0, le=20, description="Retries for retryable user-code failures.")
     priority: Priority = 5
+    rlhf: RLHFConfig | None = Field(default=None, description="training_type RLHF only (required there): the reward and GRPO's sampling.")
+
+    @model_validator(mode="after")
+    def _rlhf_block(self, info: ValidationInfo) -> TrainingConfig:
+        if is_stored(info):
+            return self
+        if self.training_type == TrainingType.RLHF and self.rlhf is None:
+            message = "training_type RLHF needs the rlhf block (a reward_model and/or reward_script_path)"
+            raise_at(("rlhf",), message, None, type(self).__name__)
+        if self.training_type != TrainingType.RLHF and self.rlhf is not None:
+            raise_at(("rlhf",), f"the rlhf block is for training_type RLHF, not {self.training_type.value}", None, type(self).__name__)
+        return self
 
     @model_validator(mode="after")
     def _trainer_accepts_hyperparameters(self, info: ValidationInfo) -> TrainingConfig:

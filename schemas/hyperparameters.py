@@ -37,6 +37,22 @@ OPTIMIZER_SPELLINGS = {
     "sgd": "sgd",
 }
 ADAPTER_TYPES = frozenset({TrainingType.LORA, TrainingType.QLORA})
+# Hyperparameters an RLHF (GRPO) job refuses by name, and why (schemas/configs.py RLHFConfig holds GRPO's own settings).
+_NO_RLHF_LORA = "RLHF trains the full model (LoRA adapters are not offered for RLHF yet)"
+_NO_RLHF_EVAL = "RLHF has no evaluation pass (the reward is reported at every logging step)"
+RLHF_REFUSED = {
+    "packing": "prompts are generated from one by one",
+    "label_smoothing_factor": "GRPO's loss is not a token cross-entropy",
+    "neftune_noise_alpha": "not applied to generation-based training",
+    "dpo_beta": "use training_config.rlhf.beta (the KL coefficient)",
+    "lora_rank": _NO_RLHF_LORA,
+    "lora_alpha": _NO_RLHF_LORA,
+    "lora_dropout": _NO_RLHF_LORA,
+    "lora_target_modules": _NO_RLHF_LORA,
+    "eval_steps": _NO_RLHF_EVAL,
+    "eval_strategy": _NO_RLHF_EVAL,
+    "evaluation_strategy": _NO_RLHF_EVAL,
+}
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -160,6 +176,11 @@ class Hyperparameters(BaseModel):
             )
         if self.evaluation_strategy_name() == "no" and self.eval_steps is not None:
             errors.append(field_error("eval_steps", "eval_steps is set but eval_strategy is no", values["eval_steps"]))
+        if training_type == TrainingType.RLHF:
+            for key in sorted(set(values) & set(RLHF_REFUSED)):
+                if key in ("eval_strategy", "evaluation_strategy") and str(values[key]).strip() == "no":
+                    continue
+                errors.append(field_error(key, f"{key} is not supported for RLHF: {RLHF_REFUSED[key]}", values[key]))
         if self.label_smoothing_factor and training_type == TrainingType.DPO:
             errors.append(
                 field_error(

@@ -88,7 +88,56 @@ class SubmitJobRequest(Strict):
                     "tracking",
                     "SubmitJobRequest",
                 )
+            if tc.training_type == TrainingType.RLHF:
+                self._check_rlhf()
         return self
+
+    def _check_rlhf(self) -> None:
+        """What the RLHF trainer (GRPO, trainer/rlhf.py) refuses and can tell without data or a model."""
+        from schemas.hyperparameters import Hyperparameters
+
+        tc, dc, title = self.training_config, self.data_config, "SubmitJobRequest"
+        framework = tc.framework
+        if framework.type != FrameworkType.HF_TRAINER:
+            raise_at(
+                ("training_config", "framework", "type"),
+                f"RLHF runs on HF_TRAINER (one process); {framework.type.value} is not supported for RLHF",
+                framework.type.value,
+                title,
+            )
+        if framework.distributed.world_size > 1:
+            raise_at(
+                ("training_config", "framework", "distributed", "world_size"),
+                "RLHF runs in one process (world_size 1): several workers are not supported for RLHF yet",
+                framework.distributed.world_size,
+                title,
+            )
+        for i, source in enumerate(dc.sources):
+            if source.split == "validation":
+                raise_at(("data_config", "sources", i, "split"), "RLHF has no evaluation pass: no validation sources", "validation", title)
+        if dc.validation_split > 0:
+            message = "RLHF has no evaluation pass: leave validation_split at 0"
+            raise_at(("data_config", "validation_split"), message, dc.validation_split, title)
+        metric = self.output_config.checkpoint.metric_for_best_model
+        if metric is not None and metric.startswith("eval_"):
+            raise_at(
+                ("output_config", "checkpoint", "metric_for_best_model"),
+                "RLHF has no evaluation pass: choose a training metric (loss, reward)",
+                metric,
+                title,
+            )
+        assert tc.rlhf is not None  # TrainingConfig requires the block for RLHF
+        parsed = Hyperparameters.parse(tc.hyperparameters, tc.training_type)
+        batch = parsed.per_device_train_batch_size or dc.batch_size
+        accumulation = parsed.gradient_accumulation_steps or dc.gradient_accumulation_steps
+        if (batch * accumulation) % tc.rlhf.num_generations:
+            raise_at(
+                ("training_config", "rlhf", "num_generations"),
+                f"batch_size x gradient_accumulation_steps = {batch * accumulation} completions per step is not a multiple of "
+                f"num_generations={tc.rlhf.num_generations} (each prompt's group of completions must fit in one step)",
+                tc.rlhf.num_generations,
+                title,
+            )
 
     def _check_trainer_arguments(self) -> None:
         """TrainingArguments names that need a GPU, or that alias a field of another config."""

@@ -46,6 +46,8 @@ class FrameworkType(StrEnum):
 def _offered_only(schema: JsonSchemaValue, handler: GetJsonSchemaHandler, refused: dict[Any, str]) -> JsonSchemaValue:
     """The enum's JSON schema (openapi.json) lists only what submit accepts; the refused values are named
     in its description (they stay in the Python enum: the seed's API has them, and submit answers 422)."""
+    if not refused:
+        return schema
     target = handler.resolve_ref_schema(schema)
     target["enum"] = [value for value in target.get("enum", []) if value not in {str(r) for r in refused}]
     target["description"] = "Refused at submit with a 422, not supported yet: " + "; ".join(refused.values()) + "."
@@ -54,7 +56,7 @@ def _offered_only(schema: JsonSchemaValue, handler: GetJsonSchemaHandler, refuse
 
 # Accepted in the schema (they are part of the seed's API) but refused at submit until the trainer
 # really implements them: a feature we cannot offer is a clear 422, never a fake run.
-UNSUPPORTED_TRAINING_TYPES = {TrainingType.RLHF: "RLHF training is not supported yet; use DPO for preference tuning"}
+UNSUPPORTED_TRAINING_TYPES: dict[TrainingType, str] = {}
 UNSUPPORTED_FRAMEWORKS = {
     FrameworkType.MEGATRON: "the MEGATRON framework is not supported yet; use FSDP",
 }

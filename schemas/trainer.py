@@ -190,6 +190,9 @@ METRIC_LINE_KEYS: dict[str, str] = {
     "grad_norm": "train:grad_norm",
     "tokens_per_second": "train:tokens_per_second",
     "epoch": "train:epoch",
+    "reward": "train:reward",  # RLHF: mean reward of the step's completions
+    "reward_std": "train:reward_std",
+    "kl": "train:kl",  # RLHF with beta > 0: KL to the reference policy
 }
 METRIC_DEFINITIONS: list[dict[str, str]] = [{"Name": name, "Regex": rf" {key}={_NUMBER}"} for key, name in METRIC_LINE_KEYS.items()]
 

@@ -117,6 +117,14 @@ def resolve_relative_data_paths(document: dict[str, Any], base: Path) -> None:
         candidate = (base / path).resolve()
         if candidate.exists():
             source["path"] = str(candidate)
+    # An RLHF job's reward script (and a reward model directory) written next to the job file, likewise.
+    training = document.get("training_config")
+    rlhf = training.get("rlhf") if isinstance(training, dict) else None
+    if isinstance(rlhf, dict):
+        for key in ("reward_script_path", "reward_model"):
+            path = rlhf.get(key)
+            if isinstance(path, str) and "://" not in path and path.startswith(("./", "../")) and (base / path).exists():
+                rlhf[key] = str((base / path).resolve())
 
 
 def _print_mapping(o: Options, rows: dict[str, str]) -> None:

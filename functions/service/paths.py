@@ -128,6 +128,10 @@ def named_paths(request: SubmitJobRequest) -> Iterator[NamedPath]:
     for i, part in enumerate(tc.framework.command or []):
         if _looks_like_path(part):  # a CUSTOM command's script or binary: confined like custom_script_path
             yield NamedPath(f"training_config.framework.command[{i}]", part, directory=False)
+    if tc.rlhf is not None and tc.rlhf.reward_model_source() in (ModelSource.S3, ModelSource.LOCAL):
+        yield NamedPath("training_config.rlhf.reward_model", str(tc.rlhf.reward_model))
+    if tc.rlhf is not None and tc.rlhf.reward_script_path:
+        yield NamedPath("training_config.rlhf.reward_script_path", tc.rlhf.reward_script_path, directory=False)
     if oc.output_path:
         yield NamedPath("output_config.output_path", oc.output_path, write=True)
     mlflow = oc.tracking.mlflow if oc.tracking else None
@@ -183,6 +187,9 @@ class PathRules:
             yield "training_config.base_model.model_id", model.model_id
         if model.tokenizer_id is not None and not _looks_like_path(model.tokenizer_id):
             yield "training_config.base_model.tokenizer_id", model.tokenizer_id
+        rlhf = request.training_config.rlhf
+        if rlhf is not None and rlhf.reward_model is not None and rlhf.reward_model_source() == ModelSource.HUB:
+            yield "training_config.rlhf.reward_model", rlhf.reward_model
 
     def check_read(self, named: NamedPath, owner: Principal) -> list[str]:
         """The normalised path(s) `owner` may read, or InvalidRequest naming the field."""

@@ -282,11 +282,11 @@ def test_the_document_documents_405_everywhere_and_413_415_where_a_body_is_read(
 
 def test_refused_training_types_and_frameworks_are_not_offered(call: Api) -> None:
     schemas = _schemas()
-    assert "RLHF" not in schemas["TrainingType"]["enum"] and "RLHF" in schemas["TrainingType"]["description"]
     assert "MEGATRON" not in schemas["FrameworkType"]["enum"] and "MEGATRON" in schemas["FrameworkType"]["description"]
+    assert "RLHF" in schemas["TrainingType"]["enum"] and "description" not in schemas["TrainingType"]  # every type is offered
     # And the server does refuse them
     body = request_body()
-    body["training_config"]["training_type"] = "RLHF"
+    body["training_config"]["framework"] = {"type": "MEGATRON"}
     assert call("api_submit_job", body=body, headers=NO_KEY).status == 422
 
 

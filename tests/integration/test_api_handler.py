@@ -111,7 +111,7 @@ def test_malformed_json_is_400(call: Api) -> None:
         (lambda b: b.setdefault("scheduling_config", {}).update(priority=11), "scheduling_config.priority", "less than or equal to 10"),
         (lambda b: b["data_config"].update(validation_split=1.5), "data_config.validation_split", "less than or equal to 1"),
         (lambda b: b["resource_config"].update(gpu_count=-1), "resource_config.gpu_count", "greater than or equal to 0"),
-        (lambda b: b["training_config"].update(training_type="RLHF"), "body", "RLHF training is not supported"),
+        (lambda b: b["training_config"].update(training_type="RLHF"), "training_config.rlhf", "RLHF needs the rlhf block"),
         (lambda b: b["training_config"]["framework"].update(type="MEGATRON"), "body", "MEGATRON framework is not supported"),
         (lambda b: b["training_config"].update(training_type="QLORA"), "body", "QLORA needs a GPU"),
     ],

@@ -40,6 +40,8 @@ READ_FIELDS = (
     "training_config.base_model.tokenizer_id",
     "training_config.resume_from_checkpoint",
     "training_config.framework.custom_script_path",
+    "training_config.rlhf.reward_model",
+    "training_config.rlhf.reward_script_path",
 )
 WRITE_FIELD = "output_config.output_path"
 LOCATIONS = (
@@ -154,6 +156,11 @@ def with_path(field: str, value: str) -> dict[str, Any]:
         tc["resume_from_checkpoint"] = value
     elif field == "training_config.framework.custom_script_path":
         tc["framework"] = {"type": "CUSTOM", "custom_script_path": value}
+    elif field == "training_config.rlhf.reward_model":
+        reward_model = value if value.startswith(("s3://", "/")) else "./" + value
+        tc.update(training_type="RLHF", rlhf={"reward_model": reward_model, "num_generations": 2})
+    elif field == "training_config.rlhf.reward_script_path":
+        tc.update(training_type="RLHF", rlhf={"reward_script_path": value, "num_generations": 2})
     elif field == WRITE_FIELD:
         body["output_config"] = {"output_path": value}
     else:
@@ -162,7 +169,7 @@ def with_path(field: str, value: str) -> dict[str, Any]:
 
 
 def expected(field: str, where: str) -> int:
-    if field == "training_config.base_model.tokenizer_id" and where == "relative_path":
+    if field in ("training_config.base_model.tokenizer_id", "training_config.rlhf.reward_model") and where == "relative_path":
         return 422  # './allowed/data': relative, refused
     return 201 if where in (WRITABLE if field == WRITE_FIELD else READABLE) else 422
 

@@ -108,6 +108,14 @@ def test_the_state_directory_is_refused_even_inside_an_allowed_directory(tmp_pat
             "training_config.framework.command[1]",
             {"training_config.framework": {"type": "CUSTOM", "command": ["python", "/tmp/elsewhere/train.py"]}},
         ),
+        (
+            "training_config.rlhf.reward_model",
+            {"training_config.training_type": "RLHF", "training_config.rlhf": {"reward_model": "/etc", "num_generations": 4}},
+        ),
+        (
+            "training_config.rlhf.reward_script_path",
+            {"training_config.training_type": "RLHF", "training_config.rlhf": {"reward_script_path": "/tmp/elsewhere/rewards.py"}},
+        ),
         ("output_config.output_path", {"output_config.output_path": "/tmp/elsewhere/model"}),
         ("checkpoint_uri", {"checkpoint_uri": "/tmp/elsewhere/checkpoints"}),
         ("metrics_uri", {"metrics_uri": "/tmp/elsewhere/metrics.jsonl"}),

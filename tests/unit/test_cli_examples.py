@@ -44,3 +44,14 @@ def test_remote_absolute_and_missing_paths_are_left_alone(tmp_path: Path) -> Non
     # When resolved  Then nothing changes (the server or trainer will say what is wrong)
     resolve_relative_data_paths(document, tmp_path)
     assert [s["path"] for s in document["data_config"]["sources"]] == ["s3://b/k.jsonl", "/abs/x.jsonl", "nope.jsonl"]
+
+
+def test_the_rlhf_example_is_valid_and_its_reward_script_resolves_against_the_job_file() -> None:
+    # Given the RLHF example, whose data and reward script are relative to its own directory
+    job_file = EXAMPLES / "jobs" / "rlhf-tiny.json"
+    document = load_document(str(job_file))
+    # When the CLI resolves its paths  Then both are absolute, and it is a valid RLHF request
+    resolve_relative_data_paths(document, job_file.parent)
+    assert document["training_config"]["rlhf"]["reward_script_path"] == str((EXAMPLES / "rlhf" / "rewards.py").resolve())
+    request = SubmitJobRequest.model_validate(document)
+    assert request.training_config.rlhf is not None and request.training_config.rlhf.function_names() == ["readable", "correct"]

@@ -170,7 +170,7 @@ def test_invalid_template_and_bad_cron_are_refused_at_creation() -> None:
         RetrainingPolicyRequest.model_validate(_policy(job_template={**TEMPLATE, "training_config": {"training_type": "NOPE"}}))
     with pytest.raises(ValidationError, match="hours: 99"):
         RetrainingPolicyRequest.model_validate(_policy(trigger={"type": "schedule", "expression": "cron(0 99 ? * * *)"}))
-    with pytest.raises(ValidationError, match="RLHF training is not supported"):
+    with pytest.raises(ValidationError, match="training_type RLHF needs the rlhf block"):
         bad = {**TEMPLATE, "training_config": {**TEMPLATE["training_config"], "training_type": "RLHF"}}
         RetrainingPolicyRequest.model_validate(_policy(job_template=bad))
 

@@ -95,7 +95,7 @@ def test_unknown_fields_are_rejected_at_every_level(where: tuple[str, ...]) -> N
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"training_type": "RLHF"}, "RLHF training is not supported yet"),
+        ({"training_type": "RLHF"}, "training_type RLHF needs the rlhf block"),
         ({"framework": {"type": "MEGATRON"}}, "the MEGATRON framework is not supported yet"),
         (
             {"framework": {"type": "DEEPSPEED", "config": {"offload_optimizer_device": "cpu"}}},

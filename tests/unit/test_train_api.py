@@ -103,7 +103,7 @@ def test_hf_forwards_other_extra_args_as_trainer_arguments_and_maps_the_text_fie
         ({"framework": "meta", "extra_args": {"warmup_steps": 3}}, "extra_args.warmup_steps", "meta (FSDP)"),
         ({"extra_args": {"precision": "int3"}}, "extra_args.precision", "one of"),
         ({"extra_args": {"batch_size": 0}}, "extra_args.batch_size", "greater than or equal to 1"),
-        ({"extra_args": {"training_type": "RLHF"}}, "body", "RLHF"),
+        ({"extra_args": {"training_type": "RLHF"}}, "training_config.rlhf", "RLHF needs the rlhf block"),
         ({"annotations": {"note": "x" * 5000}}, "annotations", "at most 4096"),
         ({"extra_args": {"no_such_trainer_arg": 1}}, "extra_args.no_such_trainer_arg", "unknown hyperparameter"),
         ({"extra_args": {"lr": "fast"}}, "extra_args.lr", "valid number"),

@@ -133,6 +133,10 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
     train_records, validation_records = data.load_splits(dc, paths.channels(), tc.training_type)
     if stop.requested:
         return _finish(events, ExitCode.STOPPED_WITH_CHECKPOINT, None)
+    if tc.training_type == TrainingType.RLHF:
+        if validation_records:
+            raise UserError("RLHF has no evaluation pass: remove the validation sources and validation_split")
+        return _train_rlhf(spec, hyper, paths, events, stop, runtime, train_records, seed)
     loaded = models.load_model_and_tokenizer(tc, hyper, runtime.device, seed=seed)
     train_examples = data.build_examples(train_records, loaded.tokenizer, tc.training_type, dc, hyper)
     validation_examples = (
@@ -225,6 +229,74 @@ def _train_tracked(
             info={"job_id": spec.job_id, "attempt": spec.attempt, "step": result.step, "eval": result.eval_metrics},
         )
     runtime.barrier()
+    return _finish(events, ExitCode.COMPLETED, result.checkpoint_uri)
+
+
+def _train_rlhf(
+    spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Events, stop: StopRequest, runtime: Any, records: list[Any], seed: int
+) -> int:
+    """RLHF (GRPO on trl, trainer/rlhf.py) with the same checkpoints, stop, metrics and export as the loop."""
+    from trainer import export, models
+    from trainer.checkpoint import CheckpointManager
+    from trainer.loop import emit_checkpoint_event
+    from trainer.metrics import MetricsLog
+    from trainer.rlhf import RLHFRun
+
+    tc, oc = spec.training_config, spec.output_config
+    loaded = models.load_model_and_tokenizer(tc, hyper, runtime.device, seed=seed)
+    if stop.requested:
+        return _finish(events, ExitCode.STOPPED_WITH_CHECKPOINT, None)
+    layout = RunLayout.of(spec)
+    if layout is not None:
+        layout.prepare()
+    on_saved = emit_checkpoint_event(events)
+    if layout is not None:
+        on_saved = _both(on_saved, layout.on_saved)
+    checkpoints = CheckpointManager(
+        spec.checkpoint_uri,
+        paths.checkpoint_dir,
+        oc.checkpoint,
+        job_id=spec.job_id,
+        attempt=spec.attempt,
+        training_type=tc.training_type.value,
+        on_saved=on_saved,
+        asynchronous=hyper.async_checkpoint,
+    )
+    metrics = MetricsLog(paths.output_data_dir / "metrics.jsonl", spec.metrics_uri, attempt=spec.attempt)
+    work = paths.output_data_dir / "rlhf"
+    work.mkdir(parents=True, exist_ok=True)
+    run = RLHFRun(
+        spec,
+        hyper,
+        model=loaded.model,
+        tokenizer=loaded.tokenizer,
+        records=records,
+        runtime=runtime,
+        checkpoints=checkpoints,
+        events=events,
+        metrics=metrics,
+        stop=stop,
+        work_dir=work,
+        extra_files=_config_files(loaded.model, False),
+        seed=seed,
+    )
+    result = run.run(_resume_uri(spec))
+    if layout is not None:
+        layout.finish(paths.output_data_dir / "metrics.jsonl")
+    if result.stopped:
+        log(f"stopped ({stop.reason}) at step {result.step}/{result.total_steps}; checkpoint {result.checkpoint_uri}")
+        return _finish(events, ExitCode.STOPPED_WITH_CHECKPOINT, result.checkpoint_uri)
+    events.set_phase(TrainerPhase.EXPORTING)
+    export.export_model(
+        result.model,
+        loaded.tokenizer,
+        is_adapter=False,
+        output=oc,
+        model_dir=paths.model_dir,
+        output_uri=spec.output_uri,
+        claim=partial(access.claim_export, spec=spec),
+        info={"job_id": spec.job_id, "attempt": spec.attempt, "step": result.step, "eval": {}},
+    )
     return _finish(events, ExitCode.COMPLETED, result.checkpoint_uri)
 
 

@@ -56,6 +56,14 @@ def spec_paths(spec: RunSpec) -> Iterator[SpecPath]:
     for i, part in enumerate(tc.framework.command or []):
         if _path_like(part):  # a CUSTOM command's script or binary is confined like a custom_script_path
             yield SpecPath(f"training_config.framework.command[{i}]", _as_local(part, None))
+    rlhf = tc.rlhf
+    if rlhf is not None and rlhf.reward_model is not None:
+        reward_source = rlhf.reward_model_source()
+        on_disk = reward_source == ModelSource.HUB and _exists_locally(rlhf.reward_model)
+        if reward_source in (ModelSource.S3, ModelSource.LOCAL) or on_disk:
+            yield SpecPath("training_config.rlhf.reward_model", _as_local(rlhf.reward_model, reward_source))
+    if rlhf is not None and rlhf.reward_script_path:
+        yield SpecPath("training_config.rlhf.reward_script_path", rlhf.reward_script_path)
     yield SpecPath("checkpoint_uri", spec.checkpoint_uri, write=True)
     if spec.metrics_uri:
         yield SpecPath("metrics_uri", spec.metrics_uri, write=True)

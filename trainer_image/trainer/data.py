@@ -145,6 +145,8 @@ def build_examples(
     token after truncation (its prompt fills the window) is dropped, and the count is logged.
     """
     training_type = TrainingType(training_type)
+    if training_type == TrainingType.RLHF:
+        raise UserError("RLHF prompts are not turned into fixed examples: trainer/rlhf.py samples completions for them")
     formatter = Formatter(tokenizer, dc.preprocess)
     packing = hyper.packing_for(training_type)
     if training_type == TrainingType.DPO and packing:

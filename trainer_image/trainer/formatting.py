@@ -9,6 +9,7 @@ Which record shapes each training type reads:
 | SFT                    | prompt/completion, messages                                 | completion / assistant turns |
 | LORA, QLORA            | prompt/completion, messages, text                           | as above           |
 | DPO                    | prompt/chosen/rejected                                      | chosen and rejected, prompt masked |
+| RLHF                   | prompt (a string, or a list of {role, content} messages)   | sampled completions (trainer/rlhf.py) |
 
 Labels are IGNORE_INDEX (-100) where no loss is taken; label i is the token at position i (the model
 shifts, as Hugging Face causal LMs do). Every check raises DataError with the record's file and line.
@@ -56,6 +57,7 @@ class Shape(StrEnum):
     PROMPT_COMPLETION = "prompt/completion"
     CHAT = "messages"
     PREFERENCE = "prompt/chosen/rejected"
+    PROMPT = "prompt"
 
 
 REQUIRED_FIELDS: dict[Shape, tuple[str, ...]] = {
@@ -63,6 +65,7 @@ REQUIRED_FIELDS: dict[Shape, tuple[str, ...]] = {
     Shape.PROMPT_COMPLETION: ("prompt", "completion"),
     Shape.CHAT: ("messages",),
     Shape.PREFERENCE: ("prompt", "chosen", "rejected"),
+    Shape.PROMPT: ("prompt",),
 }
 
 # Order matters: a record with both "messages" and "text" is read as a conversation.
@@ -73,6 +76,7 @@ ACCEPTED_SHAPES: dict[TrainingType, tuple[Shape, ...]] = {
     TrainingType.LORA: (Shape.PROMPT_COMPLETION, Shape.CHAT, Shape.TEXT),
     TrainingType.QLORA: (Shape.PROMPT_COMPLETION, Shape.CHAT, Shape.TEXT),
     TrainingType.DPO: (Shape.PREFERENCE,),
+    TrainingType.RLHF: (Shape.PROMPT,),
 }
 
 
@@ -101,6 +105,9 @@ def check_record(record: Mapping[str, Any], training_type: TrainingType | str, f
     shape = next((s for s in shapes if all(name in mapped for name in REQUIRED_FIELDS[s])), None)
     if shape is None:
         raise DataError(source, line, _missing_message(mapped, training_type, shapes, field_mapping))
+    if shape == Shape.PROMPT:
+        _check_prompt(mapped["prompt"], source, line, _shown("prompt", field_mapping))
+        return shape
     for name in REQUIRED_FIELDS[shape]:
         if name == "messages":
             _check_messages(mapped[name], source, line, _shown(name, field_mapping))
@@ -129,6 +136,23 @@ def _shown(name: str, field_mapping: Mapping[str, str]) -> str:
 
 def _type_name(value: Any) -> str:
     return {dict: "an object", list: "a list", type(None): "null", bool: "a boolean"}.get(type(value), type(value).__name__)
+
+
+def _check_prompt(prompt: Any, source: str, line: int, shown: str) -> None:
+    """An RLHF prompt: plain text, or a conversation (trl's conversational format) the model continues."""
+    if isinstance(prompt, str):
+        if not prompt:
+            raise DataError(source, line, f"field {shown} is empty")
+        return
+    if not isinstance(prompt, list) or not prompt:
+        expected = "a string or a non-empty list of {role, content} objects"
+        raise DataError(source, line, f"field {shown} must be {expected}, got {_type_name(prompt)}")
+    for position, message in enumerate(prompt):
+        if not isinstance(message, dict):
+            raise DataError(source, line, f"{shown}[{position}] must be an object with role and content, got {_type_name(message)}")
+        for key in ("role", "content"):
+            if not isinstance(message.get(key), str):
+                raise DataError(source, line, f"{shown}[{position}].{key} must be a string, got {_type_name(message.get(key))}")
 
 
 def _check_messages(messages: Any, source: str, line: int, shown: str) -> None:

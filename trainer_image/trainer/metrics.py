@@ -136,6 +136,8 @@ def report(events: Events, metrics: MetricsLog, point: MetricsPoint, progress: P
         "grad_norm": point.grad_norm,
         "tokens_per_second": point.tokens_per_second,
         "epoch": point.epoch,
+        # RLHF's (trainer/rlhf.py): extra fields of the point, None for every other type
+        **{key: (point.model_extra or {}).get(key) for key in ("reward", "reward_std", "kl")},
     }
     assert set(values) == set(METRIC_LINE_KEYS)
     if any(v is not None for k, v in values.items() if k != "epoch"):

@@ -1,0 +1,195 @@
+"""RLHF (GRPO on trl, trainer/rlhf.py) under the trainer's contract: the mean reward of a toy reward rises;
+SIGTERM leaves a checkpoint and exit 75, and the resumed run matches an uninterrupted one step by step;
+a reward model directory works as the reward; the reward script's failures are the user's errors."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from trainer.events import Events
+from trainer.tokenizer import ByteTokenizer
+
+from schemas.trainer import ExitCode, FailureReason, TrainerEventKind
+from tests.trainer.conftest import TINY_LLAMA, write_jsonl
+from tests.trainer.runs import make_spec, metrics_points, run_in_process
+
+# A dense toy reward a random byte-level model can learn in a few steps: the share of ASCII letters and
+# spaces in the completion (about 20 % of random bytes).
+REWARD_SCRIPT = """
+import string
+
+LETTERS = set(string.ascii_letters + " ")
+
+
+def letters(prompts, completions, **columns):
+    return [sum(ch in LETTERS for ch in text) / max(1, len(text)) for text in completions]
+
+
+def broken(prompts, completions, **columns):
+    raise RuntimeError("no score for you")
+"""
+ONE_LAYER = {**TINY_LLAMA, "num_hidden_layers": 1}
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Any:
+    """One intra-op thread: on the shared 2-core CI host a second one spin-waits for its descheduled sibling,
+    which made these runs ~10x slower (scripts/bench_rlhf.py --threads). Both runs of a comparison share it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def rlhf_spec(root: Path, *, steps: int, rlhf: dict[str, Any] | None = None, chat: bool = False, **fields: Any) -> dict[str, Any]:
+    prompts: list[Any] = [f"write some words, {i}:" for i in range(8)]
+    if chat:  # trl's conversational prompts, rendered with the tokenizer's chat template
+        prompts = [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}] for text in prompts]
+    write_jsonl(root / "data" / "train.jsonl", [{"prompt": prompt, "topic": f"t{i % 3}"} for i, prompt in enumerate(prompts)])
+    script = root / "rewards.py"
+    script.write_text(REWARD_SCRIPT, encoding="utf-8")
+    hyperparameters = {"max_steps": str(steps), "learning_rate": "3e-2", "lr_scheduler_type": "constant", "logging_steps": "1"}
+    spec = make_spec(
+        root,
+        "RLHF",
+        hyperparameters={**hyperparameters, **fields.pop("hyperparameters", {})},
+        data_config={"batch_size": 8, "max_seq_length": 64, **fields.pop("data_config", {})},
+        model_kwargs=ONE_LAYER,
+        **fields,
+    )
+    block = {"reward_script_path": str(script), "reward_functions": ["letters"], "num_generations": 4, "max_completion_length": 8}
+    spec["training_config"]["rlhf"] = {**block, **(rlhf or {})}
+    return spec
+
+
+def rewards(root: Path, attempt: int | None = None) -> dict[int, float]:
+    return {p.step: float((p.model_extra or {})["reward"]) for p in metrics_points(root) if attempt is None or p.attempt == attempt}
+
+
+def test_rlhf_trains_and_its_mean_reward_rises(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Given an RLHF job whose reward is a function from the user's file
+    spec = rlhf_spec(tmp_path, steps=10)
+
+    # When it runs
+    outcome = run_in_process(tmp_path, spec, monkeypatch, capsys)
+
+    # Then it completed, exported the policy, and the mean reward of the last steps beats the first steps'
+    assert outcome.code == ExitCode.COMPLETED, outcome.stderr[-3000:]
+    by_step = rewards(tmp_path)
+    assert sorted(by_step) == list(range(1, 11))
+    first, last = sum(by_step[s] for s in (1, 2, 3)) / 3, sum(by_step[s] for s in (8, 9, 10)) / 3
+    assert last > first + 0.05, by_step
+    # and each step reported reward, its spread, loss and throughput like every other type
+    point = metrics_points(tmp_path)[-1]
+    extra = point.model_extra or {}
+    assert point.loss is not None and point.tokens_per_second and "reward_std" in extra and "rewards/letters/mean" not in extra
+    assert "reward=" in outcome.stdout and "reward_std=" in outcome.stdout  # the SageMaker metric lines
+    assert [m.step for m in outcome.checkpoints()] == [10] and outcome.checkpoints()[0].training_type == "RLHF"
+    assert (tmp_path / "model" / "model.safetensors").is_file() and (tmp_path / "model" / "trainplane_export.json").is_file()
+
+
+def _sigterm_at_step(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    """A real SIGTERM to this process when the trainer reports `step` (through the real handler)."""
+    original = Events.emit
+
+    def emit(self: Events, kind: TrainerEventKind, data: dict[str, Any] | None = None) -> Any:
+        event = original(self, kind, data)
+        if kind == TrainerEventKind.PROGRESS and data and data["step"] == step:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return event
+
+    monkeypatch.setattr(Events, "emit", emit)
+
+
+def test_an_rlhf_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Given the same job twice, with the KL penalty on (a reference model), gradient accumulation, warmup and
+    # a mid-run asynchronous checkpoint
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    fields: dict[str, Any] = {
+        "rlhf": {"beta": 0.1},
+        "hyperparameters": {"warmup_steps": "2", "lr_scheduler_type": "cosine", "learning_rate": "1e-2"},
+        "data_config": {"batch_size": 4, "gradient_accumulation_steps": 2},
+        "output_config": {"checkpoint": {"save_steps": 2, "save_total_limit": 5}},
+    }
+    reference = run_in_process(straight, rlhf_spec(straight, steps=5, **fields), monkeypatch, capsys)
+    assert reference.code == ExitCode.COMPLETED, reference.stderr[-3000:]
+
+    # When the other gets SIGTERM at step 3: a checkpoint at step 3 and exit 75; then it runs again
+    with monkeypatch.context() as patch:
+        _sigterm_at_step(patch, 3)
+        first = run_in_process(interrupted, rlhf_spec(interrupted, steps=5, **fields), patch, capsys)
+    assert first.code == ExitCode.STOPPED_WITH_CHECKPOINT, first.stderr[-3000:]
+    assert first.done.data == {"exit_code": 75, "stopped": True, "checkpoint_uri": str(interrupted / "checkpoints" / "step-000003")}
+    assert [m.step for m in first.checkpoints()] == [2, 3]
+    second = run_in_process(interrupted, {**rlhf_spec(interrupted, steps=5, **fields), "attempt": 2}, monkeypatch, capsys)
+    assert second.code == ExitCode.COMPLETED, second.stderr[-3000:]
+
+    # Then every step's reward, KL and loss, and the final weights, are the uninterrupted run's exactly
+    assert sorted(rewards(interrupted, 1)) == [1, 2, 3] and sorted(rewards(interrupted, 2)) == [4, 5]
+    assert rewards(interrupted) == rewards(straight)
+    kl = {p.step: (p.model_extra or {})["kl"] for p in metrics_points(straight)}
+    assert {p.step: (p.model_extra or {})["kl"] for p in metrics_points(interrupted)} == kl and kl[5] > 0
+    assert second.losses() == reference.losses()
+    final_a = load_file(str(straight / "checkpoints" / "step-000005" / "model.safetensors"))
+    final_b = load_file(str(interrupted / "checkpoints" / "step-000005" / "model.safetensors"))
+    assert final_a.keys() == final_b.keys() and all(final_a[k].equal(final_b[k]) for k in final_a)
+    assert second.checkpoints()[-1].resumed_from == "step-000003"
+
+
+def test_a_reward_model_directory_is_the_reward(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Given a (tiny, untrained) sequence-classification reward model saved with its tokenizer, no reward function,
+    # and chat prompts
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    torch.manual_seed(0)
+    tokenizer = ByteTokenizer()
+    fields = {k: v for k, v in ONE_LAYER.items() if k != "architecture"}
+    config = LlamaConfig(**fields, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id)
+    config.num_labels = 1
+    reward_dir = tmp_path / "reward-model"
+    LlamaForSequenceClassification(config).save_pretrained(reward_dir)
+    tokenizer.save_pretrained(reward_dir)
+    block = {"reward_script_path": None, "reward_functions": None, "reward_model": str(reward_dir)}
+    spec = rlhf_spec(tmp_path, steps=2, rlhf=block, chat=True)
+
+    # When it runs
+    outcome = run_in_process(tmp_path, spec, monkeypatch, capsys)
+
+    # Then the model's scores are the reward
+    assert outcome.code == ExitCode.COMPLETED, outcome.stderr[-3000:]
+    assert sorted(rewards(tmp_path)) == [1, 2] and all(r != 0 for r in rewards(tmp_path).values())
+
+
+@pytest.mark.parametrize(
+    ("rlhf", "message"),
+    [
+        ({"reward_functions": ["broken"]}, "reward function broken raised RuntimeError: no score for you"),
+        ({"reward_functions": ["missing"]}, "training_config.rlhf.reward_functions: .* defines no function 'missing'"),
+    ],
+)
+def test_reward_script_failures_are_the_users(tmp_path: Path, monkeypatch, capsys, rlhf: dict[str, Any], message: str) -> None:
+    outcome = run_in_process(tmp_path, rlhf_spec(tmp_path, steps=2, rlhf=rlhf), monkeypatch, capsys)
+    assert outcome.code == ExitCode.USER_ERROR
+    failure = outcome.failure_text()
+    assert failure.startswith(FailureReason.USER_ERROR.value)
+    import re
+
+    assert re.search(message, failure), failure
+
+
+def test_epoch_strategies_count_passes_over_the_prompts(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Given 8 prompts and 2 prompts per step (8 completions, 4 per prompt): an epoch is 4 steps
+    hyperparameters = {"logging_strategy": "epoch", "save_strategy": "epoch", "logging_steps": "1"}
+    spec = rlhf_spec(tmp_path, steps=5, hyperparameters=hyperparameters)
+    # When 5 steps run
+    outcome = run_in_process(tmp_path, spec, monkeypatch, capsys)
+    # Then the end of the first epoch and the last step are reported, and checkpointed
+    assert outcome.code == ExitCode.COMPLETED, outcome.stderr[-3000:]
+    assert sorted(rewards(tmp_path)) == [4, 5]
+    assert [m.step for m in outcome.checkpoints()] == [4, 5] and outcome.checkpoints()[0].epoch == 1.0
