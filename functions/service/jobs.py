@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants
-from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, Transition, Workflow
+from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, NameClaim, Transition, Workflow
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.ome import apply_ome_trainer
@@ -84,8 +84,10 @@ class JobService(LifecycleControls):
         owner: str | None = None,
         parent_job_id: str | None = None,
         reason: str = "submitted",
+        claim: NameClaim | None = None,
     ) -> Job:
-        """Create the job PENDING (with its first history entry), then start its lifecycle if wired."""
+        """Create the job PENDING (with its first history entry), then start its lifecycle if wired. With
+        `claim`, the job is created only as the claimed name's new holder (NameTaken otherwise)."""
         request, shape = self.validate_submit(request, principal, owner=owner)
         now = self.clock()
         priority = request.effective_priority
@@ -106,7 +108,9 @@ class JobService(LifecycleControls):
             updated_at=now,
             training_shape=shape,
         )
-        self.repo.create(job, StatusEvent(at=now, from_status=None, to_status=JobStatus.PENDING, reason=reason, actor=Actor.USER.value))
+        self.repo.create(
+            job, StatusEvent(at=now, from_status=None, to_status=JobStatus.PENDING, reason=reason, actor=Actor.USER.value), claim
+        )
         if self.workflow is None:
             return job
         try:

@@ -33,8 +33,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from functions.adapters.ports import JobQuery
-from functions.errors import InvalidRequest, RunActive, RunNotFound
+from functions.adapters.ports import JobQuery, NameClaim
+from functions.errors import InvalidRequest, JobNotFound, NameTaken, RunActive, RunNotFound
 from functions.service.principal import Principal
 from functions.service.run_specs import LATEST
 from schemas.configs import FrameworkType
@@ -64,6 +64,11 @@ _KNOBS: dict[str, tuple[str, str]] = {
 _META_KNOBS = frozenset({"batch_size", "num_epochs", "lr", "max_seq_len", "save_steps", "precision", "training_type", "tokenizer_id"})
 _PRECISION = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16", "fp32": "float32", "float32": "float32"}
 _SUBMITTED = frozenset({JobStatus.PENDING, JobStatus.QUEUED, JobStatus.SCHEDULING, JobStatus.PAUSED})
+
+
+def run_claim_key(owner: str, run_id: str) -> str:
+    """The NameClaim of a run: one per owner and run_id (another principal's run of that id is theirs)."""
+    return f"train#{owner}#{run_id}"
 
 
 def run_root(request: TrainRequest) -> str:
@@ -182,15 +187,25 @@ class TrainApi:
         self.jobs = jobs  # JobService (typed loosely: the service imports this module's neighbours)
 
     def submit(self, request: TrainRequest, principal: Principal) -> TrainStatus:
+        """One job per run_id at a time, decided atomically: the job is created in the same transaction that
+        makes it the run's holder, conditioned on the holder read here (finished, or none), so of two
+        concurrent POST /train of one run exactly one creates a job and the other gets RunActive (409)."""
         submit_request = to_submit_request(request)
-        active = self._newest(request.run_id, principal.arn)
-        if active is not None and active.status not in TERMINAL:
-            raise RunActive(request.run_id, active.job_id, active.status.value)
+        key = run_claim_key(principal.arn, request.run_id)
+        holder_id = self.jobs.repo.name_holder(key)
+        holder = self._job(holder_id) if holder_id else self._newest(request.run_id, principal.arn)  # runs from before claims
+        if holder is not None and holder.status not in TERMINAL:
+            raise RunActive(request.run_id, holder.job_id, holder.status.value)
+        claim = NameClaim(key, holder_id)
         try:
-            job = self.jobs.submit(submit_request, principal, reason=f"POST /train run {request.run_id}")
+            job = self.jobs.submit(submit_request, principal, reason=f"POST /train run {request.run_id}", claim=claim)
         except InvalidRequest as exc:
             # The submit validation names the job's fields; the caller wrote /train's.
             raise InvalidRequest(_train_field(tuple(exc.field.replace("[", ".").replace("]", "").split("."))), exc.message) from exc
+        except NameTaken as exc:
+            winner = self._job(exc.holder) if exc.holder else None
+            status = winner.status.value if winner is not None else "just submitted"
+            raise RunActive(request.run_id, exc.holder or "?", status) from exc
         return status_of(job, request.run_id)
 
     def status(self, run_id: str, principal: Principal) -> TrainStatus:
@@ -198,6 +213,12 @@ class TrainApi:
         if job is None:
             raise RunNotFound(run_id)
         return status_of(job, run_id)
+
+    def _job(self, job_id: str | None) -> Job | None:
+        try:
+            return self.jobs.repo.get(job_id) if job_id else None
+        except JobNotFound:
+            return None  # the holder was deleted: the run is free
 
     def _newest(self, run_id: str, owner: str | None) -> Job | None:
         jobs, _ = self.jobs.repo.list_jobs(JobQuery(owner=owner, labels={RUN_LABEL: run_id}, limit=1))
