@@ -19,7 +19,8 @@ the caller. How the fields map:
 |                        | checked as any job's: an unknown one is a 422 naming extra_args.<key>)      |
 | env                    | training_config.environment (plus FRAMEWORK, RUN_ID, CHECKPOINT_PREFIX)     |
 | labels / annotations   | labels / the description (as JSON)                                          |
-| image                  | label train_image: the job runs the deployment's trainer image              |
+| image                  | training_config.image: the job runs that image (SageMaker/EC2, allowed      |
+|                        | repositories, the trainer contract); refused (422) where it cannot run      |
 | config_path            | refused (422) until the trainer reads one                                   |
 
 The dataset is read as the seed expects by default ({"text": ...} per line: CONTINUED_PRETRAIN);
@@ -44,7 +45,6 @@ from schemas.train import ExtraArg, TrainRequest, TrainStatus
 
 RUN_LABEL = "train_run_id"
 FRAMEWORK_LABEL = "train_framework"
-IMAGE_LABEL = "train_image"
 FRAMEWORKS = {"hf": FrameworkType.HF_TRAINER, "meta": FrameworkType.FSDP}
 # The seed's knobs and where each goes: (section, path inside it, how the value is written).
 _KNOBS: dict[str, tuple[str, str]] = {
@@ -115,8 +115,6 @@ def to_submit_request(request: TrainRequest) -> SubmitJobRequest:
         "CHECKPOINT_PREFIX": root,
     }
     labels = {**request.labels, RUN_LABEL: request.run_id, FRAMEWORK_LABEL: request.framework}
-    if request.image:
-        labels[IMAGE_LABEL] = request.image
     resources: dict[str, Any] = {"gpu_count": request.gpus_per_node, "node_count": request.num_nodes}
     if request.cpus_per_node is not None:
         resources["cpu_cores"] = request.cpus_per_node
@@ -132,6 +130,7 @@ def to_submit_request(request: TrainRequest) -> SubmitJobRequest:
             "hyperparameters": hyperparameters,
             "environment": environment,
             **({"resume_from_checkpoint": LATEST} if request.resume_from_checkpoint else {}),
+            **({"image": request.image} if request.image else {}),
         },
         "data_config": data,
         "resource_config": resources,
@@ -165,6 +164,7 @@ def _train_field(loc: tuple[str, ...]) -> str:
         "output_config.output_path": "checkpoint_base_uri",
         "description": "annotations",
         "training_config.environment": "env",
+        "training_config.image": "image",
     }
     if path in direct:
         return direct[path]
