@@ -108,6 +108,15 @@ class RunActive(DomainError):
         self.job_id = job_id
 
 
+class NameTaken(DomainError):
+    """A NameClaim lost: another job holds the name now (the caller read an older holder, or none)."""
+
+    def __init__(self, key: str, holder: str | None) -> None:
+        super().__init__(f"{key} is held by job {holder}")
+        self.key = key
+        self.holder = holder
+
+
 class TooLarge(DomainError):
     """Input that passes the schema but cannot be stored: a record over its size budget (413)."""
 

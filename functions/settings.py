@@ -31,6 +31,10 @@ class Settings(BaseModel):
     aws_endpoint_url: str | None = None
     idempotency_ttl_seconds: int = Field(default=3600, ge=60)
     trainer_image_uri: str | None = None
+    # Where a job's own image (training_config.image) may come from: registries or registry/repository
+    # prefixes (functions/adapters/launchers/images.py), comma-separated in TRAINPLANE_CUSTOM_IMAGE_REPOSITORIES
+    # (CDK context `custom_image_repositories`). Empty: no custom images. docs/SECURITY.md.
+    custom_image_repositories: tuple[str, ...] = ()
     sagemaker_role_arn: str | None = None
     # Cloud compute (SageMaker and EC2 launchers). The stack sets these; local mode fills them with
     # emulated values. Subnets/security groups apply to both engines; empty means no VPC config.

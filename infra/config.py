@@ -77,6 +77,10 @@ class StageConfig(BaseModel):
     compute: Literal["sagemaker", "ec2"] = "sagemaker"
     # A prebuilt trainer image (ECR URI) instead of building trainer_image/ at deploy time.
     trainer_image_uri: str | None = None
+    # Where a job's own container image (training_config.image) may come from: registries or
+    # registry/repository prefixes (functions/adapters/launchers/images.py; docs/SECURITY.md). The trainer
+    # roles may pull from the ECR ones; SageMaker runs ECR images only. Empty: no custom images.
+    custom_image_repositories: tuple[str, ...] = ()
     # Build arguments of trainer_image/Dockerfile when the stack builds it: a CUDA PyTorch base image
     # (for instance the AWS Deep Learning Container) and the torch version it carries.
     trainer_base_image: str | None = None
@@ -159,6 +163,16 @@ class StageConfig(BaseModel):
         bad = [u for u in value if not _S3_URI.match(u)]
         if bad:
             raise ValueError(f"not s3://bucket[/prefix] URIs (no wildcards): {', '.join(bad)}")
+        return value
+
+    @field_validator("custom_image_repositories")
+    @classmethod
+    def _image_repositories(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        from functions.adapters.launchers.images import valid_entry
+
+        bad = [e for e in value if not valid_entry(e)]
+        if bad:
+            raise ValueError(f"not a registry or registry/repository prefix: {', '.join(bad)}")
         return value
 
     @field_validator("bucket_grants", mode="before")

@@ -67,6 +67,7 @@ class TrainplaneStack(Stack):
                 "admin_arns": ",".join(config.admin_arns) or None,
                 "compute": config.compute,
                 "trainer_image_uri": compute.image_uri,
+                "custom_image_repositories": ",".join(config.custom_image_repositories) or None,
                 "sagemaker_role_arn": compute.sagemaker_role.role_arn,
                 "vpc_subnet_ids": ",".join(compute.subnet_ids) or None,
                 "vpc_security_group_ids": ",".join(compute.security_group_ids) or None,

@@ -392,6 +392,16 @@ class TrainingConfig(Strict):
         json_schema_extra=hyperparameters_schema,
     )
     environment: StrMap = Field(default_factory=dict)
+    image: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=512,
+        description=(
+            "A container image of your own (OME's trainer.image, /train's image) run instead of the deployment's trainer "
+            "image, on SageMaker or EC2 only, from a registry/repository the deployment allows (custom_image_repositories); "
+            "it must follow the trainer contract (docs/TRAINER.md, Custom images)."
+        ),
+    )
     resume_from_checkpoint: str | None = Field(
         default=None,
         description="A checkpoint id of this job, a checkpoint URI, or 'latest': the newest under the job's checkpoint location.",

@@ -24,7 +24,7 @@ class TrainRequest(Strict):
     gpus_per_node: int = Field(default=0, ge=0, le=1024)
     cpus_per_node: int | None = Field(default=None, ge=1, le=4096)
     memory_per_node_gb: int | None = Field(default=None, ge=1, le=65_536)
-    image: str | None = Field(default=None, max_length=512, description="Recorded on the job; trainplane runs its own trainer image.")
+    image: str | None = Field(default=None, max_length=512, description="training_config.image (SageMaker/EC2 only).")
     checkpoint_base_uri: str = Field(min_length=1, max_length=1024, description="The prefix of every run: <base>/<run_id>/framework=<f>/.")
     dataset_uri: str = Field(min_length=1, max_length=1024, description="JSONL ({'text': ...} by default).")
     resume_from_checkpoint: bool = Field(default=False, description="Resume from the highest step under the run's checkpoints/.")

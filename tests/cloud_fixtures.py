@@ -46,6 +46,7 @@ def make_run_spec(
     environment: dict[str, str] | None = None,
     hyperparameters: dict[str, str] | None = None,
     max_runtime_seconds: int | None = None,
+    image: str | None = None,
 ) -> RunSpec:
     hyperparameters, knobs = knobs_apart(hyperparameters if hyperparameters is not None else {"max_steps": "20", "learning_rate": "0.001"})
     training = TrainingConfig.model_validate(
@@ -54,6 +55,7 @@ def make_run_spec(
             "base_model": {"model_id": "tiny", "source": "config", "tokenizer_id": "byte", "model_kwargs": {"architecture": "llama"}},
             "hyperparameters": hyperparameters,
             "environment": {**knobs, **(environment or {})},
+            **({"image": image} if image else {}),
         }
     )
     return RunSpec(

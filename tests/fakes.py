@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants
-from functions.adapters.ports import JobQuery, Transition
-from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
+from functions.adapters.ports import JobQuery, NameClaim, Transition
+from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken
 from schemas.checkpoint import CHECKPOINT_PREFIX, MANIFEST_NAME, CheckpointManifest
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of
@@ -56,6 +56,7 @@ class InMemoryJobRepository:
         self.jobs: dict[str, Job] = {}
         self.events: dict[str, list[StatusEvent]] = {}
         self._counts: dict[str, dict[JobStatus, int]] = {}
+        self.claims: dict[str, str] = {}  # NameClaim key -> the job holding it
         self._clock = clock
         self._lock = threading.RLock()
         self.writes = 0  # conditional writes that succeeded (for tests that count them)
@@ -118,10 +119,18 @@ class InMemoryJobRepository:
         return [j.model_copy(deep=True) for j in page], token_out
 
     # writes
-    def create(self, job: Job, first_event: StatusEvent) -> None:
+    def name_holder(self, key: str) -> str | None:
+        with self._lock:
+            return self.claims.get(key)
+
+    def create(self, job: Job, first_event: StatusEvent, claim: NameClaim | None = None) -> None:
         with self._lock:
             if job.job_id in self.jobs:
                 raise ConcurrentModification(job.job_id, "a job with this id already exists")
+            if claim is not None:
+                if self.claims.get(claim.key) != claim.previous_job_id:
+                    raise NameTaken(claim.key, self.claims.get(claim.key))
+                self.claims[claim.key] = job.job_id
             self.jobs[job.job_id] = job.model_copy(deep=True)
             self.events[job.job_id] = [first_event]
             self._count(job.owner, add=job.status)

@@ -12,42 +12,37 @@ Client per thread.
 from __future__ import annotations
 
 import builtins
-import json
 import os
-import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
-from urllib.parse import quote, urlencode
 
 import requests
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
 from pydantic import BaseModel
 
 from schemas.api import LogLine, MetricsPoint, PatchJobRequest, Summary
 from schemas.configs import ResourceConfig
-from schemas.job import Job, StatusEvent, SubmitJobRequest
+from schemas.job import Job, StatusEvent
 from schemas.shapes import TrainingShapeList, TrainingShapeProfile
 from schemas.status import TERMINAL, JobStatus
 from trainplane import endpoint as endpoint_mod
 from trainplane.client_policies import PolicyMethods
 from trainplane.client_sweeps import SweepMethods
-from trainplane.errors import ConnectionFailed, TrainplaneError, WaitTimeout, error_from_response
+from trainplane.errors import ConnectionFailed, WaitTimeout
+from trainplane.operations import JobRequest
+from trainplane.operations import job_of as _job_of
+from trainplane.operations import job_path as _job_path
+from trainplane.operations import request_body as _request_body
+from trainplane.operations import shape_path as _shape_path
+from trainplane.transport import IDEMPOTENCY_HEADER, Answer, Refresh, Runner, Send, Sleep, Steps, request_steps, signed_headers
 from trainplane.waits import LogFollower, WaitMethods
 
-SERVICE = "execute-api"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 # What wait() stops at by default: a final status, or PAUSED (which waits for a human to resume).
 DEFAULT_UNTIL: frozenset[JobStatus] = TERMINAL | {JobStatus.PAUSED}
 DEFAULT_TIMEOUT_SECONDS = 30.0
-# Throttling and gateway errors that a repeat may get past (API Gateway answers these under load).
-RETRYABLE_STATUS = frozenset({429, 502, 503, 504})
 DEFAULT_MAX_RETRIES = 2
-RETRY_BASE_SECONDS = 0.25
 
-JobRequest = SubmitJobRequest | Mapping[str, Any]
 _Params = Mapping[str, str | int | float | None]
 
 
@@ -233,7 +228,7 @@ class Client(WaitMethods, PolicyMethods, SweepMethods):
             pause = poll if deadline is None else max(0.0, min(poll, deadline - time.monotonic()))
             time.sleep(pause)
 
-    # --- transport --------------------------------------------------------------------------------
+    # --- transport (the calls themselves: trainplane/transport.py) ----------------------------------
 
     def _call(
         self,
@@ -244,80 +239,37 @@ class Client(WaitMethods, PolicyMethods, SweepMethods):
         body: Any = None,
         headers: Mapping[str, str] | None = None,
     ) -> Any:
-        url = self.endpoint + path
-        query = [(k, str(v)) for k, v in (params or {}).items() if v is not None and v != ""]
-        if query:
-            # RFC 3986 encoding, sorted: exactly the canonical query string SigV4 signs.
-            url += "?" + urlencode(sorted(query), quote_via=quote)
-        data = json.dumps(body).encode() if body is not None else None
-        all_headers = {"Accept": "application/json", **(headers or {})}
-        if data is not None:
-            all_headers["Content-Type"] = "application/json"
-        # Only what cannot do anything twice is retried: reads, and a submit the server deduplicates.
-        safe_to_repeat = method == "GET" or (method == "POST" and IDEMPOTENCY_HEADER in all_headers)
-        attempts = 1 + (self.max_retries if safe_to_repeat else 0)
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            try:
-                response = self._send(method, url, data, all_headers)
-            except ConnectionFailed:
-                if last:
-                    raise
-            else:
-                if response.status_code not in RETRYABLE_STATUS or last:
-                    return _decode(response)
-            time.sleep(RETRY_BASE_SECONDS * 2**attempt * (1 + random.random()))
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        return self._run(self._request(method, path, params=params, body=body, headers=headers))
 
-    def _send(self, method: str, url: str, data: bytes | None, headers: dict[str, str]) -> requests.Response:
-        # Signed afresh for every attempt: the signature carries the time.
-        signed = AWSRequest(method=method, url=url, data=data, headers=headers)
-        SigV4Auth(self._credentials.get_frozen_credentials(), SERVICE, self.region).add_auth(signed)
+    def _request(
+        self, method: str, path: str, *, params: Mapping[str, Any] | None = None, body: Any = None, headers: Mapping[str, str] | None = None
+    ) -> Steps[Any]:
+        return request_steps(self.endpoint, method, path, params=params, body=body, headers=headers, max_retries=self.max_retries)
+
+    def _run(self, steps: Steps[Any]) -> Any:
+        """Perform an operation's steps with requests and time.sleep; its result."""
+        runner = Runner(steps)
+        for step in runner:
+            if isinstance(step, Sleep):
+                time.sleep(step.seconds)
+            elif isinstance(step, Refresh):
+                self.refresh_credentials()
+            else:
+                try:
+                    runner.give(self._send(step))
+                except ConnectionFailed as exc:
+                    runner.fail(exc)
+        return runner.result
+
+    def _send(self, send: Send) -> Answer:
+        headers = signed_headers(send, self._credentials, self.region)
         try:
-            return self._http.request(method, url, data=data, headers=dict(signed.headers.items()), timeout=self.timeout)
+            response = self._http.request(send.method, send.url, data=send.data, headers=headers, timeout=self.timeout)
         except requests.ConnectionError as exc:
             hint = ""
             if self.resolved.local is not None:
                 hint = f" (is `trainplane up` still running? {self.resolved.local.path} may be stale)"
             raise ConnectionFailed(f"cannot reach {self.endpoint}{hint}: {exc}") from exc
         except requests.Timeout as exc:
-            raise ConnectionFailed(f"{method} {url} got no answer within {self.timeout:g}s") from exc
-
-
-def _decode(response: requests.Response) -> Any:
-    try:
-        body: Any = response.json() if response.content else {}
-    except ValueError:
-        body = response.text
-    if response.status_code >= 400:
-        raise error_from_response(response.status_code, body, response.reason or "")
-    if not isinstance(body, dict):
-        raise TrainplaneError(response.status_code, f"unexpected response body: {str(body)[:200]!r}")
-    return body
-
-
-def _job_path(job_id: str, action: str = "") -> str:
-    if not job_id or "/" in job_id:
-        raise ValueError(f"not a job id: {job_id!r}")
-    return f"/jobs/{quote(job_id, safe='')}" + (f"/{action}" if action else "")
-
-
-def _shape_path(name: str) -> str:
-    if not name or "/" in name:
-        raise ValueError(f"not a training shape name: {name!r}")
-    return f"/training-shapes/{quote(name, safe='')}"
-
-
-def _job_of(body: Mapping[str, Any]) -> Job:
-    """Lifecycle verbs may answer with the job itself or with {"job": ..., "action": ...}."""
-    if "job_id" not in body and isinstance(body.get("job"), Mapping):
-        return Job.model_validate(body["job"])
-    return Job.model_validate(body)
-
-
-def _request_body(request: JobRequest) -> dict[str, Any]:
-    if isinstance(request, SubmitJobRequest):
-        # exclude_unset keeps "which priority did the user set" intact; reveal_secrets sends hub_token
-        # itself rather than its mask (the model masks it on every other JSON dump).
-        return request.model_dump(mode="json", exclude_unset=True, context={"reveal_secrets": True})
-    return dict(request)
+            raise ConnectionFailed(f"{send.method} {send.url} got no answer within {self.timeout:g}s") from exc
+        return Answer(response.status_code, response.content, response.reason or "")

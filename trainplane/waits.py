@@ -21,13 +21,13 @@ poll until the deadline, and a 403 makes the client fetch its credentials again 
 rotated key pair) before it tries once more. Logs are followed with the API's log cursor
 (GET /jobs/{id}/logs `cursor`), which a lost response does not advance: no line is lost or repeated.
 
-The decisions are pure functions of the job (`decide`), shared by Client and AsyncClient; only the
-loops that call the API differ.
+The decisions are pure functions of the job (`decide`), and the loop is written once, as steps
+(`wait_steps`, trainplane/transport.py): Client performs them with requests and time.sleep, AsyncClient
+with httpx and asyncio.sleep.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import sys
 import time
@@ -36,12 +36,14 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from schemas.api import LogLine
 from schemas.job import Job, PendingAction
 from schemas.status import JobStatus
 from trainplane.errors import AuthError, Conflict, ConnectionFailed, JobFailed, ServerError, TrainplaneError, WaitTimeout
+from trainplane.operations import existing_child, get_job, job_path, resume_job, retry_job, submit_job
+from trainplane.transport import Refresh, Requester, Sleep, Steps, synced
 
 if TYPE_CHECKING:
     from schemas.job import SubmitJobRequest
@@ -255,12 +257,6 @@ def new_idempotency_key() -> str:
     return f"wait-{uuid.uuid4()}"
 
 
-def existing_child(api: _Api, parent: Job) -> Job | None:
-    """A child job (retry) of `parent` made since it last changed, if there is one."""
-    jobs, _ = api.list_page(name=parent.name, limit=50)
-    return next((j for j in jobs if j.parent_job_id == parent.job_id and j.created_at >= parent.updated_at), None)
-
-
 # --- what a person sees --------------------------------------------------------------------------
 
 
@@ -344,24 +340,17 @@ def handlers(
     return log, update
 
 
-# --- the synchronous waits (Client mixes these in) -----------------------------------------------
+# --- the waits, written once as operations (trainplane/transport.py): Client and AsyncClient run them ---
 
 
-class _Api(Protocol):
-    def get(self, job_id: str) -> Job: ...
-    def submit(self, request: SubmitJobRequest | Mapping[str, Any], idempotency_key: str | None = None) -> Job: ...
-    def resume(self, job_id: str, checkpoint_id: str = "") -> Job: ...
-    def retry(self, job_id: str, checkpoint_id: str = "", new_resource_config: Any = None) -> Job: ...
-    def list_page(self, *, name: str | None = None, limit: int | None = None) -> tuple[list[Job], str | None]: ...
-    def refresh_credentials(self) -> None: ...
-    def _call(self, method: str, path: str, *, params: Any = None, body: Any = None, headers: Any = None) -> Any: ...
+class WaitOps:
+    """create_and_wait, wait_for_existing, resume_and_wait, reconnect_and_wait (see the module docstring),
+    as steps; `WaitMethods` (Client) and AsyncClient make them methods."""
 
-
-class WaitMethods:
-    """create_and_wait, wait_for_existing, resume_and_wait, reconnect_and_wait (see the module docstring)."""
+    _request: Callable[..., Steps[Any]]
 
     def create_and_wait(
-        self: _Api,
+        self,
         request: SubmitJobRequest | Mapping[str, Any],
         *,
         until: str | Iterable[JobStatus | str] | None = None,
@@ -374,24 +363,18 @@ class WaitMethods:
         idempotency_key: str | None = None,
         timeout: float | None = None,
         poll: float | None = None,
-    ) -> Job:
+    ) -> Steps[Job]:
         """Submit (with an Idempotency-Key, made up when not given, so a lost answer is retried safely),
         then wait as wait_for_existing does (default: until COMPLETED).
 
         `timeout` and `poll` are the older names of `timeout_s` and `poll_interval_s`.
         """
         # Always with an Idempotency-Key: a submit whose answer was lost is repeated safely (same job).
-        job = self.submit(request, idempotency_key=idempotency_key or new_idempotency_key())
-        return WaitMethods.wait_for_existing(
-            self,  # type: ignore[arg-type]
-            job.job_id,
-            until=until,
-            timeout_s=timeout if timeout is not None else timeout_s,
-            poll_interval_s=poll if poll is not None else poll_interval_s,
-            follow_logs=follow_logs,
-            progress=progress,
-            on_log=on_log,
-            on_update=on_update,
+        job = yield from submit_job(self, request, idempotency_key or new_idempotency_key())
+        timeout_s = timeout if timeout is not None else timeout_s
+        poll_interval_s = poll if poll is not None else poll_interval_s
+        return (
+            yield from wait_steps(self, Goal.of(until), job.job_id, timeout_s, poll_interval_s, follow_logs, progress, on_log, on_update)
         )
 
     def wait_for_existing(
@@ -405,13 +388,13 @@ class WaitMethods:
         progress: bool | ProgressView = False,
         on_log: LogHandler | None = None,
         on_update: UpdateHandler | None = None,
-    ) -> Job:
+    ) -> Steps[Job]:
         """Wait out transitional states until `until` ("completed", "training", or a set of statuses).
 
         JobFailed if the job FAILED, was CANCELLED, or stopped (PAUSED, PREEMPTED for good) short of it.
         """
         goal = Goal.of(until)
-        return self._run_wait(goal, job_id, timeout_s, poll_interval_s, follow_logs, progress, on_log, on_update)
+        return (yield from wait_steps(self, goal, job_id, timeout_s, poll_interval_s, follow_logs, progress, on_log, on_update))
 
     def resume_and_wait(
         self,
@@ -425,13 +408,14 @@ class WaitMethods:
         progress: bool | ProgressView = False,
         on_log: LogHandler | None = None,
         on_update: UpdateHandler | None = None,
-    ) -> Job:
+    ) -> Steps[Job]:
         """Resume a PAUSED job (or retry a PREEMPTED one from its latest checkpoint) and wait until it
         trains again (or `until`). A job that is already on its way is just waited for."""
         goal = Goal.of(until, resume=True, default=Target.TRAINING)
-        return self._run_wait(
-            goal, job_id, timeout_s, poll_interval_s, follow_logs, progress, on_log, on_update, checkpoint_id=checkpoint_id
+        waiting = wait_steps(
+            self, goal, job_id, timeout_s, poll_interval_s, follow_logs, progress, on_log, on_update, checkpoint_id=checkpoint_id
         )
+        return (yield from waiting)
 
     def reconnect_and_wait(
         self,
@@ -444,98 +428,103 @@ class WaitMethods:
         progress: bool | ProgressView = False,
         on_log: LogHandler | None = None,
         on_update: UpdateHandler | None = None,
-    ) -> Job:
+    ) -> Steps[Job]:
         """After a preemption or a lost client: wait (at most max_wait_for_resumable_s) while the control
         plane settles the job (a pause or preemption in progress), resume it if it is PAUSED or PREEMPTED,
         then poll until it trains again (within timeout_s overall)."""
         goal = Goal.of(Target.TRAINING, resume=True)
-        return self._run_wait(
-            goal, job_id, timeout_s, poll_interval_s, follow_logs, progress, on_log, on_update, max_settle_s=max_wait_for_resumable_s
+        waiting = wait_steps(
+            self, goal, job_id, timeout_s, poll_interval_s, follow_logs, progress, on_log, on_update, max_settle_s=max_wait_for_resumable_s
         )
+        return (yield from waiting)
 
-    # --- the loop ---------------------------------------------------------------------------------
 
-    def _run_wait(
-        self,
-        goal: Goal,
-        job_id: str,
-        timeout_s: float | None,
-        poll_interval_s: float,
-        follow_logs: bool,
-        progress: bool | ProgressView,
-        on_log: LogHandler | None,
-        on_update: UpdateHandler | None,
-        *,
-        checkpoint_id: str = "",
-        max_settle_s: float | None = None,
-    ) -> Job:
-        api: _Api = self  # type: ignore[assignment]
-        with view_for(job_id, progress) as view:
-            log, update = handlers(view, follow_logs, on_log, on_update)
-            state = WaitState(goal, job_id, timeout_s, poll_interval_s, LogFollower(job_id, on_line=log), max_settle_s=max_settle_s)
-            if not follow_logs:
-                state.follow = LogFollower(job_id)  # still read at the end, for JobFailed's last lines
-            following = follow_logs
-            while True:
-                job = self._guarded(state, lambda: api.get(state.job_id))
-                if job is not None:
-                    state.last_job = job
-                    if update is not None:
-                        update(job)
-                    if following:
-                        self._guarded(state, lambda: self._drain_logs(state))
-                    action = decide(job, goal)
-                    state.settling(action)
-                    if action is Action.DONE:
-                        return job
-                    if action is Action.FAIL:
-                        if not following:
-                            self._guarded(state, lambda: self._drain_logs(state))
-                        raise failure(state, job, why_not(job, goal))
-                    if action is Action.RESUME:
-                        resumed = self._guarded(state, lambda: api.resume(state.job_id, checkpoint_id), conflict_ok=True)
-                        if resumed is not None:
-                            continue
-                    if action is Action.RETRY:
-                        # A retry whose answer was lost made a child all the same: follow that one.
-                        child = self._guarded(state, functools.partial(existing_child, api, job)) or self._guarded(
-                            state, lambda: api.retry(state.job_id, checkpoint_id), conflict_ok=True
-                        )
-                        if child is not None:
-                            state.switch_to(child)
-                            continue
-                if state.expired():
-                    raise state.timeout_error()
-                time.sleep(state.pause_s())
+class WaitMethods:
+    """The waits as Client's methods (AsyncClient makes the same operations coroutines)."""
 
-    def _drain_logs(self, state: WaitState) -> None:
-        api: _Api = self  # type: ignore[assignment]
-        follower = state.follow
-        if follower is None:
-            return
-        follower.start_round()
-        path = f"/jobs/{state.job_id}/logs"
-        while follower.absorb(api._call("GET", path, params=follower.params())):
-            pass
+    create_and_wait = synced(WaitOps.create_and_wait)
+    wait_for_existing = synced(WaitOps.wait_for_existing)
+    resume_and_wait = synced(WaitOps.resume_and_wait)
+    reconnect_and_wait = synced(WaitOps.reconnect_and_wait)
 
-    def _guarded(self, state: WaitState, call: Callable[[], Any], *, conflict_ok: bool = False) -> Any:
-        """One API call of a wait: transport failures wait for the next poll (None); a 403 fetches the
-        credentials again and tries once more; a 409 on a resume or retry (someone else acted first)
-        re-reads the job; any other error is the caller's."""
-        api: _Api = self  # type: ignore[assignment]
-        try:
-            result = call()
-        except TRANSIENT:
-            return None
-        except Conflict:
-            if not conflict_ok:
-                raise
-            return None
-        except AuthError:
-            if state.auth_retried:
-                raise
-            state.auth_retried = True
-            api.refresh_credentials()
-            return None
-        state.auth_retried = False
-        return result
+
+def wait_steps(
+    api: Requester,
+    goal: Goal,
+    job_id: str,
+    timeout_s: float | None,
+    poll_interval_s: float,
+    follow_logs: bool,
+    progress: bool | ProgressView,
+    on_log: LogHandler | None,
+    on_update: UpdateHandler | None,
+    *,
+    checkpoint_id: str = "",
+    max_settle_s: float | None = None,
+) -> Steps[Job]:
+    """The loop of every wait: poll the job, act on `decide`, follow its log, until done, failed or late."""
+    with view_for(job_id, progress) as view:
+        log, update = handlers(view, follow_logs, on_log, on_update)
+        state = WaitState(goal, job_id, timeout_s, poll_interval_s, LogFollower(job_id, on_line=log), max_settle_s=max_settle_s)
+        while True:
+            job = yield from _guarded(state, get_job(api, state.job_id))
+            if job is not None:
+                state.last_job = job
+                if update is not None:
+                    update(job)
+                if follow_logs:
+                    yield from _guarded(state, _drain_logs(api, state))
+                action = decide(job, goal)
+                state.settling(action)
+                if action is Action.DONE:
+                    return job
+                if action is Action.FAIL:
+                    if not follow_logs:  # still read, for JobFailed's last lines
+                        yield from _guarded(state, _drain_logs(api, state))
+                    raise failure(state, job, why_not(job, goal))
+                if action is Action.RESUME:
+                    resumed = yield from _guarded(state, resume_job(api, state.job_id, checkpoint_id), conflict_ok=True)
+                    if resumed is not None:
+                        continue
+                if action is Action.RETRY:
+                    # A retry whose answer was lost made a child all the same: follow that one.
+                    child = yield from _guarded(state, existing_child(api, job))
+                    if child is None:
+                        child = yield from _guarded(state, retry_job(api, state.job_id, checkpoint_id), conflict_ok=True)
+                    if child is not None:
+                        state.switch_to(child)
+                        continue
+            if state.expired():
+                raise state.timeout_error()
+            yield Sleep(state.pause_s())
+
+
+def _drain_logs(api: Requester, state: WaitState) -> Steps[None]:
+    follower = state.follow
+    if follower is None:
+        return
+    follower.start_round()
+    while follower.absorb((yield from api._request("GET", job_path(state.job_id, "logs"), params=follower.params()))):
+        pass
+
+
+def _guarded(state: WaitState, call: Steps[Any], *, conflict_ok: bool = False) -> Steps[Any]:
+    """One API call of a wait: transport failures wait for the next poll (None); a 403 fetches the
+    credentials again and tries once more; a 409 on a resume or retry (someone else acted first)
+    re-reads the job; any other error is the caller's."""
+    try:
+        result = yield from call
+    except TRANSIENT:
+        return None
+    except Conflict:
+        if not conflict_ok:
+            raise
+        return None
+    except AuthError:
+        if state.auth_retried:
+            raise
+        state.auth_retried = True
+        yield Refresh()
+        return None
+    state.auth_retried = False
+    return result

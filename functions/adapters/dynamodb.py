@@ -20,8 +20,8 @@ from typing import Any
 from functions import constants as c
 from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
-from functions.adapters.ports import JobQuery, Transition
-from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, TooLarge
+from functions.adapters.ports import JobQuery, NameClaim, Transition
+from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken, TooLarge
 from schemas.configs import STORED
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of
@@ -163,7 +163,11 @@ class DynamoJobRepository:
 
     # --- writes ----------------------------------------------------------------------------------
 
-    def create(self, job: Job, first_event: StatusEvent) -> None:
+    def name_holder(self, key: str) -> str | None:
+        item = self._ddb.get_item(TableName=self.table, Key=items.claim_key(key), ConsistentRead=True).get("Item")
+        return item["job_id"]["S"] if item else None
+
+    def create(self, job: Job, first_event: StatusEvent, claim: NameClaim | None = None) -> None:
         item = items.job_item(job)
         _check_submitted_size(item)
         writes = [
@@ -178,9 +182,15 @@ class DynamoJobRepository:
             {"Put": {"TableName": self.table, "Item": items.event_item(job.job_id, first_event, job.version)}},
             *self._counter_updates(job, add=job.status),
         ]
+        if claim is not None:
+            writes.append({"Put": _claim_put(self.table, claim, job.job_id)})
         reasons = self._transact(writes)
-        if reasons is not None:
-            raise ConcurrentModification(job.job_id, "a job with this id already exists")
+        if reasons is None:
+            return
+        if claim is not None and reasons[-1].get("Code") == "ConditionalCheckFailed":
+            stored = reasons[-1].get("Item") or {}
+            raise NameTaken(claim.key, stored.get("job_id", {}).get("S"))
+        raise ConcurrentModification(job.job_id, "a job with this id already exists")
 
     def transition(self, t: Transition) -> Job:
         if t.to_status not in TRANSITIONS[t.from_status]:
@@ -432,6 +442,23 @@ class DynamoJobRepository:
                 time.sleep(0.05 * 2**attempt)
             if request:
                 raise RuntimeError(f"could not delete {len(request.get(self.table, []))} history items of a job")
+
+
+def _claim_put(table: str, claim: NameClaim, job_id: str) -> dict[str, Any]:
+    """The claim item now naming `job_id`, written only if it still names the holder the caller read."""
+    put: dict[str, Any] = {
+        "TableName": table,
+        "Item": {**items.claim_key(claim.key), "job_id": {"S": job_id}, "entity": {"S": "CLAIM"}},
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+    if claim.previous_job_id is None:
+        put["ConditionExpression"] = "attribute_not_exists(#pk)"
+        put["ExpressionAttributeNames"] = {"#pk": c.PK}
+    else:
+        put["ConditionExpression"] = "#holder = :previous"
+        put["ExpressionAttributeNames"] = {"#holder": "job_id"}
+        put["ExpressionAttributeValues"] = {":previous": {"S": claim.previous_job_id}}
+    return put
 
 
 def _check_submitted_size(item: Mapping[str, Any]) -> None:

@@ -25,6 +25,8 @@ OWNER_PREFIX = "OWNER#"
 QUEUE_PREFIX = "QUEUE#"
 ALL_JOBS = "JOBS"
 COUNTS_SK = "COUNTS"
+CLAIM_PREFIX = "CLAIM#"
+CLAIM_SK = "CLAIM"
 COUNTS_OWNER_PREFIX = "COUNTS#OWNER#"
 COUNTS_ALL_PREFIX = "COUNTS#ALL#"
 # The global counter is split over shards so that concurrent transitions of different jobs rarely
@@ -64,6 +66,11 @@ def created_sk(job: Job) -> str:
 def queue_sk(job: Job) -> str:
     # Priority descending first (10 -> "00"), then submission time ascending, then the id as tiebreak.
     return f"{MAX_PRIORITY - job.priority:02d}#{created_sk(job)}"
+
+
+def claim_key(key: str) -> dict[str, Any]:
+    """The item of a NameClaim (one live job per name: POST /train's run_id)."""
+    return {c.PK: {"S": CLAIM_PREFIX + key}, c.SK: {"S": CLAIM_SK}}
 
 
 def owner_counter_key(owner: str) -> dict[str, Any]:

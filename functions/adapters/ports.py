@@ -49,9 +49,25 @@ class Transition:
     changes: Mapping[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class NameClaim:
+    """A name at most one job holds at a time (POST /train's run_id, per owner), taken in the very write
+    that creates the job: the claim item names its holder, and the job is created only if the claim is
+    still what the caller read (`previous_job_id`: the finished holder it saw, None when there was none).
+    Two creators racing for one name: exactly one wins, the other gets NameTaken."""
+
+    key: str  # the name in its scope, e.g. "train#<owner arn>#<run_id>"
+    previous_job_id: str | None = None
+
+
 class JobRepository(Protocol):
-    def create(self, job: Job, first_event: StatusEvent) -> None:
-        """Put a new job and its first history entry; ConcurrentModification if the id exists."""
+    def create(self, job: Job, first_event: StatusEvent, claim: NameClaim | None = None) -> None:
+        """Put a new job and its first history entry; ConcurrentModification if the id exists. With `claim`,
+        the job also becomes the name's holder in the same transaction, or nothing is written and NameTaken
+        names the holder found."""
+
+    def name_holder(self, key: str) -> str | None:
+        """The job id holding a NameClaim key (consistent read), None if nobody ever claimed it."""
 
     def get(self, job_id: str) -> Job:
         """The job; JobNotFound if there is none."""

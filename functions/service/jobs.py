@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants
-from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, Transition, Workflow
+from functions.adapters.launchers.images import check_custom_image
+from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, NameClaim, Transition, Workflow
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.metrics_reduce import MIN_MAX_POINTS, parse_documents, reduce_documents
@@ -86,8 +87,10 @@ class JobService(LifecycleControls):
         owner: str | None = None,
         parent_job_id: str | None = None,
         reason: str = "submitted",
+        claim: NameClaim | None = None,
     ) -> Job:
-        """Create the job PENDING (with its first history entry), then start its lifecycle if wired."""
+        """Create the job PENDING (with its first history entry), then start its lifecycle if wired. With
+        `claim`, the job is created only as the claimed name's new holder (NameTaken otherwise)."""
         request, shape = self.validate_submit(request, principal, owner=owner)
         now = self.clock()
         priority = request.effective_priority
@@ -108,7 +111,11 @@ class JobService(LifecycleControls):
             updated_at=now,
             training_shape=shape,
         )
-        self.repo.create(job, StatusEvent(at=now, from_status=None, to_status=JobStatus.PENDING, reason=reason, actor=Actor.USER.value))
+        first = StatusEvent(at=now, from_status=None, to_status=JobStatus.PENDING, reason=reason, actor=Actor.USER.value)
+        if claim is None:
+            self.repo.create(job, first)
+        else:
+            self.repo.create(job, first, claim)
         if self.workflow is None:
             return job
         try:
@@ -125,8 +132,12 @@ class JobService(LifecycleControls):
         """Every check POST /jobs makes before it creates a job (422 naming the field), on the request as it
         will run (OME's trainer block and the training shape applied): that request and its shape. Anything
         else that creates jobs (sweeps, retraining policies) calls this, for the same principal, never a copy."""
+        image_field = "trainer.image" if request.trainer is not None and request.trainer.image else "training_config.image"
         request = apply_ome_trainer(request)
         request, shape = apply_shape(request, self.shape_catalog())
+        if request.training_config.image is not None:
+            s = self.settings
+            check_custom_image(image_field, request.training_config.image, s.custom_image_repositories, s.compute, local_mode=s.local_mode)
         self._check_compute(request)
         self.check_paths(request, principal, owner=owner)
         return request, shape

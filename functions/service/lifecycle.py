@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from functions import constants
 from functions.adapters.launchers.base import Launcher, LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.ports import ArtifactStore, JobRepository, Transition
-from functions.errors import ConcurrentModification, IllegalTransition
+from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest
 from functions.service import costs
 from functions.service.lifecycle_outcomes import decide_run_end
 from functions.service.paths import PathRules
@@ -208,6 +208,10 @@ class LifecycleService:
         launcher = self.launchers[self.config.launcher]
         try:
             handle = launcher.launch(request)
+        except InvalidRequest as exc:
+            # The launch-time checks (a custom image the deployment no longer allows, ...): the job's error, not capacity.
+            description = RunDescription(state=RunState.FAILED, error_type=ErrorType.USER_ERROR, message=f"launch refused: {exc}")
+            return self._after_end(job.job_id, job.attempt, description)
         except Exception as exc:
             logger.exception("launch failed", extra={"job_id": job_id})
             return self._after_end(

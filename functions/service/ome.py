@@ -8,7 +8,7 @@
 | numNodes                         | resource_config.node_count                                        |
 | numProcPerNode (n, "n", "gpu")   | framework.distributed.procs_per_node (world_size = nodes x it)    |
 | resourcesPerNode requests/limits | gpu_count (nvidia.com/gpu), cpu_cores (cpu), ram_min_mb (memory)  |
-| image                            | refused (422): a job cannot bring its own container yet           |
+| image                            | training_config.image (SageMaker/EC2, allowed repositories only)  |
 
 A field given both ways with different values is a 422 naming both.
 """
@@ -46,12 +46,12 @@ def apply_ome_trainer(request: SubmitJobRequest) -> SubmitJobRequest:
     trainer = request.trainer
     if trainer is None:
         return request
-    if trainer.image:
-        raise InvalidRequest("trainer.image", "custom images are not supported yet: command and args run in the deployment's trainer image")
     body = request.model_dump(mode="json", exclude_unset=True, exclude={"trainer"}, context={"reveal_secrets": True})
     tc = body.setdefault("training_config", {})
     framework = tc.setdefault("framework", {})
     resources = body.setdefault("resource_config", {})
+    if trainer.image:
+        _put(tc, "image", trainer.image, "trainer.image", "training_config.image")  # where it may run: JobService
     if trainer.command:
         if framework.get("type", FrameworkType.CUSTOM.value) != FrameworkType.CUSTOM.value:
             raise InvalidRequest("trainer.command", f"runs as framework CUSTOM; training_config.framework.type is {framework['type']}")

@@ -19,7 +19,8 @@ the caller. How the fields map:
 |                        | checked as any job's: an unknown one is a 422 naming extra_args.<key>)      |
 | env                    | training_config.environment (plus FRAMEWORK, RUN_ID, CHECKPOINT_PREFIX)     |
 | labels / annotations   | labels / the description (as JSON)                                          |
-| image                  | label train_image: the job runs the deployment's trainer image              |
+| image                  | training_config.image: the job runs that image (SageMaker/EC2, allowed      |
+|                        | repositories, the trainer contract); refused (422) where it cannot run      |
 | config_path            | refused (422) until the trainer reads one                                   |
 
 The dataset is read as the seed expects by default ({"text": ...} per line: CONTINUED_PRETRAIN);
@@ -33,8 +34,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from functions.adapters.ports import JobQuery
-from functions.errors import InvalidRequest, RunActive, RunNotFound
+from functions.adapters.ports import JobQuery, NameClaim
+from functions.errors import InvalidRequest, JobNotFound, NameTaken, RunActive, RunNotFound
 from functions.service.principal import Principal
 from functions.service.run_specs import LATEST
 from schemas.configs import FrameworkType
@@ -44,7 +45,6 @@ from schemas.train import ExtraArg, TrainRequest, TrainStatus
 
 RUN_LABEL = "train_run_id"
 FRAMEWORK_LABEL = "train_framework"
-IMAGE_LABEL = "train_image"
 FRAMEWORKS = {"hf": FrameworkType.HF_TRAINER, "meta": FrameworkType.FSDP}
 # The seed's knobs and where each goes: (section, path inside it, how the value is written).
 _KNOBS: dict[str, tuple[str, str]] = {
@@ -64,6 +64,11 @@ _KNOBS: dict[str, tuple[str, str]] = {
 _META_KNOBS = frozenset({"batch_size", "num_epochs", "lr", "max_seq_len", "save_steps", "precision", "training_type", "tokenizer_id"})
 _PRECISION = {"bf16": "bfloat16", "bfloat16": "bfloat16", "fp16": "float16", "float16": "float16", "fp32": "float32", "float32": "float32"}
 _SUBMITTED = frozenset({JobStatus.PENDING, JobStatus.QUEUED, JobStatus.SCHEDULING, JobStatus.PAUSED})
+
+
+def run_claim_key(owner: str, run_id: str) -> str:
+    """The NameClaim of a run: one per owner and run_id (another principal's run of that id is theirs)."""
+    return f"train#{owner}#{run_id}"
 
 
 def run_root(request: TrainRequest) -> str:
@@ -110,8 +115,6 @@ def to_submit_request(request: TrainRequest) -> SubmitJobRequest:
         "CHECKPOINT_PREFIX": root,
     }
     labels = {**request.labels, RUN_LABEL: request.run_id, FRAMEWORK_LABEL: request.framework}
-    if request.image:
-        labels[IMAGE_LABEL] = request.image
     resources: dict[str, Any] = {"gpu_count": request.gpus_per_node, "node_count": request.num_nodes}
     if request.cpus_per_node is not None:
         resources["cpu_cores"] = request.cpus_per_node
@@ -127,6 +130,7 @@ def to_submit_request(request: TrainRequest) -> SubmitJobRequest:
             "hyperparameters": hyperparameters,
             "environment": environment,
             **({"resume_from_checkpoint": LATEST} if request.resume_from_checkpoint else {}),
+            **({"image": request.image} if request.image else {}),
         },
         "data_config": data,
         "resource_config": resources,
@@ -160,6 +164,7 @@ def _train_field(loc: tuple[str, ...]) -> str:
         "output_config.output_path": "checkpoint_base_uri",
         "description": "annotations",
         "training_config.environment": "env",
+        "training_config.image": "image",
     }
     if path in direct:
         return direct[path]
@@ -182,15 +187,25 @@ class TrainApi:
         self.jobs = jobs  # JobService (typed loosely: the service imports this module's neighbours)
 
     def submit(self, request: TrainRequest, principal: Principal) -> TrainStatus:
+        """One job per run_id at a time, decided atomically: the job is created in the same transaction that
+        makes it the run's holder, conditioned on the holder read here (finished, or none), so of two
+        concurrent POST /train of one run exactly one creates a job and the other gets RunActive (409)."""
         submit_request = to_submit_request(request)
-        active = self._newest(request.run_id, principal.arn)
-        if active is not None and active.status not in TERMINAL:
-            raise RunActive(request.run_id, active.job_id, active.status.value)
+        key = run_claim_key(principal.arn, request.run_id)
+        holder_id = self.jobs.repo.name_holder(key)
+        holder = self._job(holder_id) if holder_id else self._newest(request.run_id, principal.arn)  # runs from before claims
+        if holder is not None and holder.status not in TERMINAL:
+            raise RunActive(request.run_id, holder.job_id, holder.status.value)
+        claim = NameClaim(key, holder_id)
         try:
-            job = self.jobs.submit(submit_request, principal, reason=f"POST /train run {request.run_id}")
+            job = self.jobs.submit(submit_request, principal, reason=f"POST /train run {request.run_id}", claim=claim)
         except InvalidRequest as exc:
             # The submit validation names the job's fields; the caller wrote /train's.
             raise InvalidRequest(_train_field(tuple(exc.field.replace("[", ".").replace("]", "").split("."))), exc.message) from exc
+        except NameTaken as exc:
+            winner = self._job(exc.holder) if exc.holder else None
+            status = winner.status.value if winner is not None else "just submitted"
+            raise RunActive(request.run_id, exc.holder or "?", status) from exc
         return status_of(job, request.run_id)
 
     def status(self, run_id: str, principal: Principal) -> TrainStatus:
@@ -198,6 +213,12 @@ class TrainApi:
         if job is None:
             raise RunNotFound(run_id)
         return status_of(job, run_id)
+
+    def _job(self, job_id: str | None) -> Job | None:
+        try:
+            return self.jobs.repo.get(job_id) if job_id else None
+        except JobNotFound:
+            return None  # the holder was deleted: the run is free
 
     def _newest(self, run_id: str, owner: str | None) -> Job | None:
         jobs, _ = self.jobs.repo.list_jobs(JobQuery(owner=owner, labels={RUN_LABEL: run_id}, limit=1))

@@ -32,6 +32,7 @@ TRAINER_BUILD_CONTEXT = ("trainer_image", "schemas")  # tests/infra check the Do
 SAGEMAKER_LOG_GROUP = constants.SAGEMAKER_TRAINING_LOG_GROUP
 # The Deep Learning AMI (Ubuntu) boots from /dev/sda1; Settings.ec2_root_device_name says the same.
 ROOT_DEVICE = "/dev/sda1"
+_ECR_REGISTRY = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?$")
 _ECR_URI = re.compile(r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/(?P<repo>[a-z0-9._/-]+)[:@]")
 
 
@@ -249,12 +250,33 @@ class Compute(Construct):
             allow(role, ["s3:ListBucket"], [f"arn:{partition}:s3:::{name}"], conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}})
         self.storage.grant_key(role, "s3", via)
         self._grant_pull.grant_pull(role)
+        self._grant_custom_image_pulls(role)
         Validations.of(role).acknowledge(
             Acknowledgment(
                 id="AwsSolutions-IAM5[Resource::*]",
                 reason="ecr:GetAuthorizationToken (image pulls) supports no resource-level permissions.",
             )
         )
+
+    def _grant_custom_image_pulls(self, role: iam.IRole) -> None:
+        """Jobs' own images (custom_image_repositories): pull from the allowed ECR repositories, nothing else.
+        Other registries are pulled anonymously (EC2 only; SageMaker runs ECR images only)."""
+        partition = Stack.of(self).partition
+        for entry in self.config.custom_image_repositories:
+            registry, _, prefix = entry.strip().rstrip("/").partition("/")
+            ecr_registry = _ECR_REGISTRY.match(registry)
+            if ecr_registry is None:
+                continue
+            repositories = f"repository/{prefix}/*" if prefix else "repository/*"
+            resources = [f"arn:{partition}:ecr:{ecr_registry['region']}:{ecr_registry['account']}:{repositories}"]
+            if prefix:
+                resources.insert(0, f"arn:{partition}:ecr:{ecr_registry['region']}:{ecr_registry['account']}:repository/{prefix}")
+            allow(
+                role,
+                ["ecr:BatchCheckLayerAvailability", "ecr:GetDownloadUrlForLayer", "ecr:BatchGetImage"],
+                resources,
+                why=f"Jobs may run their own images from {entry} (custom_image_repositories); the API refuses any other at submit.",
+            )
 
     # --- grants for the control plane's functions ------------------------------------------------
 

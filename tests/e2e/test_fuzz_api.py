@@ -322,6 +322,14 @@ LEGITIMATE_REFUSALS = (
         r"|not supported yet|output_path \(the run's root\)|not a (memory|CPU) quantity|not a whole number|not a resource trainplane",
     ),
     Refusal(
+        "a job's own container image runs only on compute that runs containers, from the repositories the deployment"
+        " allows (docs/SECURITY.md): local mode has no container runtime and refuses every one",
+        422,
+        _ISSUE16_OPS,
+        r"(job_template\.)?(training_config\.image|trainer\.image)|image",
+        message=r"no container runtime",
+    ),
+    Refusal(
         "a CUSTOM command's path-like parts are confined like custom_script_path (docs/SECURITY.md)",
         422,
         _ISSUE16_OPS,

@@ -25,6 +25,7 @@ PROD = {
     "cors_origin": "https://dashboard.example.com",
     "waf_web_acl_arn": "arn:aws:wafv2:eu-west-1:111122223333:regional/webacl/trainplane/0123",
     "trainer_image_uri": "111122223333.dkr.ecr.eu-west-1.amazonaws.com/trainplane-trainer:1.0",
+    "custom_image_repositories": ("111122223333.dkr.ecr.eu-west-1.amazonaws.com/ml-team/", "ghcr.io/ml-team"),
     "training_data_uris": ("s3://team-datasets/llm/",),
     "bucket_grants": ({"uri": "s3://team-models/out/", "access": "read-write", "principals": ("arn:aws:iam::111122223333:role/ml-team",)},),
     "vpc_id": "vpc-0123456789abcdef0",

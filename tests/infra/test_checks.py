@@ -403,9 +403,11 @@ def test_trainer_roles_reach_only_job_prefixes_data_and_image(synth: Synth) -> N
         assert any("/datasets/*" in r for r in readable) and any("team-datasets/llm/*" in r for r in readable)
         layout = ("/jobs/*", "/data/*", "/shared/*", "/datasets/*", "team-datasets/llm/*", "team-models/out/*")
         assert all(any(p in r for p in layout) for r in readable)
-        # And the image is pulled from the configured repository only
-        pull = [r for s in actions["ecr:BatchGetImage"] for r in _as_list(s["Resource"])]
-        assert len(pull) == 1 and "repository/trainplane-trainer" in json.dumps(pull[0])
+        # And images are pulled from the configured repository and the allowed custom image repositories
+        # only (custom_image_repositories: tests/infra/test_path_confinement_iam.py)
+        pull = [json.dumps(r) for s in actions["ecr:BatchGetImage"] for r in _as_list(s["Resource"])]
+        trainer_pulls = [r for r in pull if "repository/trainplane-trainer" in r]
+        assert len(trainer_pulls) == 1 and all(r in trainer_pulls or "repository/ml-team" in r for r in pull)
         assert not {a for a in actions if a.startswith(("dynamodb:", "states:", "sagemaker:Create", "ec2:Run", "iam:"))}
 
 

@@ -81,6 +81,7 @@ def test_training_shapes_from_context_reach_the_functions_settings() -> None:
         ("log_retention_days", "10", "CloudWatch Logs accepts only"),
         ("api_allowed_org_id", "org-1", "api_allowed_org_id"),
         ("training_data_uris", "s3://bucket/*", "no wildcards"),
+        ("custom_image_repositories", "ghcr.io/Team/../x", "not a registry or registry/repository prefix"),
         ("compute", "k8s", "compute"),
         ("gpu_quotas", "H100=8", "queue:gpu_type=count"),
         ("training_shapes", '[{"name": "big", "instance_types": {"ec2": "p9.big"}}]', "unknown ec2 instance type"),

@@ -101,3 +101,28 @@ def test_bucket_grants_come_from_cdk_context_as_json() -> None:
     for bad in ('[{"uri": "https://x"}]', '[{"uri": "s3://b/../c"}]', "not json"):
         with pytest.raises(ConfigError, match="bucket_grants"):
             StageConfig.parse({"bucket_grants": bad})
+
+
+@pytest.mark.parametrize("role", ["SageMakerExecutionRole", "InstanceRole"])
+def test_trainer_roles_pull_jobs_own_images_only_from_the_allowed_ecr_repositories(synth: Synth, role: str) -> None:
+    # prod allows ECR repositories under ml-team/ (pulled with the role) and ghcr.io/ml-team (anonymous: no grant)
+    pulls = set()
+    for stage in ("dev", "prod"):
+        for statement in role_actions(synth.templates[stage], _role_id(synth, stage, role)).get("ecr:BatchGetImage", []):
+            resources = statement["Resource"] if isinstance(statement["Resource"], list) else [statement["Resource"]]
+            pulls.update((stage, _text(r, "")) for r in resources if "ml-team" in _text(r, ""))
+    assert pulls == {
+        ("prod", "arn:aws:ecr:eu-west-1:111122223333:repository/ml-team"),
+        ("prod", "arn:aws:ecr:eu-west-1:111122223333:repository/ml-team/*"),
+    }
+
+
+def test_the_api_knows_which_repositories_jobs_images_may_come_from(synth: Synth) -> None:
+    variables = [
+        f["Properties"]["Environment"]["Variables"]
+        for f in synth.resources("prod", "AWS::Lambda::Function").values()
+        if f["Properties"].get("Handler") == "functions.handlers.api.lambda_handler"
+    ]
+    assert variables and all(
+        v.get("TRAINPLANE_CUSTOM_IMAGE_REPOSITORIES") == ",".join(PROD["custom_image_repositories"]) for v in variables
+    )

@@ -17,8 +17,8 @@ from functions import constants as c
 from functions.adapters.aws import AwsClients
 from functions.adapters.dynamodb import DynamoJobRepository
 from functions.adapters.dynamodb_items import job_item
-from functions.adapters.ports import JobQuery, Transition
-from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
+from functions.adapters.ports import JobQuery, NameClaim, Transition
+from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken
 from schemas.job import CheckpointRef, Job, PendingAction, Progress, StatusEvent
 from schemas.status import JobStatus
 from tests.fakes import InMemoryJobRepository
@@ -83,6 +83,32 @@ def test_create_refuses_a_duplicate_id(repo: Any) -> None:
     with pytest.raises(ConcurrentModification):
         repo.create(job.model_copy(update={"name": "other"}), StatusEvent(at=job.created_at, to_status=S.PENDING))
     assert repo.get(job.job_id).name == job.name
+
+
+def test_a_name_claim_is_taken_with_the_job_and_only_from_the_holder_read(repo: Any) -> None:
+    first, second, third = (make_job(job_id=f"job-claim-{n}") for n in range(3))
+
+    def create(job: Job, previous: str | None) -> None:
+        repo.create(job, StatusEvent(at=job.created_at, to_status=S.PENDING), NameClaim("train#alice#run", previous))
+
+    # Given a name nobody holds: the first job takes it in its create
+    assert repo.name_holder("train#alice#run") is None
+    create(first, None)
+    assert repo.name_holder("train#alice#run") == first.job_id
+    # When another creator still believes nobody holds it, it loses and writes nothing (no job)
+    with pytest.raises(NameTaken) as lost:
+        create(second, None)
+    assert lost.value.holder == first.job_id
+    with pytest.raises(JobNotFound):
+        repo.get(second.job_id)
+    # And a creator that read the current holder takes it over
+    create(third, first.job_id)
+    assert repo.name_holder("train#alice#run") == third.job_id
+    # While one that read a holder that is no longer the holder loses
+    with pytest.raises(NameTaken):
+        create(second, first.job_id)
+    # And another name is another claim
+    assert repo.name_holder("train#bob#run") is None
 
 
 def test_get_of_an_unknown_job_is_not_found(repo: Any) -> None:
@@ -547,3 +573,53 @@ def test_annotate_with_only_removals(repo: Any) -> None:
     repo.annotate(job.job_id, {"execution_arn": None})
     # Then it is gone (no empty ExpressionAttributeValues refused by DynamoDB)
     assert repo.get(job.job_id).execution_arn is None
+
+
+def test_two_concurrent_post_train_of_one_run_make_exactly_one_job(dynamo: DynamoJobRepository, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given /train over the DynamoDB repository (each moto call atomic, as DynamoDB's are), where both
+    # requests read "nobody holds the run" before either writes
+    _serialize_moto_calls(dynamo, monkeypatch)
+    from functions.errors import RunActive
+    from functions.service.jobs import JobService
+    from functions.service.principal import Principal
+    from functions.service.train_api import TrainApi
+    from functions.settings import Settings
+    from schemas.access import BucketGrant
+    from schemas.train import TrainRequest
+    from tests.fakes import InMemoryArtifactStore
+
+    grants = (BucketGrant(uri="s3://runs/", access="read-write"), BucketGrant(uri="s3://data/", access="read"))
+    api = TrainApi(JobService(dynamo, InMemoryArtifactStore(), None, Settings(compute="local", bucket_grants=grants)))
+    both_read = threading.Barrier(2)
+    real_holder = dynamo.name_holder
+
+    def holder_after_both_read(key: str) -> str | None:
+        holder = real_holder(key)
+        both_read.wait(timeout=10)
+        return holder
+
+    monkeypatch.setattr(dynamo, "name_holder", holder_after_both_read)
+    request = TrainRequest(
+        framework="hf", model_id="sshleifer/tiny-gpt2", run_id="race", checkpoint_base_uri="s3://runs/base", dataset_uri="s3://data/d.jsonl"
+    )
+    outcomes: list[object] = []
+
+    def post() -> None:
+        try:
+            outcomes.append(api.submit(request, Principal(ALICE)))
+        except RunActive as exc:
+            outcomes.append(exc)
+
+    # When two POST /train of the same run_id race
+    threads = [threading.Thread(target=post) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    # Then exactly one made a job (201) and the other was refused as the run being active (409), naming the winner
+    made = [o for o in outcomes if not isinstance(o, RunActive)]
+    refused = [o for o in outcomes if isinstance(o, RunActive)]
+    assert len(made) == 1 and len(refused) == 1
+    assert refused[0].job_id == made[0].job_id  # type: ignore[attr-defined]
+    jobs, _ = dynamo.list_jobs(JobQuery(owner=None))
+    assert [(j.job_id, j.labels["train_run_id"]) for j in jobs] == [(made[0].job_id, "race")]  # type: ignore[attr-defined]

@@ -116,6 +116,28 @@ def test_ec2_launch_shows_type_spot_profile_tags_and_user_data_in_aws(aws: Clien
     assert launcher.describe(handle).state in {RunState.STARTING, RunState.RUNNING}
 
 
+OWN_IMAGE = "210987654321.dkr.ecr.eu-west-1.amazonaws.com/team/trainer:v2"
+
+
+def test_a_jobs_own_image_is_what_sagemaker_and_ec2_run(aws: Clients) -> None:
+    # Given a deployment that allows the team's ECR repository, and a job naming an image from it
+    settings = cloud_settings(custom_image_repositories=("210987654321.dkr.ecr.eu-west-1.amazonaws.com/team/",), **_ec2_setup(aws))
+    request = make_launch_request(image=OWN_IMAGE)
+    # When SageMaker launches it / Then the training job runs that image, not the deployment's trainer image
+    handle = SageMakerLauncher(settings, aws).launch(request)
+    job = aws.client("sagemaker").describe_training_job(TrainingJobName=handle.run_id)
+    assert job["AlgorithmSpecification"]["TrainingImage"] == OWN_IMAGE
+    # And on EC2 the instance's user data pulls and runs that image
+    instance_id = EC2Launcher(settings, aws).launch(request).run_id
+    raw = aws.client("ec2").describe_instance_attribute(InstanceId=instance_id, Attribute="userData")["UserData"]["Value"]
+    user_data = base64.b64decode(raw).decode()
+    assert f"IMAGE_URI={OWN_IMAGE}" in user_data and settings.trainer_image_uri not in user_data
+    # And a job without one runs the deployment's trainer image
+    plain = SageMakerLauncher(settings, aws).launch(make_launch_request(job_id="job-plain"))
+    described = aws.client("sagemaker").describe_training_job(TrainingJobName=plain.run_id)
+    assert described["AlgorithmSpecification"]["TrainingImage"] == settings.trainer_image_uri
+
+
 def test_ec2_stop_then_end_from_the_exit_status(aws: Clients) -> None:
     # Given a running instance
     launcher = EC2Launcher(cloud_settings(**_ec2_setup(aws)), aws)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,65 @@ def test_an_export_never_overwrites_another_principals_export_or_foreign_files(t
     access.claim_export(str(alices), spec)
     access.claim_export(str(empty), spec)
     assert json.loads((empty / EXPORT_MARKER).read_text())["owner"] == ALICE
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_two_principals_racing_for_one_empty_place_exactly_one_claims_it(
+    tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # Given an empty place both alice's and bob's jobs may write, locally or on (moto's) S3
+    if where == "s3":
+        _, bucket = request.getfixturevalue("s3_bucket")
+        area, destination = f"s3://{bucket}/exports", f"s3://{bucket}/exports/model"
+        # moto applies a call in several steps; S3 applies each atomically: one lock per call restores that
+        client, lock = storage.s3_client(), threading.Lock()
+        real_call = client._make_api_call
+
+        def atomic(*args: Any, **kwargs: Any) -> Any:
+            with lock:
+                return real_call(*args, **kwargs)
+
+        monkeypatch.setattr(client, "_make_api_call", atomic)
+    else:
+        area, destination = str(tmp_path), str(tmp_path / "exports" / "model")
+    specs = []
+    for owner in (ALICE, BOB):
+        spec = make_spec(tmp_path / f"job-{owner.rsplit('/', 1)[1]}")
+        spec["access"] = {"owner": owner, "write": [area]}
+        specs.append(RunSpec.model_validate(spec))
+    # And both exports pass every check (no marker, nothing there) before either writes its marker
+    both_checked = threading.Barrier(2)
+    real_create = storage.create_text
+
+    def create_once_both_checked(uri: str, text: str) -> bool:
+        both_checked.wait(timeout=10)
+        return real_create(uri, text)
+
+    monkeypatch.setattr(storage, "create_text", create_once_both_checked)
+    outcomes: dict[str, str] = {}
+
+    def export(spec: RunSpec) -> None:
+        try:
+            access.claim_export(destination, spec)
+            outcomes[spec.access.owner] = "claimed"  # type: ignore[union-attr]
+        except UserError as exc:
+            outcomes[spec.access.owner] = str(exc)  # type: ignore[union-attr]
+
+    # When they claim it at the same moment
+    threads = [threading.Thread(target=export, args=(spec,)) for spec in specs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    # Then exactly one claimed it, the other was refused, and the marker names the one that claimed it
+    winners = [owner for owner, outcome in outcomes.items() if outcome == "claimed"]
+    assert len(winners) == 1 and len(outcomes) == 2, outcomes
+    loser = next(outcome for outcome in outcomes.values() if outcome != "claimed")
+    assert "just claimed by another principal's export" in loser
+    assert json.loads(storage.read_text(storage.join(destination, EXPORT_MARKER)))["owner"] == winners[0]
+
+
+def test_a_create_only_write_never_replaces(tmp_path: Path) -> None:
+    target = str(tmp_path / "marker.json")
+    assert storage.create_text(target, "first") and not storage.create_text(target, "second")
+    assert storage.read_text(target) == "first" and sorted(p.name for p in tmp_path.iterdir()) == ["marker.json"]

@@ -346,7 +346,7 @@ def test_follow_picks_up_new_lines_once_even_when_stamps_repeat(standin: StandIn
 
 def test_reads_are_retried_through_throttling_and_gateway_errors(standin: StandInApi, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a job and a server that answers 429 then 503 before serving again
-    monkeypatch.setattr("trainplane.client.RETRY_BASE_SECONDS", 0.0)
+    monkeypatch.setattr("trainplane.transport.RETRY_BASE_SECONDS", 0.0)
     job = standin.add_job()
     standin.fail_next = [429, 503]
     # When the job is read
@@ -358,7 +358,7 @@ def test_reads_are_retried_through_throttling_and_gateway_errors(standin: StandI
 
 def test_a_submit_is_repeated_only_with_an_idempotency_key(standin: StandInApi, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a server that fails the next request with 503
-    monkeypatch.setattr("trainplane.client.RETRY_BASE_SECONDS", 0.0)
+    monkeypatch.setattr("trainplane.transport.RETRY_BASE_SECONDS", 0.0)
     client = client_for(standin)
     standin.fail_next = [503]
     # When a submit without a key meets it  Then it is not repeated (it might have created a job)
@@ -374,7 +374,7 @@ def test_a_submit_is_repeated_only_with_an_idempotency_key(standin: StandInApi, 
 
 def test_retries_give_up_with_the_last_error(standin: StandInApi, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a server that keeps answering 503
-    monkeypatch.setattr("trainplane.client.RETRY_BASE_SECONDS", 0.0)
+    monkeypatch.setattr("trainplane.transport.RETRY_BASE_SECONDS", 0.0)
     standin.fail_next = [503] * 10
     # When a read is made with one retry allowed  Then two attempts were made and the 503 surfaces
     client = Client(standin.url, credentials=Credentials(ACCESS_KEY, SECRET_KEY), region="us-east-1", max_retries=1)

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from schemas.job import Job, SubmitJobRequest
 from schemas.status import TERMINAL, JobStatus
+from schemas.sweeps import SWEEP_TERMINAL, SweepRequest
 
 ACCESS_KEY = "AKIDSTANDIN"
 SECRET_KEY = "standin-secret"
@@ -69,6 +70,9 @@ class StandInApi:
     fail_next: list[int] = field(default_factory=list)
     requests: list[Recorded] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # /sweeps: sweep_id -> the Sweep as the API answers it, and statuses successive GETs move through
+    sweeps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    sweep_script: dict[str, list[str]] = field(default_factory=dict)
 
     def add_job(self, name: str = "tiny", status: JobStatus = JobStatus.QUEUED, **overrides: Any) -> Job:
         request = SubmitJobRequest.model_validate({**MINIMAL_REQUEST, "name": name, **overrides})
@@ -237,6 +241,8 @@ def _route(api: StandInApi, method: str, parts: list[str], query: dict[str, str]
                 "paused": counts["PAUSED"],
             },
         )
+    if parts[0] == "sweeps":
+        return _sweeps(api, method, parts[1:], query, body)
     if parts == ["jobs"] and method == "POST":
         return _submit(api, headers, body)
     if parts == ["jobs"] and method == "GET":
@@ -304,6 +310,54 @@ def _verb(api: StandInApi, job: Job, method: str, action: str, query: dict[str, 
         child = api._create(request, JobStatus.QUEUED, parent=job.job_id)
         return _Reply(201, _job_json(child))
     return _error(404, f"no route POST {action}")
+
+
+_SWEEP_MOVES = {"pause": ({"RUNNING"}, "PAUSED"), "resume": ({"PAUSED"}, "RUNNING"), "cancel": ({"RUNNING", "PAUSED"}, "CANCELLED")}
+
+
+def _sweeps(api: StandInApi, method: str, parts: list[str], query: dict[str, str], body: Any) -> _Reply:
+    """/sweeps as the real API answers it (functions/handlers/sweeps.py), over a dict: no controller."""
+    if not parts and method == "POST":
+        try:
+            request = SweepRequest.model_validate(body)
+        except ValidationError as exc:
+            return _error(422, "invalid request", [{"field": ".".join(map(str, e["loc"])), "message": e["msg"]} for e in exc.errors()])
+        now = datetime.now(UTC).isoformat()
+        sweep = {
+            **request.model_dump(mode="json", by_alias=True),
+            "sweep_id": f"sweep-{uuid.uuid4().hex[:12]}",
+            "owner": "arn:aws:iam::123456789012:user/standin",
+            "status": "RUNNING",
+            "created_at": now,
+            "updated_at": now,
+        }
+        api.sweeps[sweep["sweep_id"]] = sweep
+        return _Reply(201, sweep)
+    if not parts and method == "GET":
+        newest = list(reversed(api.sweeps.values()))
+        start, limit = int(query.get("next_token") or 0), int(query.get("limit") or 50)
+        token = str(start + limit) if start + limit < len(newest) else None
+        return _Reply(200, {"sweeps": newest[start : start + limit], "next_token": token})
+    sweep = api.sweeps.get(parts[0])
+    if sweep is None:
+        return _error(404, f"sweep {parts[0]} not found")
+    if len(parts) == 1 and method == "GET":
+        steps = api.sweep_script.get(parts[0])
+        if steps:
+            sweep["status"] = steps.pop(0)
+        return _Reply(200, sweep)
+    if len(parts) == 1 and method == "DELETE":
+        if sweep["status"] not in {s.value for s in SWEEP_TERMINAL}:
+            return _error(409, f"cannot delete sweep {parts[0]} while it is {sweep['status']}")
+        del api.sweeps[parts[0]]
+        return _Reply(204, None)
+    if len(parts) == 2 and method == "POST" and parts[1] in _SWEEP_MOVES:
+        sources, target = _SWEEP_MOVES[parts[1]]
+        if sweep["status"] not in sources:
+            return _error(409, f"cannot {parts[1]} sweep {parts[0]} while it is {sweep['status']}")
+        sweep.update(status=target, status_reason=(body or {}).get("reason"))
+        return _Reply(200, sweep)
+    return _error(404, f"no route {method} /sweeps/{'/'.join(parts)}")
 
 
 def _submit(api: StandInApi, headers: dict[str, str], body: Any) -> _Reply:

@@ -257,7 +257,7 @@ fake = os.environ["FAKE"]
 args = sys.argv[1:]
 def path(name): return os.path.join(fake, name)
 if args[0] == "login":
-    sys.stdin.read(); sys.exit(0)
+    sys.stdin.read(); print(args[-1], file=open(path("logins"), "a")); sys.exit(0)
 if args[0] == "pull":
     sys.exit(0)
 if args[0] == "run":
@@ -297,7 +297,7 @@ while True: time.sleep(0.05)
 """
 
 FAKE_AWS = """#!/bin/bash
-if [ "$1" = ecr ]; then echo password; exit 0; fi
+if [ "$1" = ecr ]; then echo "$4" >> "$FAKE/ecr-regions"; echo password; exit 0; fi
 if [ "$1" = s3 ] && [ "$2" = cp ]; then
   for last; do :; done; src=""; for a in "$@"; do case "$a" in /*) src="$a";; esac; done
   mkdir -p "$FAKE/s3"; cp "$src" "$FAKE/s3/$(basename "$last")"; exit 0
@@ -317,7 +317,9 @@ esac
 """
 
 
-def _run_user_data(tmp_path: Path, mode: str, *, spot: bool, stop: str | None, environment: dict[str, str]) -> Path:
+def _run_user_data(
+    tmp_path: Path, mode: str, *, spot: bool, stop: str | None, environment: dict[str, str], image: str | None = None, **settings: Any
+) -> Path:
     fake = tmp_path / "fake"
     bin_dir = tmp_path / "bin"
     fake.mkdir()
@@ -337,10 +339,9 @@ def _run_user_data(tmp_path: Path, mode: str, *, spot: bool, stop: str | None, e
     for name, text in scripts.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
-    request = make_launch_request(environment=environment)
-    settings = cloud_settings()
+    request = make_launch_request(environment=environment, image=image)
     script = tmp_path / "user_data.sh"
-    script.write_text(render_user_data(request, settings, select_instance(request.run_spec.resource_config, "ec2")))
+    script.write_text(render_user_data(request, cloud_settings(**settings), select_instance(request.run_spec.resource_config, "ec2")))
     env = {
         **os.environ,
         "PATH": f"{bin_dir}:{os.environ['PATH']}",
@@ -567,3 +568,36 @@ def test_user_data_of_node_1_finds_the_master_through_the_rendezvous(tmp_path: P
     assert "awslogs-stream=job-0a1b2c3d/001/trainer-node1" in run_args
     assert json.loads((fake / "s3" / "exit-node1.json").read_text())["exit_code"] == 0
     assert not (fake / "s3" / "exit.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("image", "logins", "regions"),
+    [
+        (None, [IMAGE.split("/")[0]], ["us-east-1"]),
+        ("210987654321.dkr.ecr.eu-west-1.amazonaws.com/team/trainer:v2", ["210987654321.dkr.ecr.eu-west-1.amazonaws.com"], ["eu-west-1"]),
+        ("ghcr.io/team/trainer:v2", [], []),
+    ],
+)
+def test_user_data_runs_a_jobs_own_image_logging_in_only_to_ecr(
+    tmp_path: Path, image: str | None, logins: list[str], regions: list[str]
+) -> None:
+    # Given a job naming its own image from a repository the deployment allows (or none: the trainer image)
+    allowed = ("210987654321.dkr.ecr.eu-west-1.amazonaws.com/team", "ghcr.io/team")
+    fake = _run_user_data(tmp_path, "complete", spot=False, stop=None, environment={}, image=image, custom_image_repositories=allowed)
+    # Then the container ran that image, under the same trainer contract
+    run_args = json.loads((fake / "run.json").read_text())
+    assert run_args[-1] == (image or IMAGE)
+    assert f"TRAINPLANE_RUN_SPEC=s3://{BUCKET}/jobs/job-0a1b2c3d/config/run-001.json" in run_args
+    # And the host logged in to an ECR registry in that registry's region, and to no other registry
+    read = lambda name: (fake / name).read_text().split() if (fake / name).exists() else []  # noqa: E731
+    assert (read("logins"), read("ecr-regions")) == (logins, regions)
+    assert json.loads((fake / "s3" / "exit.json").read_text())["exit_code"] == 0
+
+
+def test_a_jobs_image_no_longer_allowed_is_refused_at_launch() -> None:
+    # Given a job whose image the deployment stopped allowing after it was submitted
+    request = make_launch_request(image="ghcr.io/team/trainer:v2")
+    # When its attempt is launched / Then the launch is refused naming the field (the job's error)
+    with pytest.raises(InvalidRequest) as caught:
+        render_user_data(request, cloud_settings(), select_instance(request.run_spec.resource_config, "ec2"))
+    assert caught.value.field == "training_config.image" and "allows no custom images" in caught.value.message

@@ -22,7 +22,7 @@ from tests.cloud_fixtures import IMAGE
 from tests.fakes import InMemoryArtifactStore, InMemoryJobRepository
 from tests.helpers.jobs import ALICE, request_body
 
-# The seed's example trainer block, without its image (refused: see below).
+# The seed's example trainer block, without its image (tests/unit/test_custom_images.py).
 SEED_TRAINER: dict[str, Any] = {
     "command": ["python", "train.py"],
     "args": ["--model", "llama-7b", "--epochs", "10"],
@@ -69,7 +69,12 @@ def test_num_proc_per_node_gpu_is_one_process_per_gpu_and_env_is_the_environment
 @pytest.mark.parametrize(
     ("trainer", "overrides", "field", "words"),
     [
-        ({"image": "my-training-image:latest", "command": ["python"]}, {}, "trainer.image", "not supported yet"),
+        (
+            {"image": "ghcr.io/team/a:1"},
+            {"training_config": {**request_body()["training_config"], "image": "ghcr.io/team/b:1"}},
+            "trainer.image",
+            "contradicts training_config.image",
+        ),
         ({"numProcPerNode": "auto"}, {}, "trainer.numProcPerNode", "give a number of processes or 'gpu'"),
         (
             {"numNodes": 4},

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from functions.adapters.policies import FireClaim
-from functions.adapters.ports import Transition
+from functions.adapters.ports import NameClaim, Transition
 from functions.errors import InvalidRequest, PolicyNotFound
 from functions.service.jobs import JobService
 from functions.service.retraining import RetrainingService, SchedulerUnavailable
@@ -50,9 +50,9 @@ class SlowCreateRepository(InMemoryJobRepository):
     """Creating a job takes a while, as a DynamoDB transaction does: the window in which a job has
     been decided but does not exist yet is wide enough for racing deliveries to fall into."""
 
-    def create(self, job: Job, first_event: StatusEvent) -> None:
+    def create(self, job: Job, first_event: StatusEvent, claim: NameClaim | None = None) -> None:
         time.sleep(0.05)
-        super().create(job, first_event)
+        super().create(job, first_event, claim)
 
 
 class Plane:

@@ -72,7 +72,8 @@ def test_the_seeds_payload_maps_onto_a_job() -> None:
     assert (rc.gpu_count, rc.node_count, rc.cpu_cores, rc.ram_min_mb) == (8, 1, 48, 512 * 1024)
     assert oc.layout == "deepfinery" and oc.output_path == "s3://deepfinery-training/runs/aml_ruleset_v4/framework=hf"
     assert tc.resume_from_checkpoint == "latest"
-    assert request.labels == {"train_run_id": "aml_ruleset_v4", "train_framework": "hf", "train_image": "ghcr.io/deepfinery/trainer:latest"}
+    assert request.labels == {"train_run_id": "aml_ruleset_v4", "train_framework": "hf"}
+    assert tc.image == "ghcr.io/deepfinery/trainer:latest"
     assert tc.environment["CHECKPOINT_PREFIX"] == oc.output_path and tc.environment["RUN_ID"] == "aml_ruleset_v4"
 
 
@@ -119,30 +120,30 @@ def test_submit_goes_through_the_same_validation_as_post_jobs() -> None:
     # Given a SageMaker deployment: its submit validation refuses local data paths, naming the field
     api = TrainApi(make_service(compute="sagemaker"))
     with pytest.raises(InvalidRequest) as caught:
-        api.submit(payload(dataset_uri="/home/alice/data.jsonl", gpus_per_node=1), alice)
+        api.submit(payload(image=None, dataset_uri="/home/alice/data.jsonl", gpus_per_node=1), alice)
     assert caught.value.field == "dataset_uri"
     # And an impossible GPU count is refused as for POST /jobs
     with pytest.raises(InvalidRequest) as gpus:
-        api.submit(payload(gpus_per_node=1000), alice)
+        api.submit(payload(image=None, gpus_per_node=1000), alice)
     assert gpus.value.field == "gpus_per_node"
     # And so is a run in a bucket the deployment does not let its callers write (path confinement)
     with pytest.raises(InvalidRequest) as confined:
-        TrainApi(make_service(grants=GRANTS[1:])).submit(payload(gpus_per_node=0), alice)
+        TrainApi(make_service(grants=GRANTS[1:])).submit(payload(image=None, gpus_per_node=0), alice)
     assert confined.value.field == "checkpoint_base_uri" and "bucket_grants" in confined.value.message
 
 
 def test_one_job_per_run_at_a_time_and_the_status_in_the_seeds_words() -> None:
     service = make_service()
     api = TrainApi(service)
-    first = api.submit(payload(gpus_per_node=0), alice)
+    first = api.submit(payload(image=None, gpus_per_node=0), alice)
     assert first.status == "submitted" and first.run_id == "aml_ruleset_v4"
     # A second run while the first is not finished is a conflict
     with pytest.raises(RunActive):
-        api.submit(payload(gpus_per_node=0), alice)
+        api.submit(payload(image=None, gpus_per_node=0), alice)
     # Bob does not see alice's run, and may use the same run_id for his own
     with pytest.raises(RunNotFound):
         api.status("aml_ruleset_v4", bob)
-    assert api.submit(payload(gpus_per_node=0), bob).job_id != first.job_id
+    assert api.submit(payload(image=None, gpus_per_node=0), bob).job_id != first.job_id
     # The job walks on: running, then succeeded
     repo = service.repo
     for status in (S.QUEUED, S.SCHEDULING, S.PREPARING, S.TRAINING):
@@ -153,7 +154,7 @@ def test_one_job_per_run_at_a_time_and_the_status_in_the_seeds_words() -> None:
     repo.transition(Transition(job.job_id, job.version, job.status, S.COMPLETED, actor="system"))
     assert api.status("aml_ruleset_v4", alice).status == "succeeded"
     # And then a new run of the same run_id is accepted; its status is the newest job's
-    second = api.submit(payload(gpus_per_node=0), alice)
+    second = api.submit(payload(image=None, gpus_per_node=0), alice)
     assert second.job_id != first.job_id and api.status("aml_ruleset_v4", alice).job_id == second.job_id
 
 
@@ -172,7 +173,8 @@ def test_one_job_per_run_at_a_time_and_the_status_in_the_seeds_words() -> None:
     ],
 )
 def test_status_words(status: JobStatus, changes: dict[str, Any], word: str) -> None:
-    job = make_service().submit(to_submit_request(payload(gpus_per_node=0)), alice).model_copy(update={"status": status, **changes})
+    request = to_submit_request(payload(image=None, gpus_per_node=0))
+    job = make_service().submit(request, alice).model_copy(update={"status": status, **changes})
     result = status_of(job, "r")
     assert result.status == word and status.value in (result.detail or "")
     if "error_message" in changes:
@@ -181,12 +183,12 @@ def test_status_words(status: JobStatus, changes: dict[str, Any], word: str) -> 
 
 def test_the_run_spec_of_a_layout_job_keeps_its_checkpoints_in_the_runs_root() -> None:
     service = make_service()
-    job = service.submit(to_submit_request(payload(gpus_per_node=0)), alice)
+    job = service.submit(to_submit_request(payload(image=None, gpus_per_node=0)), alice)
     specs = RunSpecs(InMemoryArtifactStore(), "artifacts")
     root = "s3://deepfinery-training/runs/aml_ruleset_v4/framework=hf"
     first = specs.run_spec(job, 1, specs.resume_from(job, 1))
     assert (first.layout_uri, first.checkpoint_uri, first.output_uri) == (root, f"{root}/checkpoints", f"{root}/model")
     assert first.resume_from is None and first.resume_latest is True
-    fresh = service.submit(to_submit_request(payload(gpus_per_node=0, run_id="other", resume_from_checkpoint=False)), alice)
+    fresh = service.submit(to_submit_request(payload(image=None, gpus_per_node=0, run_id="other", resume_from_checkpoint=False)), alice)
     assert specs.run_spec(fresh, 1, None).resume_latest is False
     assert specs.run_spec(fresh, 2, None).resume_latest is True  # its own later attempts resume its checkpoints

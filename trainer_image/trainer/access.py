@@ -138,7 +138,8 @@ def own_prefix(spec: RunSpec) -> str:
 
 def claim_export(destination: str, spec: RunSpec) -> None:
     """Before an export is copied to `destination`: refuse to overwrite another principal's export or any
-    foreign objects (outside the job's own prefix), then write the marker that claims the place."""
+    foreign objects (outside the job's own prefix), then write the marker that claims the place: a
+    create-only write when there was none, so of two exports racing for an empty place exactly one claims it."""
     access = spec.access
     if access is None:
         return
@@ -151,8 +152,15 @@ def claim_export(destination: str, spec: RunSpec) -> None:
         raise UserError(f"output: {destination} holds another principal's export; it is not overwritten")
     if owner is None and not inside_own and any(True for _ in storage.list_files(destination)):
         raise UserError(f"output: {destination} already holds objects that are not an export of this principal; name an empty place")
-    document = {"owner": access.owner, "job_id": spec.job_id, "attempt": spec.attempt, "at": datetime.now(UTC).isoformat()}
-    storage.write_text(marker_uri, json.dumps(document))
+    document = json.dumps({"owner": access.owner, "job_id": spec.job_id, "attempt": spec.attempt, "at": datetime.now(UTC).isoformat()})
+    if owner is None and not storage.create_text(marker_uri, document):
+        # Another export claimed the place between the check above and this write (the claim is a
+        # create-only write, so exactly one of two racing exports gets it): only its owner goes on.
+        if _marker_owner(marker_uri) != access.owner:
+            raise UserError(f"output: {destination} was just claimed by another principal's export; it is not overwritten")
+        storage.write_text(marker_uri, document)
+    elif owner is not None:
+        storage.write_text(marker_uri, document)  # this principal's own export, claimed before: refreshed
 
 
 def _marker_owner(uri: str) -> str | None:

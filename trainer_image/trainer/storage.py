@@ -93,6 +93,34 @@ def write_text(uri: str, text: str) -> None:
     write_bytes(uri, text.encode("utf-8"))
 
 
+def create_text(uri: str, text: str) -> bool:
+    """Write only if nothing is there, atomically: True when this call created it, False when it existed
+    (or another writer created it first). S3: a conditional PutObject (If-None-Match: *; a concurrent
+    conditional write answers 409); local: a complete temp file hard-linked into place (link never replaces)."""
+    data = text.encode("utf-8")
+    if is_s3(uri):
+        bucket, key = split_s3(uri)
+        client = s3_client()
+        try:
+            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
+        except client.exceptions.ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"PreconditionFailed", "ConditionalRequestConflict", "412", "409"}:
+                return False
+            raise
+        return True
+    target = local_path(uri)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{threading.get_ident()}")
+    tmp.write_bytes(data)
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
+
+
 def exists(uri: str) -> bool:
     if is_s3(uri):
         bucket, key = split_s3(uri)

@@ -8,8 +8,10 @@ import re
 from typing import Any, Protocol
 
 from functions.adapters.launchers.base import LaunchRequest
+from functions.adapters.launchers.images import check_custom_image
 from functions.adapters.launchers.instances import PLATFORMS, select_instance
 from functions.errors import InvalidRequest
+from functions.settings import Settings
 from schemas.configs import DataConfig, ModelSource, ResourceConfig, TrainingConfig
 from schemas.job import ErrorType
 from schemas.shapes import TrainingShapeProfile
@@ -96,6 +98,18 @@ def trainer_image(image_uri: str, shape: TrainingShapeProfile | None) -> str:
     if ":" in last:
         repository = repository[: repository.rfind(":")]
     return f"{repository}:{shape.trainer_image_tag}"
+
+
+def run_image(request: LaunchRequest, settings: Settings, platform: str) -> str:
+    """The image an attempt runs: the job's own (training_config.image), checked again against the
+    deployment's rules now (they may have changed since submit: InvalidRequest fails the launch as the
+    job's error), else the deployment's trainer image with the training shape's tag."""
+    spec = request.run_spec
+    own = spec.training_config.image
+    if own:
+        check_custom_image("training_config.image", own, settings.custom_image_repositories, platform, local_mode=settings.local_mode)
+        return own
+    return trainer_image(settings.trainer_image_uri, spec.training_shape) if settings.trainer_image_uri else ""
 
 
 def launch_environment(request: LaunchRequest) -> dict[str, str]:

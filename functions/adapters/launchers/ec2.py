@@ -50,7 +50,7 @@ from functions.adapters.launchers.cloud import (
     job_ref_from_tags,
     launch_environment,
     launch_tags,
-    trainer_image,
+    run_image,
 )
 from functions.adapters.launchers.instances import InstanceChoice, select_instance
 from functions.adapters.launchers.sagemaker import classify_failure
@@ -144,7 +144,7 @@ def render_user_data(request: LaunchRequest, settings: Settings, choice: Instanc
     env[ENV_GRACE_SECONDS] = str(SPOT_GRACE_SECONDS)
     bucket = settings.artifacts_bucket
     values = {
-        "IMAGE_URI": trainer_image(settings.trainer_image_uri, request.run_spec.training_shape) if settings.trainer_image_uri else "",
+        "IMAGE_URI": run_image(request, settings, NAME),
         "REGION": settings.region,
         "JOB_ID": request.job_id,
         "ATTEMPT": str(request.attempt),

@@ -27,6 +27,7 @@ from typing import IO, Protocol
 
 from functions import constants
 from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
+from functions.errors import InvalidRequest
 from schemas.job import ErrorType
 from schemas.trainer import (
     ENV_ATTEMPT,
@@ -104,6 +105,9 @@ class LocalLauncher:
 
     # --- Launcher port ------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> LaunchHandle:
+        if request.run_spec.training_config.image:
+            # Submit refuses it (functions/adapters/launchers/images.py); never run our trainer in its place.
+            raise InvalidRequest("training_config.image", "the local launcher runs processes, not container images")
         run_dir = self.work_dir / request.job_id / f"attempt-{request.attempt:03d}"
         for sub in ("checkpoints", "model", "output", "config"):
             (run_dir / sub).mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,7 @@ from functions.adapters.launchers.cloud import (
     check_request,
     launch_environment,
     launch_tags,
-    trainer_image,
+    run_image,
 )
 from functions.adapters.launchers.instances import InstanceChoice, select_instance
 from functions.errors import Unsupported
@@ -131,7 +131,7 @@ def build_training_job_request(request: LaunchRequest, settings: Settings, choic
         "TrainingJobName": name,
         "RoleArn": settings.sagemaker_role_arn,
         "AlgorithmSpecification": {
-            "TrainingImage": trainer_image(settings.trainer_image_uri, spec.training_shape),
+            "TrainingImage": run_image(request, settings, NAME),
             "TrainingInputMode": "File",
             "MetricDefinitions": [dict(d) for d in METRIC_DEFINITIONS],
             "EnableSageMakerMetricsTimeSeries": True,

@@ -3,7 +3,7 @@
 # Rendered by functions/adapters/launchers/ec2.py: every placeholder in double at-signs is replaced by a shell-quoted
 # value. Runs once as root from cloud-init on a GPU Deep Learning AMI (docker, nvidia runtime, awscli).
 #
-# 1. pull the trainer image from ECR and run it with the trainer environment contract
+# 1. pull the trainer image (or the job's own image) and run it with the trainer environment contract
 #    (schemas/trainer.py); container stdout/stderr go to CloudWatch Logs (awslogs driver);
 # 2. watch instance metadata every few seconds: the spot interruption notice (two minutes before
 #    reclaim), the trainplane:stop tag (a graceful stop or cancel asked by the control plane) and
@@ -97,8 +97,13 @@ if [ "$NODE_COUNT" -gt 1 ]; then
   TRAINER_ENV+=(-e "NODE_RANK=$NODE_RANK" -e "NNODES=$NODE_COUNT" -e "MASTER_ADDR=$MASTER_ADDR" -e "MASTER_PORT=$MASTER_PORT")
 fi
 
+# The image is the deployment's trainer image or a job's own (training_config.image, from a repository the
+# deployment allows: docs/SECURITY.md). An ECR registry is logged in to in its own region (the instance
+# role may pull from the allowed repositories); any other allowed registry is pulled without a login.
 REGISTRY=${IMAGE_URI%%/*}
-aws ecr get-login-password --region "$REGION" | docker login --username AWS --password-stdin "$REGISTRY"
+if [[ "$REGISTRY" =~ ^[0-9]{12}\.dkr\.ecr\.([a-z0-9-]+)\.amazonaws\.com(\.cn)?$ ]]; then
+  aws ecr get-login-password --region "${BASH_REMATCH[1]}" | docker login --username AWS --password-stdin "$REGISTRY"
+fi
 for try in 1 2 3; do docker pull "$IMAGE_URI" && break; [ "$try" = 3 ] && finish 70 image-pull-failed; sleep $((try * 10)); done
 mkdir -p "$OPT_ML/checkpoints" "$OPT_ML/model" "$OPT_ML/output/data" "$OPT_ML/input/config"
 
