@@ -5,8 +5,9 @@
 
 Issue 17's Measure: for each training type the trainer runs on a CPU, the same model, data, tokenizer,
 batch size, sequence length, epochs and optimizer through
-  ours:      the trainer's real entry point (`python -m trainer`, a run spec in TRAINPLANE_RUN_SPEC, the
-             paths the LocalLauncher sets), with our defaults for everything the row does not name;
+  ours:      the trainer's real entry point (trainer.__main__.main, what `python -m trainer` and the image
+             run; a run spec in TRAINPLANE_RUN_SPEC, the paths the LocalLauncher sets), with our defaults
+             for everything the row does not name;
   baseline:  plain transformers.Trainer (FULL_FINETUNE, CONTINUED_PRETRAIN, LORA with peft, HF_TRAINER),
              trl.SFTTrainer (SFT) and trl.DPOTrainer (DPO), with their defaults for everything the row does
              not name (logging every 500 / 10 steps, tqdm on, saves every 500 steps...).
@@ -16,8 +17,10 @@ What is set alike on both sides (the rest are each side's defaults):
   - the model: a llama built from a config (no download), float32, seed 42, the built-in byte tokenizer;
   - the data: JSONL records of varied lengths, the same records; each side tokenizes them its own way
     (ours: BOS + text + EOS; trl: its own rules), which is why tokens are counted on each side;
-  - batch size, max sequence length, number of epochs, learning rate, AdamW (with the same fused/foreach
-    choice as ours, printed), linear schedule, grad clipping 1.0, no warmup, no weight decay;
+  - batch size, max sequence length, number of epochs, learning rate, the optimizer (optim=adamw_torch:
+    the torch.optim.AdamW ours builds on a CPU; Trainer's own default is adamw_torch_fused), seed, and
+    report_to="none"; the schedule, clipping, warmup and weight decay are both sides' defaults (the same),
+    or the HF_TRAINER row's TrainingArguments on both;
   - trl's configs default to gradient_checkpointing=True and bf16=True: both are set False here (our
     trainer refuses bf16 on a CPU, and recomputing activations would compare different work).
 RLHF is not measured here: scripts/bench_rlhf.py measures it against trl on its own.
@@ -28,10 +31,13 @@ loading excluded. The runs are whole epochs (every example once per epoch), so t
 epochs 2..N. Ours: the window is the time between the METRICS events of the last warm-up step and of the
 last step (each event is stamped when it is written, after the step's own reporting), and the tokens are
 the trainer's own count (trainer_state.json `tokens_seen` of the final checkpoint, times the timed share
-of the epochs). Baseline: a TrainerCallback stamps the same two steps' ends, and a wrapper around the
+of the epochs); the trainer's stdout is a stream that stamps each line with wall and process CPU time.
+Baseline: a TrainerCallback stamps the same two steps' ends, and a wrapper around the
 baseline's data collator sums the attention mask of every batch it builds, in order.
 Repeats are interleaved (ours then the baseline, the order alternating each repeat) to cancel machine
-drift; the table shows the median tok/s of each side and the median of the per-repeat ratios. The load
+drift; the table shows the median tok/s of each side and the median of the per-repeat ratios, of wall time
+and of process CPU time (one torch thread per run by default, so CPU time is the work done: the steadier
+figure on a shared host). The load
 average is printed with the figures: this benchmark shares its CPU with whatever else runs.
 """
 
@@ -112,7 +118,7 @@ class Setup:
 
 
 PRESETS: dict[str, Setup] = {
-    # ~0.2M parameters, 64-token sequences: a CPU step is tens of milliseconds even on a busy 2-core host,
+    # ~0.13M parameters, 64-token sequences: a CPU step is tens of milliseconds even on a busy 2-core host,
     # so a per-step overhead of ours shows, and 36 runs fit in minutes.
     "cpu-small": Setup(
         {
