@@ -11,7 +11,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install test test-fast fuzz lint mypy format demo bench bench-trainer bench-rlhf synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
+.PHONY: install test test-fast fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
 
 install: $(STAMP) dashboard browser
 
@@ -98,6 +98,10 @@ bench-trainer: install
 
 bench-rlhf: install
 	$(BIN)/python scripts/bench_rlhf.py
+
+# Each training type: our trainer vs plain transformers Trainer / trl, side by side (docs/BENCHMARKS.md).
+bench-trainer-types: install
+	$(BIN)/python scripts/bench_trainer_types.py
 
 bench-dashboard: install
 	$(BIN)/python scripts/bench_dashboard.py
