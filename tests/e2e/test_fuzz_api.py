@@ -482,6 +482,27 @@ LEGITIMATE_REFUSALS = (
         r"compute 'local' runs one node",
     ),
     Refusal(
+        "experiment tracking (docs/TRACKING.md): an MLflow tracking URI is an http(s) server without credentials, query"
+        " or fragment, a SageMaker MLflow ARN or a file:/// store; W&B is refused (no client, no key store); a CUSTOM"
+        " script logs its own runs. openapi.json states a string, not the URI grammar",
+        422,
+        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps"),
+        r"(job_template\.)?output_config\.tracking(\.[a-z_]+)*",
+        r"(Weights & Biases|SageMaker MLflow ARN|file store|scheme|names no host|credentials in the URI|no query or fragment|"
+        r"bad port|CUSTOM script logs its own runs)",
+    ),
+    Refusal(
+        "RLHF's rules across fields (docs/TRAINER.md, RLHF): the rlhf block goes with training_type RLHF and needs a"
+        " reward; GRPO runs on HF_TRAINER in one process, has no evaluation pass, and a step's completions are whole"
+        " groups of num_generations; the hyperparameters GRPO cannot honour are refused by name",
+        422,
+        ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps", "POST /train"),
+        r"(job_template\.)?(training_config\.(rlhf(\.[a-z_]+)?|framework\.type|framework\.distributed\.world_size|"
+        r"hyperparameters\.[a-z0-9_]+)|data_config\.(validation_split|sources\[\d+\]\.split)|"
+        r"output_config\.checkpoint\.metric_for_best_model)",
+        r"(RLHF|rlhf block|reward_|num_generations)",
+    ),
+    Refusal(
         "a rule across fields: a field required when another has a given value, a training type that needs a GPU,"
         " processes (world_size) the nodes and GPUs asked for cannot hold",
         422,
