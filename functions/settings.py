@@ -35,6 +35,11 @@ class Settings(BaseModel):
     # prefixes (functions/adapters/launchers/images.py), comma-separated in TRAINPLANE_CUSTOM_IMAGE_REPOSITORIES
     # (CDK context `custom_image_repositories`). Empty: no custom images. docs/SECURITY.md.
     custom_image_repositories: tuple[str, ...] = ()
+    # POST /train's `image` naming one of these repositories (any tag or digest) is DeepFinery's stock trainer,
+    # whose contract /train translates and trainplane's own trainer serves: the job runs the deployment's
+    # trainer image and records the named one as label train_image (docs/HABITS.md). Any other image is a
+    # custom image (training_config.image). TRAINPLANE_TRAIN_STOCK_IMAGES, comma-separated; empty: none.
+    train_stock_images: tuple[str, ...] = ("ghcr.io/deepfinery/trainer",)
     sagemaker_role_arn: str | None = None
     # Cloud compute (SageMaker and EC2 launchers). The stack sets these; local mode fills them with
     # emulated values. Subnets/security groups apply to both engines; empty means no VPC config.

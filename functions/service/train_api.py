@@ -19,8 +19,10 @@ the caller. How the fields map:
 |                        | checked as any job's: an unknown one is a 422 naming extra_args.<key>)      |
 | env                    | training_config.environment (plus FRAMEWORK, RUN_ID, CHECKPOINT_PREFIX)     |
 | labels / annotations   | labels / the description (as JSON)                                          |
-| image                  | training_config.image: the job runs that image (SageMaker/EC2, allowed      |
-|                        | repositories, the trainer contract); refused (422) where it cannot run      |
+| image                  | DeepFinery's stock trainer (Settings.train_stock_images): our trainer runs  |
+|                        | it, label train_image records it; any other: training_config.image, the job |
+|                        | runs that image (SageMaker/EC2, allowed repositories, the trainer contract);|
+|                        | refused (422) where it cannot run                                           |
 | config_path            | refused (422) until the trainer reads one                                   |
 
 The dataset is read as the seed expects by default ({"text": ...} per line: CONTINUED_PRETRAIN);
@@ -45,6 +47,7 @@ from schemas.train import ExtraArg, TrainRequest, TrainStatus
 
 RUN_LABEL = "train_run_id"
 FRAMEWORK_LABEL = "train_framework"
+IMAGE_LABEL = "train_image"
 FRAMEWORKS = {"hf": FrameworkType.HF_TRAINER, "meta": FrameworkType.FSDP}
 # The seed's knobs and where each goes: (section, path inside it, how the value is written).
 _KNOBS: dict[str, tuple[str, str]] = {
@@ -75,7 +78,16 @@ def run_root(request: TrainRequest) -> str:
     return f"{request.checkpoint_base_uri.rstrip('/')}/{request.run_id}/framework={request.framework}"
 
 
-def to_submit_request(request: TrainRequest) -> SubmitJobRequest:
+def is_stock_image(image: str, stock: tuple[str, ...]) -> bool:
+    """`image` is one of the `stock` repositories, at any tag or digest (ghcr.io/deepfinery/trainer:latest)."""
+    repository = image.split("@", 1)[0]
+    last = repository.rsplit("/", 1)[-1]
+    if ":" in last:
+        repository = repository[: len(repository) - len(last)] + last.split(":", 1)[0]
+    return repository in stock
+
+
+def to_submit_request(request: TrainRequest, stock_images: tuple[str, ...] = ()) -> SubmitJobRequest:
     """The job a /train payload is (InvalidRequest naming the /train field when it cannot be one)."""
     if request.framework not in FRAMEWORKS:
         raise InvalidRequest("framework", f"{request.framework} is not supported yet; use hf (HF_TRAINER) or meta (FSDP)")
@@ -115,6 +127,9 @@ def to_submit_request(request: TrainRequest) -> SubmitJobRequest:
         "CHECKPOINT_PREFIX": root,
     }
     labels = {**request.labels, RUN_LABEL: request.run_id, FRAMEWORK_LABEL: request.framework}
+    image = request.image
+    if image and is_stock_image(image, stock_images):
+        labels[IMAGE_LABEL], image = image, None
     resources: dict[str, Any] = {"gpu_count": request.gpus_per_node, "node_count": request.num_nodes}
     if request.cpus_per_node is not None:
         resources["cpu_cores"] = request.cpus_per_node
@@ -130,7 +145,7 @@ def to_submit_request(request: TrainRequest) -> SubmitJobRequest:
             "hyperparameters": hyperparameters,
             "environment": environment,
             **({"resume_from_checkpoint": LATEST} if request.resume_from_checkpoint else {}),
-            **({"image": request.image} if request.image else {}),
+            **({"image": image} if image else {}),
         },
         "data_config": data,
         "resource_config": resources,
@@ -190,7 +205,7 @@ class TrainApi:
         """One job per run_id at a time, decided atomically: the job is created in the same transaction that
         makes it the run's holder, conditioned on the holder read here (finished, or none), so of two
         concurrent POST /train of one run exactly one creates a job and the other gets RunActive (409)."""
-        submit_request = to_submit_request(request)
+        submit_request = to_submit_request(request, self.jobs.settings.train_stock_images)
         key = run_claim_key(principal.arn, request.run_id)
         holder_id = self.jobs.repo.name_holder(key)
         holder = self._job(holder_id) if holder_id else self._newest(request.run_id, principal.arn)  # runs from before claims

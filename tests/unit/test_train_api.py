@@ -73,8 +73,27 @@ def test_the_seeds_payload_maps_onto_a_job() -> None:
     assert oc.layout == "deepfinery" and oc.output_path == "s3://deepfinery-training/runs/aml_ruleset_v4/framework=hf"
     assert tc.resume_from_checkpoint == "latest"
     assert request.labels == {"train_run_id": "aml_ruleset_v4", "train_framework": "hf"}
-    assert tc.image == "ghcr.io/deepfinery/trainer:latest"
+    assert tc.image == "ghcr.io/deepfinery/trainer:latest"  # no stock images given: a custom image
     assert tc.environment["CHECKPOINT_PREFIX"] == oc.output_path and tc.environment["RUN_ID"] == "aml_ruleset_v4"
+
+
+@pytest.mark.parametrize(
+    ("image", "custom"),
+    [
+        ("ghcr.io/deepfinery/trainer:latest", None),
+        ("ghcr.io/deepfinery/trainer", None),
+        ("ghcr.io/deepfinery/trainer@sha256:" + "a" * 64, None),
+        ("ghcr.io/deepfinery/trainer-fork:latest", "ghcr.io/deepfinery/trainer-fork:latest"),
+        ("ghcr.io/other/trainer:latest", "ghcr.io/other/trainer:latest"),
+        ("localhost:5000/deepfinery/trainer:1", "localhost:5000/deepfinery/trainer:1"),
+    ],
+)
+def test_deepfinerys_stock_trainer_image_is_served_by_our_trainer_and_any_other_is_custom(image: str, custom: str | None) -> None:
+    # Given the deployment's stock images (the default: DeepFinery's trainer)  When a payload names an image
+    request = to_submit_request(payload(image=image), Settings().train_stock_images)
+    # Then the stock one (any tag or digest) runs on the deployment's trainer, recorded as a label; others are custom
+    assert request.training_config.image == custom
+    assert request.labels.get("train_image") == (None if custom else image)
 
 
 def test_meta_is_fsdp_and_the_seeds_knobs_reach_their_fields() -> None:
