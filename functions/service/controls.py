@@ -225,7 +225,10 @@ def _checkpoint(job: Job, checkpoint_id: str) -> CheckpointRef | None:
 
 
 def _validated(submission: SubmitJobRequest, updates: dict[str, Any]) -> SubmitJobRequest:
-    document = submission.model_dump()
+    # Without the fields at their defaults: a stored request carries every field, and a field the caller never
+    # set would otherwise count as set (a TrainingArguments alias such as gradient_accumulation_steps would
+    # then "conflict" with data_config's default it stands for). The defaults come back on validation.
+    document = submission.model_dump(exclude_defaults=True)
     for name, value in updates.items():
         document[name] = value.model_dump()
     try:

@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 LORA_TINY = json.loads((REPO_ROOT / "examples" / "jobs" / "lora-tiny.json").read_text())
 LOSE_TAG = "trainplane-emulator:lose"
-STEPS = 30
+STEPS = 40
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def two_node_spec(name: str, data_uri: str) -> dict[str, Any]:
     spec["name"] = name
     spec["data_config"]["sources"][0]["path"] = data_uri
     spec["training_config"]["hyperparameters"].update(
-        {"max_steps": str(STEPS), "logging_steps": "1", "eval_steps": "1000", "gradient_accumulation_steps": "8"}
+        {"max_steps": str(STEPS), "logging_steps": "1", "eval_steps": "1000", "gradient_accumulation_steps": "24"}
     )
     # Two trainers per job on a shared 2-core machine: one thread each, not a fight over the cores.
     spec["training_config"]["environment"] = {"OMP_NUM_THREADS": "1"}

@@ -24,7 +24,7 @@ from tests.e2e.test_lifecycle_e2e import TERMINAL, Api, real_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-STEPS = 16
+STEPS = 24
 EXPERIMENT = "e2e-tracking"
 
 
@@ -114,10 +114,9 @@ def test_pause_resume_preempt_leave_one_mlflow_run_and_a_retry_a_child_run(
     mlflow_server.wait_ready()
     # Given a real (tiny) job logging to the MLflow server and to TensorBoard
     spec = real_spec("e2e-tracking", max_steps=STEPS, save_steps=4)
-    # Slowed by accumulation set in data_config, not by the hyperparameter alias: a retry validates the stored
-    # request again, where data_config's field counts as set and the alias would conflict with it.
+    # Slowed by gradient accumulation (set in data_config here), so that the pause and the kill land mid-training
     del spec["training_config"]["hyperparameters"]["gradient_accumulation_steps"]
-    spec["data_config"]["gradient_accumulation_steps"] = 8
+    spec["data_config"]["gradient_accumulation_steps"] = 64
     spec["output_config"]["tracking"] = {"mlflow": {"tracking_uri": mlflow_server.uri, "experiment_name": EXPERIMENT}, "tensorboard": {}}
     job_id = api.submit(spec)
     # When it is paused mid-training, and resumed

@@ -17,10 +17,10 @@ from functions.service.jobs import JobService
 from functions.service.principal import Principal
 from functions.settings import Settings
 from schemas.api import RetryRequest
-from schemas.job import CheckpointRef, Job, PendingAction
+from schemas.job import CheckpointRef, Job, PendingAction, SubmitJobRequest
 from schemas.status import JobStatus
 from tests.fakes import InMemoryArtifactStore, InMemoryJobRepository, RecordingWorkflow
-from tests.helpers.jobs import ADMIN, ALICE, BOB, submit_request
+from tests.helpers.jobs import ADMIN, ALICE, BOB, request_body, submit_request
 
 S = JobStatus
 alice = Principal(ALICE)
@@ -339,3 +339,19 @@ def test_a_verb_racing_a_trainer_phase_change_is_decided_not_refused(verb: str, 
         assert [e.to_status for e in repo.history(job.job_id)][-2:] == [S.CHECKPOINTING, S.CANCELLED]
     else:
         assert result.status == S.CHECKPOINTING and result.pending_action == PendingAction.PAUSE
+
+
+@pytest.mark.parametrize("alias", [{"gradient_accumulation_steps": "4"}, {"per_device_train_batch_size": "2"}, {"save_steps": "7"}])
+def test_a_job_that_set_a_trainer_argument_alias_can_be_retried(
+    wired: tuple[JobService, InMemoryJobRepository], alias: dict[str, str]
+) -> None:
+    service, repo = wired
+    # Given a failed job that set data_config's / checkpoint's field by its TrainingArguments name (its stored
+    # request carries every field, the aliased ones at their defaults)
+    body = request_body()
+    body["training_config"].setdefault("hyperparameters", {}).update(alias)
+    parent = service.submit(SubmitJobRequest.model_validate(body), alice)
+    repo.transition(Transition(parent.job_id, repo.get(parent.job_id).version, S.PENDING, S.FAILED))
+    # When it is retried  Then the child keeps the alias (no conflict with the stored default it never set)
+    child = service.retry(parent.job_id, alice, RetryRequest())
+    assert child.training_config.hyperparameters.items() >= alias.items()
