@@ -116,3 +116,12 @@ def test_the_completions_per_step_may_come_from_the_trainer_aliases() -> None:
     assert error_of(body)[0] == "training_config.rlhf.num_generations"
     body["training_config"]["hyperparameters"]["gradient_accumulation_steps"] = "2"
     SubmitJobRequest.model_validate(body)
+
+
+def test_tracking_is_refused_for_rlhf_rather_than_dropped() -> None:
+    # Given an RLHF job asking for an MLflow run (the RLHF trainer opens no tracker)
+    body = rlhf_body()
+    body.setdefault("output_config", {})["tracking"] = {"tensorboard": {}}
+    # Then it is a 422 at submit naming the field, not a job whose tracking silently does nothing
+    where, message = error_of(body)
+    assert where == "output_config.tracking" and "RLHF does not log to experiment trackers" in message
