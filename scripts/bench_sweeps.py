@@ -8,16 +8,21 @@
       Query's share and the number of items it reads are printed on their own.
     Median and max of --runs. Goal: <= 1 s on this machine.
 (b) Local mode, from a trial's end to the next trial's submit: `trainplane up` in a subprocess, a sweep of
-    --trials quick CUSTOM trials (examples/sweeps/quadratic.py) one at a time; for each next trial,
-    (its job's created_at) - (the previous job's COMPLETED entry in its history). Goal: <= 1 s.
+    --trials quick CUSTOM trials (examples/sweeps/quadratic.py, --steps steps of --step-seconds) one at a
+    time; for each next trial, (its job's created_at) - (the previous job's COMPLETED entry in its history).
+    Goal: <= 1 s.
+(c) The same trials' whole turnaround, from their job's created_at to COMPLETED, and its two parts: created
+    -> TRAINING (the state machine: queue, schedule, prepare, launch) and TRAINING -> COMPLETED (the trainer
+    process: start, imports, run spec, the script, exit, the run's end back in the table). No goal: what a
+    sweep of N trials one at a time costs in local mode is about N x (c) + (N - 1) x (b).
 
-    python scripts/bench_sweeps.py [--runs 5] [--trials 6] [--skip-local]
+    python scripts/bench_sweeps.py [--runs 5] [--trials 6] [--steps 1] [--step-seconds 0] [--skip-local]
+        [--trainer-command CMD]   (local mode's trainer command line, e.g. to compare another entry point)
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import platform
 import random
@@ -166,18 +171,19 @@ def _partition_items(clients: Any, table: str, pk: str) -> int:
     return int(reply["Count"])
 
 
-def bench_local(trials: int) -> list[float]:
+def bench_local(trials: int, steps: int, step_seconds: float, trainer_command: str | None) -> dict[str, list[float]]:
     from tests.e2e.conftest import LocalPlane
     from tests.helpers.jobs import request_body
 
     script = ROOT / "examples" / "sweeps" / "quadratic.py"
     state = Path(tempfile.mkdtemp(prefix="bench-sweeps-")) / "state"
-    plane = LocalPlane(state, allow_dirs=[ROOT / "examples"]).start()  # the script is a local file (docs/SECURITY.md)
+    env = {"TRAINPLANE_TRAINER_COMMAND": trainer_command} if trainer_command else None
+    plane = LocalPlane(state, allow_dirs=[ROOT / "examples"], env=env).start()  # the script is a local file (docs/SECURITY.md)
     try:
         template = request_body(name="bench")
         template["training_config"]["framework"] = {"type": "CUSTOM", "custom_script_path": str(script)}
-        template["training_config"]["hyperparameters"] = {"max_steps": "2"}
-        template["training_config"]["environment"] = {"STEP_SECONDS": "0.1"}
+        template["training_config"]["hyperparameters"] = {"max_steps": str(steps)}
+        template["training_config"]["environment"] = {"STEP_SECONDS": str(step_seconds)}
         config = {
             "method": "random",
             "maxTrials": trials,
@@ -200,14 +206,20 @@ def bench_local(trials: int) -> list[float]:
             if time.monotonic() > deadline:
                 raise SystemExit(f"the sweep did not end: {sweep['status']} {sweep['counts']}")
             time.sleep(0.5)
-        delays = []
-        ordered = sorted(sweep["trials"], key=lambda t: t["number"])
-        for previous, nxt in itertools.pairwise(ordered):
-            events = plane.request("GET", f"/jobs/{previous['job_id']}/events").json()["events"]
+        figures: dict[str, list[float]] = {"delay": [], "turnaround": [], "to_training": [], "training": []}
+        ended: datetime | None = None
+        for trial in sorted(sweep["trials"], key=lambda t: t["number"]):
+            created = datetime.fromisoformat(plane.request("GET", f"/jobs/{trial['job_id']}").json()["created_at"])
+            if ended is not None:
+                figures["delay"].append((created - ended).total_seconds())
+            events = plane.request("GET", f"/jobs/{trial['job_id']}/events").json()["events"]
+            at = {e["to"]: datetime.fromisoformat(e["at"]) for e in events}
             ended = next(datetime.fromisoformat(e["at"]) for e in events if e["to"] in {"COMPLETED", "FAILED", "CANCELLED"})
-            created = datetime.fromisoformat(plane.request("GET", f"/jobs/{nxt['job_id']}").json()["created_at"])
-            delays.append((created - ended).total_seconds())
-        return delays
+            if "COMPLETED" in at and "TRAINING" in at:
+                figures["turnaround"].append((at["COMPLETED"] - created).total_seconds())
+                figures["to_training"].append((at["TRAINING"] - created).total_seconds())
+                figures["training"].append((at["COMPLETED"] - at["TRAINING"]).total_seconds())
+        return figures
     finally:
         plane.stop()
 
@@ -221,24 +233,33 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--finished", type=int, default=1000)
     parser.add_argument("--trials", type=int, default=6)
+    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--step-seconds", type=float, default=0.0)
+    parser.add_argument("--trainer-command", default=None)
     parser.add_argument("--skip-local", action="store_true")
+    parser.add_argument("--skip-decision", action="store_true")
     args = parser.parse_args()
     os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
     cpu = platform.processor() or platform.machine()
     python, load = platform.python_version(), os.getloadavg()[0]
     print(f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {os.cpu_count()} cores ({cpu}); Python {python}; load average {load:.1f}")
-    figures = bench_decision(args.runs, args.finished)
-    print(f"(a) decision with {args.finished} finished trials (TPE, 4 parameters)")
-    print("   " + _line("Optuna: rebuild the study + ask", figures["optuna"]))
-    print("   " + _line("whole decide() on moto (query, rebuild, ask, claim, submit)", figures["decide"]))
-    print("   " + _line("  of which reading the sweep (its partition's Query) on moto", figures["query"]))
-    print(
-        f"   items in the sweep's partition: {int(statistics.median(figures['items']))} (sweep, blocks of ended trials, trials in flight)"
-    )
+    if not args.skip_decision:
+        figures = bench_decision(args.runs, args.finished)
+        print(f"(a) decision with {args.finished} finished trials (TPE, 4 parameters)")
+        print("   " + _line("Optuna: rebuild the study + ask", figures["optuna"]))
+        print("   " + _line("whole decide() on moto (query, rebuild, ask, claim, submit)", figures["decide"]))
+        print("   " + _line("  of which reading the sweep (its partition's Query) on moto", figures["query"]))
+        items = int(statistics.median(figures["items"]))
+        print(f"   items in the sweep's partition: {items} (sweep, blocks of ended trials, trials in flight)")
     if not args.skip_local:
-        delays = bench_local(args.trials)
-        print(f"(b) local mode, trial end -> next trial submitted ({args.trials} trials, one at a time)")
-        print("   " + _line("delay", delays))
+        local = bench_local(args.trials, args.steps, args.step_seconds, args.trainer_command)
+        shape = f"{args.trials} trials one at a time, {args.steps} step(s) of {args.step_seconds:g} s"
+        print(f"(b) local mode, trial end -> next trial submitted ({shape})")
+        print("   " + _line("delay", local["delay"]))
+        print(f"(c) local mode, a trial's job created -> COMPLETED ({shape})")
+        print("   " + _line("turnaround", local["turnaround"]))
+        print("   " + _line("  created -> TRAINING (state machine, launch)", local["to_training"]))
+        print("   " + _line("  TRAINING -> COMPLETED (trainer process, run's end)", local["training"]))
 
 
 if __name__ == "__main__":

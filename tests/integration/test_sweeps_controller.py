@@ -234,41 +234,6 @@ def test_another_principals_sweep_is_not_found_and_only_finished_sweeps_are_dele
         plane.service.get(sweep_id, plane.alice)
 
 
-OPTIMUM = (0.3, 0.7)
-
-
-def _quadratic(params: dict[str, Any]) -> float:
-    return 1.0 - (params["x"] - OPTIMUM[0]) ** 2 - (params["y"] - OPTIMUM[1]) ** 2
-
-
-def _best_distance(aws: AwsClients, method: str, seed: int, trials: int) -> float:
-    plane = Plane(aws, fresh_resources(aws))
-    # Labels take any key: the paraboloid's x and y go there (the trials never run)
-    space = {
-        "x": {"type": "double", "min": -2.0, "max": 2.0, "target": "labels.x"},
-        "y": {"type": "double", "min": -2.0, "max": 2.0, "target": "labels.y"},
-    }
-    sweep_id = plane.create(method=method, maxTrials=trials, seed=seed, parameters=space)
-    for _ in range(trials):
-        plane.controller.decide(sweep_id)
-        trial = plane.running(sweep_id)[0]
-        plane.finish(trial.job_id, [_quadratic(trial.params)])
-    assert plane.controller.decide(sweep_id).status == "COMPLETED"
-    best = plane.service.get(sweep_id, plane.alice).best_trial
-    assert best is not None
-    return float(((best.params["x"] - OPTIMUM[0]) ** 2 + (best.params["y"] - OPTIMUM[1]) ** 2) ** 0.5)
-
-
-def test_bayes_ends_closer_to_the_known_optimum_than_random_with_the_same_seed_and_trials(aws: AwsClients) -> None:
-    # The metric is a known function (a paraboloid, best at x=0.3, y=0.7); same seed, same 25 trials.
-    # Both are deterministic for a seed (the samplers are seeded per trial), so this cannot flake; over
-    # seeds 1-8 bayes was closer for 7 (seed 2: bayes 0.18, random 0.12), so seed 5 is not cherry-picked.
-    bayes = _best_distance(aws, "bayes", seed=5, trials=25)
-    random = _best_distance(aws, "random", seed=5, trials=25)
-    print(f"distance of the best trial to the optimum: bayes {bayes:.4f}, random {random:.4f}")
-    assert bayes < random
-
-
 def test_a_preempted_trial_that_resumes_is_the_same_trial_and_counts_once(plane: Plane) -> None:
     sweep_id = plane.create(maxTrials=1)
     plane.controller.decide(sweep_id)
