@@ -79,7 +79,8 @@ def _script_optimum() -> tuple[float, float]:
     assert spec is not None and spec.loader is not None
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)  # its main() runs only as __main__
-    return script.OPTIMUM  # type: ignore[no-any-return]
+    x, y = script.OPTIMUM
+    return float(x), float(y)
 
 
 def test_bayes_ends_closer_to_the_known_optimum_than_random_with_the_same_seed_and_trials(plane: LocalPlane) -> None:
