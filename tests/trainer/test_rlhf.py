@@ -258,3 +258,13 @@ def test_epoch_strategies_count_passes_over_the_prompts(tmp_path: Path, monkeypa
     assert outcome.code == ExitCode.COMPLETED, outcome.stderr[-3000:]
     assert sorted(rewards(tmp_path)) == [4, 5]
     assert [m.step for m in outcome.checkpoints()] == [4, 5] and outcome.checkpoints()[0].epoch == 1.0
+
+
+def test_every_metric_rlhf_reports_reaches_the_trackers() -> None:
+    # Given each trl log key RLHF turns into a metrics point field: the trackers log it (tracking.point_values)
+    from trainer.rlhf import _LOGGED
+
+    from schemas.api import MetricsPoint
+
+    point = MetricsPoint(step=3, **{field: 0.5 for field in _LOGGED.values()}, tokens_seen=10)
+    assert set(tracking.point_values(point)) == set(_LOGGED.values())
