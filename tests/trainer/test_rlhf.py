@@ -112,9 +112,10 @@ def _sigterm_at_step(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
 
 def _tracked_before_each_checkpoint(monkeypatch: pytest.MonkeyPatch, store: Path, seen: list[tuple[int, list[int]]]) -> None:
     """When each checkpoint is reported (it exists), the steps of `reward` its MLflow run already holds. Only the
-    flushes that wait (before a checkpoint, at the end) send: the background ones never get through here."""
+    flushes that wait (before a checkpoint, at the end) send: the background ones never get through here. (The
+    pre-checkpoint wait is long here: a file store is never that slow, a loaded CI host may be.)"""
     flush = tracking.Tracker.flush
-    monkeypatch.setattr(tracking.Tracker, "flush", lambda self, wait_seconds=5.0: flush(self, wait_seconds) if wait_seconds > 0 else False)
+    monkeypatch.setattr(tracking.Tracker, "flush", lambda self, wait_seconds=60.0: flush(self, wait_seconds) if wait_seconds > 0 else False)
     original = Events.emit
     run: dict[str, str] = {}
 
