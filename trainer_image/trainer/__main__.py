@@ -183,7 +183,7 @@ def _train_tracked(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: E
     on_saved = emit_checkpoint_event(events)
     if layout is not None:
         on_saved = _both(on_saved, layout.on_saved)
-    tracker = Tracker.open(spec, hyper.to_strings(), paths.output_data_dir / "tensorboard", events) if runtime.is_main else None
+    tracker = Tracker.open(spec, _tracked_params(spec, hyper), paths.output_data_dir / "tensorboard", events) if runtime.is_main else None
     if tracker is not None:
         on_saved = _both(on_saved, lambda manifest, uri: tracker.checkpoint(manifest.step, uri))
     try:
@@ -198,6 +198,17 @@ def _train_tracked(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: E
     if tracker is not None:
         tracker.close("KILLED" if code == ExitCode.STOPPED_WITH_CHECKPOINT else "FINISHED")
     return code
+
+
+def _tracked_params(spec: RunSpec, hyper: Hyper) -> dict[str, str]:
+    """The hyperparameters as parsed, plus RLHF's block (rewards, weights, sampling, beta) as `rlhf.<field>`:
+    the run's params in every tracker."""
+    params = hyper.to_strings()
+    rlhf = spec.training_config.rlhf
+    if rlhf is not None:
+        for key, value in rlhf.model_dump(mode="json", exclude_none=True).items():
+            params[f"rlhf.{key}"] = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    return params
 
 
 def _checkpoint_manager(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, on_saved: Callable[[Any, str], None]) -> CheckpointManager:

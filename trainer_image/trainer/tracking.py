@@ -158,9 +158,6 @@ class MlflowSink:
                 "gpu_count": str(spec.resource_config.gpu_count),
             }
         )
-        if tc.rlhf is not None:  # RLHF's block: the rewards, their weights, sampling, beta (KL)
-            for key, value in tc.rlhf.model_dump(mode="json", exclude_none=True).items():
-                params[f"rlhf.{key}"] = ",".join(map(str, value)) if isinstance(value, list) else str(value)
         items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
         for start in range(0, len(items), 100):  # MLflow's log_batch takes at most 100 params
             self.client.log_batch(run_id, params=items[start : start + 100])
