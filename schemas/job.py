@@ -98,10 +98,6 @@ class SubmitJobRequest(Strict):
 
         tc, dc, title = self.training_config, self.data_config, "SubmitJobRequest"
         framework = tc.framework
-        if self.output_config.tracking is not None:
-            # trainer/rlhf.py opens no tracker (the MLflow/TensorBoard run follows trainer/loop.py): refused, never dropped
-            message = "RLHF does not log to experiment trackers yet: its metrics are in the job's /metrics (docs/TRACKING.md)"
-            raise_at(("output_config", "tracking"), message, "tracking", title)
         if framework.type != FrameworkType.HF_TRAINER:
             raise_at(
                 ("training_config", "framework", "type"),

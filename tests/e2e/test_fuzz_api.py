@@ -489,7 +489,7 @@ LEGITIMATE_REFUSALS = (
         ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps"),
         r"(job_template\.)?output_config\.tracking(\.[a-z_]+)*",
         r"(Weights & Biases|SageMaker MLflow ARN|file store|scheme|names no host|credentials in the URI|no query or fragment|"
-        r"bad port|CUSTOM script logs its own runs|RLHF does not log to experiment trackers)",
+        r"bad port|CUSTOM script logs its own runs)",
     ),
     Refusal(
         "RLHF's rules across fields (docs/TRAINER.md, RLHF): the rlhf block goes with training_type RLHF and needs a"

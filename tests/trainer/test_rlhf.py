@@ -1,5 +1,6 @@
 """RLHF (GRPO on trl, trainer/rlhf.py) under the trainer's contract: the mean reward of a toy reward rises;
-SIGTERM leaves a checkpoint and exit 75, and the resumed run matches an uninterrupted one step by step;
+SIGTERM leaves a checkpoint and exit 75, and the resumed run matches an uninterrupted one step by step and
+continues its one MLflow run / TensorBoard curve;
 a reward model directory works as the reward; the reward script's failures are the user's errors."""
 
 from __future__ import annotations
@@ -12,12 +13,14 @@ from typing import Any
 import pytest
 import torch
 from safetensors.torch import load_file
+from trainer import tracking
 from trainer.events import Events
 from trainer.tokenizer import ByteTokenizer
 
 from schemas.trainer import ExitCode, FailureReason, TrainerEventKind
 from tests.trainer.conftest import TINY_LLAMA, write_jsonl
 from tests.trainer.runs import make_spec, metrics_points, run_in_process
+from tests.trainer.test_tracking import _history, _runs, _tensorboard
 
 # A dense toy reward a random byte-level model can learn in a few steps: the share of ASCII letters and
 # spaces in the completion (about 20 % of random bytes).
@@ -107,10 +110,46 @@ def _sigterm_at_step(monkeypatch: pytest.MonkeyPatch, step: int) -> None:
     monkeypatch.setattr(Events, "emit", emit)
 
 
+def _tracked_before_each_checkpoint(monkeypatch: pytest.MonkeyPatch, store: Path, seen: list[tuple[int, list[int]]]) -> None:
+    """When each checkpoint is reported (it exists), the steps of `reward` its MLflow run already holds. Only the
+    flushes that wait (before a checkpoint, at the end) send: the background ones never get through here. (The
+    pre-checkpoint wait is long here: a file store is never that slow, a loaded CI host may be.)"""
+    flush = tracking.Tracker.flush
+    monkeypatch.setattr(tracking.Tracker, "flush", lambda self, wait_seconds=60.0: flush(self, wait_seconds) if wait_seconds > 0 else False)
+    original = Events.emit
+    run: dict[str, str] = {}
+
+    def emit(self: Events, kind: TrainerEventKind, data: dict[str, Any] | None = None) -> Any:
+        if kind == TrainerEventKind.TRACKING and data:
+            run["id"] = data["mlflow_run_id"]
+        if kind == TrainerEventKind.CHECKPOINT and data:
+            seen.append((data["step"], [s for s, _ in _history(store, run["id"], "reward")]))
+        return original(self, kind, data)
+
+    monkeypatch.setattr(Events, "emit", emit)
+
+
+def _restart_markers(directory: Path) -> list[int]:
+    """The steps of TensorBoard's restart markers (SessionLog.START) in the event files, oldest file first."""
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    files = sorted(directory.glob("events.out.tfevents.*"), key=lambda f: f.stat().st_mtime)
+    events = [e for f in files for e in EventFileLoader(str(f)).Load()]
+    return [e.step for e in events if e.HasField("session_log") and e.session_log.status == e.session_log.START]
+
+
+def _tracked(spec: dict[str, Any], root: Path, store: Path, **plan: Any) -> dict[str, Any]:
+    """The job logging to an MLflow file store and to TensorBoard (the run spec's plan, as the control plane makes it)."""
+    config = {"mlflow": {"tracking_uri": f"file://{store}", "experiment_name": "tracking-test"}, "tensorboard": {}}
+    spec["output_config"]["tracking"] = config
+    spec["tracking"] = {"config": config, "job_name": "rlhf-job", "labels": {"team": "rl"}, "tensorboard_uri": str(root / "tb"), **plan}
+    return spec
+
+
 def test_an_rlhf_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run(tmp_path: Path, monkeypatch, capsys) -> None:
     # Given the same job twice, with the KL penalty on (a reference model), gradient accumulation, warmup and
-    # a mid-run asynchronous checkpoint
-    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    # a mid-run asynchronous checkpoint; the second logs to MLflow and TensorBoard
+    straight, interrupted, store = tmp_path / "straight", tmp_path / "interrupted", tmp_path / "mlruns"
     fields: dict[str, Any] = {
         "rlhf": {"beta": 0.1},
         "hyperparameters": {"warmup_steps": "2", "lr_scheduler_type": "cosine", "learning_rate": "1e-2"},
@@ -121,13 +160,22 @@ def test_an_rlhf_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run
     assert reference.code == ExitCode.COMPLETED, reference.stderr[-3000:]
 
     # When the other gets SIGTERM at step 3: a checkpoint at step 3 and exit 75; then it runs again
+    checkpointed: list[tuple[int, list[int]]] = []
     with monkeypatch.context() as patch:
         _sigterm_at_step(patch, 3)
-        first = run_in_process(interrupted, rlhf_spec(interrupted, steps=5, **fields), patch, capsys)
+        _tracked_before_each_checkpoint(patch, store, checkpointed)
+        first = run_in_process(interrupted, _tracked(rlhf_spec(interrupted, steps=5, **fields), interrupted, store), patch, capsys)
     assert first.code == ExitCode.STOPPED_WITH_CHECKPOINT, first.stderr[-3000:]
     assert first.done.data == {"exit_code": 75, "stopped": True, "checkpoint_uri": str(interrupted / "checkpoints" / "step-000003")}
     assert [m.step for m in first.checkpoints()] == [2, 3]
-    second = run_in_process(interrupted, {**rlhf_spec(interrupted, steps=5, **fields), "attempt": 2}, monkeypatch, capsys)
+    (reported,) = first.of_kind(TrainerEventKind.TRACKING)
+    run_id = reported.data["mlflow_run_id"]
+    assert reported.data["tensorboard_uri"] == str(interrupted / "tb") and _runs(store)[0].info.status == "KILLED"
+    # (every step up to a checkpoint was in the run before the checkpoint existed: no gap after a kill -9)
+    assert checkpointed == [(2, [1, 2]), (3, [1, 2, 3])]
+    # (the control plane passes the run the job recorded to the next attempt)
+    resumed = _tracked({**rlhf_spec(interrupted, steps=5, **fields), "attempt": 2}, interrupted, store, mlflow_run_id=run_id)
+    second = run_in_process(interrupted, resumed, monkeypatch, capsys)
     assert second.code == ExitCode.COMPLETED, second.stderr[-3000:]
 
     # Then every step's reward, KL and loss, and the final weights, are the uninterrupted run's exactly
@@ -140,6 +188,24 @@ def test_an_rlhf_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run
     final_b = load_file(str(interrupted / "checkpoints" / "step-000005" / "model.safetensors"))
     assert final_a.keys() == final_b.keys() and all(final_a[k].equal(final_b[k]) for k in final_a)
     assert second.checkpoints()[-1].resumed_from == "step-000003"
+
+    # and the job has ONE tracker run, continued by the resumed attempt and FINISHED, whose reward, its spread,
+    # KL and loss have every step once, with the uninterrupted run's values
+    (run,) = _runs(store)
+    assert run.info.run_id == run_id and run.info.status == "FINISHED"
+    assert [e.data["mlflow_run_id"] for e in second.of_kind(TrainerEventKind.TRACKING)] == [run_id]
+    expected = {p.step: {**(p.model_extra or {}), "loss": p.loss} for p in metrics_points(straight)}
+    for key in ("reward", "reward_std", "kl", "loss"):
+        assert _history(store, run_id, key) == [(s, pytest.approx(expected[s][key])) for s in range(1, 6)], key
+    # with the checkpoints' steps, the rlhf block and hyperparameters as params, and the job's labels
+    assert [s for s, _ in _history(store, run_id, tracking.CHECKPOINT_METRIC)] == [2, 3, 4, 5]
+    params = run.data.params
+    assert params["training_type"] == "RLHF" and params["max_steps"] == "5" and params["rlhf.beta"] == "0.1"
+    assert params["rlhf.num_generations"] == "4" and params["rlhf.reward_functions"] == "letters"
+    assert run.data.tags["team"] == "rl" and run.data.tags[tracking.JOB_TAG] == "job-1"
+    # and TensorBoard reads the two attempts' event files as the same curve (the resumed one marks its restart)
+    assert _restart_markers(interrupted / "tb") == [4]
+    assert _tensorboard(interrupted / "tb", "reward") == [(s, pytest.approx(v, rel=1e-6)) for s, v in _history(store, run_id, "reward")]
 
 
 def test_a_reward_model_directory_is_the_reward(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -193,3 +259,13 @@ def test_epoch_strategies_count_passes_over_the_prompts(tmp_path: Path, monkeypa
     assert outcome.code == ExitCode.COMPLETED, outcome.stderr[-3000:]
     assert sorted(rewards(tmp_path)) == [4, 5]
     assert [m.step for m in outcome.checkpoints()] == [4, 5] and outcome.checkpoints()[0].epoch == 1.0
+
+
+def test_every_metric_rlhf_reports_reaches_the_trackers() -> None:
+    # Given each trl log key RLHF turns into a metrics point field: the trackers log it (tracking.point_values)
+    from trainer.rlhf import _LOGGED
+
+    from schemas.api import MetricsPoint
+
+    point = MetricsPoint(step=3, **{field: 0.5 for field in _LOGGED.values()}, tokens_seen=10)
+    assert set(tracking.point_values(point)) == set(_LOGGED.values())

@@ -118,10 +118,10 @@ def test_the_completions_per_step_may_come_from_the_trainer_aliases() -> None:
     SubmitJobRequest.model_validate(body)
 
 
-def test_tracking_is_refused_for_rlhf_rather_than_dropped() -> None:
-    # Given an RLHF job asking for an MLflow run (the RLHF trainer opens no tracker)
+def test_an_rlhf_job_may_log_to_the_trackers() -> None:
+    # Given an RLHF job asking for an MLflow run and TensorBoard (trainer/rlhf.py logs to them like the loop)
     body = rlhf_body()
-    body.setdefault("output_config", {})["tracking"] = {"tensorboard": {}}
-    # Then it is a 422 at submit naming the field, not a job whose tracking silently does nothing
-    where, message = error_of(body)
-    assert where == "output_config.tracking" and "RLHF does not log to experiment trackers" in message
+    body.setdefault("output_config", {})["tracking"] = {"mlflow": {"tracking_uri": "https://mlflow.example.com"}, "tensorboard": {}}
+    # Then it is accepted with its tracking block
+    tracking = SubmitJobRequest.model_validate(body).output_config.tracking
+    assert tracking is not None and tracking.mlflow is not None and tracking.mlflow.tracking_uri == "https://mlflow.example.com"

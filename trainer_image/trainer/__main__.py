@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from schemas.configs import FrameworkType, TrainingType
 from schemas.trainer import ENV_RUN_SPEC, ExitCode, FailureReason, RunSpec, TrainerPhase
@@ -29,6 +29,13 @@ from trainer.hyper import Hyper
 from trainer.run_layout import RunLayout
 from trainer.signals import StopRequest
 from trainer.tracking import Tracker
+
+if TYPE_CHECKING:
+    from trainer.checkpoint import CheckpointManager
+    from trainer.metrics import MetricsLog
+
+    # One training run (the loop's, RLHF's), given the run layout, the job's checkpoints and its metrics.jsonl
+    Train = Callable[[RunLayout | None, CheckpointManager, MetricsLog], int]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -126,7 +133,7 @@ def _seed_everything(seed: int) -> None:
 
 def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Events, stop: StopRequest, runtime: Any) -> int:
     from trainer import data, models
-    from trainer.loop import TrainInputs, emit_checkpoint_event
+    from trainer.loop import TrainInputs
 
     tc, dc = spec.training_config, spec.data_config
     seed = hyper.seed if hyper.seed is not None else dc.seed
@@ -134,11 +141,14 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
     train_records, validation_records = data.load_splits(dc, paths.channels(), tc.training_type)
     if stop.requested:
         return _finish(events, ExitCode.STOPPED_WITH_CHECKPOINT, None)
-    if tc.training_type == TrainingType.RLHF:
-        if validation_records:
-            raise UserError("RLHF has no evaluation pass: remove the validation sources and validation_split")
-        return _train_rlhf(spec, hyper, paths, events, stop, runtime, train_records, seed)
+    if tc.training_type == TrainingType.RLHF and validation_records:
+        raise UserError("RLHF has no evaluation pass: remove the validation sources and validation_split")
     loaded = models.load_model_and_tokenizer(tc, hyper, runtime.device, seed=seed)
+    if tc.training_type == TrainingType.RLHF:
+        if stop.requested:
+            return _finish(events, ExitCode.STOPPED_WITH_CHECKPOINT, None)
+        train_rlhf = partial(_train_rlhf, spec, hyper, paths, events, stop, runtime, loaded, train_records, seed)
+        return _train_tracked(spec, hyper, paths, events, runtime, train_rlhf)
     train_examples = data.build_examples(train_records, loaded.tokenizer, tc.training_type, dc, hyper)
     validation_examples = (
         data.build_examples(validation_records, loaded.tokenizer, tc.training_type, dc, hyper) if validation_records else []
@@ -156,17 +166,32 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
         reference_model=loaded.reference_model,
         extra_files=_config_files(loaded.model, loaded.is_adapter),
     )
+    train_loop = partial(_train_loop, spec, hyper, paths, events, stop, runtime, loaded, inputs)
+    return _train_tracked(spec, hyper, paths, events, runtime, train_loop)
+
+
+def _train_tracked(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Events, runtime: Any, train: Train) -> int:
+    """Every training type's run (the loop's, RLHF's) inside the same frame: the run layout prepared, one
+    CheckpointManager whose saves are reported (event, layout, trackers), metrics.jsonl, and the experiment
+    trackers (rank 0) opened before and closed after: KILLED when stopped (the next attempt continues the
+    run), FINISHED, or FAILED."""
+    from trainer.loop import emit_checkpoint_event
+    from trainer.metrics import MetricsLog
+
     layout = RunLayout.of(spec)
     if layout is not None and runtime.is_main:
         layout.prepare()
     on_saved = emit_checkpoint_event(events)
     if layout is not None:
         on_saved = _both(on_saved, layout.on_saved)
-    tracker = Tracker.open(spec, hyper.to_strings(), paths.output_data_dir / "tensorboard", events) if runtime.is_main else None
+    tracker = Tracker.open(spec, _tracked_params(spec, hyper), paths.output_data_dir / "tensorboard", events) if runtime.is_main else None
     if tracker is not None:
         on_saved = _both(on_saved, lambda manifest, uri: tracker.checkpoint(manifest.step, uri))
     try:
-        code = _train_tracked(spec, hyper, paths, events, stop, runtime, loaded, inputs, layout, on_saved, tracker)
+        checkpoints = _checkpoint_manager(spec, hyper, paths, on_saved)
+        metrics = MetricsLog(paths.output_data_dir / "metrics.jsonl", spec.metrics_uri, attempt=spec.attempt, enabled=runtime.is_main)
+        metrics.tracker = tracker
+        code = train(layout, checkpoints, metrics)
     except BaseException:
         if tracker is not None:
             tracker.close("FAILED")
@@ -176,7 +201,34 @@ def _train_worker(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Ev
     return code
 
 
-def _train_tracked(
+def _tracked_params(spec: RunSpec, hyper: Hyper) -> dict[str, str]:
+    """The hyperparameters as parsed, plus RLHF's block (rewards, weights, sampling, beta) as `rlhf.<field>`:
+    the run's params in every tracker."""
+    params = hyper.to_strings()
+    rlhf = spec.training_config.rlhf
+    if rlhf is not None:
+        for key, value in rlhf.model_dump(mode="json", exclude_none=True).items():
+            params[f"rlhf.{key}"] = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+    return params
+
+
+def _checkpoint_manager(spec: RunSpec, hyper: Hyper, paths: ContainerPaths, on_saved: Callable[[Any, str], None]) -> CheckpointManager:
+    """The job's checkpoints (manifests, async writes, retention), the same for every training type."""
+    from trainer.checkpoint import CheckpointManager
+
+    return CheckpointManager(
+        spec.checkpoint_uri,
+        paths.checkpoint_dir,
+        spec.output_config.checkpoint,
+        job_id=spec.job_id,
+        attempt=spec.attempt,
+        training_type=spec.training_config.training_type.value,
+        on_saved=on_saved,
+        asynchronous=hyper.async_checkpoint,
+    )
+
+
+def _train_loop(
     spec: RunSpec,
     hyper: Hyper,
     paths: ContainerPaths,
@@ -186,27 +238,13 @@ def _train_tracked(
     loaded: Any,
     inputs: Any,
     layout: RunLayout | None,
-    on_saved: Callable[[Any, str], None],
-    tracker: Tracker | None,
+    checkpoints: CheckpointManager,
+    metrics: MetricsLog,
 ) -> int:
     from trainer import export, models
-    from trainer.checkpoint import CheckpointManager
     from trainer.loop import TrainingLoop
-    from trainer.metrics import MetricsLog
 
-    tc, oc = spec.training_config, spec.output_config
-    checkpoints = CheckpointManager(
-        spec.checkpoint_uri,
-        paths.checkpoint_dir,
-        oc.checkpoint,
-        job_id=spec.job_id,
-        attempt=spec.attempt,
-        training_type=tc.training_type.value,
-        on_saved=on_saved,
-        asynchronous=hyper.async_checkpoint,
-    )
-    metrics = MetricsLog(paths.output_data_dir / "metrics.jsonl", spec.metrics_uri, attempt=spec.attempt, enabled=runtime.is_main)
-    metrics.tracker = tracker
+    oc = spec.output_config
     loop = TrainingLoop(spec, hyper, inputs, runtime=runtime, checkpoints=checkpoints, events=events, metrics=metrics, stop=stop)
     result = loop.run(_resume_uri(spec))
     if layout is not None and runtime.is_main:
@@ -234,36 +272,24 @@ def _train_tracked(
 
 
 def _train_rlhf(
-    spec: RunSpec, hyper: Hyper, paths: ContainerPaths, events: Events, stop: StopRequest, runtime: Any, records: list[Any], seed: int
+    spec: RunSpec,
+    hyper: Hyper,
+    paths: ContainerPaths,
+    events: Events,
+    stop: StopRequest,
+    runtime: Any,
+    loaded: Any,
+    records: list[Any],
+    seed: int,
+    layout: RunLayout | None,
+    checkpoints: CheckpointManager,
+    metrics: MetricsLog,
 ) -> int:
-    """RLHF (GRPO on trl, trainer/rlhf.py) with the same checkpoints, stop, metrics and export as the loop."""
-    from trainer import export, models
-    from trainer.checkpoint import CheckpointManager
-    from trainer.loop import emit_checkpoint_event
-    from trainer.metrics import MetricsLog
+    """RLHF (GRPO on trl, trainer/rlhf.py) with the same checkpoints, stop, metrics, trackers and export as the loop."""
+    from trainer import export
     from trainer.rlhf import RLHFRun
 
-    tc, oc = spec.training_config, spec.output_config
-    loaded = models.load_model_and_tokenizer(tc, hyper, runtime.device, seed=seed)
-    if stop.requested:
-        return _finish(events, ExitCode.STOPPED_WITH_CHECKPOINT, None)
-    layout = RunLayout.of(spec)
-    if layout is not None:
-        layout.prepare()
-    on_saved = emit_checkpoint_event(events)
-    if layout is not None:
-        on_saved = _both(on_saved, layout.on_saved)
-    checkpoints = CheckpointManager(
-        spec.checkpoint_uri,
-        paths.checkpoint_dir,
-        oc.checkpoint,
-        job_id=spec.job_id,
-        attempt=spec.attempt,
-        training_type=tc.training_type.value,
-        on_saved=on_saved,
-        asynchronous=hyper.async_checkpoint,
-    )
-    metrics = MetricsLog(paths.output_data_dir / "metrics.jsonl", spec.metrics_uri, attempt=spec.attempt)
+    oc = spec.output_config
     work = paths.output_data_dir / "rlhf"
     work.mkdir(parents=True, exist_ok=True)
     run = RLHFRun(

@@ -17,7 +17,8 @@ policy-gradient step, with a KL penalty against the frozen initial policy when `
   writes, retention), with the RNG state, which the resumed run restores right before its first step, so
   the sampled completions and the per-step metrics are the same as an uninterrupted run's on the CPU.
   trl's log lines become our METRICS/PROGRESS events and metrics.jsonl points (loss, reward, reward_std,
-  kl, grad_norm, learning_rate, tokens_per_second = prompt + completion tokens of the window / its time).
+  kl, grad_norm, learning_rate, tokens_per_second = prompt + completion tokens of the window / its time),
+  and the experiment trackers' run (trainer/tracking.py, driven through MetricsLog as the loop drives it).
 """
 
 from __future__ import annotations
@@ -257,6 +258,7 @@ class RLHFRun:
         started = time.perf_counter()
         self.events.set_phase(TrainerPhase.CHECKPOINTING)
         self.checkpoints.wait()
+        self.metrics.flush_tracker()  # every step up to this checkpoint is tracked before it exists
         tensors = self._copier(self.runtime.model_state(self.model, False), "model")
         optimizer_state = self._copier(self.optimizer.state_dict(), "optimizer")
         self._copier.finish()
@@ -386,6 +388,7 @@ class RLHFRun:
         if loaded is not None:
             pending_rng = self._restore(loaded)
         start = self.step
+        self.metrics.started_at(start, loaded.uri if loaded is not None else None)  # the trackers continue the job's run
         self.last_saved_step = start if loaded is not None else -1
         remaining = self.total_steps - start
         stopped = False

@@ -50,15 +50,19 @@ PRE_CHECKPOINT_WAIT_SECONDS = 5.0
 CLOSE_WAIT_SECONDS = 5.0
 MAX_BUFFERED = 100_000  # points kept while a tracker is down
 _POINT_FIELDS = ("loss", "learning_rate", "grad_norm", "tokens_per_second", "epoch")
+# RLHF's points (trainer/rlhf.py's _LOGGED) add these to the loss, learning rate and grad norm
+_RLHF_FIELDS = ("reward", "reward_std", "kl", "entropy", "completion_length", "frac_reward_zero_std")
+TRACKED_FIELDS = _POINT_FIELDS + _RLHF_FIELDS
 
 
 def point_values(point: MetricsPoint) -> dict[str, float]:
-    """The numbers of one MetricsPoint by name (train loss as `loss`, evaluations as `eval_*`)."""
+    """The numbers of one MetricsPoint by name (train loss as `loss`, evaluations as `eval_*`, RLHF's reward,
+    reward_std, kl... as they are)."""
     values: dict[str, float] = {}
     for key, value in point.model_dump(exclude_none=True).items():
         if key in ("step", "attempt"):
             continue
-        if isinstance(value, int | float) and not isinstance(value, bool) and (key in _POINT_FIELDS or key.startswith("eval_")):
+        if isinstance(value, int | float) and not isinstance(value, bool) and (key in TRACKED_FIELDS or key.startswith("eval_")):
             values[key] = float(value)
     return values
 
