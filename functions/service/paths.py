@@ -24,6 +24,7 @@ from functions import constants
 from functions.adapters.ports import ArtifactStore, JobRepository
 from functions.errors import InvalidRequest, JobNotFound
 from functions.service.principal import Principal, role_arn_of
+from functions.service.tracker_secrets import check_tracking_secrets
 from functions.settings import Settings
 from schemas.access import EXPORT_MARKER, AccessSet, BucketGrant, PathError, is_s3, normalize, normalize_local, under
 from schemas.configs import ModelSource
@@ -178,6 +179,7 @@ class PathRules:
                 self.check_output(named, owner)
             else:
                 reads.extend(self.check_read(named, owner))
+        check_tracking_secrets(request, owner, self.settings)
         return reads
 
     @staticmethod
@@ -382,6 +384,7 @@ class PathRules:
             write=list(dict.fromkeys(writes)),
             deny=[state] if state else [],
             read_any_s3=owner.is_admin,
+            secrets=check_tracking_secrets(request, owner, self.settings),
         )
 
     def _check_s3_write_area(self, field: str, uri: str, owner: Principal) -> None:
