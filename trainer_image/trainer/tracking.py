@@ -320,10 +320,10 @@ class WandbSink:
         """(the highest step of the earlier attempts' uploaded run files, whether there are any)."""
         assert self.uri is not None
         last, found = -1, False
-        for uri in storage.list_files(self.uri):
-            if uri.endswith(".wandb") and f"-attempt-{self.attempt:03d}/" not in uri:
+        for relative in storage.list_files(self.uri):
+            if relative.endswith(".wandb") and f"-attempt-{self.attempt:03d}/" not in relative:
                 found = True
-                last = max(last, wandb_files.last_step(storage.read_bytes(uri)))
+                last = max(last, wandb_files.last_step(storage.read_bytes(storage.join(self.uri, relative))))
         return last, found
 
     @staticmethod
