@@ -203,3 +203,20 @@ def test_a_secret_that_cannot_be_read_is_a_user_error_naming_the_field(tmp_path:
     assert outcome.code == ExitCode.USER_ERROR
     assert "output_config.tracking.wandb.api_key_secret_arn" in outcome.failure_text()
     assert not outcome.of_kind(TrainerEventKind.PROGRESS)
+
+
+def test_the_trainer_refuses_a_secret_outside_its_access_set_before_reading_it(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Given a run spec whose access set grants alice's secrets, naming bob's (the control plane bypassed)
+    root = tmp_path / "job"
+    spec = _spec(root)
+    bobs = "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainplane/123456789012/user/bob/wandb"
+    config = {"wandb": {"project": "p", "api_key_secret_arn": bobs}}
+    spec["output_config"]["tracking"] = spec["tracking"]["config"] = config
+    alice = "arn:aws:iam::123456789012:user/alice"
+    spec["access"] = {"owner": alice, "read": [str(tmp_path)], "write": [str(tmp_path)], "secrets": ["trainplane/123456789012/user/alice/"]}
+    # When the trainer starts
+    outcome = run_in_process(root, spec, monkeypatch, capsys)
+    # Then it refuses, naming the field, before training (and before any AWS call: no credentials here)
+    assert outcome.code == ExitCode.USER_ERROR
+    assert "output_config.tracking.wandb.api_key_secret_arn: this job may not read the secret" in outcome.failure_text()
+    assert not outcome.of_kind(TrainerEventKind.PROGRESS)
