@@ -75,8 +75,9 @@ def test_trainer_roles_read_only_trainplane_secrets(synth: Synth, stage: str, ro
     secrets = {a: s for a, s in actions.items() if a.startswith("secretsmanager:")}
     assert set(secrets) == {"secretsmanager:GetSecretValue"}
     resources = {_text(r, "") for statement in secrets["secretsmanager:GetSecretValue"] for r in _as_list(statement["Resource"])}
-    (resource,) = resources  # the stage's own account and region, nothing else
-    assert re.fullmatch(r"arn:aws:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:trainplane/\*", resource), resource
+    (resource,) = resources  # the stage's own account and region (concrete, or the stack's tokens), nothing else
+    own = r"arn:(aws|\$\{AWS::Partition\}):secretsmanager:([a-z0-9-]+|\$\{AWS::Region\}):([0-9]{12}|\$\{AWS::AccountId\}):secret:trainplane/\*"
+    assert re.fullmatch(own, resource), resource
 
 
 def _as_list(value: Any) -> list[Any]:
