@@ -93,6 +93,13 @@ def principal_key(arn: str) -> str:
     return "/".join(safe)
 
 
+def _key_or_none(arn: str) -> str | None:
+    try:
+        return principal_key(arn)
+    except ValueError:
+        return None
+
+
 def data_prefix(arn: str) -> str:
     """`data/<principal-key>/`; for an ARN with no key (not an IAM identity) a prefix no key can match."""
     try:
@@ -179,7 +186,7 @@ class PathRules:
                 self.check_output(named, owner)
             else:
                 reads.extend(self.check_read(named, owner))
-        check_tracking_secrets(request, owner, self.settings)
+        check_tracking_secrets(request, owner, _key_or_none(owner.arn), self.settings)
         return reads
 
     @staticmethod
@@ -384,7 +391,7 @@ class PathRules:
             write=list(dict.fromkeys(writes)),
             deny=[state] if state else [],
             read_any_s3=owner.is_admin,
-            secrets=check_tracking_secrets(request, owner, self.settings),
+            secrets=check_tracking_secrets(request, owner, _key_or_none(owner.arn), self.settings),
         )
 
     def _check_s3_write_area(self, field: str, uri: str, owner: Principal) -> None:

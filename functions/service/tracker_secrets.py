@@ -28,20 +28,15 @@ LOCAL_MODE_ONLINE = (
 )
 
 
-def secret_prefixes(owner: Principal) -> list[str]:
-    """The secret name prefixes `owner` may name: its own, or every trainplane secret for an admin."""
-    from functions.service.paths import principal_key
-
+def secret_prefixes(owner: Principal, principal_key: str | None) -> list[str]:
+    """The secret name prefixes `owner` (whose data-area key is `principal_key`, None for an identity without one)
+    may name: its own, or every trainplane secret for an admin."""
     if owner.is_admin:
         return [SECRET_ROOT]
-    try:
-        key = principal_key(owner.arn)
-    except ValueError:
-        return []  # not an IAM identity: no secrets
-    return [f"{SECRET_ROOT}{key}/"]
+    return [f"{SECRET_ROOT}{principal_key}/"] if principal_key else []
 
 
-def check_tracking_secrets(request: SubmitJobRequest, owner: Principal, settings: Settings) -> list[str]:
+def check_tracking_secrets(request: SubmitJobRequest, owner: Principal, principal_key: str | None, settings: Settings) -> list[str]:
     """InvalidRequest naming the field when the job's W&B block is not allowed for `owner` here; else the
     secret name prefixes the run spec's AccessSet grants."""
     tracking = request.output_config.tracking
@@ -50,7 +45,7 @@ def check_tracking_secrets(request: SubmitJobRequest, owner: Principal, settings
         return []
     if settings.local_mode and wandb.mode == "online":
         raise InvalidRequest(f"{WANDB_FIELD}.mode", LOCAL_MODE_ONLINE)
-    prefixes = secret_prefixes(owner)
+    prefixes = secret_prefixes(owner, principal_key)
     arn = wandb.api_key_secret_arn
     if arn is not None:
         field = f"{WANDB_FIELD}.api_key_secret_arn"

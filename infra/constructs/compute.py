@@ -21,9 +21,9 @@ from constructs import Construct
 from functions import constants
 from functions.service.paths import DATA_PREFIX, SHARED_PREFIX
 from infra.config import ConfigError, StageConfig
-from schemas.access import SECRET_ROOT
 from infra.constructs.common import allow, arn, log_retention, removal_policy
 from infra.constructs.storage import Storage
+from schemas.access import SECRET_ROOT
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The image's build context is the repository root because the trainer imports schemas/; only

@@ -76,7 +76,8 @@ def test_trainer_roles_read_only_trainplane_secrets(synth: Synth, stage: str, ro
     assert set(secrets) == {"secretsmanager:GetSecretValue"}
     resources = {_text(r, "") for statement in secrets["secretsmanager:GetSecretValue"] for r in _as_list(statement["Resource"])}
     (resource,) = resources  # the stage's own account and region (concrete, or the stack's tokens), nothing else
-    own = r"arn:(aws|\$\{AWS::Partition\}):secretsmanager:([a-z0-9-]+|\$\{AWS::Region\}):([0-9]{12}|\$\{AWS::AccountId\}):secret:trainplane/\*"
+    partition, region, account = r"(aws|\$\{AWS::Partition\})", r"([a-z0-9-]+|\$\{AWS::Region\})", r"([0-9]{12}|\$\{AWS::AccountId\})"
+    own = rf"arn:{partition}:secretsmanager:{region}:{account}:secret:trainplane/\*"
     assert re.fullmatch(own, resource), resource
 
 

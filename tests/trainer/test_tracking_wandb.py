@@ -171,7 +171,9 @@ def test_online_reads_the_key_from_secrets_manager_and_continues_the_recorded_ru
             Name="trainplane/123456789012/user/alice/wandb", SecretString='{"api_key": "k-123"}'
         )["ARN"]
         spec = _spec(root, steps=6, wandb_run_id="job-1")
-        config = {"wandb": {"project": "tracking-test", "entity": "acme", "api_key_secret_arn": secret, "base_url": "https://wandb.example.com"}}
+        config = {
+            "wandb": {"project": "tracking-test", "entity": "acme", "api_key_secret_arn": secret, "base_url": "https://wandb.example.com"}
+        }
         spec["output_config"]["tracking"] = spec["tracking"]["config"] = config
         spec["tracking"]["wandb_uri"] = None
         # When it trains

@@ -551,7 +551,7 @@ class Tracker:
             return
         try:
             for sink in self._buffered():
-                self._guarded("close", lambda sink=sink: sink.terminate(status))  # type: ignore[misc]
+                self._guarded("close", lambda sink=sink: sink.terminate(status))
             if self.tensorboard is not None:
                 self._guarded("close", self.tensorboard.close)
         finally:

@@ -46,7 +46,7 @@ def records(data: bytes) -> Iterator[Any]:
         else:
             pending += chunk
         if kind in (_FULL, _LAST):
-            record = pb.Record()
+            record = pb.Record()  # type: ignore[attr-defined]  # generated protobuf module
             record.ParseFromString(pending)
             yield record
 
