@@ -282,6 +282,7 @@ class WandbSink:
                 "x_disable_stats": True,  # no system-metrics sampler beside the training
                 "disable_git": True,
                 "save_code": False,
+                "x_save_requirements": False,  # walking every installed distribution costs ~2 s per attempt; the image is pinned
                 "silent": True,
             }
             if api_key:
