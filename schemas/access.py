@@ -23,6 +23,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 S3_SCHEME = "s3://"
 FILE_SCHEME = "file://"
 ANY_PRINCIPAL = "*"
+# A Secrets Manager secret's ARN (the name may end in Secrets Manager's 6-character suffix, or not: a partial
+# ARN). Which secrets a principal may name: `secret_allowed` with the prefixes the control plane grants.
+SECRET_ARN = r"^arn:aws[a-z\-]*:secretsmanager:[a-z0-9\-]+:[0-9]{12}:secret:[A-Za-z0-9/_+=.@\-]{1,512}$"  # noqa: S105 - a pattern
+SECRET_ROOT = "trainplane/"  # noqa: S105 - a name prefix; every secret a job may name is under it (the trainer role's IAM scope)
 # Written at the root of every export (trainer_image/trainer/export.py): whose export this is, so that
 # no job of another principal overwrites it, and submit can tell an earlier export from foreign data.
 EXPORT_MARKER = ".trainplane-export.json"
@@ -108,6 +112,23 @@ class BucketGrant(BaseModel):
         return ANY_PRINCIPAL in self.principals or arn in self.principals or role_arn in self.principals
 
 
+def secret_parts(arn: str) -> tuple[str, str, str]:
+    """(region, account, name) of a Secrets Manager secret ARN (SECRET_ARN); ValueError otherwise."""
+    parts = arn.split(":", 6)
+    if len(parts) != 7 or parts[2] != "secretsmanager" or parts[5] != "secret" or not parts[6]:
+        raise ValueError(f"{arn!r} is not a Secrets Manager secret ARN")
+    return parts[3], parts[4], parts[6]
+
+
+def secret_allowed(arn: str, prefixes: list[str] | tuple[str, ...]) -> bool:
+    """The secret's name starts with one of `prefixes` (each ends in '/': trainplane/<principal key>/)."""
+    try:
+        _, _, name = secret_parts(arn)
+    except ValueError:
+        return False
+    return any(p.endswith("/") and name.startswith(p) for p in prefixes)
+
+
 class AccessSet(BaseModel):
     """What one job may read and write, written by the control plane into the run spec.
 
@@ -121,6 +142,12 @@ class AccessSet(BaseModel):
     write: list[str] = Field(default_factory=list)
     deny: list[str] = Field(default_factory=list)
     read_any_s3: bool = False
+    secrets: list[str] = Field(
+        default_factory=list, description="Secret name prefixes the job may read (trainplane/<principal key>/; admins trainplane/)."
+    )
+
+    def can_read_secret(self, arn: str) -> bool:
+        return secret_allowed(arn, self.secrets)
 
     def _denied(self, normal: str) -> bool:
         return any(under(normal, d) for d in self.deny)

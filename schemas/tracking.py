@@ -12,17 +12,22 @@ which the job records (`Job.tracking`) and `jobs get` and the dashboard show.
   or password is refused (they would be stored in clear); a server that needs auth gets it from the
   trainer's environment (the SageMaker plugin signs with the training role).
 - TensorBoard: event files under the job's own prefix, `jobs/<id>/tensorboard/`.
-- Weights & Biases: refused at submit (no trainer here reaches wandb.ai, and no wandb client is in
-  the image); see docs/TRACKING.md.
+- Weights & Biases: online (wandb.ai or a self-hosted server, `base_url`) with the API key read by the
+  trainer from a Secrets Manager secret the job names (never the key itself: the job is stored as
+  submitted), or offline (run files under the job's own prefix, `jobs/<id>/wandb/`, for `wandb sync`).
+  Which secrets a principal may name: `schemas.access.secret_allowed` (docs/SECURITY.md).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from schemas.access import SECRET_ARN
 
 # CreateTrainingJob's MlflowConfig.MlflowResourceArn (botocore's sagemaker model), with the resource types
 # SageMaker documents: a tracking server, or a serverless MLflow app.
@@ -31,10 +36,10 @@ MLFLOW_ARN = re.compile(r"^arn:aws[a-z\-]*:sagemaker:[a-z0-9\-]+:[0-9]{12}:mlflo
 MLFLOW_NAME = r"^[a-zA-Z0-9\-_./]{1,256}$"
 FILE_SCHEME = "file://"
 TENSORBOARD_DIR = "tensorboard"  # jobs/<id>/tensorboard/
-WANDB_REFUSED = (
-    "Weights & Biases is not reachable from trainplane's trainers: the trainer image carries no wandb client and "
-    "trainplane stores no API keys; log to MLflow or TensorBoard (docs/TRACKING.md)"
-)
+WANDB_DIR = "wandb"  # jobs/<id>/wandb/: an offline W&B run's files, one directory per attempt
+# W&B's entity and project names: letters, digits, '-', '_', '.' (no '/', which would change the run's path).
+WANDB_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+WANDB_NEEDS_KEY = "online mode needs api_key_secret_arn: the Secrets Manager secret holding the W&B API key (docs/TRACKING.md)"
 
 
 def is_mlflow_arn(uri: str) -> bool:
@@ -68,44 +73,74 @@ class MlflowTracking(_Block):
             if not value[len(FILE_SCHEME) :].startswith("/"):
                 raise ValueError("a file store is file:///absolute/dir")
             return value
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https"):
+        if urlsplit(value).scheme not in ("http", "https"):
             raise ValueError(
-                f"scheme {parts.scheme or '(none)'!r}: give an http(s):// tracking server, a SageMaker MLflow ARN or file:///dir"
+                f"scheme {urlsplit(value).scheme or '(none)'!r}: give an http(s):// tracking server, a SageMaker MLflow ARN or file:///dir"
             )
-        if not parts.hostname:
-            raise ValueError("the tracking server URI names no host")
-        if parts.username is not None or parts.password is not None:
-            raise ValueError("credentials in the URI would be stored with the job in clear: give the server without them")
-        if parts.query or parts.fragment:
-            raise ValueError("a tracking server URI has no query or fragment")
-        try:
-            parts.port  # noqa: B018 - raises on a bad port
-        except ValueError as exc:
-            raise ValueError(f"bad port: {exc}") from exc
-        return value
+        return _check_server_url(value, "tracking server")
 
 
 class TensorBoardTracking(_Block):
     enabled: bool = Field(default=True, description="Event files under the job's own prefix, jobs/<id>/tensorboard/.")
 
 
+def _check_server_url(value: str, what: str) -> str:
+    """An http(s) server URL without credentials, query or fragment (they would be stored with the job)."""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"scheme {parts.scheme or '(none)'!r}: give an http(s):// {what}")
+    if not parts.hostname:
+        raise ValueError(f"the {what} URI names no host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("credentials in the URI would be stored with the job in clear: give the server without them")
+    if parts.query or parts.fragment:
+        raise ValueError(f"a {what} URI has no query or fragment")
+    try:
+        parts.port  # noqa: B018 - raises on a bad port
+    except ValueError as exc:
+        raise ValueError(f"bad port: {exc}") from exc
+    return value
+
+
 class WandbTracking(_Block):
-    project: str = Field(min_length=1, max_length=128)
-    entity: str | None = Field(default=None, max_length=128)
+    project: str = Field(pattern=WANDB_NAME, description="The W&B project (created if missing).")
+    entity: str | None = Field(default=None, pattern=WANDB_NAME, description="The W&B entity (team or user); default: the key's.")
+    mode: Literal["online", "offline"] = Field(
+        default="online",
+        description="online: logs to the W&B server as it trains (the trainer needs a route to it). offline: the run's "
+        "files go under the job's own prefix, jobs/<id>/wandb/, for `wandb sync` (docs/TRACKING.md).",
+    )
+    base_url: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="A self-hosted W&B server, http(s)://host[:port][/path], no credentials; default https://api.wandb.ai.",
+    )
+    api_key_secret_arn: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=SECRET_ARN,
+        description="The Secrets Manager secret (its ARN) holding the W&B API key, read by the trainer with its role; "
+        "required online. Its name must start with trainplane/<your principal key>/ (docs/SECURITY.md). Never the key itself.",
+    )
+
+    @field_validator("base_url")
+    @classmethod
+    def _a_server(cls, value: str | None) -> str | None:
+        return None if value is None else _check_server_url(value, "W&B server")
+
+    @model_validator(mode="after")
+    def _online_has_a_key(self) -> WandbTracking:
+        if self.mode == "online" and self.api_key_secret_arn is None:
+            # Located at the field (schemas.configs.raise_at's way; configs imports this module), so the 422 names it.
+            error = InitErrorDetails(type=PydanticCustomError("invalid_config", WANDB_NEEDS_KEY), loc=("api_key_secret_arn",), input=None)
+            raise ValidationError.from_exception_data("WandbTracking", [error])
+        return self
 
 
 class TrackingConfig(_Block):
     mlflow: MlflowTracking | None = None
     tensorboard: TensorBoardTracking | None = None
-    wandb: WandbTracking | None = Field(default=None, description="Refused (422): see docs/TRACKING.md.")
-
-    @field_validator("wandb")
-    @classmethod
-    def _wandb_unreachable(cls, value: WandbTracking | None) -> WandbTracking | None:
-        if value is not None:
-            raise ValueError(WANDB_REFUSED)
-        return value
+    wandb: WandbTracking | None = Field(default=None, description="Weights & Biases, online or offline: see docs/TRACKING.md.")
 
 
 class TrackingPlan(_Block):
@@ -117,6 +152,8 @@ class TrackingPlan(_Block):
     parent_job_id: str | None = Field(default=None, description="A retry: its run is a child of the parent job's run.")
     mlflow_run_id: str | None = Field(default=None, description="The run an earlier attempt reported, continued.")
     tensorboard_uri: str | None = Field(default=None, description="Where the event files go (the job's own prefix).")
+    wandb_run_id: str | None = Field(default=None, description="The W&B run an earlier attempt reported, continued.")
+    wandb_uri: str | None = Field(default=None, description="Offline W&B: where each attempt's run directory goes (the job's own prefix).")
 
 
 _Reported = Annotated[str, Field(max_length=2048)]  # a report is the trainer's word (a CUSTOM script's too): bounded
@@ -131,3 +168,9 @@ class TrackingRecord(BaseModel):
     mlflow_run_url: _Reported | None = None
     mlflow_parent_run_id: _Reported | None = None
     tensorboard_uri: _Reported | None = None
+    wandb_run_id: _Reported | None = None
+    wandb_run_url: _Reported | None = None
+    wandb_project: _Reported | None = None
+    wandb_group: _Reported | None = None
+    wandb_parent_run_id: _Reported | None = None
+    wandb_offline_uri: _Reported | None = None

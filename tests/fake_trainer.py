@@ -151,13 +151,18 @@ def main() -> int:
     hang_at = int(hp.get("fake_hang_at_step", "-1"))
     save_steps = spec.output_config.checkpoint.save_steps
     emit(TrainerEventKind.PHASE, phase="PREPARING")
+    reported: dict[str, Any] = {}
     if spec.tracking is not None and spec.tracking.config.mlflow is not None:
         # The report the real trainer makes once its tracker run is open (it contacts the server; this stand-in does not).
         uri = spec.tracking.config.mlflow.tracking_uri.rstrip("/")
         run = spec.tracking.mlflow_run_id or f"fake{spec.job_id.replace('-', '')}"
         url = f"{uri}/#/experiments/0/runs/{run}" if uri.startswith("http") else None
-        tensorboard = spec.tracking.tensorboard_uri
-        emit(TrainerEventKind.TRACKING, mlflow_run_id=run, mlflow_experiment_id="0", mlflow_run_url=url, tensorboard_uri=tensorboard)
+        reported.update(mlflow_run_id=run, mlflow_experiment_id="0", mlflow_run_url=url, tensorboard_uri=spec.tracking.tensorboard_uri)
+    if spec.tracking is not None and spec.tracking.config.wandb is not None:
+        # The real trainer's W&B part of the same report (the run id is the job id; offline, files under wandb_uri).
+        reported.update(wandb_run_id=spec.job_id, wandb_group=spec.job_id, wandb_offline_uri=spec.tracking.wandb_uri)
+    if reported:
+        emit(TrainerEventKind.TRACKING, **reported)
     start = 0
     resume = latest_step(spec.resume_from.rsplit("/", 1)[0]) if spec.resume_from else latest_step(spec.checkpoint_uri)
     if spec.resume_from:

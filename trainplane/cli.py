@@ -256,6 +256,17 @@ def _tracking_rows(job: Job) -> dict[str, str]:
                 rows["mlflow parent run"] = record.mlflow_parent_run_id
         else:
             rows["mlflow run"] = f"not started yet, on {where}"
+    if config is not None and config.wandb is not None:
+        wandb = config.wandb
+        where = f"{wandb.entity + '/' if wandb.entity else ''}{wandb.project} ({wandb.mode})"
+        if record is not None and record.wandb_run_id:
+            rows["wandb run"] = record.wandb_run_url or f"{record.wandb_run_id} in {where}"
+            if record.wandb_offline_uri:
+                rows["wandb files"] = f"{record.wandb_offline_uri}/ (offline: `wandb sync` them)"
+            if record.wandb_parent_run_id:
+                rows["wandb parent run"] = f"{record.wandb_parent_run_id} (group {record.wandb_group})"
+        else:
+            rows["wandb run"] = f"not started yet, in {where}"
     if record is not None and record.tensorboard_uri:
         rows["tensorboard"] = record.tensorboard_uri
     elif config is not None and config.tensorboard is not None and config.tensorboard.enabled:

@@ -24,6 +24,7 @@ from functions import constants
 from functions.adapters.ports import ArtifactStore, JobRepository
 from functions.errors import InvalidRequest, JobNotFound
 from functions.service.principal import Principal, role_arn_of
+from functions.service.tracker_secrets import check_tracking_secrets
 from functions.settings import Settings
 from schemas.access import EXPORT_MARKER, AccessSet, BucketGrant, PathError, is_s3, normalize, normalize_local, under
 from schemas.configs import ModelSource
@@ -90,6 +91,13 @@ def principal_key(arn: str) -> str:
         raise ValueError(f"no data area for the principal {arn!r}")
     safe = [s if s not in (".", "..") else s.replace(".", "%2E") for s in [account, *segments]]
     return "/".join(safe)
+
+
+def _key_or_none(arn: str) -> str | None:
+    try:
+        return principal_key(arn)
+    except ValueError:
+        return None
 
 
 def data_prefix(arn: str) -> str:
@@ -178,6 +186,7 @@ class PathRules:
                 self.check_output(named, owner)
             else:
                 reads.extend(self.check_read(named, owner))
+        check_tracking_secrets(request, owner, _key_or_none(owner.arn), self.settings)
         return reads
 
     @staticmethod
@@ -382,6 +391,7 @@ class PathRules:
             write=list(dict.fromkeys(writes)),
             deny=[state] if state else [],
             read_any_s3=owner.is_admin,
+            secrets=check_tracking_secrets(request, owner, _key_or_none(owner.arn), self.settings),
         )
 
     def _check_s3_write_area(self, field: str, uri: str, owner: Principal) -> None:

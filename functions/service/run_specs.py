@@ -15,7 +15,7 @@ from functions.errors import InvalidRequest
 from functions.service.paths import PathRules, valid_checkpoint_id
 from schemas.checkpoint import CheckpointManifest, best_checkpoint, retained, step_of
 from schemas.job import CheckpointRef, Job, Progress
-from schemas.tracking import TENSORBOARD_DIR, TrackingPlan
+from schemas.tracking import TENSORBOARD_DIR, WANDB_DIR, TrackingPlan
 from schemas.trainer import RunSpec
 
 LATEST = "latest"  # training_config.resume_from_checkpoint: the newest checkpoint where the job keeps them
@@ -101,9 +101,10 @@ class RunSpecs:
     def tracking_plan(self, job: Job) -> TrackingPlan | None:
         """output_config.tracking, plus what makes every attempt continue ONE tracker run (docs/TRACKING.md)."""
         config = job.output_config.tracking
-        if config is None or (config.mlflow is None and config.tensorboard is None):
+        if config is None or (config.mlflow is None and config.tensorboard is None and config.wandb is None):
             return None
         tensorboard = config.tensorboard is not None and config.tensorboard.enabled
+        wandb_offline = config.wandb is not None and config.wandb.mode == "offline"
         return TrackingPlan(
             config=config,
             job_name=job.name,
@@ -111,6 +112,8 @@ class RunSpecs:
             parent_job_id=job.parent_job_id,
             mlflow_run_id=job.tracking.mlflow_run_id if job.tracking else None,
             tensorboard_uri=self.s3_uri(f"{constants.job_prefix(job.job_id)}{TENSORBOARD_DIR}") if tensorboard else None,
+            wandb_run_id=job.tracking.wandb_run_id if job.tracking else None,
+            wandb_uri=self.s3_uri(f"{constants.job_prefix(job.job_id)}{WANDB_DIR}") if wandb_offline else None,
         )
 
     def checkpoint(self, job: Job, data: Mapping[str, Any], now: datetime) -> tuple[CheckpointRef, str | None, list[str]] | None:

@@ -23,6 +23,7 @@ from functions.service.paths import DATA_PREFIX, SHARED_PREFIX
 from infra.config import ConfigError, StageConfig
 from infra.constructs.common import allow, arn, log_retention, removal_policy
 from infra.constructs.storage import Storage
+from schemas.access import SECRET_ROOT
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 # The image's build context is the repository root because the trainer imports schemas/; only
@@ -249,6 +250,14 @@ class Compute(Construct):
             )
             allow(role, ["s3:ListBucket"], [f"arn:{partition}:s3:::{name}"], conditions={"StringLike": {"s3:prefix": [f"{prefix}*"]}})
         self.storage.grant_key(role, "s3", via)
+        allow(
+            role,
+            ["secretsmanager:GetSecretValue"],
+            [arn(self, "secretsmanager", f"secret:{SECRET_ROOT}*")],
+            why=f"Tracker API keys (W&B) the jobs name: every secret under {SECRET_ROOT} of this account and region, as any "
+            "job's owner may name one of their own; per principal (trainplane/<principal key>/) the control plane's check "
+            "and the trainer's AccessSet.secrets narrow it (docs/SECURITY.md).",
+        )
         self._grant_pull.grant_pull(role)
         self._grant_custom_image_pulls(role)
         Validations.of(role).acknowledge(

@@ -483,12 +483,14 @@ LEGITIMATE_REFUSALS = (
     ),
     Refusal(
         "experiment tracking (docs/TRACKING.md): an MLflow tracking URI is an http(s) server without credentials, query"
-        " or fragment, a SageMaker MLflow ARN or a file:/// store; W&B is refused (no client, no key store); a CUSTOM"
-        " script logs its own runs. openapi.json states a string, not the URI grammar",
+        " or fragment, a SageMaker MLflow ARN or a file:/// store; W&B online needs api_key_secret_arn, a secret the"
+        " caller may use (trainplane/<principal key>/, this deployment's region), and local mode logs W&B offline only;"
+        " a CUSTOM script logs its own runs. openapi.json states a string, not the URI grammar nor who owns a secret",
         422,
         ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps"),
         r"(job_template\.)?output_config\.tracking(\.[a-z_]+)*",
-        r"(Weights & Biases|SageMaker MLflow ARN|file store|scheme|names no host|credentials in the URI|no query or fragment|"
+        r"(online mode needs api_key_secret_arn|log W&B offline only|is not one you may use|the trainers read secrets of|"
+        r"SageMaker MLflow ARN|file store|scheme|names no host|credentials in the URI|no query or fragment|"
         r"bad port|CUSTOM script logs its own runs)",
     ),
     Refusal(

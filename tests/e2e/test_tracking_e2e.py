@@ -2,7 +2,9 @@
 and the real tiny trainer. One job is paused, resumed, preempted (its trainer killed with -9) and
 resumed automatically: it leaves exactly ONE MLflow run whose loss history has every step once, the
 job records that run, and its TensorBoard event files (one per attempt, in the job's own S3 prefix)
-read back as the same curve. A retry of the job is a child run of that run."""
+read back as the same curve; its offline W&B run files (one directory per attempt, in the job's own
+prefix) replay as ONE W&B run with every step once. A retry of the job is a child run of that run, and
+a new W&B run in its group."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 import requests
+from trainer import wandb_files
 
 from tests.e2e.conftest import LocalPlane
 from tests.e2e.test_lifecycle_e2e import TERMINAL, Api, real_spec
@@ -107,6 +110,15 @@ def _tensorboard_losses(plane: LocalPlane, job_id: str, into: Path) -> list[int]
     return [e.step for e in accumulator.Scalars("loss")]
 
 
+def _wandb_files(plane: LocalPlane, job_id: str) -> list[bytes]:
+    """The job's offline W&B run files in the emulated S3, in the order `wandb sync` replays one run's (start time)."""
+    s3 = plane.client("s3")
+    listed = s3.list_objects_v2(Bucket=plane.bucket, Prefix=f"jobs/{job_id}/wandb/")
+    keys = [o["Key"] for o in listed.get("Contents", []) if o["Key"].endswith(".wandb")]
+    data = [s3.get_object(Bucket=plane.bucket, Key=key)["Body"].read() for key in keys]
+    return sorted(data, key=lambda d: wandb_files.run_record(d).start_time.ToNanoseconds())
+
+
 def test_pause_resume_preempt_leave_one_mlflow_run_and_a_retry_a_child_run(
     mlflow_server: MlflowServer, local_plane: LocalPlane, tmp_path: Path
 ) -> None:
@@ -117,7 +129,11 @@ def test_pause_resume_preempt_leave_one_mlflow_run_and_a_retry_a_child_run(
     # Slowed by gradient accumulation (set in data_config here), so that the pause and the kill land mid-training
     del spec["training_config"]["hyperparameters"]["gradient_accumulation_steps"]
     spec["data_config"]["gradient_accumulation_steps"] = 64
-    spec["output_config"]["tracking"] = {"mlflow": {"tracking_uri": mlflow_server.uri, "experiment_name": EXPERIMENT}, "tensorboard": {}}
+    spec["output_config"]["tracking"] = {
+        "mlflow": {"tracking_uri": mlflow_server.uri, "experiment_name": EXPERIMENT},
+        "tensorboard": {},
+        "wandb": {"project": EXPERIMENT, "mode": "offline"},
+    }
     job_id = api.submit(spec)
     # When it is paused mid-training, and resumed
     api.wait(job_id, lambda j: j["status"] in {"TRAINING", "CHECKPOINTING"} and j["progress"]["step"] >= 2, 240, "a few steps")
@@ -154,6 +170,14 @@ def test_pause_resume_preempt_leave_one_mlflow_run_and_a_retry_a_child_run(
     assert run.data.tags["team"] == "demo" and run.data.params["max_steps"] == str(STEPS)
     # and TensorBoard reads the same continuous curve from the three attempts' event files
     assert _tensorboard_losses(local_plane, job_id, tmp_path) == list(range(1, STEPS + 1))
+    # and W&B's offline files, one per attempt, are ONE run (the later ones resuming it), the one the job records,
+    # whose steps, replayed in order, go 1..N once each (no gap, no overlap)
+    files = _wandb_files(local_plane, job_id)
+    runs = [wandb_files.run_record(d) for d in files]
+    assert [(r.run_id, r.resume) for r in runs] == [(job_id, False), (job_id, True), (job_id, True)]
+    assert done["tracking"]["wandb_run_id"] == job_id and done["tracking"]["wandb_offline_uri"].endswith(f"jobs/{job_id}/wandb")
+    wandb_loss = [int(row["_step"]) for d in files for row in wandb_files.history(d) if "loss" in row]
+    assert wandb_loss == list(range(1, STEPS + 1))
 
     # When the job is retried (a child job, from its last checkpoint)
     child = api.verb(job_id, "retry", {}, expect=201)
@@ -164,3 +188,8 @@ def test_pause_resume_preempt_leave_one_mlflow_run_and_a_retry_a_child_run(
     assert child_run.info.run_id != run.info.run_id
     assert child_run.data.tags["mlflow.parentRunId"] == run.info.run_id
     assert child_done["tracking"]["mlflow_parent_run_id"] == run.info.run_id
+    # and a W&B run of its own in the parent's group, carrying the parent's run
+    (child_file,) = _wandb_files(local_plane, child["job_id"])
+    child_wandb = wandb_files.run_record(child_file)
+    assert (child_wandb.run_id, child_wandb.run_group, child_wandb.resume) == (child["job_id"], job_id, False)
+    assert child_done["tracking"]["wandb_parent_run_id"] == job_id

@@ -5,6 +5,7 @@ read-write grants; the control plane's functions read data/ (submit's output che
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -64,6 +65,24 @@ def test_trainer_roles_reach_only_the_confinement_layout_and_the_grants(synth: S
     assert writes == ({"artifacts/jobs/*", "artifacts/data/*"} | ({"arn:aws:s3:::team-models/out/*"} if stage == "prod" else set()))
     assert objects["s3:DeleteObject"] == {"artifacts/jobs/*"}  # checkpoint retention only
     assert not any(r.endswith(("artifacts/*", "artifacts")) for rs in objects.values() for r in rs)  # never the whole bucket
+
+
+@pytest.mark.parametrize("stage", ["dev", "prod"])
+@pytest.mark.parametrize("role", ["SageMakerExecutionRole", "InstanceRole"])
+def test_trainer_roles_read_only_trainplane_secrets(synth: Synth, stage: str, role: str) -> None:
+    # The trainer reads a job's W&B API key (docs/SECURITY.md): GetSecretValue on secret:trainplane/* only
+    actions = role_actions(synth.templates[stage], _role_id(synth, stage, role))
+    secrets = {a: s for a, s in actions.items() if a.startswith("secretsmanager:")}
+    assert set(secrets) == {"secretsmanager:GetSecretValue"}
+    resources = {_text(r, "") for statement in secrets["secretsmanager:GetSecretValue"] for r in _as_list(statement["Resource"])}
+    (resource,) = resources  # the stage's own account and region (concrete, or the stack's tokens), nothing else
+    partition, region, account = r"(aws|\$\{AWS::Partition\})", r"([a-z0-9-]+|\$\{AWS::Region\})", r"([0-9]{12}|\$\{AWS::AccountId\})"
+    own = rf"arn:{partition}:secretsmanager:{region}:{account}:secret:trainplane/\*"
+    assert re.fullmatch(own, resource), resource
+
+
+def _as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
 
 
 @pytest.mark.parametrize("stage", ["dev", "prod"])

@@ -385,9 +385,41 @@ def test_an_mlflow_file_store_is_confined_like_a_local_output(plane: Plane, wher
 def test_a_tracking_block_the_trainer_cannot_use_is_a_422_at_the_api(plane: Plane) -> None:
     for tracking, field in (
         ({"mlflow": {"tracking_uri": "https://user:pw@mlflow.example.com"}}, "output_config.tracking.mlflow.tracking_uri"),
-        ({"wandb": {"project": "p"}}, "output_config.tracking.wandb"),
+        ({"wandb": {"project": "p"}}, "output_config.tracking.wandb.api_key_secret_arn"),
     ):
         body = request_body()
         body["output_config"] = {"tracking": tracking}
         reply = plane.call("api_submit_job", body=body)
         assert reply.status == 422 and reply.field() == field, reply.body
+
+
+def _secret(owner_key: str, region: str = "us-east-1") -> str:
+    return f"arn:aws:secretsmanager:{region}:123456789012:secret:trainplane/{owner_key}/wandb-AbCdEf"
+
+
+def test_a_wandb_key_secret_is_one_the_owner_may_use(plane: Plane) -> None:
+    def submit(wandb: dict[str, Any], user: str = ALICE) -> Reply:
+        body = request_body()
+        body["output_config"] = {"tracking": {"wandb": {"project": "p", **wandb}}}
+        return plane.call("api_submit_job", body=body, user=user)
+
+    field = "output_config.tracking.wandb.api_key_secret_arn"
+    # Given alice's own secret (named under trainplane/<her principal key>/): accepted, and her job's access set
+    # lets the trainer read it and nothing of bob's
+    own = submit({"mode": "offline", "api_key_secret_arn": _secret(principal_key(ALICE))})
+    assert own.status == 201, own.body
+    access = composition.current().path_rules.access_for(composition.current().repository.get(own.body["job_id"]))
+    assert access.can_read_secret(_secret(principal_key(ALICE))) and not access.can_read_secret(_secret(principal_key(BOB)))
+    # When she names bob's secret, one outside trainplane/, or one in another region: a 422 naming the field
+    for arn in (
+        _secret(principal_key(BOB)),
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/wandb",
+        _secret(principal_key(ALICE), region="eu-west-1"),
+    ):
+        reply = submit({"mode": "offline", "api_key_secret_arn": arn})
+        assert reply.status == 422 and reply.field() == field, reply.body
+    # and an admin may name any trainplane secret (bob's team key, for a job of his own)
+    assert submit({"mode": "offline", "api_key_secret_arn": _secret(principal_key(BOB))}, user=ADMIN).status == 201
+    # and local mode refuses online W&B at submit, naming the mode (its trainers log offline)
+    reply = submit({"api_key_secret_arn": _secret(principal_key(ALICE))})
+    assert reply.status == 422 and reply.field() == "output_config.tracking.wandb.mode" and "offline" in reply.body["message"], reply.body

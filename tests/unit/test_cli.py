@@ -213,6 +213,28 @@ def test_get_shows_the_tracker_run_the_trainer_reported(cli: Any, standin: Stand
     assert json.loads(as_json.stdout)["tracking"]["mlflow_run_id"] == "abc123"
 
 
+def test_get_shows_the_wandb_run_online_and_offline(cli: Any, standin: StandInApi) -> None:
+    # Given an online W&B job whose trainer reported its run, and an offline retry of another job
+    secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainplane/123456789012/user/alice/wandb"
+    online = standin.add_job(
+        name="online", output_config={"tracking": {"wandb": {"project": "bot", "entity": "acme", "api_key_secret_arn": secret}}}
+    )
+    before = cli("jobs", "get", online.job_id)
+    url = "https://wandb.ai/acme/bot/runs/job-1"
+    standin.set_status(online.job_id, JobStatus.TRAINING, tracking={"wandb_run_id": "job-1", "wandb_run_url": url, "wandb_group": "job-1"})
+    offline = standin.add_job(name="offline", output_config={"tracking": {"wandb": {"project": "bot", "mode": "offline"}}})
+    files = "s3://b/jobs/job-2/wandb"
+    record = {"wandb_run_id": "job-2", "wandb_group": "job-0", "wandb_parent_run_id": "job-0", "wandb_offline_uri": files}
+    standin.set_status(offline.job_id, JobStatus.TRAINING, tracking=record)
+    # When `jobs get` shows them
+    after, shown_offline = cli("jobs", "get", online.job_id), cli("jobs", "get", offline.job_id)
+    # Then the online run is its URL (and where it will be before), the offline one its files and its parent's run
+    assert "not started yet, in acme/bot (online)" in " ".join(before.stdout.split())
+    assert url in " ".join(after.stdout.split())
+    flat = " ".join(shown_offline.stdout.split())
+    assert "job-2 in bot (offline)" in flat and files.replace(" ", "") in flat.replace(" ", "") and "job-0 (group job-0)" in flat
+
+
 def test_unknown_job_prints_the_404_message(cli: Any) -> None:
     # Given no such job  When it is read  Then exit 1 with the API's message
     result = cli("jobs", "get", "job-missing")

@@ -52,12 +52,41 @@ def errors_of(tracking: dict[str, Any]) -> list[tuple[str, str]]:
         ({"mlflow": {"tracking_uri": "arn:aws:s3:::bucket"}}, "mlflow.tracking_uri", "not a SageMaker MLflow ARN"),
         ({"mlflow": {"tracking_uri": "http://m:5000", "experiment_name": "a b"}}, "mlflow.experiment_name", "pattern"),
         ({"mlflow": {"tracking_uri": "http://m:5000", "token": "x"}}, "mlflow.token", "Extra inputs"),
-        ({"wandb": {"project": "p"}}, "wandb", "Weights & Biases is not reachable"),
+        ({"wandb": {"project": "p"}}, "wandb.api_key_secret_arn", "online mode needs api_key_secret_arn"),
+        ({"wandb": {"project": "p", "mode": "offline", "api_key": "k"}}, "wandb.api_key", "Extra inputs"),
+        ({"wandb": {"project": "a/b", "mode": "offline"}}, "wandb.project", "pattern"),
+        ({"wandb": {"project": "p", "mode": "sometimes"}}, "wandb.mode", "'online' or 'offline'"),
+        ({"wandb": {"project": "p", "mode": "offline", "base_url": "https://u:k@wandb.example.com"}}, "wandb.base_url", "credentials"),
+        ({"wandb": {"project": "p", "mode": "offline", "base_url": "ftp://wandb.example.com"}}, "wandb.base_url", "scheme 'ftp'"),
+        ({"wandb": {"project": "p", "api_key_secret_arn": "arn:aws:s3:::bucket/key"}}, "wandb.api_key_secret_arn", "pattern"),
     ],
 )
 def test_a_tracker_the_trainer_could_not_use_is_refused_naming_the_field(tracking: dict[str, Any], field: str, fragment: str) -> None:
     ((where, message),) = errors_of(tracking)
     assert where == f"output_config.tracking.{field}" and fragment in message, message
+
+
+def test_a_wandb_block_naming_its_key_by_secret_is_accepted() -> None:
+    body = request_body()
+    secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:trainplane/123456789012/user/alice/wandb-AbCdEf"
+    body["output_config"] = {"tracking": {"wandb": {"project": "support-bot", "entity": "acme", "api_key_secret_arn": secret}}}
+    wandb = SubmitJobRequest.model_validate(body).output_config.tracking.wandb  # type: ignore[union-attr]
+    assert wandb is not None and wandb.mode == "online" and wandb.api_key_secret_arn == secret
+
+
+def test_the_run_spec_plans_an_offline_wandb_run_under_the_jobs_prefix_and_continues_the_reported_one() -> None:
+    world = World()
+    job = _tracked_job(world, wandb={"project": "p", "mode": "offline"})
+    world.to_training(job.job_id)
+    first = world.svc.specs.run_spec(world.repo.get(job.job_id), 1, None)
+    assert first.tracking is not None and first.tracking.wandb_uri == f"s3://bkt/jobs/{job.job_id}/wandb"
+    assert first.tracking.wandb_run_id is None
+    data = {"wandb_run_id": job.job_id, "wandb_group": job.job_id, "wandb_offline_uri": first.tracking.wandb_uri}
+    report = TrainerEvent(kind=TrainerEventKind.TRACKING, time=0.0, data=data, job_id=job.job_id, attempt=1, seq=1)
+    world.svc.on_trainer_event(job.job_id, 1, report)
+    recorded = world.repo.get(job.job_id)
+    assert recorded.tracking is not None and recorded.tracking.wandb_run_id == job.job_id
+    assert world.svc.specs.run_spec(recorded, 2, None).tracking.wandb_run_id == job.job_id  # type: ignore[union-attr]
 
 
 def test_tracking_is_refused_for_a_custom_script() -> None:

@@ -78,6 +78,8 @@ def spec_paths(spec: RunSpec) -> Iterator[SpecPath]:
             yield SpecPath("output_config.tracking.mlflow.tracking_uri", mlflow.tracking_uri, write=True)
         if tracking.tensorboard_uri:
             yield SpecPath("tracking.tensorboard_uri", tracking.tensorboard_uri, write=True)
+        if tracking.wandb_uri:
+            yield SpecPath("tracking.wandb_uri", tracking.wandb_uri, write=True)
 
 
 def _path_like(value: str) -> bool:
@@ -110,6 +112,13 @@ def enforce(spec: RunSpec) -> None:
             raise UserError(f"{path.field}: this job may not {verb} {path.value} (outside the paths the control plane allowed it)")
         if not path.write and is_local(path.value):
             _check_tree(path, access)
+    wandb = spec.tracking.config.wandb if spec.tracking is not None else None
+    if wandb is not None and wandb.api_key_secret_arn and not access.can_read_secret(wandb.api_key_secret_arn):
+        # The same rule as the control plane's (functions/service/tracker_secrets.py): its own secrets only.
+        raise UserError(
+            f"output_config.tracking.wandb.api_key_secret_arn: this job may not read the secret {wandb.api_key_secret_arn} "
+            "(outside the secrets the control plane allowed it)"
+        )
 
 
 def _check_tree(path: SpecPath, access: AccessSet) -> None:

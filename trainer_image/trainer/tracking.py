@@ -18,6 +18,16 @@ loop reports (trainer/metrics.py `report`) is logged by its global step, and eve
   `SessionLog.START` at S+1 first, which TensorBoard documents as the restart marker: readers drop the
   earlier attempts' events from S+1 on (the steps this attempt re-does), so the curve has no overlap.
 
+- **Weights & Biases** (`wandb`, trainer/tracking.py `WandbSink`). The run id is the job id: every attempt
+  continues it (`resume="must"` once a run is known: the id the job recorded, or, offline, the earlier
+  attempts' files; `"allow"` online otherwise, so a lost report never forks the run). A retry is a new
+  run in the parent's `group`, with the parent's run id in its config (W&B has no child runs). Online, the
+  API key is read from the Secrets Manager secret the job names; offline, each attempt's run directory is
+  uploaded to the job's `jobs/<id>/wandb/` prefix at every flush and at the end, for `wandb sync`. W&B's
+  steps only go up: a resumed attempt never logs a step the run holds (the server's `starting_step`
+  online, the earlier attempts' uploaded files offline) and fills the steps up to its checkpoint from
+  metrics.jsonl.
+
 After the run is open, a tracker that fails (server down) never fails the training: the failure is
 logged and the buffered points are tried again at the next flush. Opening it is checked: a tracking
 server that cannot be reached at the start is a UserError naming the field.
@@ -25,6 +35,7 @@ server that cannot be reached at the start is a UserError naming the field.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -35,7 +46,7 @@ from typing import Any
 from schemas.api import MetricsPoint
 from schemas.tracking import TrackingPlan, TrackingRecord, is_mlflow_arn
 from schemas.trainer import RunSpec, TrainerEventKind
-from trainer import storage
+from trainer import storage, wandb_files
 from trainer.events import Events, log
 from trainer.failures import UserError
 
@@ -220,6 +231,189 @@ class MlflowSink:
         self.client.set_terminated(self.run_id, status=status)
 
 
+WANDB_FIELD = "output_config.tracking.wandb"
+
+
+def wandb_api_key(secret_arn: str) -> str:
+    """The W&B API key from the job's Secrets Manager secret, read with the trainer's role: the secret's
+    string, or its `api_key` / `WANDB_API_KEY` field when it is a JSON object."""
+    import boto3  # lazy: only an online W&B run reads a secret
+
+    field = f"{WANDB_FIELD}.api_key_secret_arn"
+    region = secret_arn.split(":")[3]
+    try:
+        value = boto3.client("secretsmanager", region_name=region).get_secret_value(SecretId=secret_arn).get("SecretString")
+    except Exception as exc:
+        raise UserError(f"{field}: cannot read the secret {secret_arn}: {type(exc).__name__}: {exc}") from exc
+    if value and value.lstrip().startswith("{"):
+        try:
+            fields = json.loads(value)
+        except ValueError:
+            fields = {}
+        value = (fields.get("api_key") or fields.get("WANDB_API_KEY")) if isinstance(fields, dict) else None
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{field}: the secret {secret_arn} holds no API key (a string, or JSON with api_key)")
+    return value.strip()
+
+
+class WandbSink:
+    """One W&B run per job, id = the job id (docs/TRACKING.md). Points are buffered like MLflow's and sent
+    in step order; W&B's steps only go up, so a point of a step at or below what the run holds is never sent
+    (`floor`: the run's last step when this attempt opened it), and a checkpoint whose save finished after
+    later steps were sent is logged at the latest sent step (its value is its own step)."""
+
+    def __init__(self, plan: TrackingPlan, spec: RunSpec, hyperparameters: dict[str, str], staging: Path) -> None:
+        config = plan.config.wandb
+        assert config is not None
+        self.offline = config.mode == "offline"
+        self.uri = plan.wandb_uri  # offline: the run's files go under it, one directory per attempt
+        self.attempt = spec.attempt
+        self.run_id = spec.job_id
+        self.parent_run_id = plan.parent_job_id  # the parent job's run (its id is its job id)
+        self.group = plan.parent_job_id or spec.job_id
+        continuing = plan.wandb_run_id is not None
+        self.floor = -1
+        if self.offline and self.uri:
+            self.floor, found = self._earlier_offline_files()
+            continuing = continuing or found
+        os.environ.setdefault("WANDB_SILENT", "true")
+        import wandb
+
+        try:
+            api_key = None if self.offline else wandb_api_key(config.api_key_secret_arn or "")
+            settings: dict[str, Any] = {
+                "console": "off",  # the trainer's stdout is its report channel (TRAINPLANE_EVENT lines)
+                "x_disable_stats": True,  # no system-metrics sampler beside the training
+                "disable_git": True,
+                "save_code": False,
+                "x_save_requirements": False,  # walking every installed distribution costs ~2 s per attempt; the image is pinned
+                "silent": True,
+            }
+            if api_key:
+                settings["api_key"] = api_key
+            if config.base_url:
+                settings["base_url"] = config.base_url
+            staging.mkdir(parents=True, exist_ok=True)
+            self.run = wandb.init(
+                project=config.project,
+                entity=config.entity,
+                id=self.run_id,
+                name=spec.job_id,
+                group=self.group,
+                job_type=spec.training_config.training_type.value,
+                tags=[f"{k}:{v}"[:64] for k, v in sorted(plan.labels.items())],
+                config=self._config(plan, spec, hyperparameters),
+                # Offline, a resumed attempt's file says so (its run record's `resume`), so `wandb sync` appends it.
+                resume=("must" if continuing else ("allow" if not self.offline else None)),
+                mode=config.mode,
+                dir=str(staging),
+                settings=wandb.Settings(**settings),
+            )
+        except UserError:
+            raise
+        except Exception as exc:
+            raise UserError(f"{WANDB_FIELD}: cannot open the W&B run {self.run_id}: {type(exc).__name__}: {exc}") from exc
+        if not self.offline:
+            self.floor = max(self.floor, int(self.run.starting_step) - 1)  # the server's history: steps below are held
+        self.sent_step = self.floor
+        self.run_dir = Path(self.run.dir).parent  # .../offline-run-<time>-<id> (run.dir is its files/)
+        self._buffer: list[tuple[int, dict[str, float]]] = []
+        self._tags: dict[str, str] = {}
+        log(f"tracking: {'continuing' if continuing else 'new'} W&B run {self.run_id} ({config.mode})")
+
+    def _earlier_offline_files(self) -> tuple[int, bool]:
+        """(the highest step of the earlier attempts' uploaded run files, whether there are any)."""
+        assert self.uri is not None
+        last, found = -1, False
+        for relative in storage.list_files(self.uri):
+            if relative.endswith(".wandb") and f"-attempt-{self.attempt:03d}/" not in relative:
+                found = True
+                last = max(last, wandb_files.last_step(storage.read_bytes(storage.join(self.uri, relative))))
+        return last, found
+
+    @staticmethod
+    def _config(plan: TrackingPlan, spec: RunSpec, hyperparameters: dict[str, str]) -> dict[str, Any]:
+        tc, dc = spec.training_config, spec.data_config
+        config: dict[str, Any] = {**hyperparameters}
+        config.update(
+            {
+                "training_type": tc.training_type.value,
+                "base_model": tc.base_model.model_id,
+                "framework": tc.framework.type.value,
+                "batch_size": dc.batch_size,
+                "max_seq_length": dc.max_seq_length,
+                "seed": dc.seed,
+                "gpu_count": spec.resource_config.gpu_count,
+                JOB_TAG: spec.job_id,
+                "trainplane.job_name": plan.job_name,
+                "trainplane.labels": dict(plan.labels),
+            }
+        )
+        if plan.parent_job_id:
+            config[PARENT_JOB_TAG] = plan.parent_job_id
+            config["trainplane.parent_run_id"] = plan.parent_job_id
+        return config
+
+    def record(self) -> dict[str, str | None]:
+        url = None
+        if not self.offline:
+            try:
+                url = self.run.url
+            except Exception:  # no URL without a server answer
+                url = None
+        return {
+            "wandb_run_id": self.run_id,
+            "wandb_run_url": url,
+            "wandb_project": self.run.project,
+            "wandb_group": self.group,
+            "wandb_parent_run_id": self.parent_run_id,
+            "wandb_offline_uri": self.uri if self.offline else None,
+        }
+
+    def log(self, values: dict[str, float], step: int) -> None:
+        if step <= self.floor:
+            return  # already in the run: an earlier attempt logged this step before it was stopped
+        if len(self._buffer) < MAX_BUFFERED:
+            self._buffer.append((step, values))
+
+    def tag(self, key: str, value: str) -> None:
+        self._tags[key] = value
+
+    def take(self) -> tuple[list[Any], dict[str, str]]:
+        points, tags = self._buffer, self._tags
+        self._buffer, self._tags = [], {}
+        return points, tags
+
+    def give_back(self, points: list[Any], tags: dict[str, str]) -> None:
+        self._buffer[:0] = points[: max(0, MAX_BUFFERED - len(self._buffer))]
+        self._tags = {**tags, **self._tags}
+
+    def send(self, points: list[Any], tags: dict[str, str]) -> None:
+        for step, values in sorted(points, key=lambda point: point[0]):
+            at = max(step, self.sent_step)  # W&B drops a step below its current one
+            self.run.log(values, step=at)
+            self.sent_step = at
+        for key, value in tags.items():
+            self.run.summary[key] = value
+        self.upload()
+
+    def upload(self) -> None:
+        """Offline: the attempt's run directory to the job's prefix (what `wandb sync` reads)."""
+        if not (self.offline and self.uri) or not self.run_dir.is_dir():
+            return
+        target = storage.join(self.uri, f"{self.run_dir.name}-attempt-{self.attempt:03d}")
+        for path in sorted(self.run_dir.rglob("*")):
+            relative = path.relative_to(self.run_dir)
+            if path.is_file() and relative.parts[0] != "tmp":
+                storage.upload_file(path, storage.join(target, relative.as_posix()))
+
+    def terminate(self, status: str) -> None:
+        if status == "KILLED":
+            self.run.mark_preempting()  # stopped with a checkpoint: the next attempt resumes this run
+        self.run.finish(exit_code=1 if status == "FAILED" else 0)
+        self.upload()
+
+
 class TensorBoardSink:
     def __init__(self, uri: str, staging: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -255,8 +449,8 @@ class TensorBoardSink:
 class Tracker:
     """Every tracker of the run; the loop sees one object (MetricsLog forwards its points here)."""
 
-    def __init__(self, mlflow: MlflowSink | None, tensorboard: TensorBoardSink | None) -> None:
-        self.mlflow, self.tensorboard = mlflow, tensorboard
+    def __init__(self, mlflow: MlflowSink | None, tensorboard: TensorBoardSink | None, wandb: WandbSink | None = None) -> None:
+        self.mlflow, self.tensorboard, self.wandb = mlflow, tensorboard, wandb
         self._buffer_lock = threading.Lock()  # the loop and the async checkpoint thread log; held briefly
         self._send_lock = threading.Lock()  # one send at a time; never held by the training loop
         self._last_flush = time.monotonic()
@@ -269,11 +463,14 @@ class Tracker:
             return None
         mlflow = MlflowSink(plan, spec, hyperparameters) if plan.config.mlflow is not None else None
         tensorboard = TensorBoardSink(plan.tensorboard_uri, staging / f"attempt-{spec.attempt:03d}") if plan.tensorboard_uri else None
-        if mlflow is None and tensorboard is None:
+        wandb_staging = staging.parent / "wandb" / f"attempt-{spec.attempt:03d}"
+        wandb = WandbSink(plan, spec, hyperparameters, wandb_staging) if plan.config.wandb is not None else None
+        if mlflow is None and tensorboard is None and wandb is None:
             return None
-        record = TrackingRecord(**(mlflow.record() if mlflow else {}), tensorboard_uri=plan.tensorboard_uri)
+        reported = {**(mlflow.record() if mlflow else {}), **(wandb.record() if wandb else {})}
+        record = TrackingRecord(**reported, tensorboard_uri=plan.tensorboard_uri)
         events.emit(TrainerEventKind.TRACKING, record.model_dump(exclude_none=True))
-        return cls(mlflow, tensorboard)
+        return cls(mlflow, tensorboard, wandb)
 
     def started_at(self, step: int, checkpoint_uri: str | None, earlier: list[MetricsPoint]) -> None:
         """The loop trains from `step` (a resumed checkpoint's, else 0). MLflow gets what earlier attempts
@@ -286,9 +483,9 @@ class Tracker:
                     point if point.step not in latest else latest[point.step].model_copy(update=point.model_dump(exclude_none=True))
                 )
         with self._buffer_lock:
-            if self.mlflow is not None:
+            for sink in self._buffered():
                 for point_step, point in sorted(latest.items()):
-                    self.mlflow.log(point_values(point), point_step)
+                    sink.log(point_values(point), point_step)
             if self.tensorboard is not None and step > 0:
                 self.tensorboard.restart_at(step + 1)
         if checkpoint_uri is not None:
@@ -308,8 +505,8 @@ class Tracker:
         with self._buffer_lock:
             for sink in self._sinks():
                 sink.log({CHECKPOINT_METRIC: float(step)}, step)
-            if self.mlflow is not None:
-                self.mlflow.tag("trainplane.latest_checkpoint", uri)
+            for buffered in self._buffered():
+                buffered.tag("trainplane.latest_checkpoint", uri)
 
     def flush(self, wait_seconds: float = PRE_CHECKPOINT_WAIT_SECONDS) -> bool:
         """Send what was logged so far, in the background; wait up to `wait_seconds` for it (before a
@@ -338,15 +535,17 @@ class Tracker:
 
     def _send(self) -> None:
         with self._send_lock:  # sends in order: a later flush waits for the earlier one
-            with self._buffer_lock:
-                points, tags = self.mlflow.take() if self.mlflow is not None else ([], {})
-            if self.mlflow is not None and (points or tags):
+            for sink in self._buffered():
+                with self._buffer_lock:
+                    points, tags = sink.take()
+                if not (points or tags):
+                    continue
                 try:
-                    self.mlflow.send(points, tags)
+                    sink.send(points, tags)
                 except Exception as exc:
                     with self._buffer_lock:
-                        self.mlflow.give_back(points, tags)
-                    log(f"tracking: MLflow send failed ({type(exc).__name__}: {exc}); kept for the next flush")
+                        sink.give_back(points, tags)
+                    log(f"tracking: {type(sink).__name__} send failed ({type(exc).__name__}: {exc}); kept for the next flush")
             if self.tensorboard is not None:
                 self._guarded("TensorBoard upload", self.tensorboard.send)
 
@@ -356,16 +555,19 @@ class Tracker:
             log(f"tracking: the trackers are not answering; the run is left as it is ({status} not recorded)")
             return
         try:
-            if self.mlflow is not None:
-                mlflow = self.mlflow
-                self._guarded("close", lambda: mlflow.terminate(status))
+            for sink in self._buffered():
+                self._guarded("close", lambda sink=sink: sink.terminate(status))
             if self.tensorboard is not None:
                 self._guarded("close", self.tensorboard.close)
         finally:
             self._send_lock.release()
 
-    def _sinks(self) -> list[MlflowSink | TensorBoardSink]:
-        return [s for s in (self.mlflow, self.tensorboard) if s is not None]
+    def _buffered(self) -> list[MlflowSink | WandbSink]:
+        """The trackers that take points in batches (a server or a run file), sent by the flush thread."""
+        return [s for s in (self.mlflow, self.wandb) if s is not None]
+
+    def _sinks(self) -> list[MlflowSink | TensorBoardSink | WandbSink]:
+        return [s for s in (self.mlflow, self.tensorboard, self.wandb) if s is not None]
 
     @staticmethod
     def _guarded(what: str, action: Any) -> None:

@@ -1,5 +1,6 @@
 // Experiment tracking on the job detail (docs/TRACKING.md): the MLflow run the trainer reported (a link when the
-// tracking server is http(s)), its parent run for a retry, and where the TensorBoard event files are.
+// tracking server is http(s)), its parent run for a retry, the W&B run (a link online; offline, where its files
+// are for `wandb sync`), and where the TensorBoard event files are.
 import type { Job } from "../actions";
 import { clear, h } from "../dom";
 
@@ -36,6 +37,20 @@ export function renderTracking(section: HTMLElement, j: Job): void {
       if (record.mlflow_parent_run_id) rows.push(row("Parent run", h("code", null, record.mlflow_parent_run_id)));
     } else {
       rows.push(row("MLflow run", `not started yet (${server})`));
+    }
+  }
+  if (config?.wandb) {
+    const where = `${config.wandb.entity ? `${config.wandb.entity}/` : ""}${config.wandb.project} (${config.wandb.mode ?? "online"})`;
+    if (record?.wandb_run_id) {
+      const href = safeLink(record.wandb_run_url);
+      const run = href
+        ? h("a", { href, target: "_blank", rel: "noopener noreferrer", "data-testid": "wandb-run-link" }, record.wandb_run_id)
+        : h("code", { "data-testid": "wandb-run" }, record.wandb_run_id);
+      rows.push(row("W&B run", run), row("W&B project", where));
+      if (record.wandb_offline_uri) rows.push(row("W&B files (offline)", h("code", null, `${record.wandb_offline_uri}/`)));
+      if (record.wandb_parent_run_id) rows.push(row("W&B parent run", h("code", null, `${record.wandb_parent_run_id} (group ${record.wandb_group ?? "-"})`)));
+    } else {
+      rows.push(row("W&B run", `not started yet (${where})`));
     }
   }
   if (record?.tensorboard_uri) rows.push(row("TensorBoard", h("code", null, record.tensorboard_uri)));

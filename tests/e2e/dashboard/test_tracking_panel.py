@@ -18,6 +18,7 @@ def test_the_detail_shows_the_tracker_run_as_a_link(fake_plane: LocalPlane, open
     # Given a job tracked on an MLflow server and TensorBoard, whose trainer reported its run
     spec = fake_spec("tracked-job", max_steps=3)
     spec["output_config"]["tracking"] = {"mlflow": {"tracking_uri": "http://127.0.0.1:5000", "experiment_name": "ui"}, "tensorboard": {}}
+    spec["output_config"]["tracking"]["wandb"] = {"project": "ui", "mode": "offline"}
     job_id = submit(fake_plane, spec)["job_id"]
     done = Api(fake_plane).wait_status(job_id, "COMPLETED", timeout=90)
     record = done["tracking"]
@@ -30,7 +31,10 @@ def test_the_detail_shows_the_tracker_run_as_a_link(fake_plane: LocalPlane, open
     link = page.locator('[data-testid="mlflow-run-link"]')
     assert link.inner_text() == record["mlflow_run_id"]
     assert link.get_attribute("href") == record["mlflow_run_url"] and link.get_attribute("rel") == "noopener noreferrer"
-    assert record["tensorboard_uri"] in page.locator('[data-testid="tracking"]').inner_text()
+    panel = page.locator('[data-testid="tracking"]').inner_text()
+    assert record["tensorboard_uri"] in panel
+    # and the offline W&B run by its id (no link: there is no server), with where its files are for `wandb sync`
+    assert page.locator('[data-testid="wandb-run"]').inner_text() == job_id and record["wandb_offline_uri"] in panel
     # and an untracked job has no such panel
     plain = submit(fake_plane, fake_spec("untracked-job", max_steps=2))["job_id"]
     Api(fake_plane).wait_status(plain, "COMPLETED", timeout=90)
