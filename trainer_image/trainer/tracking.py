@@ -273,6 +273,9 @@ class WandbSink:
             self.floor, found = self._earlier_offline_files()
             continuing = continuing or found
         os.environ.setdefault("WANDB_SILENT", "true")
+        # wandb-core reports its own errors to W&B's error tracker unless told not to: a trainer (offline above
+        # all) sends nothing anywhere the job did not name.
+        os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
         import wandb
 
         try:
