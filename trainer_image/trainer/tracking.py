@@ -321,11 +321,12 @@ class WandbSink:
         log(f"tracking: {'continuing' if continuing else 'new'} W&B run {self.run_id} ({config.mode})")
 
     def _earlier_offline_files(self) -> tuple[int, bool]:
-        """(the highest step of the earlier attempts' uploaded run files, whether there are any)."""
+        """(the highest step of the earlier attempts' uploaded run files, whether there are any). Read before
+        this attempt's run exists: every file there is an earlier one's (a relaunch of the same attempt too)."""
         assert self.uri is not None
         last, found = -1, False
         for relative in storage.list_files(self.uri):
-            if relative.endswith(".wandb") and f"-attempt-{self.attempt:03d}/" not in relative:
+            if relative.endswith(".wandb"):
                 found = True
                 last = max(last, wandb_files.last_step(storage.read_bytes(storage.join(self.uri, relative))))
         return last, found
@@ -388,13 +389,22 @@ class WandbSink:
         self._tags = {**tags, **self._tags}
 
     def send(self, points: list[Any], tags: dict[str, str]) -> None:
-        for step, values in sorted(points, key=lambda point: point[0]):
+        ordered = sorted(points, key=lambda point: point[0])
+        for i, (step, values) in enumerate(ordered):
             at = max(step, self.sent_step)  # W&B drops a step below its current one
-            self.run.log(values, step=at)
+            try:
+                self.run.log(values, step=at)
+            except Exception:
+                points[:] = ordered[i:]  # the caller gives back only what was not logged (no step twice)
+                raise
             self.sent_step = at
+        points.clear()
         for key, value in tags.items():
             self.run.summary[key] = value
-        self.upload()
+        try:
+            self.upload()
+        except Exception as exc:  # the points are in the run file; the next flush (or the end) uploads it again
+            log(f"tracking: W&B run files upload failed ({type(exc).__name__}: {exc}); tried again at the next flush")
 
     def upload(self) -> None:
         """Offline: the attempt's run directory to the job's prefix (what `wandb sync` reads)."""
@@ -409,8 +419,10 @@ class WandbSink:
     def terminate(self, status: str) -> None:
         if status == "KILLED":
             self.run.mark_preempting()  # stopped with a checkpoint: the next attempt resumes this run
-        self.run.finish(exit_code=1 if status == "FAILED" else 0)
-        self.upload()
+        try:
+            self.run.finish(exit_code=1 if status == "FAILED" else 0)
+        finally:
+            self.upload()  # what the run file holds, finished or not
 
 
 class TensorBoardSink:
