@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -96,6 +97,10 @@ def test_one_offline_run_across_a_crash_a_resume_a_pause_and_a_resume_without_ga
     config = {item.key: item.value_json for item in runs[0].config.update}
     assert config["max_steps"] == f'"{STEPS}"' and config["training_type"] == '"SFT"' and config[tracking.JOB_TAG] == '"job-1"'
     assert list(runs[0].tags) == ["team:nlp"]
+    # and wandb's own `sync` finds the three attempts' files where the trainer put them (the job's wandb/ prefix)
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    listed = subprocess.run([str(wandb_cli), "sync", "--dry-run", str(root / "wandb")], capture_output=True, text=True, timeout=120)
+    assert "Would sync 3 run(s)" in listed.stdout + listed.stderr, listed.stdout + listed.stderr
 
 
 @pytest.mark.slow
