@@ -60,6 +60,7 @@ FLUSH_SECONDS = 5.0
 PRE_CHECKPOINT_WAIT_SECONDS = 5.0
 CLOSE_WAIT_SECONDS = 5.0
 MAX_BUFFERED = 100_000  # points kept while a tracker is down
+TRANSACTION_LOG_FLUSH_SECONDS = 1.0  # W&B offline: how often wandb-core writes the run file
 _POINT_FIELDS = ("loss", "learning_rate", "grad_norm", "tokens_per_second", "epoch")
 
 
@@ -286,6 +287,9 @@ class WandbSink:
                 "disable_git": True,
                 "save_code": False,
                 "x_save_requirements": False,  # walking every installed distribution costs ~2 s per attempt; the image is pinned
+                # wandb-core writes the run file in bursts (every 15 s by default): every second, so that each upload
+                # (every flush) holds what was logged until about then; a trainer killed with -9 loses little.
+                "x_transaction_log_flush_interval": TRANSACTION_LOG_FLUSH_SECONDS,
                 "silent": True,
             }
             if api_key:
@@ -407,8 +411,12 @@ class WandbSink:
             log(f"tracking: W&B run files upload failed ({type(exc).__name__}: {exc}); tried again at the next flush")
 
     def upload(self) -> None:
-        """Offline: the attempt's run directory to the job's prefix (what `wandb sync` reads)."""
+        """Offline: the attempt's run directory to the job's prefix (what `wandb sync` reads), once its run file
+        holds the run record (before that, a file of a header alone would be an attempt without a run)."""
         if not (self.offline and self.uri) or not self.run_dir.is_dir():
+            return
+        run_files = list(self.run_dir.glob("*.wandb"))
+        if not run_files or any(wandb_files.run_record(path.read_bytes()) is None for path in run_files):
             return
         target = storage.join(self.uri, f"{self.run_dir.name}-attempt-{self.attempt:03d}")
         for path in sorted(self.run_dir.rglob("*")):
