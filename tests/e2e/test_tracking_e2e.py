@@ -170,11 +170,12 @@ def test_pause_resume_preempt_leave_one_mlflow_run_and_a_retry_a_child_run(
     assert run.data.tags["team"] == "demo" and run.data.params["max_steps"] == str(STEPS)
     # and TensorBoard reads the same continuous curve from the three attempts' event files
     assert _tensorboard_losses(local_plane, job_id, tmp_path) == list(range(1, STEPS + 1))
-    # and W&B's offline files, one per attempt, are ONE run (the later ones resuming it), the one the job records,
-    # whose steps, replayed in order, go 1..N once each (no gap, no overlap)
+    # and W&B's offline files, one per attempt (the one killed with -9: what its last upload held, if it got that
+    # far), are ONE run, the later ones resuming it, the one the job records, whose steps, replayed in order, go
+    # 1..N once each (no gap, no overlap: the next attempt starts above what the files hold)
     files = _wandb_files(local_plane, job_id)
     runs = [wandb_files.run_record(d) for d in files]
-    assert [(r.run_id, r.resume) for r in runs] == [(job_id, False), (job_id, True), (job_id, True)]
+    assert len(runs) in (2, 3) and [(r.run_id, r.resume) for r in runs] == [(job_id, False)] + [(job_id, True)] * (len(runs) - 1)
     assert done["tracking"]["wandb_run_id"] == job_id and done["tracking"]["wandb_offline_uri"].endswith(f"jobs/{job_id}/wandb")
     wandb_loss = [int(row["_step"]) for d in files for row in wandb_files.history(d) if "loss" in row]
     assert wandb_loss == list(range(1, STEPS + 1))

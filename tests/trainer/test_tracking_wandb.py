@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -96,6 +97,10 @@ def test_one_offline_run_across_a_crash_a_resume_a_pause_and_a_resume_without_ga
     config = {item.key: item.value_json for item in runs[0].config.update}
     assert config["max_steps"] == f'"{STEPS}"' and config["training_type"] == '"SFT"' and config[tracking.JOB_TAG] == '"job-1"'
     assert list(runs[0].tags) == ["team:nlp"]
+    # and wandb's own `sync` finds the three attempts' files where the trainer put them (the job's wandb/ prefix)
+    wandb_cli = Path(sys.executable).with_name("wandb")
+    listed = subprocess.run([str(wandb_cli), "sync", "--dry-run", str(root / "wandb")], capture_output=True, text=True, timeout=120)
+    assert "Would sync 3 run(s)" in listed.stdout + listed.stderr, listed.stdout + listed.stderr
 
 
 @pytest.mark.slow
@@ -222,3 +227,34 @@ def test_the_trainer_refuses_a_secret_outside_its_access_set_before_reading_it(t
     assert outcome.code == ExitCode.USER_ERROR
     assert "output_config.tracking.wandb.api_key_secret_arn: this job may not read the secret" in outcome.failure_text()
     assert not outcome.of_kind(TrainerEventKind.PROGRESS)
+
+
+def test_steps_only_go_up_a_failed_send_is_retried_without_a_step_twice_and_a_late_checkpoint_lands_at_the_latest_step() -> None:
+    # Given a W&B sink (its run a recorder) whose run holds steps up to 1, and whose client fails once at step 3
+    logged: list[tuple[int, dict[str, float]]] = []
+    failures = [ConnectionError("wandb-core gone")]
+
+    class Run:
+        summary: dict[str, str] = {}
+
+        def log(self, values: dict[str, float], step: int) -> None:
+            if step == 3 and failures:
+                raise failures.pop()
+            logged.append((step, values))
+
+    sink = tracking.WandbSink.__new__(tracking.WandbSink)
+    sink.run, sink.offline, sink.uri, sink.floor, sink.sent_step = Run(), False, None, 1, 1
+    sink._buffer, sink._tags = [], {}
+    for step in (1, 2, 3, 4):
+        sink.log({"loss": float(step)}, step)
+    # When the send fails at step 3, its points are given back and sent again
+    points, tags = sink.take()
+    with pytest.raises(ConnectionError):
+        sink.send(points, tags)
+    sink.give_back(points, tags)
+    sink.send(*sink.take())
+    # and a checkpoint of step 3 arrives (an asynchronous save) after step 4 was sent
+    sink.log({tracking.CHECKPOINT_METRIC: 3.0}, 3)
+    sink.send(*sink.take())
+    # Then every step above the run's is logged once, in order, and the checkpoint at step 4 with its own step
+    assert logged == [(2, {"loss": 2.0}), (3, {"loss": 3.0}), (4, {"loss": 4.0}), (4, {tracking.CHECKPOINT_METRIC: 3.0})]

@@ -60,6 +60,7 @@ FLUSH_SECONDS = 5.0
 PRE_CHECKPOINT_WAIT_SECONDS = 5.0
 CLOSE_WAIT_SECONDS = 5.0
 MAX_BUFFERED = 100_000  # points kept while a tracker is down
+TRANSACTION_LOG_FLUSH_SECONDS = 1.0  # W&B offline: how often wandb-core writes the run file
 _POINT_FIELDS = ("loss", "learning_rate", "grad_norm", "tokens_per_second", "epoch")
 # RLHF's points (trainer/rlhf.py's _LOGGED) add these to the loss, learning rate and grad norm
 _RLHF_FIELDS = ("reward", "reward_std", "kl", "entropy", "completion_length", "frac_reward_zero_std")
@@ -277,6 +278,9 @@ class WandbSink:
             self.floor, found = self._earlier_offline_files()
             continuing = continuing or found
         os.environ.setdefault("WANDB_SILENT", "true")
+        # wandb-core reports its own errors to W&B's error tracker unless told not to: a trainer (offline above
+        # all) sends nothing anywhere the job did not name.
+        os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
         import wandb
 
         try:
@@ -287,6 +291,9 @@ class WandbSink:
                 "disable_git": True,
                 "save_code": False,
                 "x_save_requirements": False,  # walking every installed distribution costs ~2 s per attempt; the image is pinned
+                # wandb-core writes the run file in bursts (every 15 s by default): every second, so that each upload
+                # (every flush) holds what was logged until about then; a trainer killed with -9 loses little.
+                "x_transaction_log_flush_interval": TRANSACTION_LOG_FLUSH_SECONDS,
                 "silent": True,
             }
             if api_key:
@@ -322,11 +329,12 @@ class WandbSink:
         log(f"tracking: {'continuing' if continuing else 'new'} W&B run {self.run_id} ({config.mode})")
 
     def _earlier_offline_files(self) -> tuple[int, bool]:
-        """(the highest step of the earlier attempts' uploaded run files, whether there are any)."""
+        """(the highest step of the earlier attempts' uploaded run files, whether there are any). Read before
+        this attempt's run exists: every file there is an earlier one's (a relaunch of the same attempt too)."""
         assert self.uri is not None
         last, found = -1, False
         for relative in storage.list_files(self.uri):
-            if relative.endswith(".wandb") and f"-attempt-{self.attempt:03d}/" not in relative:
+            if relative.endswith(".wandb"):
                 found = True
                 last = max(last, wandb_files.last_step(storage.read_bytes(storage.join(self.uri, relative))))
         return last, found
@@ -389,17 +397,30 @@ class WandbSink:
         self._tags = {**tags, **self._tags}
 
     def send(self, points: list[Any], tags: dict[str, str]) -> None:
-        for step, values in sorted(points, key=lambda point: point[0]):
+        ordered = sorted(points, key=lambda point: point[0])
+        for i, (step, values) in enumerate(ordered):
             at = max(step, self.sent_step)  # W&B drops a step below its current one
-            self.run.log(values, step=at)
+            try:
+                self.run.log(values, step=at)
+            except Exception:
+                points[:] = ordered[i:]  # the caller gives back only what was not logged (no step twice)
+                raise
             self.sent_step = at
+        points.clear()
         for key, value in tags.items():
             self.run.summary[key] = value
-        self.upload()
+        try:
+            self.upload()
+        except Exception as exc:  # the points are in the run file; the next flush (or the end) uploads it again
+            log(f"tracking: W&B run files upload failed ({type(exc).__name__}: {exc}); tried again at the next flush")
 
     def upload(self) -> None:
-        """Offline: the attempt's run directory to the job's prefix (what `wandb sync` reads)."""
+        """Offline: the attempt's run directory to the job's prefix (what `wandb sync` reads), once its run file
+        holds the run record (before that, a file of a header alone would be an attempt without a run)."""
         if not (self.offline and self.uri) or not self.run_dir.is_dir():
+            return
+        run_files = list(self.run_dir.glob("*.wandb"))
+        if not run_files or any(wandb_files.run_record(path.read_bytes()) is None for path in run_files):
             return
         target = storage.join(self.uri, f"{self.run_dir.name}-attempt-{self.attempt:03d}")
         for path in sorted(self.run_dir.rglob("*")):
@@ -410,8 +431,10 @@ class WandbSink:
     def terminate(self, status: str) -> None:
         if status == "KILLED":
             self.run.mark_preempting()  # stopped with a checkpoint: the next attempt resumes this run
-        self.run.finish(exit_code=1 if status == "FAILED" else 0)
-        self.upload()
+        try:
+            self.run.finish(exit_code=1 if status == "FAILED" else 0)
+        finally:
+            self.upload()  # what the run file holds, finished or not
 
 
 class TensorBoardSink:

@@ -69,7 +69,9 @@ def last_step(data: bytes) -> int:
 
 
 def run_record(data: bytes) -> Any | None:
-    """The file's run record (id, project, group, tags, config, resume), or None."""
+    """The file's run record (id, project, group, tags, config, resume), or None (not written yet)."""
+    if data[: len(HEADER)] != HEADER:
+        return None
     for record in records(data):
         if record.WhichOneof("record_type") == "run":
             return record.run
