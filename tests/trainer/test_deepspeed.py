@@ -5,8 +5,8 @@ and final weights as a run never interrupted).
 The uninterrupted run and the interrupted one (then its resume) are independent jobs in their own
 folders, so they run side by side: most of each run is a supervisor and two workers importing torch,
 transformers and DeepSpeed, partly on one core, and the other run fills the idle core. Exactness does
-not depend on the timing (the data order, RNG and reductions are fixed), and the SIGTERM only has to
-land before step 24, which the load of the other run makes later, never earlier."""
+not depend on the timing (the data order, RNG and reductions are fixed), and the SIGTERM, sent once
+step 3 is reported, must land before step 24: the other run's load only slows the steps in between."""
 
 from __future__ import annotations
 
