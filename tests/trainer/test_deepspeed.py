@@ -1,17 +1,10 @@
 """DEEPSPEED (ZeRO through accelerate) with two gloo workers on the CPU: training, SIGTERM -> a complete
 checkpoint and exit 75, and an exact resume of that checkpoint (the same per-step losses, evaluations
-and final weights as a run never interrupted).
-
-The uninterrupted run and the interrupted one (then its resume) are independent jobs in their own
-folders, so they run side by side: most of each run is a supervisor and two workers importing torch,
-transformers and DeepSpeed, partly on one core, and the other run fills the idle core. Exactness does
-not depend on the timing (the data order, RNG and reductions are fixed), and the SIGTERM, sent once
-step 3 is reported, must land before step 24: the other run's load only slows the steps in between."""
+and final weights as a run never interrupted)."""
 
 from __future__ import annotations
 
 import hashlib
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +14,7 @@ from safetensors.torch import load_file
 
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
 from schemas.trainer import ExitCode, TrainerEventKind
-from tests.trainer.runs import TINY_LLAMA, StoppedRun, make_spec, metrics_points, run_until_sigterm, start_subprocess
+from tests.trainer.runs import TINY_LLAMA, make_spec, metrics_points, run_until_sigterm, start_subprocess
 
 STEPS = 24
 
@@ -58,33 +51,22 @@ def _losses(root: Path) -> dict[int, float]:
     return {p.step: p.loss for p in metrics_points(root) if p.loss is not None}
 
 
-def _interrupt_and_resume(root: Path, zero_stage: int) -> tuple[StoppedRun, tuple[int, str]]:
-    """SIGTERM once step 3 is reported, then attempt 2 in the same folder (it resumes from what the
-    first attempt left, whatever that is: the test checks it)."""
-    stopped = run_until_sigterm(root, _spec(root, zero_stage), after_step=3)
-    code, _, err = _run(root, _spec(root, zero_stage, attempt=2))
-    return stopped, (code, err)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("zero_stage", [1, 2, 3])
 def test_zero_workers_stop_on_sigterm_with_a_checkpoint_and_resume_exactly(zero_stage: int, tmp_path: Path) -> None:
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        # (the uninterrupted run goes on beside the interrupted one and its resume: see the module doc)
-        straight_run = pool.submit(_run, straight, _spec(straight, zero_stage))
-        stopped, (resumed_code, resumed_err) = _interrupt_and_resume(interrupted, zero_stage)
-        straight_code, _, straight_err = straight_run.result()
 
     # Given a DEEPSPEED job run straight through on two workers
-    assert straight_code == ExitCode.COMPLETED, straight_err[-4000:]
-    assert f"(ZeRO stage {zero_stage}) on 2 workers" in straight_err
+    code, _, err = _run(straight, _spec(straight, zero_stage))
+    assert code == ExitCode.COMPLETED, err[-4000:]
+    assert f"(ZeRO stage {zero_stage}) on 2 workers" in err
     reference = _losses(straight)
     assert sorted(reference) == list(range(1, STEPS + 1))
     # the loss falls (first 4 steps against the last 4)
     assert sum(reference[s] for s in range(STEPS - 3, STEPS + 1)) < 0.8 * sum(reference[s] for s in range(1, 5))
 
     # When the same job gets SIGTERM mid-run
+    stopped = run_until_sigterm(interrupted, _spec(interrupted, zero_stage), after_step=3)
     events, err = stopped.events, stopped.stderr
 
     # Then it exits "stopped with checkpoint", naming a complete checkpoint of its last step
@@ -106,8 +88,9 @@ def test_zero_workers_stop_on_sigterm_with_a_checkpoint_and_resume_exactly(zero_
     assert (optimizer["zero_stage"], optimizer["world_size"], len(optimizer["per_rank"])) == (zero_stage, 2, 2)
 
     # When it runs again (attempt 2) from that checkpoint
-    assert resumed_code == ExitCode.COMPLETED, resumed_err[-4000:]
-    assert f"resumed from {folder}" in resumed_err
+    code, _, err = _run(interrupted, _spec(interrupted, zero_stage, attempt=2))
+    assert code == ExitCode.COMPLETED, err[-4000:]
+    assert f"resumed from {folder}" in err
 
     # Then every step's loss, the evaluations and the final weights equal the uninterrupted run's
     points = metrics_points(interrupted)

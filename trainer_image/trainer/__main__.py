@@ -441,6 +441,18 @@ def _custom_script(script_ref: str, work: Path) -> Path:
 
 if __name__ == "__main__":
     exit_code = main()
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # a worker of a multi-process run (WorkerEnv)
+        # Its reports are flushed, its checkpoint shards written behind the collective barrier, rank 0's
+        # trackers closed: nothing is left to run. The interpreter's teardown is skipped, not just made
+        # shorter: there, a C++ thread of the process group still joinable at exit aborted a worker of a
+        # finished ZeRO-3 run ("terminate called without an active exception"), and the supervisor then
+        # reported a crash (exit 70) for a job that had ended.
+        import logging
+
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exit_code)
     # Everything the run needed is written and flushed by now (events, checkpoints, trackers closed). Out of
     # the collector's sight, the interpreter's teardown no longer walks every object the imports built
     # (botocore's models, pydantic's schemas; torch and transformers: ~1 s, 0.2 s once frozen), which the
