@@ -36,6 +36,13 @@ def secret_prefixes(owner: Principal, principal_key: str | None) -> list[str]:
     return [f"{SECRET_ROOT}{principal_key}/"] if principal_key else []
 
 
+def deployment_account(settings: Settings) -> str | None:
+    """The AWS account the deployment (and its trainer roles) lives in: its state machine's, None before one exists."""
+    arn = settings.state_machine_arn
+    parts = arn.split(":") if arn else []
+    return parts[4] if len(parts) > 4 and parts[4] else None
+
+
 def check_tracking_secrets(request: SubmitJobRequest, owner: Principal, principal_key: str | None, settings: Settings) -> list[str]:
     """InvalidRequest naming the field when the job's W&B block is not allowed for `owner` here; else the
     secret name prefixes the run spec's AccessSet grants."""
@@ -49,9 +56,13 @@ def check_tracking_secrets(request: SubmitJobRequest, owner: Principal, principa
     arn = wandb.api_key_secret_arn
     if arn is not None:
         field = f"{WANDB_FIELD}.api_key_secret_arn"
-        region, _, name = secret_parts(arn)
+        region, account, name = secret_parts(arn)
         if region != settings.region:
             message = f"the secret is in {region}; the trainers read secrets of this deployment's region, {settings.region}"
+            raise InvalidRequest(field, message)
+        home = deployment_account(settings)
+        if home is not None and account != home:
+            message = f"the secret is in account {account}; the trainers read secrets of this deployment's account, {home}"
             raise InvalidRequest(field, message)
         if not secret_allowed(arn, prefixes):
             allowed = prefixes[0] if prefixes else "(none: your identity has no principal key)"

@@ -187,6 +187,7 @@ def plane(aws: AwsClients, tmp_path: Path) -> Iterator[Plane]:
         admin_arns=(ADMIN,),
         local_state_dir=str(allowed / "state"),  # inside an allowed directory, and refused all the same
         local_allowed_dirs=(str(allowed),),
+        state_machine_arn="arn:aws:states:us-east-1:123456789012:stateMachine:trainplane-lifecycle",  # its account
         bucket_grants=(
             BucketGrant(uri=f"s3://{RW_BUCKET}/team/", access="read-write"),
             BucketGrant(uri=f"s3://{RO_BUCKET}", access="read"),
@@ -393,8 +394,8 @@ def test_a_tracking_block_the_trainer_cannot_use_is_a_422_at_the_api(plane: Plan
         assert reply.status == 422 and reply.field() == field, reply.body
 
 
-def _secret(owner_key: str, region: str = "us-east-1") -> str:
-    return f"arn:aws:secretsmanager:{region}:123456789012:secret:trainplane/{owner_key}/wandb-AbCdEf"
+def _secret(owner_key: str, region: str = "us-east-1", account: str = "123456789012") -> str:
+    return f"arn:aws:secretsmanager:{region}:{account}:secret:trainplane/{owner_key}/wandb-AbCdEf"
 
 
 def test_a_wandb_key_secret_is_one_the_owner_may_use(plane: Plane) -> None:
@@ -410,11 +411,13 @@ def test_a_wandb_key_secret_is_one_the_owner_may_use(plane: Plane) -> None:
     assert own.status == 201, own.body
     access = composition.current().path_rules.access_for(composition.current().repository.get(own.body["job_id"]))
     assert access.can_read_secret(_secret(principal_key(ALICE))) and not access.can_read_secret(_secret(principal_key(BOB)))
-    # When she names bob's secret, one outside trainplane/, or one in another region: a 422 naming the field
+    # When she names bob's secret, one outside trainplane/, or one in another region or account (which the
+    # trainer role could not read): a 422 naming the field
     for arn in (
         _secret(principal_key(BOB)),
         "arn:aws:secretsmanager:us-east-1:123456789012:secret:prod/wandb",
         _secret(principal_key(ALICE), region="eu-west-1"),
+        _secret(principal_key(ALICE), account="210987654321"),
     ):
         reply = submit({"mode": "offline", "api_key_secret_arn": arn})
         assert reply.status == 422 and reply.field() == field, reply.body
