@@ -60,6 +60,7 @@ FLUSH_SECONDS = 5.0
 PRE_CHECKPOINT_WAIT_SECONDS = 5.0
 CLOSE_WAIT_SECONDS = 5.0
 MAX_BUFFERED = 100_000  # points kept while a tracker is down
+FINISHED_FILE_WAIT_SECONDS = 15.0  # W&B offline: how long an attempt waits for its run file to be written
 TRANSACTION_LOG_FLUSH_SECONDS = 1.0  # W&B offline: how often wandb-core writes the run file
 _POINT_FIELDS = ("loss", "learning_rate", "grad_norm", "tokens_per_second", "epoch")
 # RLHF's points (trainer/rlhf.py's _LOGGED) add these to the loss, learning rate and grad norm
@@ -79,7 +80,29 @@ def point_values(point: MetricsPoint) -> dict[str, float]:
     return values
 
 
-class MlflowSink:
+class _Buffered:
+    """A sink's points and tags waiting to be sent: Tracker takes them under its buffer lock and sends them off
+    the training thread; a failed send gives them back, ahead of what came meanwhile."""
+
+    _buffer: list[Any]
+    _tags: dict[str, str]
+
+    def tag(self, key: str, value: str) -> None:
+        self._tags[key] = value
+
+    def take(self) -> tuple[list[Any], dict[str, str]]:
+        """What is waiting to be sent (the caller holds Tracker's buffer lock)."""
+        points, tags = self._buffer, self._tags
+        self._buffer, self._tags = [], {}
+        return points, tags
+
+    def give_back(self, points: list[Any], tags: dict[str, str]) -> None:
+        """A send failed: keep it for the next flush (before what came meanwhile)."""
+        self._buffer[:0] = points[: max(0, MAX_BUFFERED - len(self._buffer))]
+        self._tags = {**tags, **self._tags}
+
+
+class MlflowSink(_Buffered):
     def __init__(self, plan: TrackingPlan, spec: RunSpec, hyperparameters: dict[str, str]) -> None:
         config = plan.config.mlflow
         assert config is not None
@@ -106,8 +129,8 @@ class MlflowSink:
             raise UserError(
                 f"output_config.tracking.mlflow.tracking_uri: cannot open a run on {self.uri}: {type(exc).__name__}: {exc}{hint}"
             ) from exc
-        self._buffer: list[Any] = []
-        self._tags: dict[str, str] = {}
+        self._buffer = []
+        self._tags = {}
 
     def _experiment(self, name: str) -> str:
         found = self.client.get_experiment_by_name(name)
@@ -206,20 +229,6 @@ class MlflowSink:
             if len(self._buffer) < MAX_BUFFERED:
                 self._buffer.append(Metric(key, value, now, step))
 
-    def tag(self, key: str, value: str) -> None:
-        self._tags[key] = value
-
-    def take(self) -> tuple[list[Any], dict[str, str]]:
-        """What is waiting to be sent (the caller holds Tracker's buffer lock)."""
-        points, tags = self._buffer, self._tags
-        self._buffer, self._tags = [], {}
-        return points, tags
-
-    def give_back(self, points: list[Any], tags: dict[str, str]) -> None:
-        """A send failed: keep it for the next flush (before what came meanwhile)."""
-        self._buffer[:0] = points[: max(0, MAX_BUFFERED - len(self._buffer))]
-        self._tags = {**tags, **self._tags}
-
     def send(self, points: list[Any], tags: dict[str, str]) -> None:
         from mlflow.entities import RunTag
 
@@ -257,7 +266,7 @@ def wandb_api_key(secret_arn: str) -> str:
     return value.strip()
 
 
-class WandbSink:
+class WandbSink(_Buffered):
     """One W&B run per job, id = the job id (docs/TRACKING.md). Points are buffered like MLflow's and sent
     in step order; W&B's steps only go up, so a point of a step at or below what the run holds is never sent
     (`floor`: the run's last step when this attempt opened it), and a checkpoint whose save finished after
@@ -324,8 +333,8 @@ class WandbSink:
             self.floor = max(self.floor, int(self.run.starting_step) - 1)  # the server's history: steps below are held
         self.sent_step = self.floor
         self.run_dir = Path(self.run.dir).parent  # .../offline-run-<time>-<id> (run.dir is its files/)
-        self._buffer: list[tuple[int, dict[str, float]]] = []
-        self._tags: dict[str, str] = {}
+        self._buffer = []  # (step, values)
+        self._tags = {}
         log(f"tracking: {'continuing' if continuing else 'new'} W&B run {self.run_id} ({config.mode})")
 
     def _earlier_offline_files(self) -> tuple[int, bool]:
@@ -384,18 +393,6 @@ class WandbSink:
         if len(self._buffer) < MAX_BUFFERED:
             self._buffer.append((step, values))
 
-    def tag(self, key: str, value: str) -> None:
-        self._tags[key] = value
-
-    def take(self) -> tuple[list[Any], dict[str, str]]:
-        points, tags = self._buffer, self._tags
-        self._buffer, self._tags = [], {}
-        return points, tags
-
-    def give_back(self, points: list[Any], tags: dict[str, str]) -> None:
-        self._buffer[:0] = points[: max(0, MAX_BUFFERED - len(self._buffer))]
-        self._tags = {**tags, **self._tags}
-
     def send(self, points: list[Any], tags: dict[str, str]) -> None:
         ordered = sorted(points, key=lambda point: point[0])
         for i, (step, values) in enumerate(ordered):
@@ -433,8 +430,25 @@ class WandbSink:
             self.run.mark_preempting()  # stopped with a checkpoint: the next attempt resumes this run
         try:
             self.run.finish(exit_code=1 if status == "FAILED" else 0)
+            self._await_exit_record()
         finally:
             self.upload()  # what the run file holds, finished or not
+
+    def _await_exit_record(self) -> None:
+        """Offline, wandb-core writes the run file behind `finish()`: it returned once with the file still a bare
+        header (so that attempt's upload was skipped, and its steps missing from the run). Wait, bounded, for the
+        exit record that `finish()` writes last, so the upload carries the whole attempt."""
+        if not self.offline:
+            return
+        deadline = time.monotonic() + FINISHED_FILE_WAIT_SECONDS
+        while True:
+            files = list(self.run_dir.glob("*.wandb")) if self.run_dir.is_dir() else []
+            if files and all(wandb_files.has_exit(path.read_bytes()) for path in files):
+                return
+            if time.monotonic() >= deadline:
+                log(f"tracking: W&B's run file has no exit record {FINISHED_FILE_WAIT_SECONDS:g} s after finish; uploading what it holds")
+                return
+            time.sleep(0.05)
 
 
 class TensorBoardSink:

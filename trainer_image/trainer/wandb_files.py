@@ -76,3 +76,10 @@ def run_record(data: bytes) -> Any | None:
         if record.WhichOneof("record_type") == "run":
             return record.run
     return None
+
+
+def has_exit(data: bytes) -> bool:
+    """The file holds the run's exit record: what `finish()` wrote last is in it."""
+    if data[: len(HEADER)] != HEADER:
+        return False
+    return any(record.WhichOneof("record_type") == "exit" for record in records(data))
