@@ -73,22 +73,18 @@ class MlflowTracking(_Block):
             if not value[len(FILE_SCHEME) :].startswith("/"):
                 raise ValueError("a file store is file:///absolute/dir")
             return value
-        if urlsplit(value).scheme not in ("http", "https"):
-            raise ValueError(
-                f"scheme {urlsplit(value).scheme or '(none)'!r}: give an http(s):// tracking server, a SageMaker MLflow ARN or file:///dir"
-            )
-        return _check_server_url(value, "tracking server")
+        return _check_server_url(value, "tracking server", "a SageMaker MLflow ARN or file:///dir")
 
 
 class TensorBoardTracking(_Block):
     enabled: bool = Field(default=True, description="Event files under the job's own prefix, jobs/<id>/tensorboard/.")
 
 
-def _check_server_url(value: str, what: str) -> str:
+def _check_server_url(value: str, what: str, alternatives: str = "") -> str:
     """An http(s) server URL without credentials, query or fragment (they would be stored with the job)."""
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https"):
-        raise ValueError(f"scheme {parts.scheme or '(none)'!r}: give an http(s):// {what}")
+        raise ValueError(f"scheme {parts.scheme or '(none)'!r}: give an http(s):// {what}" + (f", {alternatives}" if alternatives else ""))
     if not parts.hostname:
         raise ValueError(f"the {what} URI names no host")
     if parts.username is not None or parts.password is not None:

@@ -80,6 +80,22 @@ def point_values(point: MetricsPoint) -> dict[str, float]:
     return values
 
 
+def run_params(spec: RunSpec, hyperparameters: dict[str, str]) -> dict[str, Any]:
+    """What every tracker records of the job as its params/config: the hyperparameters as the trainer parsed them,
+    and the job's shape."""
+    tc, dc = spec.training_config, spec.data_config
+    return {
+        **hyperparameters,
+        "training_type": tc.training_type.value,
+        "base_model": tc.base_model.model_id,
+        "framework": tc.framework.type.value,
+        "batch_size": dc.batch_size,
+        "max_seq_length": dc.max_seq_length,
+        "seed": dc.seed,
+        "gpu_count": spec.resource_config.gpu_count,
+    }
+
+
 class _Buffered:
     """A sink's points and tags waiting to be sent: Tracker takes them under its buffer lock and sends them off
     the training thread; a failed send gives them back, ahead of what came meanwhile."""
@@ -180,20 +196,7 @@ class MlflowSink(_Buffered):
     def _log_params(self, run_id: str, spec: RunSpec, hyperparameters: dict[str, str]) -> None:
         from mlflow.entities import Param
 
-        tc, dc = spec.training_config, spec.data_config
-        params = {**hyperparameters}
-        params.update(
-            {
-                "training_type": tc.training_type.value,
-                "base_model": tc.base_model.model_id,
-                "framework": tc.framework.type.value,
-                "batch_size": str(dc.batch_size),
-                "max_seq_length": str(dc.max_seq_length),
-                "seed": str(dc.seed),
-                "gpu_count": str(spec.resource_config.gpu_count),
-            }
-        )
-        items = [Param(k, str(v)[:6000]) for k, v in sorted(params.items())]
+        items = [Param(k, str(v)[:6000]) for k, v in sorted(run_params(spec, hyperparameters).items())]
         for start in range(0, len(items), 100):  # MLflow's log_batch takes at most 100 params
             self.client.log_batch(run_id, params=items[start : start + 100])
 
@@ -350,22 +353,8 @@ class WandbSink(_Buffered):
 
     @staticmethod
     def _config(plan: TrackingPlan, spec: RunSpec, hyperparameters: dict[str, str]) -> dict[str, Any]:
-        tc, dc = spec.training_config, spec.data_config
-        config: dict[str, Any] = {**hyperparameters}
-        config.update(
-            {
-                "training_type": tc.training_type.value,
-                "base_model": tc.base_model.model_id,
-                "framework": tc.framework.type.value,
-                "batch_size": dc.batch_size,
-                "max_seq_length": dc.max_seq_length,
-                "seed": dc.seed,
-                "gpu_count": spec.resource_config.gpu_count,
-                JOB_TAG: spec.job_id,
-                "trainplane.job_name": plan.job_name,
-                "trainplane.labels": dict(plan.labels),
-            }
-        )
+        config = run_params(spec, hyperparameters)
+        config.update({JOB_TAG: spec.job_id, "trainplane.job_name": plan.job_name, "trainplane.labels": dict(plan.labels)})
         if plan.parent_job_id:
             config[PARENT_JOB_TAG] = plan.parent_job_id
             config["trainplane.parent_run_id"] = plan.parent_job_id
