@@ -217,10 +217,10 @@ def test_every_route_shows_each_caller_its_own_and_nothing_of_anyone_elses(call:
     before = {caller: world.listings(caller) for caller in CALLERS}
     for caller in CALLERS:
         others = {i for other in CALLERS if other != caller for i in world.unique_ids(other)} | {DASHBOARD_SESSION}
-        for route, body in before[caller].items():
+        for listing, body in before[caller].items():
             text = json.dumps(body)
-            assert not {i for i in others if i in text}, f"{route} as {caller.name} shows another's"
-            assert body == alone[caller][route], f"{route} as {caller.name} changed when others created theirs"
+            assert not {i for i in others if i in text}, f"{listing} as {caller.name} shows another's"
+            assert body == alone[caller][listing], f"{listing} as {caller.name} changed when others created theirs"
         assert world.unique_ids(caller) & set(json.dumps(before[caller]).split('"')), f"{caller.name} sees its own"
 
     # When: each caller calls every route that names a resource on each other caller's
