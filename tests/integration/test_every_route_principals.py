@@ -169,6 +169,10 @@ class World:
         values = {}
         for name in route.parameters:
             choices = sorted(self.owned[owner][name]) if name in self.parameters else [self.shared(name)]
+            assert choices, (
+                f"{route}: no route created a {name} for {owner.name} (a creating route answers it as a field of that name; "
+                "a parameter that names no one's resource belongs in SHARED_PARAMETERS)"
+            )
             values[name] = choices[turn % len(choices)]
         return values
 
