@@ -1,0 +1,108 @@
+"""Deterministic races: two writers that both pass the pre-read, so only the conditional write decides.
+
+A thread storm catches a missing condition only when the scheduler happens to interleave the threads
+badly; these helpers force the bad interleaving every run (docs/TESTING.md, "Deterministic races"):
+
+- `StaleRead` runs the writers one after the other and answers each later writer's reads through
+  `obj.name` with what the first writer read (by arguments): every writer decides on the state as it
+  was before any of them wrote, as if all read first. No threads.
+- `together` runs the writers in threads held at a barrier right after their read through `obj.name`:
+  all have read before any writes (for code whose reads cannot be replayed, e.g. a library's).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+from unittest import mock
+
+
+@dataclass
+class Outcome:
+    value: Any = None
+    error: BaseException | None = None
+
+    @property
+    def won(self) -> bool:
+        return self.error is None
+
+
+def attempt(writer: Callable[[], Any]) -> Outcome:
+    try:
+        return Outcome(value=writer())
+    except Exception as exc:  # a lost race is an exception for most writers: kept for the assertions
+        return Outcome(error=exc)
+
+
+def winners(outcomes: list[Outcome], won: Callable[[Outcome], bool] = lambda o: o.won) -> list[int]:
+    """The indexes of the writers that won (by default: returned without raising)."""
+    return [i for i, o in enumerate(outcomes) if won(o)]
+
+
+class StaleRead:
+    def __init__(self, obj: Any, name: str) -> None:
+        self.obj, self.name = obj, name
+        self.seen: dict[Any, Any] = {}
+        self.replayed = 0
+
+    def run(self, *writers: Callable[[], Any]) -> list[Outcome]:
+        real = getattr(self.obj, self.name)
+
+        def recording(*args: Any, **kwargs: Any) -> Any:
+            key = (args, tuple(sorted(kwargs.items())))
+            if key not in self.seen:
+                self.seen[key] = real(*args, **kwargs)
+            return self.seen[key]
+
+        def replaying(*args: Any, **kwargs: Any) -> Any:
+            key = (args, tuple(sorted(kwargs.items())))
+            if key in self.seen:
+                self.replayed += 1
+                return self.seen[key]
+            return real(*args, **kwargs)
+
+        outcomes = []
+        for i, writer in enumerate(writers):
+            with mock.patch.object(self.obj, self.name, recording if i == 0 else replaying):
+                outcomes.append(attempt(writer))
+        # The race was forced only if the later writers did read what the first one read.
+        assert self.replayed >= len(writers) - 1, f"the later writers never read through {self.name}: no race was forced"
+        return outcomes
+
+
+@contextmanager
+def held_after(obj: Any, name: str, parties: int) -> Iterator[threading.Barrier]:
+    """`obj.name` returns only once `parties` threads have each made their first call through it."""
+    barrier = threading.Barrier(parties)
+    passed = threading.local()
+    real = getattr(obj, name)
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        result = real(*args, **kwargs)
+        if not getattr(passed, "done", False):
+            passed.done = True
+            barrier.wait(timeout=60)  # only a guard against a hung test; never reached by a passing run
+        return result
+
+    with mock.patch.object(obj, name, held):
+        yield barrier
+
+
+def together(obj: Any, name: str, *writers: Callable[[], Any]) -> list[Outcome]:
+    """Run each writer in its own thread; none writes before all have read through `obj.name`."""
+    outcomes: list[Outcome] = [Outcome() for _ in writers]
+
+    def run(i: int, writer: Callable[[], Any]) -> None:
+        outcomes[i] = attempt(writer)
+
+    with held_after(obj, name, len(writers)) as barrier:
+        threads = [threading.Thread(target=run, args=(i, w)) for i, w in enumerate(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not barrier.broken, "a writer never read through the barrier: no race was forced"
+    return outcomes
