@@ -3,15 +3,17 @@
 A thread storm catches a missing condition only when the scheduler happens to interleave the threads
 badly; these helpers force the bad interleaving every run (docs/TESTING.md, "Deterministic races"):
 
-- `StaleRead` runs the writers one after the other and answers each later writer's reads through
-  `obj.name` with what the first writer read (by arguments): every writer decides on the state as it
-  was before any of them wrote, as if all read first. No threads.
+- `StaleRead` runs the writers one after the other and answers each later writer's first read
+  through `obj.name` (per arguments) with what the first writer read: every writer decides on the state
+  as it was before any of them wrote, as if all read first. A writer that reads again (a retry after
+  losing) reads what is stored. No threads.
 - `together` runs the writers in threads held at a barrier right after their read through `obj.name`:
   all have read before any writes (for code whose reads cannot be replayed, e.g. a library's).
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -52,20 +54,24 @@ class StaleRead:
         real = getattr(self.obj, self.name)
 
         def recording(*args: Any, **kwargs: Any) -> Any:
-            key = (args, tuple(sorted(kwargs.items())))
-            if key not in self.seen:
-                self.seen[key] = real(*args, **kwargs)
-            return self.seen[key]
+            result = real(*args, **kwargs)
+            self.seen.setdefault((args, tuple(sorted(kwargs.items()))), copy.deepcopy(result))
+            return result
+
+        fresh: set[Any] = set()
 
         def replaying(*args: Any, **kwargs: Any) -> Any:
             key = (args, tuple(sorted(kwargs.items())))
-            if key in self.seen:
+            if key in fresh:
+                fresh.discard(key)
                 self.replayed += 1
-                return self.seen[key]
+                return copy.deepcopy(self.seen[key])
             return real(*args, **kwargs)
 
         outcomes = []
         for i, writer in enumerate(writers):
+            fresh.clear()
+            fresh.update(self.seen)
             with mock.patch.object(self.obj, self.name, recording if i == 0 else replaying):
                 outcomes.append(attempt(writer))
         # The race was forced only if the later writers did read what the first one read.
