@@ -158,12 +158,19 @@ def test_two_decisions_on_one_read_end_a_trial_once(plane: Plane) -> None:
     (trial,) = plane.running(sweep_id)
     plane.finish(trial.job_id, [0.5])
     read = plane.trials(sweep_id)[0]
+    before = plane.repo._ddb.get_item(TableName=plane.repo.table, Key=layout._trial_key(sweep_id, 0))["Item"]
     ended = read.model_copy(update={"state": TrialState.COMPLETE, "value": 0.5, "ended_at": plane.jobs.clock()})
     # When both move it into its block
     outcomes = [plane.repo.update_trial(sweep_id, ended, read.version) for _ in range(2)]
     # Then one moved it; the trial is there once, ended
     assert outcomes.count(True) == 1
     assert [(t.number, t.state) for t in plane.trials(sweep_id)] == [(0, TrialState.COMPLETE)]
+    # And even were its TRIAL# item back as the decisions read it, its block entry is never written twice
+    plane.repo._ddb.put_item(TableName=plane.repo.table, Item=before)
+    other = read.model_copy(update={"state": TrialState.FAIL, "reason": "late", "ended_at": plane.jobs.clock()})
+    assert plane.repo.update_trial(sweep_id, other, read.version) is False
+    block = plane.repo._ddb.get_item(TableName=plane.repo.table, Key=layout._block_key(sweep_id, 0))["Item"]
+    assert '"state":"COMPLETE"' in block["t0"]["S"]
 
 
 def test_two_status_changes_of_a_sweep_on_one_read_one_wins(plane: Plane) -> None:
@@ -180,3 +187,19 @@ def test_two_status_changes_of_a_sweep_on_one_read_one_wins(plane: Plane) -> Non
     assert (stored.status, stored.version) == (SweepStatus.PAUSED, read.version + 1)
     # And a delete on the stale version is refused too
     assert plane.repo.delete(sweep_id, read.version) is False and plane.repo.get(sweep_id).status == SweepStatus.PAUSED
+
+
+def test_a_trial_changed_since_the_read_is_not_written_on_that_read(plane: Plane) -> None:
+    # Given trial 0 read by a decision, then marked to be pruned by another (its version moves on)
+    sweep_id = plane.create(maxTrials=2, maxParallelTrials=1)
+    plane.controller.decide(sweep_id)
+    (read,) = plane.running(sweep_id)
+    marked = read.model_copy(update={"prune_requested": True, "reason": "pruned"})
+    assert plane.repo.update_trial(sweep_id, marked, read.version) is True
+    # When the first decision ends it on what it read
+    failed = read.model_copy(update={"state": TrialState.FAIL, "reason": "job FAILED", "ended_at": plane.jobs.clock()})
+    # Then that is refused (it decides again on the stored trial), as is any other write on that read
+    assert plane.repo.update_trial(sweep_id, failed, read.version) is False
+    assert plane.repo.update_trial(sweep_id, read.model_copy(update={"system_attrs": {"rung": 1}}), read.version) is False
+    (stored,) = plane.trials(sweep_id)
+    assert (stored.state, stored.prune_requested, stored.version) == (TrialState.RUNNING, True, read.version + 1)
