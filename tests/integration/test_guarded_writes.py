@@ -89,21 +89,28 @@ def test_two_edits_on_one_read_exactly_one_wins(repo: DynamoJobRepository) -> No
     assert (stored.name, stored.version) == ("first", job.version + 1)
 
 
-def test_a_delete_on_a_version_that_moved_on_deletes_nothing(repo: DynamoJobRepository) -> None:
-    # Given a terminal job read for a delete, then resumed by the engine (its version moves on)
-    job = repo.transition(Transition(*_terminal(repo)))
-    read = job
-    repo.update(job.job_id, job.version, {"name": "still here"})
-    # When the delete decided on the read writes
-    with pytest.raises(LOST):
-        repo.delete(job.job_id, expected_version=read.version)
-    # Then the job is all there
-    assert repo.get(job.job_id).name == "still here" and len(repo.history(job.job_id)) == 3
-
-
-def _terminal(repo: DynamoJobRepository) -> tuple[Any, ...]:
+def test_a_transition_decided_before_an_edit_is_refused(repo: DynamoJobRepository) -> None:
+    # Given a QUEUED job read by the scheduler, then edited (still QUEUED, its version moved on)
     job = _queued(repo)
-    return (job.job_id, job.version, S.QUEUED, S.CANCELLED, "cancelled", "user")
+    edit = lambda: repo.update(job.job_id, job.version, {"resource_config": job.resource_config.model_copy(update={"gpu_count": 0})})  # noqa: E731
+    # When the scheduler moves it on its read
+    outcomes = StaleRead(repo, "get").run(edit, _move(repo, job, S.SCHEDULING))
+    # Then the move is refused: it was decided on the job before the edit
+    assert winners(outcomes) == [0] and isinstance(outcomes[1].error, ConcurrentModification), outcomes
+    assert repo.get(job.job_id).status == S.QUEUED
+
+
+def test_a_delete_decided_before_a_change_deletes_nothing(repo: DynamoJobRepository) -> None:
+    # Given a CANCELLED job read for a delete, and changed before the delete writes (its version moves on)
+    job = _queued(repo)
+    job = repo.transition(Transition(job.job_id, job.version, S.QUEUED, S.CANCELLED, "cancelled", "user"))
+    change = lambda: repo.update(job.job_id, job.version, {"name": "still here"})  # noqa: E731
+    delete = lambda: repo.delete(job.job_id, expected_version=job.version)  # noqa: E731
+    # When the delete writes on its read
+    outcomes = StaleRead(repo, "get").run(change, delete)
+    # Then it is refused and the job is all there
+    assert winners(outcomes) == [0] and isinstance(outcomes[1].error, ConcurrentModification), outcomes
+    assert repo.get(job.job_id).name == "still here" and len(repo.history(job.job_id)) == 3
 
 
 def test_a_write_to_a_deleted_job_is_not_found_not_a_new_item(repo: DynamoJobRepository) -> None:
