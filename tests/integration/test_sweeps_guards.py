@@ -203,3 +203,35 @@ def test_a_trial_changed_since_the_read_is_not_written_on_that_read(plane: Plane
     assert plane.repo.update_trial(sweep_id, read.model_copy(update={"system_attrs": {"rung": 1}}), read.version) is False
     (stored,) = plane.trials(sweep_id)
     assert (stored.state, stored.prune_requested, stored.version) == (TrialState.RUNNING, True, read.version + 1)
+
+
+# --- the reserved labels: a trial job's retry is no trial; its edits still work ----------------------
+
+
+def test_a_retry_of_a_trial_job_is_not_the_trial_and_does_not_carry_its_labels(plane: Plane) -> None:
+    from schemas.api import PatchJobRequest, RetryRequest
+
+    # Given trial 0's job, edited while queued (a trial job stays editable), then failed
+    sweep_id = plane.create(maxTrials=1)
+    plane.controller.decide(sweep_id)
+    (trial,) = plane.running(sweep_id)
+    edited = plane.jobs.patch(trial.job_id, plane.alice, PatchJobRequest(priority=7))
+    assert edited.scheduling_config.priority == 7 and edited.labels == trial_labels(sweep_id, 0) | {"team": "support"}
+    advance(plane.jobs.repo, trial.job_id, *TO_TRAINING)
+    advance(plane.jobs.repo, trial.job_id, S.FAILED)
+    # When alice retries it
+    child = plane.jobs.retry(trial.job_id, plane.alice, RetryRequest())
+    # Then the child keeps the template's labels but not the sweep's, and reports nothing into trial 0
+    assert child.labels == {"team": "support"} and child.parent_job_id == trial.job_id
+    plane.hooks.on_trainer_event(plane.jobs.repo.get(child.job_id), metric_event(1, 99.0))
+    assert plane.repo.record_value(sweep_id, 0, child.job_id, 1, 99.0) is False
+    assert plane.trials(sweep_id)[0].intermediate_values == {}
+
+
+def test_a_parameter_aimed_at_a_reserved_label_is_refused_at_create(plane: Plane) -> None:
+    from functions.errors import InvalidRequest
+
+    body = {"type": "categorical", "values": ["a", "b"], "target": "labels.sweep_id"}
+    with pytest.raises(InvalidRequest) as refused:
+        plane.create(parameters={"tag": body})
+    assert "label 'sweep_id' is reserved" in str(refused.value)
