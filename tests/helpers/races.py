@@ -7,16 +7,12 @@ badly; these helpers force the bad interleaving every run (docs/TESTING.md, "Det
   through `obj.name` (per arguments) with what the first writer read: every writer decides on the state
   as it was before any of them wrote, as if all read first. A writer that reads again (a retry after
   losing) reads what is stored. No threads.
-- `together` runs the writers in threads held at a barrier right after their read through `obj.name`:
-  all have read before any writes (for code whose reads cannot be replayed, e.g. a library's).
 """
 
 from __future__ import annotations
 
 import copy
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
@@ -77,38 +73,3 @@ class StaleRead:
         # The race was forced only if the later writers did read what the first one read.
         assert self.replayed >= len(writers) - 1, f"the later writers never read through {self.name}: no race was forced"
         return outcomes
-
-
-@contextmanager
-def held_after(obj: Any, name: str, parties: int) -> Iterator[threading.Barrier]:
-    """`obj.name` returns only once `parties` threads have each made their first call through it."""
-    barrier = threading.Barrier(parties)
-    passed = threading.local()
-    real = getattr(obj, name)
-
-    def held(*args: Any, **kwargs: Any) -> Any:
-        result = real(*args, **kwargs)
-        if not getattr(passed, "done", False):
-            passed.done = True
-            barrier.wait(timeout=60)  # only a guard against a hung test; never reached by a passing run
-        return result
-
-    with mock.patch.object(obj, name, held):
-        yield barrier
-
-
-def together(obj: Any, name: str, *writers: Callable[[], Any]) -> list[Outcome]:
-    """Run each writer in its own thread; none writes before all have read through `obj.name`."""
-    outcomes: list[Outcome] = [Outcome() for _ in writers]
-
-    def run(i: int, writer: Callable[[], Any]) -> None:
-        outcomes[i] = attempt(writer)
-
-    with held_after(obj, name, len(writers)) as barrier:
-        threads = [threading.Thread(target=run, args=(i, w)) for i, w in enumerate(writers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    assert not barrier.broken, "a writer never read through the barrier: no race was forced"
-    return outcomes
