@@ -42,6 +42,11 @@ TRIAL_LABEL = "trial"
 RESERVED_LABELS = (SWEEP_LABEL, TRIAL_LABEL)
 
 
+def reserved_label_problem(key: str) -> str | None:
+    """Why a request may not set label `key`, or None: the one check of the rule above."""
+    return f"label {key!r} is reserved: a sweep sets it on its trials' jobs" if key in RESERVED_LABELS else None
+
+
 def without_reserved_labels(labels: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in labels.items() if k not in RESERVED_LABELS}
 
@@ -89,9 +94,9 @@ class SubmitJobRequest(Strict):
             raise ValueError("QLORA needs a GPU (4-bit kernels are CUDA-only): set resource_config.gpu_count >= 1")
         self._procs_per_node()
         if not is_stored(info):
-            for key in RESERVED_LABELS:
-                if key in self.labels:
-                    raise_at(("labels", key), f"label {key!r} is reserved: a sweep sets it on its trials' jobs", key, "SubmitJobRequest")
+            for key in self.labels:
+                if problem := reserved_label_problem(key):
+                    raise_at(("labels", key), problem, key, "SubmitJobRequest")
             self._check_distributed()
             self._check_hub_push()
             if tc.framework.type != FrameworkType.CUSTOM:  # a CUSTOM script's hyperparameters are its own
