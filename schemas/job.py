@@ -34,6 +34,21 @@ LabelValue = Annotated[str, Field(max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$"
 JobName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")]
 MAX_LABELS = 32
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9_.\-/]+$"
+# Labels only the control plane sets: a sweep's trial jobs carry them, and the sweep's hooks and take-over
+# trust them. No request may carry them (POST /jobs, a sweep's or a policy's template; PATCH edits no
+# labels), and a retry does not inherit them: this is the one rule (docs/SECURITY.md).
+SWEEP_LABEL = "sweep_id"
+TRIAL_LABEL = "trial"
+RESERVED_LABELS = (SWEEP_LABEL, TRIAL_LABEL)
+
+
+def reserved_label_problem(key: str) -> str | None:
+    """Why a request may not set label `key`, or None: the one check of the rule above."""
+    return f"label {key!r} is reserved: a sweep sets it on its trials' jobs" if key in RESERVED_LABELS else None
+
+
+def without_reserved_labels(labels: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k not in RESERVED_LABELS}
 
 
 def _label_keys_schema(schema: dict[str, Any]) -> None:
@@ -41,14 +56,17 @@ def _label_keys_schema(schema: dict[str, Any]) -> None:
     # additional property: say it as propertyNames, so the document allows no key the server refuses.
     values = schema.pop("patternProperties", {}).get(LABEL_KEY_PATTERN, {"type": "string"})
     schema["additionalProperties"] = values
-    schema["propertyNames"] = {"minLength": 1, "maxLength": 63, "pattern": LABEL_KEY_PATTERN}
+    schema["propertyNames"] = {"minLength": 1, "maxLength": 63, "pattern": LABEL_KEY_PATTERN, "not": {"enum": list(RESERVED_LABELS)}}
 
 
 Labels = Annotated[
     dict[LabelKey, LabelValue],
     Field(
         max_length=MAX_LABELS,
-        description=f"At most {MAX_LABELS}; keys 1-63 of A-Z a-z 0-9 _ . - /, values up to 256 characters without control characters.",
+        description=(
+            f"At most {MAX_LABELS}; keys 1-63 of A-Z a-z 0-9 _ . - / (not {', '.join(RESERVED_LABELS)}: a sweep sets them on its "
+            "trials), values up to 256 characters without control characters."
+        ),
         json_schema_extra=_label_keys_schema,
     ),
 ]
@@ -76,6 +94,9 @@ class SubmitJobRequest(Strict):
             raise ValueError("QLORA needs a GPU (4-bit kernels are CUDA-only): set resource_config.gpu_count >= 1")
         self._procs_per_node()
         if not is_stored(info):
+            for key in self.labels:
+                if problem := reserved_label_problem(key):
+                    raise_at(("labels", key), problem, key, "SubmitJobRequest")
             self._check_distributed()
             self._check_hub_push()
             if tc.framework.type != FrameworkType.CUSTOM:  # a CUSTOM script's hyperparameters are its own

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from schemas.configs import Strict, is_stored
-from schemas.job import MAX_LABELS, JobName, SubmitJobRequest
+from schemas.job import MAX_LABELS, JobName, SubmitJobRequest, reserved_label_problem
 from schemas.schedule_expr import parse_schedule_expression
 
 POLICY_LABEL = "retraining_policy"
@@ -154,6 +154,8 @@ class RetrainingPolicyRequest(Strict):
                 key = mapping.target.removeprefix("labels.")
                 if key in RESERVED_LABELS:
                     raise ValueError(f"input_mapping[{i}].target {mapping.target!r}: the policy sets this label itself")
+                if problem := reserved_label_problem(key):
+                    raise ValueError(f"input_mapping[{i}].target {mapping.target!r}: {problem}")
                 if not _LABEL_KEY.match(key):
                     raise ValueError(f"input_mapping[{i}].target {mapping.target!r}: not a label key (1-63 of A-Z a-z 0-9 _ . - /)")
                 mapped_labels.add(key)

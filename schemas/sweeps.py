@@ -18,11 +18,10 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationInfo,
 from pydantic.alias_generators import to_camel
 
 from schemas.configs import is_stored
-from schemas.job import MAX_LABELS, JobName, SubmitJobRequest
+from schemas.job import MAX_LABELS, RESERVED_LABELS, JobName, SubmitJobRequest
+from schemas.job import SWEEP_LABEL as SWEEP_LABEL  # the sweep's labels: reserved in schemas/job.py
+from schemas.job import TRIAL_LABEL as TRIAL_LABEL
 
-SWEEP_LABEL = "sweep_id"
-TRIAL_LABEL = "trial"
-RESERVED_LABELS = frozenset({SWEEP_LABEL, TRIAL_LABEL})
 HYPERPARAMETERS = "training_config.hyperparameters"
 MAX_TRIALS = 2000  # each decision rebuilds the study from every trial: see docs/BENCHMARKS.md
 MAX_PARAMETERS = 32
@@ -296,10 +295,8 @@ class SweepRequest(BaseModel):
 
     @field_validator("job_template")
     @classmethod
-    def _no_reserved_labels(cls, template: SubmitJobRequest) -> SubmitJobRequest:
-        reserved = sorted(set(template.labels) & RESERVED_LABELS)
-        if reserved:
-            raise ValueError(f"labels {', '.join(reserved)} are set by the sweep on every trial")
+    def _room_for_the_sweeps_labels(cls, template: SubmitJobRequest) -> SubmitJobRequest:
+        # The template refuses the reserved labels themselves (SubmitJobRequest, the one rule).
         if len(template.labels) + len(RESERVED_LABELS) > MAX_LABELS:
             raise ValueError(f"trials carry the template's labels and {len(RESERVED_LABELS)} of the sweep's: at most {MAX_LABELS - 2} here")
         return template

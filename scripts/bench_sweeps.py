@@ -146,11 +146,14 @@ def _bench_decide_on_moto(runs: int, tuning: Any, trials: list[Any]) -> dict[str
             repo.create(sweep)
             for trial in trials:
                 # As the controller stores them: claimed in flight, then ended (moved into its block)
-                claimed = trial.model_copy(update={"state": TrialState.SUBMITTING, "value": None, "intermediate_values": {}})
+                unsubmitted = {"state": TrialState.SUBMITTING, "value": None, "intermediate_values": {}, "job_id": None}
+                claimed = trial.model_copy(update=unsubmitted)
                 repo.claim_trial("swp-bench", claimed)
+                running = claimed.model_copy(update={"state": TrialState.RUNNING, "job_id": trial.job_id})
+                repo.update_trial("swp-bench", running, claimed.version)
                 for step, value in trial.intermediate_values.items():
-                    repo.record_value("swp-bench", trial.number, step, value)
-                repo.update_trial("swp-bench", trial, claimed.version)
+                    repo.record_value("swp-bench", trial.number, trial.job_id or "", step, value)
+                repo.update_trial("swp-bench", trial, claimed.version + 1)
             controller = SweepController(repo, jobs)
             t0 = time.perf_counter()
             repo.load("swp-bench")

@@ -6,7 +6,9 @@
 - A trial in flight (claimed, running): pk `SWEEP#<id>`, sk `TRIAL#<number:05>`; `doc` (the Trial as
   JSON: params, state, job, Optuna's system attributes), `version`, and `iv`, a native map step ->
   metric value, written by the trainer-event hook with one `SET iv.#step` (no read, no lost update, a
-  resumed attempt that reports a step again overwrites it: a preempted trial counts once).
+  resumed attempt that reports a step again overwrites it: a preempted trial counts once), on the
+  condition that the reporting job is the trial's (`job_id`, a native copy of the doc's job id, set with
+  it: no other job, whatever its labels, writes a trial's values).
 - Ended trials, folded into blocks: sk `DONE#<number // 50:04>`, one attribute `t<number>` per ended
   trial of the block (the whole Trial, intermediate values included, as compact JSON). A trial that
   ends is moved there by one transaction that deletes its `TRIAL#` item (if its version and its number
@@ -46,6 +48,7 @@ DONE_PREFIX = "DONE#"
 ENDED_PREFIX = "ENDED#"
 BLOCK = 50  # ended trials per DONE# item
 ENTRY_MAX_BYTES = 7000  # an ended trial's share of its block (50 x 7,000 B < DynamoDB's 400 KB item limit)
+JOB_ATTR = "job_id"  # a trial item's job, native: the condition of record_value
 APART = "apart"  # a block's entry for a trial kept in an ENDED# item of its own
 _LOAD_ATTEMPTS = 5
 OWNER_PREFIX = "SWEEPOWNER#"
@@ -322,18 +325,23 @@ class DynamoSweepRepository:
         a trial that ended is moved into its block (`end_trial`)."""
         if trial.state in TRIAL_ENDED:
             return self.end_trial(sweep_id, trial, expected_version)
+        values: dict[str, Any] = {
+            ":doc": {"S": _trial_doc(trial)},
+            ":new": {"N": str(expected_version + 1)},
+            ":expected": {"N": str(expected_version)},
+        }
+        update = "SET #doc = :doc, #v = :new"
+        if trial.job_id is not None:
+            update += ", #job = :job"  # what record_value's condition compares with
+            values[":job"] = {"S": trial.job_id}
         try:
             self._ddb.update_item(
                 TableName=self.table,
                 Key=_trial_key(sweep_id, trial.number),
-                UpdateExpression="SET #doc = :doc, #v = :new",
+                UpdateExpression=update,
                 ConditionExpression="#v = :expected",
-                ExpressionAttributeNames={"#doc": "doc", "#v": "version"},
-                ExpressionAttributeValues={
-                    ":doc": {"S": _trial_doc(trial)},
-                    ":new": {"N": str(expected_version + 1)},
-                    ":expected": {"N": str(expected_version)},
-                },
+                ExpressionAttributeNames={"#doc": "doc", "#v": "version", **({"#job": JOB_ATTR} if trial.job_id is not None else {})},
+                ExpressionAttributeValues=values,
             )
         except self._ddb.exceptions.ConditionalCheckFailedException:
             return False
@@ -382,16 +390,23 @@ class DynamoSweepRepository:
             raise
         return True
 
-    def record_value(self, sweep_id: str, number: int, step: int, value: float) -> bool:
-        """The metric at `step` of trial `number` (overwrites: a resumed attempt reporting it again counts once)."""
+    def record_value(self, sweep_id: str, number: int, job_id: str, step: int, value: float) -> bool:
+        """The metric at `step` of trial `number`, reported by `job_id` (overwrites: a resumed attempt
+        reporting it again counts once). False, and nothing written, unless `job_id` is the trial's job:
+        a condition of the write, not a read before it. A trial written before the native `job_id`
+        existed names its job in its doc only (compact JSON: the exact `"job_id":"<id>"`)."""
         try:
             self._ddb.update_item(
                 TableName=self.table,
                 Key=_trial_key(sweep_id, number),
                 UpdateExpression="SET iv.#s = :v",
-                ConditionExpression="attribute_exists(pk)",
-                ExpressionAttributeNames={"#s": str(step)},
-                ExpressionAttributeValues={":v": {"N": repr(float(value))}},
+                ConditionExpression="#job = :job OR (attribute_not_exists(#job) AND contains(#doc, :in_doc))",
+                ExpressionAttributeNames={"#s": str(step), "#job": JOB_ATTR, "#doc": "doc"},
+                ExpressionAttributeValues={
+                    ":v": {"N": repr(float(value))},
+                    ":job": {"S": job_id},
+                    ":in_doc": {"S": json.dumps({"job_id": job_id}, separators=(",", ":"))[1:-1]},
+                },
             )
         except self._ddb.exceptions.ConditionalCheckFailedException:
             return False

@@ -22,7 +22,7 @@ from functions.errors import ConcurrentModification, DomainError, IllegalTransit
 from functions.service.paths import PathRules
 from functions.service.principal import Principal
 from schemas.api import RetryRequest
-from schemas.job import Actor, CheckpointRef, Job, PendingAction, StatusEvent, SubmitJobRequest
+from schemas.job import Actor, CheckpointRef, Job, PendingAction, StatusEvent, SubmitJobRequest, without_reserved_labels
 from schemas.lifecycle import Decision
 from schemas.status import PAUSABLE, RUNNING, TERMINAL, JobStatus
 
@@ -190,6 +190,8 @@ class LifecycleControls:
         if ref is not None:
             self._check_checkpoint(parent, ref, principal)
         submission = parent.submit_request()
+        # The child is no trial of the parent's sweep (the sweep's trial is its own job): not its labels.
+        submission = submission.model_copy(update={"labels": without_reserved_labels(submission.labels)})
         training = submission.training_config
         if ref is not None:
             # A URI, not an id: the id would be resolved against the child's own (empty) checkpoints.

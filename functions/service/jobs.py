@@ -29,7 +29,7 @@ from functions.service.principal import Principal
 from functions.service.shapes import ShapeCatalog, apply_shape, catalog_from_json
 from functions.settings import Settings
 from schemas.api import EventList, JobList, LogLine, LogsResponse, LogStream, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
-from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest
+from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest, without_reserved_labels
 from schemas.shapes import parse_shape_ref
 from schemas.status import EDITABLE, RUNNING, TERMINAL, JobStatus
 from schemas.trainer import EVENT_PREFIX
@@ -88,9 +88,11 @@ class JobService(LifecycleControls):
         parent_job_id: str | None = None,
         reason: str = "submitted",
         claim: NameClaim | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> Job:
         """Create the job PENDING (with its first history entry), then start its lifecycle if wired. With
-        `claim`, the job is created only as the claimed name's new holder (NameTaken otherwise)."""
+        `claim`, the job is created only as the claimed name's new holder (NameTaken otherwise). `labels` are
+        set by the control plane on top of the request's (a sweep's reserved labels, which no request carries)."""
         request, shape = self.validate_submit(request, principal, owner=owner)
         now = self.clock()
         priority = request.effective_priority
@@ -100,7 +102,7 @@ class JobService(LifecycleControls):
             name=request.name,
             description=request.description,
             status=JobStatus.PENDING,
-            labels=request.labels,
+            labels={**request.labels, **(labels or {})},
             training_config=request.training_config.model_copy(update={"priority": priority}),
             data_config=request.data_config,
             resource_config=request.resource_config,
@@ -370,6 +372,7 @@ class JobService(LifecycleControls):
 def _revalidate(job: Job, changes: Mapping[str, Any]) -> SubmitJobRequest:
     """The edited job must still be a valid submission (e.g. QLORA cannot move to gpu_count 0)."""
     request = job.submit_request().model_dump()
+    request["labels"] = without_reserved_labels(request["labels"])  # a sweep's trial job may be edited too
     for name, value in changes.items():
         if name in request:
             request[name] = value.model_dump() if hasattr(value, "model_dump") else value

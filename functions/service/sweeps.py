@@ -228,13 +228,13 @@ class SweepConflict(ConcurrentModification):
 def trial_request(
     template: SubmitJobRequest, tuning: TuningConfig, sweep_id: str, number: int, params: dict[str, Scalar]
 ) -> SubmitJobRequest:
-    """The template with the trial's parameters set at their targets and the labels sweep_id and trial."""
+    """The template with the trial's parameters set at their targets (its job's labels sweep_id and trial are
+    not part of a request, which may not carry them: `trial_labels`, handed to JobService.submit)."""
     document = template.model_dump(mode="json", context={"reveal_secrets": True})
     for name, value in params.items():
         spec = tuning.parameters[name]
         target = target_of(name, spec)
         set_target(document, target, _for_target(target, value))
-    document["labels"] = {**document.get("labels", {}), SWEEP_LABEL: sweep_id, TRIAL_LABEL: str(number)}
     document["name"] = f"{template.name}-t{number}"[:128]
     try:
         return SubmitJobRequest.model_validate(document)
@@ -243,6 +243,11 @@ def trial_request(
         where = ".".join(str(p) for p in first.get("loc", ())) or "job"
         message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
         raise InvalidRequest(f"job_template.{where}", f"a trial's job is invalid with {params}: {message}") from exc
+
+
+def trial_labels(sweep_id: str, number: int) -> dict[str, str]:
+    """The labels the sweep sets on trial `number`'s job (reserved: no request carries them)."""
+    return {SWEEP_LABEL: sweep_id, TRIAL_LABEL: str(number)}
 
 
 def _for_target(target: str, value: Scalar) -> Any:

@@ -38,14 +38,12 @@ from functions.adapters.ports import JobQuery
 from functions.adapters.sweeps import DynamoSweepRepository
 from functions.errors import DomainError, JobNotFound
 from functions.service.jobs import JobService
-from functions.service.sweeps import best_trial_record, cancel_trials, pause_trials, trial_request
+from functions.service.sweeps import best_trial_record, cancel_trials, pause_trials, trial_labels, trial_request
 from schemas.job import Job
 from schemas.status import TERMINAL, JobStatus
 from schemas.sweeps import (
-    SWEEP_LABEL,
     SWEEP_TERMINAL,
     TRIAL_ENDED,
-    TRIAL_LABEL,
     EarlyStoppingType,
     Goal,
     ParameterSpec,
@@ -297,7 +295,7 @@ class SweepController:
         """A trial claimed by a decision that died before recording its job: adopt the job if it was
         submitted (found by its labels), else submit it now."""
         owner = sweep.owner
-        query = JobQuery(owner=owner, labels={SWEEP_LABEL: sweep.sweep_id, TRIAL_LABEL: str(trial.number)}, limit=5)
+        query = JobQuery(owner=owner, labels=trial_labels(sweep.sweep_id, trial.number), limit=5)
         found, _ = self.jobs.repo.list_jobs(query)
         if found:
             job = found[0]
@@ -434,7 +432,11 @@ class SweepController:
             request = trial_request(sweep.job_template, tuning, sweep.sweep_id, trial.number, trial.params)
             owner = self.jobs.principal(sweep.owner)
             job = self.jobs.submit(
-                request, owner, owner=sweep.owner, reason=f"trial {trial.number} of sweep {sweep.name} ({sweep.sweep_id})"
+                request,
+                owner,
+                owner=sweep.owner,
+                reason=f"trial {trial.number} of sweep {sweep.name} ({sweep.sweep_id})",
+                labels=trial_labels(sweep.sweep_id, trial.number),
             )
         except DomainError as exc:
             logger.warning("sweep %s: trial %d could not be submitted: %s", sweep.sweep_id, trial.number, exc)

@@ -1,8 +1,12 @@
 """Where a trial's job wakes its sweep: the lifecycle calls these on trainer reports and run ends.
 
 No Optuna here (the lifecycle Lambda imports this): the metric's value at a step is written on the
-trial (one unconditional SET of that step: a resumed attempt reporting it again counts once), then the
-controller is woken. Jobs without a sweep_id label cost one dict lookup.
+trial (one SET of that step: a resumed attempt reporting it again counts once), on the condition that
+the reporting job is the trial's recorded job; then the controller is woken. The labels only say where
+to look (no request may set them, schemas/job.py); the condition decides. A report that comes before
+the trial records its job (between the submit and the trial's write, or until a take-over adopts the
+job of a decision that died) is not counted.
+Jobs without a sweep_id label cost one dict lookup.
 """
 
 from __future__ import annotations
@@ -62,7 +66,7 @@ class SweepHooks:
         number = job.labels.get(TRIAL_LABEL, "")
         if not number.isdigit():
             return False
-        return self.sweeps.record_value(sweep_id, int(number), step, float(value))
+        return self.sweeps.record_value(sweep_id, int(number), job.job_id, step, float(value))
 
     def _metric(self, sweep_id: str) -> str:
         with self._lock:

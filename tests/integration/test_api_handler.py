@@ -114,6 +114,8 @@ def test_malformed_json_is_400(call: Api) -> None:
         (lambda b: b["training_config"].update(training_type="RLHF"), "training_config.rlhf", "RLHF needs the rlhf block"),
         (lambda b: b["training_config"]["framework"].update(type="MEGATRON"), "body", "MEGATRON framework is not supported"),
         (lambda b: b["training_config"].update(training_type="QLORA"), "body", "QLORA needs a GPU"),
+        (lambda b: b["labels"].update(sweep_id="swp-x"), "labels.sweep_id", "label 'sweep_id' is reserved: a sweep sets it"),
+        (lambda b: b["labels"].update(trial="0"), "labels.trial", "label 'trial' is reserved: a sweep sets it"),
     ],
 )
 def test_schema_errors_are_422_naming_the_field(call: Api, change: Callable[[dict[str, Any]], Any], field: str, fragment: str) -> None:
@@ -128,6 +130,13 @@ def test_schema_errors_are_422_naming_the_field(call: Api, change: Callable[[dic
     assert any(e["field"] == field and fragment in e["message"] for e in reply.body["errors"]), reply.body
     assert fragment in reply.body["message"]
     assert call("api_list_jobs", query={}).body["jobs"] == []
+
+
+def test_patch_sets_no_labels_so_not_the_reserved_ones(call: Api) -> None:
+    job = call.submit()
+    reply = call("api_patch_job", job_id=job["job_id"], body={"labels": {"sweep_id": "swp-x", "trial": "0"}})
+    assert reply.status == 422 and reply.body["errors"][0]["field"] == "labels", reply.body
+    assert call("api_get_job", job_id=job["job_id"]).body["labels"] == job["labels"]
 
 
 def test_a_missing_body_is_422(call: Api) -> None:

@@ -164,6 +164,43 @@ def test_claim_fire_decides_once_per_event_and_only_on_the_policy_as_read(repo: 
     assert repo.event_record(policy.policy_id, "e3") is None  # a lost claim leaves nothing behind
 
 
+def test_two_events_decided_on_one_reading_after_a_fire_one_claims(repo: Any) -> None:
+    # Given a policy that fired once (e1 at T0), read by the deliveries of e2 and e3 before either claimed
+    policy = make_policy()
+    repo.create(policy, [])
+    assert repo.claim_fire(policy.policy_id, claim(policy, "e1", T0)) == "claimed"
+    # When both claim on that reading (last fire T0, one fire today)
+    outcomes = [repo.claim_fire(policy.policy_id, claim(policy, e, T0 + timedelta(seconds=1), seen=T0, count=2)) for e in ("e2", "e3")]
+    # Then one claimed; the other decides again (its burst and cap rules see e2's fire), leaving nothing behind
+    assert outcomes == ["claimed", "changed"]
+    fired = repo.get(policy.policy_id)
+    assert (fired.last_event_id, fired.fired_today) == ("e2", 2) and repo.event_record(policy.policy_id, "e3") is None
+
+
+def test_a_claim_decided_before_an_edit_decides_again(repo: Any) -> None:
+    # Given an enabled policy edited (version 2) after a delivery read version 1
+    policy = make_policy()
+    repo.create(policy, [])
+    repo.update(policy.model_copy(update={"version": 2, "min_interval_seconds": 3600, "updated_at": T0}), 1, [], [])
+    # When the delivery claims on its reading, then on the edited one
+    assert repo.claim_fire(policy.policy_id, claim(policy, "e1", T0)) == "changed"
+    assert repo.event_record(policy.policy_id, "e1") is None
+    edited = repo.get(policy.policy_id)
+    assert repo.claim_fire(policy.policy_id, claim(edited, "e1", T0)) == "claimed"
+
+
+def test_an_edit_and_a_delete_decided_on_one_read_one_wins(repo: Any) -> None:
+    policy = make_policy()
+    repo.create(policy, routes_of(policy))
+    repo.update(policy.model_copy(update={"version": 2, "enabled": False, "updated_at": T0}), 1, routes_of(policy), routes_of(policy))
+    with pytest.raises(PolicyConflict):
+        repo.delete(policy.policy_id, 1, routes_of(policy))
+    with pytest.raises(PolicyConflict):
+        repo.update(policy.model_copy(update={"version": 2, "description": "late", "updated_at": T0}), 1, [], [])
+    stored = repo.get(policy.policy_id)
+    assert (stored.version, stored.enabled, stored.description) == (2, False, policy.description)
+
+
 def test_complete_fire_names_the_last_job_only_for_the_newest_fire(repo: Any) -> None:
     policy = make_policy()
     repo.create(policy, [])

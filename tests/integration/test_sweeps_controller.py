@@ -11,18 +11,12 @@ import pytest
 
 from functions.adapters.aws import AwsClients
 from functions.adapters.ports import JobQuery
-from functions.adapters.sweeps import DynamoSweepRepository
-from functions.service.jobs import JobService
-from functions.service.sweeps import SweepService
 from functions.service.sweeps_controller import SweepController
-from functions.service.sweeps_hooks import SweepHooks
-from functions.settings import Settings
 from schemas.status import JobStatus
-from schemas.sweeps import SweepRequest, SweepStatus, TrialState
-from tests.fakes import InMemoryArtifactStore, RecordingWorkflow
+from schemas.sweeps import SweepStatus, TrialState
 from tests.helpers.aws import emulated_aws, fresh_resources
 from tests.helpers.jobs import ALICE, BOB
-from tests.helpers.sweeps import TO_TRAINING, RecordingWaker, advance, metric_event, sweep_body
+from tests.helpers.sweeps import TO_TRAINING, Plane, advance
 
 S = JobStatus
 
@@ -31,42 +25,6 @@ S = JobStatus
 def aws() -> Iterator[AwsClients]:
     with emulated_aws() as clients:
         yield clients
-
-
-class Plane:
-    def __init__(self, aws: AwsClients, settings: Settings) -> None:
-        self.workflow = RecordingWorkflow()
-        self.jobs = JobService(_repo(aws, settings), InMemoryArtifactStore(), self.workflow, settings)
-        self.repo = DynamoSweepRepository(aws, settings.jobs_table)
-        self.waker = RecordingWaker()
-        self.service = SweepService(self.repo, self.jobs, self.waker)
-        self.controller = SweepController(self.repo, self.jobs)
-        self.hooks = SweepHooks(self.repo, self.waker)
-        self.alice = self.jobs.principal(ALICE)
-
-    def create(self, **tuning: Any) -> str:
-        return self.service.create(SweepRequest.model_validate(sweep_body(**tuning)), self.alice).sweep_id
-
-    def trials(self, sweep_id: str) -> list[Any]:
-        return self.repo.load(sweep_id)[1]
-
-    def running(self, sweep_id: str) -> list[Any]:
-        return [t for t in self.trials(sweep_id) if t.state == TrialState.RUNNING]
-
-    def report(self, job_id: str, step: int, value: float) -> None:
-        self.hooks.on_trainer_event(self.jobs.repo.get(job_id), metric_event(step, value))
-
-    def finish(self, job_id: str, values: list[float]) -> None:
-        advance(self.jobs.repo, job_id, *TO_TRAINING)
-        for step, value in enumerate(values, start=1):
-            self.report(job_id, step, value)
-        advance(self.jobs.repo, job_id, S.COMPLETED)
-
-
-def _repo(aws: AwsClients, settings: Settings) -> Any:
-    from functions.adapters.dynamodb import DynamoJobRepository
-
-    return DynamoJobRepository(aws, settings.jobs_table)
 
 
 @pytest.fixture
@@ -332,7 +290,7 @@ def test_an_ended_trial_moves_into_its_block_and_no_decision_can_create_it_again
     (stored,) = plane.trials(sweep_id)
     assert stored.model_dump() == ended.model_dump() and stored.version == read.version + 1
     assert stored.intermediate_values == {1: 0.25, 2: 0.5}
-    assert plane.repo.record_value(sweep_id, 0, 3, 0.9) is False
+    assert plane.repo.record_value(sweep_id, 0, trial.job_id, 3, 0.9) is False
     keys = [
         i["sk"]["S"]
         for i in plane.repo._ddb.query(

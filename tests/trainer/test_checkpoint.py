@@ -178,23 +178,74 @@ def test_s3_upload_puts_the_manifest_last_and_resume_downloads_and_verifies(s3, 
 
 
 def test_s3_retention_deletes_the_manifest_first(s3, tmp_path: Path, monkeypatch) -> None:
+    # Given a checkpoint on S3 that retention will drop
     client, bucket = s3
     uri = f"s3://{bucket}/ck"
     manager = _manager(uri, tmp_path, save_total_limit=1)
     manager.save(_snapshot(1))
-    deleted: list[str] = []
-    real_delete = storage.delete_prefix
+    old = f"ck/step-000001/{MANIFEST_NAME}"
 
-    def recording_delete(prefix: str, *, first: str | None = None) -> None:
-        deleted.append(f"{prefix}:{first}")
-        real_delete(prefix, first=first)
+    def stored() -> set[str]:
+        return {o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="ck/step-000001/").get("Contents", [])}
 
-    monkeypatch.setattr(storage, "delete_prefix", recording_delete)
+    files = stored() - {old}
+    assert old in stored() and files
+    # When the next save drops it, each deletion is recorded with what was still stored when it was made
+    deletions: list[tuple[set[str], set[str]]] = []  # (deleted keys, keys of the old checkpoint still there before)
+    real = storage.s3_client()
+
+    class Recording:
+        def __getattr__(self, name: str):
+            return getattr(real, name)
+
+        def delete_object(self, **kwargs):
+            deletions.append(({kwargs["Key"]}, stored()))
+            return real.delete_object(**kwargs)
+
+        def delete_objects(self, **kwargs):
+            deletions.append(({o["Key"] for o in kwargs["Delete"]["Objects"]}, stored()))
+            return real.delete_objects(**kwargs)
+
+    monkeypatch.setattr(storage, "s3_client", lambda: Recording())
     manager.save(_snapshot(2))
-    assert deleted == [f"{uri}/step-000001:{MANIFEST_NAME}"]
+    # Then the manifest went alone and first, while every other file was still there (a deletion cut short
+    # leaves files without a manifest, which readers ignore, never a manifest naming missing files)
+    old_deletions = [(keys, before) for keys, before in deletions if any(k.startswith("ck/step-000001/") for k in keys)]
+    assert old_deletions[0] == ({old}, files | {old})
+    assert all(old not in keys and before <= files for keys, before in old_deletions[1:])
+    assert set().union(*(keys for keys, _ in old_deletions[1:])) == files
     keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix="ck/").get("Contents", [])]
     assert keys and all(k.startswith("ck/step-000002/") for k in keys)
     assert not (tmp_path / "staging" / "step-000001").exists()
+
+
+def test_local_retention_deletes_the_manifest_first(tmp_path: Path, monkeypatch) -> None:
+    # Given a checkpoint in a local directory that retention will drop
+    root = tmp_path / "ckpts"
+    manager = _manager(str(root), tmp_path, save_total_limit=1)
+    manager.save(_snapshot(1))
+    old = root / "step-000001"
+    order: list[str] = []
+    real_unlink, real_rmtree = Path.unlink, storage.shutil.rmtree
+
+    def unlink(self: Path, missing_ok: bool = False) -> None:
+        if old in self.parents:
+            order.append(f"unlink {self.relative_to(old)} (files left: {sum(1 for _ in old.iterdir())})")
+        real_unlink(self, missing_ok=missing_ok)
+
+    def rmtree(path, ignore_errors: bool = False) -> None:
+        if Path(path) == old:
+            order.append("rmtree")
+        real_rmtree(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(Path, "unlink", unlink)
+    monkeypatch.setattr(storage.shutil, "rmtree", rmtree)
+    files = sum(1 for _ in old.iterdir())
+    # When the next save drops it
+    manager.save(_snapshot(2))
+    # Then the manifest was removed first, with every other file still there, then the rest
+    assert order == [f"unlink {MANIFEST_NAME} (files left: {files})", "rmtree"]
+    assert not old.exists() and _ids(manager) == ["step-000002"]
 
 
 def test_background_save_returns_at_once_and_reports_its_error_later(tmp_path: Path, monkeypatch) -> None:

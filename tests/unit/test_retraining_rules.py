@@ -158,6 +158,9 @@ def test_policy_with_valid_mapping_is_accepted() -> None:
         ({"source": "id", "target": "Not A Path"}, "not a dotted path"),
         # The trainer refuses hyperparameters it does not know: so does the policy, at creation
         ({"source": "id", "target": "training_config.hyperparameters.rows"}, "'rows' is not a hyperparameter the trainer knows"),
+        # A sweep's reserved labels (a policy's job is no trial)
+        ({"source": "id", "target": "labels.sweep_id"}, "label 'sweep_id' is reserved: a sweep sets it"),
+        ({"source": "id", "target": "labels.trial"}, "label 'trial' is reserved: a sweep sets it"),
     ],
 )
 def test_mapping_that_points_at_no_field_is_refused(mapping: dict, message: str) -> None:

@@ -15,6 +15,7 @@ from requests_aws4auth import AWS4Auth
 
 from localmode.credentials import COGNITO_SESSION, new_dashboard_user, new_principal
 from localmode.frontdoor import FrontDoor
+from localmode.sigv4 import SIGNATURE_MISMATCH
 
 REGION = "us-east-1"
 ALICE = new_principal("alice")
@@ -113,6 +114,27 @@ def test_unsigned_request_never_reaches_the_handler(door) -> None:
     response = requests.get(url(front, "/jobs"), timeout=10)
     assert (response.status_code, response.json()) == (403, {"message": "Missing Authentication Token"})
     assert recorder.events == []
+
+
+def test_a_forged_signature_with_a_known_key_id_never_reaches_the_handler(door) -> None:
+    # Given alice's real access key id, signed with a secret that is not hers
+    front, recorder = door
+    forged = AWS4Auth(ALICE.access_key_id, "x" + ALICE.secret_access_key[1:], REGION, "execute-api")
+    # When it calls
+    response = requests.post(url(front, "/jobs"), json={"x": 1}, auth=forged, timeout=10)
+    # Then API Gateway's refusal comes back, naming the signature, and the handler never ran
+    assert response.status_code == 403 and response.headers["x-amzn-ErrorType"].startswith("InvalidSignatureException")
+    assert response.json()["message"].startswith(SIGNATURE_MISMATCH)
+    # And so does alice's own signature over another body (tampered after signing, its declared hash dropped)
+    signed = requests.Request("POST", url(front, "/jobs"), json={"x": 1}, auth=AUTH).prepare()
+    signed.body = b'{"x": 2}'
+    del signed.headers["X-Amz-Content-SHA256"]
+    with requests.Session() as session:
+        tampered = session.send(signed, timeout=10)
+    assert tampered.status_code == 403 and tampered.json()["message"].startswith(SIGNATURE_MISMATCH)
+    assert recorder.events == []
+    # While her real signature passes (the refusals above are the signature's, not the key's)
+    assert requests.post(url(front, "/jobs"), json={"x": 1}, auth=AUTH, timeout=10).status_code == 201
 
 
 def test_invocations_never_overlap_but_connections_do(door) -> None:

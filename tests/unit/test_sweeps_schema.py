@@ -130,7 +130,7 @@ def test_a_grid_larger_than_max_trials_is_refused_and_a_smaller_one_caps_the_tri
 def test_the_template_may_not_set_the_sweeps_labels() -> None:
     body = sweep_body()
     body["job_template"]["labels"] = {"sweep_id": "mine"}
-    with pytest.raises(ValidationError, match="set by the sweep on every trial"):
+    with pytest.raises(ValidationError, match="label 'sweep_id' is reserved: a sweep sets it on its trials' jobs"):
         SweepRequest.model_validate(body)
 
 

@@ -161,18 +161,31 @@ def test_reports_of_other_jobs_attempts_and_streams_are_ignored(world: World) ->
     line = batch["logEvents"][1]
     report = TrainerEvent.find_in(line["message"])
     assert report is not None
-    others = [
-        report.model_copy(update={"job_id": "job-of-another-stage"}),
-        report.model_copy(update={"attempt": 2}),
-    ]
-    # A report of a job this deployment does not have (the SageMaker group is the account's), of another attempt
-    for other, stream in zip(others, ["tp-job-of-another-stage-a1/algo-1-1", "tp-" + JOB_ID + "-a2/algo-1-1"], strict=True):
-        outcome = deliver(encoded({**batch, "logStream": stream, "logEvents": [{**line, "message": other.to_line()}]}))
-        assert outcome["applied"] + outcome["ignored"] == 1
-    # A report naming a job its stream is not of
-    outcome = deliver(encoded({**batch, "logStream": "tp-job-x-a1/algo-1-1", "logEvents": [line]}))
+    before, history = world.repo.get(JOB_ID), world.repo.history(JOB_ID)
+    # A report of a job this deployment does not have (the SageMaker group is the account's) is ignored
+    other = report.model_copy(update={"job_id": "job-of-another-stage"})
+    line_of_other = {**line, "message": other.to_line()}
+    outcome = deliver(encoded({**batch, "logStream": "tp-job-of-another-stage-a1/algo-1-1", "logEvents": [line_of_other]}))
     assert outcome == {"action": "reports", "applied": 0, "ignored": 1, "jobs": []}
-    assert world.repo.get(JOB_ID).status == S.TRAINING and world.repo.get(JOB_ID).progress.step == 0
+    # Reports of another attempt of this job (a checkpoint, progress, a phase: each would change the record
+    # if it were this attempt's) change nothing: no status, progress, checkpoint, heartbeat or history
+    attempt_2 = [
+        {**raw, "message": TrainerEvent.find_in(raw["message"]).model_copy(update={"attempt": 2}).to_line()}  # type: ignore[union-attr]
+        for raw in (batch["logEvents"][i] for i in (5, 6, 7, 9))
+    ]
+    deliver(encoded({**batch, "logStream": "tp-" + JOB_ID + "-a2/algo-1-1", "logEvents": attempt_2}))
+    # (and handed to the lifecycle as attempt 1's by a reader that names the attempt it reads, e.g. local mode's)
+    for raw in attempt_2:
+        world.svc.on_trainer_event(JOB_ID, 1, TrainerEvent.find_in(raw["message"]))  # type: ignore[arg-type]
+    assert world.repo.get(JOB_ID) == before and world.repo.history(JOB_ID) == history
+    # The same reports of this attempt do change it (the check above could fail)
+    deliver(encoded({**batch, "logEvents": [batch["logEvents"][i] for i in (5, 6, 7)]}))
+    assert world.repo.get(JOB_ID).status == S.CHECKPOINTING and world.repo.get(JOB_ID).checkpoints
+    # A report naming a job its stream is not of
+    current = world.repo.get(JOB_ID)
+    outcome = deliver(encoded({**batch, "logStream": "tp-job-x-a1/algo-1-1", "logEvents": [batch["logEvents"][8]]}))
+    assert outcome == {"action": "reports", "applied": 0, "ignored": 1, "jobs": []}
+    assert world.repo.get(JOB_ID) == current
     # CloudWatch's CONTROL_MESSAGE when a subscription is created is not a report
     assert deliver(encoded({**batch, "messageType": "CONTROL_MESSAGE", "logEvents": []}))["action"] == "ignored"
 

@@ -39,13 +39,17 @@ def test_an_unsigned_call_from_the_page_origin_is_refused(fake_plane: LocalPlane
     # The page's own origin, same cookies (none): without a SigV4 signature the API refuses
     result = dash.page.evaluate("""async () => { const r = await fetch('/jobs'); return [r.status, await r.text()]; }""")
     assert result[0] == 403 and "Missing Authentication Token" in result[1]
-    # A forged signature from the page is refused too
+    # A forged signature from the page is refused too: well formed, current, with alice's real key id
     forged = dash.page.evaluate(
-        """async () => { const r = await fetch('/jobs', {headers: {Authorization:
-        'AWS4-HMAC-SHA256 Credential=AKIAFAKEFAKEFAKEFAKE/20260101/us-east-1/execute-api/aws4_request, SignedHeaders=host, Signature=00'}});
-        return r.status; }"""
+        """async ([keyId, region]) => {
+        const amzDate = new Date().toISOString().replace(/[-:]/g, '').replace(/\\.\\d{3}/, '');
+        const scope = `${amzDate.slice(0, 8)}/${region}/execute-api/aws4_request`;
+        const r = await fetch('/jobs', {headers: {'X-Amz-Date': amzDate, Authorization:
+          `AWS4-HMAC-SHA256 Credential=${keyId}/${scope}, SignedHeaders=host;x-amz-date, Signature=${'0'.repeat(64)}`}});
+        return [r.status, (await r.json()).message]; }""",
+        [fake_plane.principal("alice")["access_key_id"], fake_plane.region],
     )
-    assert forged == 403
+    assert forged[0] == 403 and forged[1].startswith("The request signature we calculated does not match"), forged
     # While the page's own (signed) calls work
     assert dash.page.locator('[data-card="total"] .card-value').inner_text().isdigit()
 
