@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
@@ -40,12 +41,23 @@ class AwsSession:
     region: str
     endpoint_url: str | None = None
     principal: Principal | None = None
+    _clients: dict[str, Any] = field(default_factory=dict, repr=False)
 
     def client(self, service: str) -> Any:
-        keys: dict[str, str] = {}
-        if self.principal is not None:
-            keys = {"aws_access_key_id": self.principal.access_key_id, "aws_secret_access_key": self.principal.secret_access_key}
-        return boto3.session.Session(region_name=self.region, **keys).client(service, endpoint_url=self.endpoint_url, config=_CONFIG)
+        if service not in self._clients:
+            keys: dict[str, str] = {}
+            if self.principal is not None:
+                keys = {"aws_access_key_id": self.principal.access_key_id, "aws_secret_access_key": self.principal.secret_access_key}
+            self._clients[service] = _boto_session().client(
+                service, region_name=self.region, endpoint_url=self.endpoint_url, config=_CONFIG, **keys
+            )
+        return self._clients[service]
+
+
+@functools.cache
+def _boto_session() -> boto3.session.Session:
+    # One session for every client: it parses each service's model once (a second or more per model).
+    return boto3.session.Session()
 
 
 class StsIdentity:
