@@ -63,8 +63,8 @@ def instance_uses(engine: Platform, shapes: list[TrainingShapeProfile]) -> list[
         resources = ResourceConfig(gpu_count=shape.accelerator_count, gpu_type=shape.accelerator_type, node_count=shape.node_count)
         wanted.append((f"training shape {shape.ref}", resources, shape))
     uses: dict[str, InstanceUse] = {}
-    for who, resources, shape in wanted:
-        choice = select_instance(resources, engine, shape)
+    for who, resources, pinned in wanted:
+        choice = select_instance(resources, engine, pinned)
         name = choice.instance_type
         known = uses.get(name)
         spec = spec_for(name)

@@ -231,7 +231,7 @@ def check_log_group(ports: Ports, target: Target, facts: Facts) -> CheckResult:
     if facts.info is None and target.local:
         return CheckResult.skipped(name, "needs GET /deployment")
     # Before a first deploy (no API yet) the default engine's group: SageMaker's, which the stack does not create.
-    group = facts.info.trainer_log_group if facts.info is not None else "/aws/sagemaker/TrainingJobs"
+    group = (facts.info.trainer_log_group if facts.info is not None else None) or "/aws/sagemaker/TrainingJobs"
     filters = ports.logs.subscription_filters(group)
     if filters is None:
         return CheckResult.failed(
