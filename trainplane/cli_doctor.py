@@ -30,6 +30,12 @@ def doctor(
     smoke: Annotated[bool, typer.Option(help="Then submit a tiny CPU job, follow it to COMPLETED, print its cost, clean up.")] = False,
     smoke_timeout: Annotated[float, typer.Option(min=10, help="Seconds the smoke job may take.")] = 1800.0,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON document instead of the checklist.")] = False,
+    unused_instance_type: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--unused-instance-type", help="An instance type the team will not use (e.g. ml.p5.48xlarge): its quota is not required."
+        ),
+    ] = None,
 ) -> None:
     """Check a deployment: credentials, resources, code version, image, log group, quotas (exit 0 only when all pass)."""
     from trainplane import doctor as checks  # boto3 and the checks load for this command only
@@ -43,7 +49,8 @@ def doctor(
             if not where:
                 err.print("[red]error[/red] --stack needs --region (or a region in the AWS config)")
                 raise typer.Exit(2)
-            report = checks.diagnose_stack(stack, where, smoke=smoke, smoke_timeout=smoke_timeout, echo=echo)
+            unused = frozenset(unused_instance_type or ())
+            report = checks.diagnose_stack(stack, where, smoke=smoke, smoke_timeout=smoke_timeout, echo=echo, unused_instance_types=unused)
         else:
             directory = state_dir or o.state_dir or Path(".state")
             report = checks.diagnose_local(directory, smoke=smoke, smoke_timeout=smoke_timeout, echo=echo)

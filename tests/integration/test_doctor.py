@@ -302,6 +302,16 @@ class _Caller:
         return CALLER
 
 
+def test_a_quota_at_0_for_a_type_declared_unused_is_not_required(deployment: Deployment) -> None:
+    # Given no H100 quota, and a team that said it will not use that type
+    deployment.quotas.values["ml.p5.48xlarge for training job usage"] = 0
+    target = Target(stack=STACK, region=REGION, filter_name=OUR_FILTER, unused_instance_types=frozenset({"ml.p5.48xlarge"}))
+    # When the doctor checks  Then the quotas line passes, saying one type was left out
+    report = diagnose(deployment.ports, target, api=deployment.api)  # type: ignore[arg-type]
+    line = _line(report, "instance quotas (Service Quotas)")
+    assert line.mark is Mark.PASS and "1 declared unused" in line.detail
+
+
 def test_without_the_stack_the_resource_checks_wait_for_it_and_the_account_checks_still_run(deployment: Deployment) -> None:
     # Given an account where the stack was never deployed (and so no API answers)
     deployment.client("cloudformation").delete_stack(StackName=STACK)

@@ -84,7 +84,13 @@ def diagnose(
 
 
 def diagnose_stack(
-    stack: str, region: str, *, smoke: bool = False, smoke_timeout: float = DEFAULT_SMOKE_TIMEOUT_S, echo: Echo | None = None
+    stack: str,
+    region: str,
+    *,
+    smoke: bool = False,
+    smoke_timeout: float = DEFAULT_SMOKE_TIMEOUT_S,
+    echo: Echo | None = None,
+    unused_instance_types: frozenset[str] = frozenset(),
 ) -> Report:
     """The checks against a cloud stack, with the caller's credentials from the standard AWS chain."""
     from trainplane.client import Client
@@ -100,7 +106,7 @@ def diagnose_stack(
         return Client(url, region=region)
 
     api = ClientApi(client)
-    target = Target(stack=stack, region=region, filter_name=filter_name(stack, local=False))
+    target = Target(stack=stack, region=region, filter_name=filter_name(stack, local=False), unused_instance_types=unused_instance_types)
     return diagnose(aws_ports(session, api), target, api=api, smoke=smoke, smoke_timeout=smoke_timeout, echo=echo)
 
 

@@ -34,6 +34,8 @@ class Target:
     region: str
     local: bool = False
     filter_name: str = ""  # the stack's subscription filter on the trainer's log group
+    # Instance types the team will not use (a shape it never names): their quotas are not required.
+    unused_instance_types: frozenset[str] = frozenset()
 
     @property
     def label(self) -> str:
@@ -258,7 +260,11 @@ def check_quotas(ports: Ports, target: Target, facts: Facts) -> CheckResult:
         return CheckResult.skipped(name, "needs GET /deployment")
     if not facts.info.instance_types:
         return CheckResult.skipped(name, f"compute {facts.info.compute} launches no cloud instances")
-    needs = quota_rules.needs(facts.info.instance_types)
+    unused = {t.removeprefix("ml.") for t in target.unused_instance_types}
+    uses = [u for u in facts.info.instance_types if u.instance_type.removeprefix("ml.") not in unused]
+    if not uses:
+        return CheckResult.skipped(name, "every instance type was declared unused")
+    needs = quota_rules.needs(uses)
     by_service = {need.service_code: ports.quotas.quotas(need.service_code) for need in needs}
     short: list[str] = []
     commands: list[str] = []
@@ -271,9 +277,12 @@ def check_quotas(ports: Ports, target: Target, facts: Facts) -> CheckResult:
     if short:
         zero = sum(1 for s in short if " = 0 " in s)
         return CheckResult.failed(
-            name, f"{len(short)} of {len(needs)} too low ({zero} at 0): " + "; ".join(short), "request increases: " + " ; ".join(commands)
+            name,
+            f"{len(short)} of {len(needs)} too low ({zero} at 0): " + "; ".join(short),
+            "request increases (or, for a type the team will not use, --unused-instance-type TYPE): " + " ; ".join(commands),
         )
-    return CheckResult.ok(name, f"{len(needs)} quotas cover every instance type the defaults and shapes use")
+    left_out = f" ({len(facts.info.instance_types) - len(uses)} declared unused)" if len(uses) < len(facts.info.instance_types) else ""
+    return CheckResult.ok(name, f"{len(needs)} quotas cover every instance type the defaults and shapes use{left_out}")
 
 
 def check_dashboard(ports: Ports, target: Target, facts: Facts) -> CheckResult:
