@@ -17,6 +17,7 @@ import typer
 from rich.markup import escape
 
 from trainplane.cli_output import _opts, err, out
+from trainplane.endpoint import state_dir_of
 from trainplane.errors import TrainplaneError
 
 MARKS = {"pass": "[green]✓[/green]", "fail": "[red]✗[/red]", "skip": "[dim]-[/dim]"}
@@ -52,7 +53,7 @@ def doctor(
             unused = frozenset(unused_instance_type or ())
             report = checks.diagnose_stack(stack, where, smoke=smoke, smoke_timeout=smoke_timeout, echo=echo, unused_instance_types=unused)
         else:
-            directory = state_dir or o.state_dir or Path(".state")
+            directory = state_dir_of(state_dir or o.state_dir)  # then $TRAINPLANE_STATE_DIR, then ./.state
             report = checks.diagnose_local(directory, smoke=smoke, smoke_timeout=smoke_timeout, echo=echo)
     except TrainplaneError as exc:
         err.print(f"[red]error[/red] {escape(str(exc))}")
@@ -62,9 +63,9 @@ def doctor(
     else:
         out.print(f"trainplane doctor: {escape(report.target)}")
         for check in report.checks:
-            out.print(f"{MARKS[check.mark.value]} {escape(check.name)}: {escape(check.detail)}")
+            out.print(f"{MARKS[check.mark.value]} {escape(check.name)}: {escape(check.detail)}", soft_wrap=True)
             if check.fix:
-                out.print(f"    [bold]fix:[/bold] {escape(check.fix)}")
+                out.print(f"    [bold]fix:[/bold] {escape(check.fix)}", soft_wrap=True)
         failed = len(report.failures())
         out.print("[green]all checks passed[/green]" if report.ok else f"[red]{failed} check(s) failed[/red]")
     raise typer.Exit(0 if report.ok else 1)

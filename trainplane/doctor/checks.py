@@ -209,13 +209,18 @@ def check_images(ports: Ports, target: Target, facts: Facts) -> CheckResult:
         return CheckResult.skipped(name, "needs GET /deployment")
     if not facts.info.trainer_images:
         return CheckResult.skipped(name, f"compute {facts.info.compute} runs the trainer without an image")
+    if target.local:
+        return CheckResult.skipped(name, f"local mode's emulated {facts.info.compute} runs the trainer as a process, from no image")
     wanted = facts.info.image_platforms
     problems: list[str] = []
+    unread: list[str] = []
     for uri in facts.info.trainer_images:
         offered = ports.images.platforms(uri)
         if offered is None:
             problems.append(f"{uri} is not in ECR")
-        elif "unknown" not in offered and (lacking := [p for p in wanted if p not in offered]):
+        elif "unknown" in offered:
+            unread.append(uri)  # there, but its platform could not be read (no ecr:GetDownloadUrlForLayer)
+        elif lacking := [p for p in wanted if p not in offered]:
             problems.append(f"{uri} offers {', '.join(offered) or 'no platform'}, not {', '.join(lacking)}")
     if problems:
         fix = (
@@ -223,7 +228,8 @@ def check_images(ports: Ports, target: Target, facts: Facts) -> CheckResult:
             "(Docker running), or `docker buildx build --platform " + ",".join(wanted) + " -f trainer_image/Dockerfile -t <uri> --push .`"
         )
         return CheckResult.failed(name, "; ".join(problems), fix)
-    return CheckResult.ok(name, f"{len(facts.info.trainer_images)} image(s) for {', '.join(wanted)}")
+    note = f" ({len(unread)} there, platform not readable)" if unread else ""
+    return CheckResult.ok(name, f"{len(facts.info.trainer_images)} image(s) for {', '.join(wanted)}{note}")
 
 
 def check_log_group(ports: Ports, target: Target, facts: Facts) -> CheckResult:
@@ -260,6 +266,8 @@ def check_quotas(ports: Ports, target: Target, facts: Facts) -> CheckResult:
         return CheckResult.skipped(name, "needs GET /deployment")
     if not facts.info.instance_types:
         return CheckResult.skipped(name, f"compute {facts.info.compute} launches no cloud instances")
+    if target.local:
+        return CheckResult.skipped(name, "local mode has no Service Quotas: its emulated compute has no instance limits")
     unused = {t.removeprefix("ml.") for t in target.unused_instance_types}
     uses = [u for u in facts.info.instance_types if u.instance_type.removeprefix("ml.") not in unused]
     if not uses:

@@ -63,7 +63,11 @@ def run_smoke(
     try:
         buckets.put(data_uri, "".join(json.dumps(line) + "\n" for line in _LINES).encode())
     except Exception as exc:
-        return CheckResult.failed(NAME, f"could not write {data_uri}: {exc}", "allow the caller s3:PutObject on its data area"), summary
+        return CheckResult.failed(
+            NAME,
+            f"could not write {data_uri}: {exc}",
+            "allow the caller s3:PutObject on its data area (and kms:GenerateDataKey on the stack's key: the bucket is SSE-KMS)",
+        ), summary
     job_id: str | None = None
     try:
         job = client.submit(smoke_request(data_uri))
