@@ -28,7 +28,8 @@ def test_doctor_passes_on_a_fresh_plane_and_names_the_table_once_it_is_deleted(l
         # When the doctor checks it  Then every check passes or does not apply, and it exits 0
         code, output = doctor(plane)
         assert code == 0, output
-        for line in ("✓ stack outputs", "✓ API answers", "✓ jobs table: trainplane-jobs is ACTIVE", "✓ artifacts bucket", "✓ state machine"):
+        passed = ("✓ stack outputs", "✓ API answers", "✓ jobs table: trainplane-jobs is ACTIVE", "✓ artifacts bucket", "✓ state machine")
+        for line in passed:
             assert line in output, output
         assert "✓ Lambda code version: the API function runs the installed code" in output
         assert "✗" not in output and "all checks passed" in output
