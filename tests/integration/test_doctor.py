@@ -312,6 +312,17 @@ def test_a_quota_at_0_for_a_type_declared_unused_is_not_required(deployment: Dep
     assert line.mark is Mark.PASS and "1 declared unused" in line.detail
 
 
+def test_the_smoke_job_waits_for_the_other_failures_to_be_fixed(deployment: Deployment) -> None:
+    # Given a deployment whose jobs table is gone
+    _drop_table(deployment)
+    # When the doctor is asked for a smoke test too
+    report = diagnose(deployment.ports, Target(stack=STACK, region=REGION, filter_name=OUR_FILTER), api=deployment.api, smoke=True)  # type: ignore[arg-type]
+    # Then no job is submitted: the last line says why
+    last = report.checks[-1]
+    assert (last.name, last.mark) == ("smoke job", Mark.SKIP) and "jobs table" in last.detail
+    assert report.smoke is None and not report.ok
+
+
 def test_without_the_stack_the_resource_checks_wait_for_it_and_the_account_checks_still_run(deployment: Deployment) -> None:
     # Given an account where the stack was never deployed (and so no API answers)
     deployment.client("cloudformation").delete_stack(StackName=STACK)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainplane.doctor.checks import Target, run_checks
+from trainplane.doctor.checks import QUOTAS, Target, run_checks
 from trainplane.doctor.ports import Ports
 from trainplane.doctor.report import CheckResult, Mark, Report
 
@@ -74,8 +74,11 @@ def diagnose(
     report = run_checks(ports, target)
     if not smoke:
         return report
-    if not report.ok:
-        report.checks.append(CheckResult.skipped(NAME, "not run: fix the failures above first"))
+    # A quota too low for some instance type does not stop the smoke job (it runs on the cheapest CPU
+    # type, whose quota it then proves); any other failure would only make it fail for a known reason.
+    blocking = [c.name for c in report.failures() if c.name != QUOTAS]
+    if blocking:
+        report.checks.append(CheckResult.skipped(NAME, f"not run: fix the failures above first ({', '.join(blocking)})"))
         return report
     result, summary = run_smoke(api.client, ports.buckets, api.info(), timeout=smoke_timeout, echo=echo or (lambda _line: None))
     report.checks.append(result)

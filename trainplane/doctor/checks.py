@@ -21,6 +21,7 @@ from trainplane.doctor import statemachine
 from trainplane.doctor.ports import Ports
 from trainplane.doctor.report import CheckResult, Report
 
+QUOTAS = "instance quotas (Service Quotas)"
 REQUIRED_OUTPUTS = ("ApiUrl", "ArtifactsBucketName", "JobsTableName", "StateMachineArn")
 SUBSCRIPTION_FILTERS_PER_GROUP = 2  # CloudWatch Logs' limit per log group; the stack needs one
 DEPLOY_HINT = 'deploy the stack: `make deploy STAGE=<stage> DEPLOY_ARGS="-c account=... -c region=..."` (docs/DEPLOY.md)'
@@ -261,7 +262,7 @@ def check_log_group(ports: Ports, target: Target, facts: Facts) -> CheckResult:
 
 
 def check_quotas(ports: Ports, target: Target, facts: Facts) -> CheckResult:
-    name = "instance quotas (Service Quotas)"
+    name = QUOTAS
     if facts.info is None:
         return CheckResult.skipped(name, "needs GET /deployment")
     if not facts.info.instance_types:
@@ -340,6 +341,6 @@ CHECK_NAMES: dict[Check, str] = {
     check_code_version: "Lambda code version",
     check_images: "trainer image in ECR",
     check_log_group: "trainer reports' log group",
-    check_quotas: "instance quotas (Service Quotas)",
+    check_quotas: QUOTAS,
     check_dashboard: "dashboard (Cognito, CloudFront)",
 }
