@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import warnings
 import zipfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -162,6 +163,7 @@ def deployment() -> Iterator[Deployment]:
             "DashboardUserPoolId": pool,
             "DashboardDistributionId": distribution,
         }
+        warnings.filterwarnings("ignore", message=".*WaitConditionHandle.*")  # moto does not model it: nothing to model
         c("cloudformation").create_stack(
             StackName=STACK,
             TemplateBody=json.dumps(
