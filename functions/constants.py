@@ -22,6 +22,12 @@ EVENTS_FUNCTION_NAME = "trainplane-events"  # local mode's name of the events La
 TRAINER_REPORTS_FILTER_NAME = "trainplane-trainer-reports"
 TRAINER_REPORTS_FILTER_PATTERN = '"TRAINPLANE_EVENT"'
 SAGEMAKER_TRAINING_LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+# The platforms the trainer image is built for (infra/constructs/compute.py): SageMaker's ml.* types and
+# the EC2 GPU types of the instance table are all x86_64. `trainplane doctor` checks ECR holds them.
+TRAINER_IMAGE_PLATFORMS = ("linux/amd64",)
+# CloudFormation's name of the local deployment (local mode registers its resources under it, so that
+# `trainplane doctor --state-dir` reads the same outputs as for a cloud stack).
+LOCAL_STACK_NAME = "Trainplane-local"
 LOCAL_REGION = "us-east-1"
 LOCAL_ACCOUNT_ID = "123456789012"
 

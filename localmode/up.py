@@ -208,6 +208,9 @@ class LocalPlane:
         gc.collect()
         gc.freeze()
         self.front_door.start(handler)
+        from localmode.deploy import stack
+
+        stack.publish(self.ctx, self.api_url)  # the outputs `trainplane doctor` reads, as a cloud stack's
         self._write_endpoint()
         self._started.append("endpoint")
 
@@ -243,6 +246,7 @@ class LocalPlane:
             "region": self.ctx.region,
             "aws_endpoint_url": self.aws.endpoint_url,
             "bucket": self.ctx.settings().artifacts_bucket,
+            "stack": constants.LOCAL_STACK_NAME,
             "credentials": [p.public() for p in self.principals],
             "pid": os.getpid(),
             "hostname": socket.gethostname(),

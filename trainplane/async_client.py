@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from schemas.api import LogLine, MetricsPoint, PatchJobRequest, Summary
 from schemas.configs import ResourceConfig
+from schemas.deployment import DeploymentInfo
 from schemas.job import Job, StatusEvent
 from schemas.shapes import TrainingShapeList, TrainingShapeProfile
 from schemas.status import JobStatus
@@ -179,6 +180,10 @@ class AsyncClient(AsyncSweepMethods):
 
     async def summary(self) -> Summary:
         return Summary.model_validate(await self._call("GET", "/summary"))
+
+    async def deployment(self) -> DeploymentInfo:
+        """What the deployment says about itself (GET /deployment; `trainplane doctor` reads it)."""
+        return DeploymentInfo.model_validate(await self._call("GET", "/deployment"))
 
     async def list_training_shapes(self) -> builtins.list[TrainingShapeProfile]:
         return TrainingShapeList.model_validate(await self._call("GET", "/training-shapes")).shapes

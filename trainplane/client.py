@@ -23,6 +23,7 @@ from pydantic import BaseModel
 
 from schemas.api import LogLine, MetricsPoint, PatchJobRequest, Summary
 from schemas.configs import ResourceConfig
+from schemas.deployment import DeploymentInfo
 from schemas.job import Job, StatusEvent
 from schemas.shapes import TrainingShapeList, TrainingShapeProfile
 from schemas.status import TERMINAL, JobStatus
@@ -193,6 +194,10 @@ class Client(WaitMethods, PolicyMethods, SweepMethods):
         return Summary.model_validate(self._call("GET", "/summary"))
 
     # --- training shapes --------------------------------------------------------------------------
+
+    def deployment(self) -> DeploymentInfo:
+        """What the deployment says about itself (GET /deployment; `trainplane doctor` reads it)."""
+        return DeploymentInfo.model_validate(self._call("GET", "/deployment"))
 
     def list_training_shapes(self) -> builtins.list[TrainingShapeProfile]:
         return TrainingShapeList.model_validate(self._call("GET", "/training-shapes")).shapes

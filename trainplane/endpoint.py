@@ -61,6 +61,7 @@ class LocalEndpoint:
     principals: tuple[Principal, ...]
     path: Path
     pid: int | None = None
+    stack: str | None = None  # the local deployment's stack in the emulated AWS (`trainplane doctor`)
 
     def principal(self, name: str) -> Principal:
         for p in self.principals:
@@ -115,6 +116,7 @@ def read_endpoint_file(state_dir: str | os.PathLike[str] | None = None) -> Local
             principals=principals,
             path=path,
             pid=raw["pid"] if isinstance(raw.get("pid"), int) else None,
+            stack=raw.get("stack") if isinstance(raw.get("stack"), str) else None,
         )
     except (KeyError, TypeError) as exc:
         raise EndpointNotConfigured(f"{path} is not a trainplane endpoint file (missing {exc})") from exc

@@ -124,7 +124,8 @@ class Compute(Construct):
             "TrainerImage",
             directory=str(REPO_ROOT),
             file=TRAINER_DOCKERFILE,
-            platform=ecr_assets.Platform.LINUX_AMD64,  # GPU instances and SageMaker's ml.* GPU types are x86_64
+            # GPU instances and SageMaker's ml.* GPU types are x86_64 (`trainplane doctor` checks ECR holds it)
+            platform=ecr_assets.Platform.custom(constants.TRAINER_IMAGE_PLATFORMS[0]),
             build_args=self._build_args(config) or None,
             ignore_mode=IgnoreMode.DOCKER,
             exclude=["*", *(f"!{path}" for path in TRAINER_BUILD_CONTEXT), "**/__pycache__", "**/*.pyc"],

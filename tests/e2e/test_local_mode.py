@@ -80,7 +80,7 @@ def test_endpoint_json_has_the_contract_shape(echo_plane: LocalPlane) -> None:
     # Given `trainplane up --port 0`, once it is ready
     doc = echo_plane.endpoint
     # Then endpoint.json has exactly the contract's shape, two principals, and only its owner can read it
-    assert set(doc) == {"api_url", "region", "aws_endpoint_url", "bucket", "credentials", "pid", "hostname"}
+    assert set(doc) == {"api_url", "region", "aws_endpoint_url", "bucket", "stack", "credentials", "pid", "hostname"}
     assert doc["pid"] == echo_plane.process.pid  # type: ignore[union-attr] (who wrote it: stale detection)
     assert doc["region"] == constants.LOCAL_REGION
     assert doc["bucket"] == constants.ARTIFACTS_BUCKET
@@ -95,6 +95,11 @@ def test_endpoint_json_has_the_contract_shape(echo_plane: LocalPlane) -> None:
     assert echo_plane.request("GET", "/jobs").status_code == 200
     assert {constants.JOBS_TABLE, constants.IDEMPOTENCY_TABLE} <= set(echo_plane.client("dynamodb").list_tables()["TableNames"])
     echo_plane.client("s3").head_bucket(Bucket=doc["bucket"])
+    # And the local deployment's stack names its resources, as a cloud stack's outputs do (trainplane doctor)
+    stack = echo_plane.client("cloudformation").describe_stacks(StackName=doc["stack"])["Stacks"][0]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}
+    assert outputs["ApiUrl"] == doc["api_url"] and outputs["JobsTableName"] == constants.JOBS_TABLE
+    assert outputs["ArtifactsBucketName"] == doc["bucket"] and outputs["StateMachineArn"].endswith(constants.STATE_MACHINE_NAME)
 
 
 def test_after_kill_9_a_stale_endpoint_json_is_detected_and_replaced_by_the_next_up(
