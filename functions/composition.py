@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from functions.adapters.ports import ArtifactStore, JobRepository, Workflow
     from functions.adapters.stepfunctions import StepFunctionsWorkflow
     from functions.service.cloud_events import CloudEventsService
+    from functions.service.event_publisher import EventPublisher
     from functions.service.jobs import JobService
     from functions.service.lifecycle import LifecycleService
     from functions.service.paths import PathRules
@@ -150,7 +151,7 @@ class Composition:
                 return self._given["repository"]
             from functions.adapters.dynamodb import DynamoJobRepository
 
-            return DynamoJobRepository(self.clients, self.settings.jobs_table)
+            return DynamoJobRepository(self.clients, self.settings.jobs_table, dashboard_url=self.settings.dashboard_url)
 
         return self._once("_repository", build)
 
@@ -279,7 +280,7 @@ class Composition:
             from functions.adapters.sweeps_wake import waker_for
             from functions.service.sweeps import SweepService
 
-            repository = DynamoSweepRepository(self.clients, self.settings.jobs_table)
+            repository = DynamoSweepRepository(self.clients, self.settings.jobs_table, dashboard_url=self.settings.dashboard_url)
             return SweepService(repository, self.jobs, waker_for(self.settings, self.clients))
 
         return self._once("_sweeps", build)
@@ -293,7 +294,7 @@ class Composition:
             from functions.adapters.sweeps_wake import waker_for
             from functions.service.sweeps_hooks import SweepHooks
 
-            return SweepHooks(DynamoSweepRepository(self.clients, self.settings.jobs_table), waker_for(self.settings, self.clients))
+            return SweepHooks(DynamoSweepRepository(self.clients, self.settings.jobs_table, dashboard_url=self.settings.dashboard_url), waker_for(self.settings, self.clients))
 
         return self._once("_sweep_hooks", build)
 
@@ -305,9 +306,22 @@ class Composition:
             from functions.adapters.sweeps import DynamoSweepRepository
             from functions.service.sweeps_controller import SweepController
 
-            return SweepController(DynamoSweepRepository(self.clients, self.settings.jobs_table), self.jobs)
+            return SweepController(DynamoSweepRepository(self.clients, self.settings.jobs_table, dashboard_url=self.settings.dashboard_url), self.jobs)
 
         return self._once("_sweep_controller", build)
+
+    @property
+    def event_publisher(self) -> EventPublisher:
+        """The outbox -> the deployment's own EventBridge bus (functions/service/event_publisher.py)."""
+
+        def build() -> EventPublisher:
+            from functions.adapters.outbox import DynamoOutbox, EventBridgeBus
+            from functions.service.event_publisher import EventPublisher
+
+            bus = EventBridgeBus(self.clients, self.settings.trainplane_bus_name)
+            return EventPublisher(bus, DynamoOutbox(self.clients, self.settings.jobs_table))
+
+        return self._once("_event_publisher", build)
 
     @property
     def retraining(self) -> RetrainingService:

@@ -28,8 +28,20 @@ from functions import constants as c
 from functions import event_types as et
 from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
-from schemas.events import CheckpointSaved, EventDetail, JobStateChange, OutboxRecord, clip, event_id
+from schemas.events import (
+    CheckpointSaved,
+    EventDetail,
+    JobStateChange,
+    OutboxRecord,
+    PolicyState,
+    RetrainingPolicyStateChange,
+    SweepStateChange,
+    clip,
+    event_id,
+)
 from schemas.job import Job
+from schemas.retraining import RetrainingPolicy
+from schemas.sweeps import Sweep, SweepStatus
 
 OUTBOX_PK = "OUTBOX"
 ENTITY = "OUTBOX"
@@ -130,8 +142,58 @@ def checkpoint_detail(job: Job, checkpoint_id: str, *, sequence: int, at: dateti
     )
 
 
+def sweep_state_detail(
+    sweep: Sweep, previous: SweepStatus | None, *, sequence: int, at: datetime, dashboard_url: str | None
+) -> EventDetail:
+    best = sweep.best_trial
+    return SweepStateChange(
+        event_id=event_id(et.SUBJECT_SWEEP, sweep.sweep_id, sequence),
+        sequence=sequence,
+        at=at,
+        owner=sweep.owner,
+        labels=sweep.job_template.labels,
+        reason=clip(sweep.status_reason) or "",
+        dashboard_url=_link(dashboard_url, "sweeps", sweep.sweep_id),
+        sweep_id=sweep.sweep_id,
+        sweep_name=sweep.name,
+        previous_state=previous,
+        state=sweep.status,
+        trials_completed=sweep.counts.completed,
+        trials_failed=sweep.counts.failed,
+        best_trial_job_id=best.job_id if best is not None else None,
+    )
+
+
+def policy_state(policy: RetrainingPolicy | None) -> PolicyState:
+    if policy is None:
+        return "DELETED"
+    return "ENABLED" if policy.enabled else "DISABLED"
+
+
+def policy_state_detail(
+    policy: RetrainingPolicy, previous: PolicyState | None, state: PolicyState, *, sequence: int, at: datetime, actor: str = "user"
+) -> EventDetail:
+    return RetrainingPolicyStateChange(
+        event_id=event_id(et.SUBJECT_POLICY, policy.policy_id, sequence),
+        sequence=sequence,
+        at=at,
+        owner=policy.owner,
+        labels=policy.job_template.labels,
+        actor=actor,
+        reason="created" if previous is None else ("deleted" if state == "DELETED" else f"{previous.lower()} -> {state.lower()}"),
+        policy_id=policy.policy_id,
+        policy_name=policy.name,
+        previous_state=previous,
+        state=state,
+    )
+
+
 def job_link(dashboard_url: str | None, job_id: str) -> str | None:
-    return f"{dashboard_url.rstrip('/')}/#/jobs/{job_id}" if dashboard_url else None
+    return _link(dashboard_url, "jobs", job_id)
+
+
+def _link(dashboard_url: str | None, kind: str, subject_id: str) -> str | None:
+    return f"{dashboard_url.rstrip('/')}/#/{kind}/{subject_id}" if dashboard_url else None
 
 
 class DynamoOutbox:
