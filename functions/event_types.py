@@ -35,3 +35,8 @@ BY_DETAIL_TYPE: dict[str, EventType] = {t.detail_type: t for t in ALL}
 SUBJECT_JOB = "job"
 SUBJECT_SWEEP = "sweep"
 SUBJECT_POLICY = "policy"
+
+# The outbox's items in the jobs table (functions/adapters/outbox.py): their partition and `entity`,
+# which the stack's stream filter and the publisher's IAM condition (infra/constructs/event_bus.py) name.
+OUTBOX_PK = "OUTBOX"
+OUTBOX_ENTITY = "OUTBOX"

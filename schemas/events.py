@@ -3,7 +3,7 @@
 Each model is one kind of event (its detail-type and short type are named in functions/event_types.py);
 its JSON Schema, generated from the model, is committed under schemas/event_schemas/ and registered in
 the stack's EventBridge schema registry, so a change here that is not regenerated fails a test
-(`python -m schemas.events` rewrites them). docs/EVENTS.md is the reader's page.
+(`python scripts/gen_event_schemas.py` rewrites them). docs/EVENTS.md is the reader's page.
 
 Every event carries `event_id` (stable: a re-send carries the same id, so duplicates are visible),
 `sequence` (gap-free per subject: a job's, a sweep's or a policy's events are numbered 1, 2, 3 ... in
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -134,18 +133,3 @@ def json_schema(model: type[EventDetail]) -> dict[str, Any]:
 
 def render(model: type[EventDetail]) -> str:
     return json.dumps(json_schema(model), indent=2, sort_keys=True) + "\n"
-
-
-def write_schemas(directory: Path = SCHEMAS_DIR) -> list[Path]:
-    directory.mkdir(exist_ok=True)
-    written = []
-    for name, model in MODELS.items():
-        path = directory / f"{name}.json"
-        path.write_text(render(model))
-        written.append(path)
-    return written
-
-
-if __name__ == "__main__":  # python -m schemas.events: regenerate the committed schemas
-    for p in write_schemas():
-        print(p, file=sys.stderr)

@@ -247,7 +247,12 @@ class DynamoJobRepository:
         update["UpdateExpression"] = _add_set(update["UpdateExpression"], "#eseq = :eseqnew")
         update["ExpressionAttributeNames"].update({"#status": "status", "#version": "version", **seq_names})
         update["ExpressionAttributeValues"].update(
-            {":from": {"S": t.from_status.value}, ":expected": {"N": str(t.expected_version)}, ":eseqnew": {"N": str(seq + 1)}, **seq_values}
+            {
+                ":from": {"S": t.from_status.value},
+                ":expected": {"N": str(t.expected_version)},
+                ":eseqnew": {"N": str(seq + 1)},
+                **seq_values,
+            }
         )
         detail = outbox.job_state_detail(
             new, current, sequence=seq + 1, at=now, reason=t.reason, actor=t.actor, dashboard_url=self._dashboard_url

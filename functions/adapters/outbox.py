@@ -12,7 +12,8 @@ leaves it to be sent again (a duplicate, same event_id), never lost.
 
 | Item | pk | sk | attributes |
 |---|---|---|---|
-| Outbox event | `OUTBOX` | `<at>#<subject>#<id>#<sequence:09>` | `entity=OUTBOX`, `event_id`, `detail_type`, `subject_id`, `sequence`, `detail` (JSON) |
+| Outbox event | `OUTBOX` | `<at>#<subject>#<id>#<sequence:09>` | `entity=OUTBOX`, `event_id`, `detail_type`, |
+|  |  |  | `subject_id`, `sequence`, `detail` (JSON) |
 
 One partition: DynamoDB takes ~1000 writes/s on it, far above a control plane's transitions; shard
 it (OUTBOX#<n>) if that ever changes.
@@ -43,8 +44,8 @@ from schemas.job import Job
 from schemas.retraining import RetrainingPolicy
 from schemas.sweeps import Sweep, SweepStatus
 
-OUTBOX_PK = "OUTBOX"
-ENTITY = "OUTBOX"
+OUTBOX_PK = et.OUTBOX_PK
+ENTITY = et.OUTBOX_ENTITY
 SEQ_ATTR = "event_seq"  # on the subject's own item: the sequence of its last event
 PUT_EVENTS_MAX_ENTRIES = 10  # PutEvents takes at most 10 entries (and 256 KB) per call
 
@@ -217,9 +218,7 @@ class DynamoOutbox:
     def remove(self, records: Sequence[OutboxRecord]) -> None:
         ddb = self._clients.dynamodb()
         for i in range(0, len(records), 25):  # BatchWriteItem takes at most 25 requests
-            request = {
-                self.table: [{"DeleteRequest": {"Key": {c.PK: {"S": OUTBOX_PK}, c.SK: {"S": r.key}}}} for r in records[i : i + 25]]
-            }
+            request = {self.table: [{"DeleteRequest": {"Key": {c.PK: {"S": OUTBOX_PK}, c.SK: {"S": r.key}}}} for r in records[i : i + 25]]}
             while request:
                 request = ddb.batch_write_item(RequestItems=request).get("UnprocessedItems") or {}
 

@@ -421,7 +421,12 @@ class DynamoPolicyRepository:
 
     def _event_put(self, policy: RetrainingPolicy, before: PolicyState | None, after: PolicyState, seq: int) -> dict[str, Any]:
         detail = outbox.policy_state_detail(policy, before, after, sequence=seq, at=self._clock())
-        return {"Put": {"TableName": self.table, "Item": outbox.outbox_item(et.POLICY_STATE_CHANGE, et.SUBJECT_POLICY, policy.policy_id, detail)}}
+        return {
+            "Put": {
+                "TableName": self.table,
+                "Item": outbox.outbox_item(et.POLICY_STATE_CHANGE, et.SUBJECT_POLICY, policy.policy_id, detail),
+            }
+        }
 
     def _query_all(self, **kwargs: Any) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []

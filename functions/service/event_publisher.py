@@ -96,7 +96,9 @@ class EventPublisher:
             todo = [r for r, code in zip(todo, codes, strict=True) if code is not None]
             if not todo:
                 break
-            logger.warning("PutEvents refused %d of %d entries (%s); sending them again", len(todo), len(batch), sorted(set(filter(None, codes))))
+            logger.warning(
+                "PutEvents refused %d of %d entries (%s); sending them again", len(todo), len(batch), sorted(set(filter(None, codes)))
+            )
             if attempt < self.put_attempts - 1:
                 self._sleep(random.uniform(0, 0.05 * 2**attempt))
         return accepted, todo

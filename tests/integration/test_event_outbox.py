@@ -8,10 +8,11 @@ event has reached the bus at least once, and each job's sequence is 1..n with no
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from functions.adapters.outbox import DynamoOutbox
 from functions.adapters.ports import Transition
 from functions.errors import ConcurrentModification
 from functions.service.event_publisher import EventPublisher
+from localmode import moto_hooks
 from schemas.events import MODELS, OutboxRecord
 from schemas.job import CheckpointRef, Job, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus
@@ -33,6 +35,16 @@ from tests.helpers.jobs import ALICE, make_job
 
 COMMITS_PER_EXAMPLE = 100
 EXAMPLES = 10  # 10 x 100 = 1,000 random transitions
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _item_level_transactions() -> Iterator[None]:
+    # moto deep-copies a whole table for each item of a TransactWriteItems (its rollback backup): seconds
+    # per hundred commits here. Local mode's hooks replace that backup by an item-level undo log
+    # (localmode/moto_hooks.py, verified by tests/integration/test_journal.py); the semantics are the same.
+    moto_hooks.install()
+    yield
+    moto_hooks.uninstall()
 
 
 class Killed(BaseException):
@@ -80,10 +92,8 @@ class FlakyOutbox:
 
 def _run_publisher(bus: FlakyBus, outbox: FlakyOutbox) -> None:
     """One publisher process: a fresh EventPublisher (nothing carried over), killed or not."""
-    try:
+    with contextlib.suppress(Killed):
         EventPublisher(bus, outbox, put_attempts=2, sleep=lambda _s: None).drain(batch=25, max_rounds=3)
-    except Killed:
-        pass
 
 
 def _checkpoint(job: Job, n: int) -> CheckpointRef:
@@ -97,6 +107,13 @@ def test_every_committed_event_reaches_the_bus_with_gap_free_sequences_whatever_
     # Given: a fresh table, a publisher that is killed at random points and a bus that refuses entries
     rng = random.Random(seed)
     table = fresh_resources(aws).jobs_table
+    try:
+        _random_commits_under_a_dying_publisher(aws, table, rng, seed)
+    finally:
+        aws.dynamodb().delete_table(TableName=table)  # moto copies every table on each transaction: keep it to one
+
+
+def _random_commits_under_a_dying_publisher(aws: AwsClients, table: str, rng: random.Random, seed: int) -> None:
     repo = DynamoJobRepository(aws, table)
     bus = FlakyBus(rng)
     outbox = FlakyOutbox(DynamoOutbox(aws, table), rng)
@@ -156,7 +173,9 @@ class _Interleaved(DynamoJobRepository):
         return item
 
 
-def test_a_checkpoint_recorded_between_a_transitions_read_and_write_neither_loses_the_decision_nor_reuses_a_sequence(aws: AwsClients) -> None:
+def test_a_checkpoint_between_a_transitions_read_and_write_neither_loses_the_decision_nor_reuses_a_sequence(
+    aws: AwsClients,
+) -> None:
     # Given: a training job, and a checkpoint that lands between the transition's read and its write
     table = fresh_resources(aws).jobs_table
     repo = _Interleaved(aws, table)
