@@ -237,25 +237,17 @@ class DynamoJobRepository:
         new = _apply(current, {**t.changes, "status": t.to_status, "version": current.version + 1, "updated_at": now})
         event = StatusEvent(at=now, from_status=t.from_status, to_status=t.to_status, reason=t.reason, actor=t.actor)
         update = _update_expression(new, [*t.changes, "status", "version", "updated_at"], reindex=True)
-        seq_check, seq_names, seq_values = outbox.seq_condition(seq)
         update.update(
             TableName=self.table,
             Key=_meta_key(t.job_id),
-            ConditionExpression=f"#status = :from AND #version = :expected AND {seq_check}",
+            ConditionExpression="#status = :from AND #version = :expected",
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
-        update["UpdateExpression"] = _add_set(update["UpdateExpression"], "#eseq = :eseqnew")
-        update["ExpressionAttributeNames"].update({"#status": "status", "#version": "version", **seq_names})
-        update["ExpressionAttributeValues"].update(
-            {
-                ":from": {"S": t.from_status.value},
-                ":expected": {"N": str(t.expected_version)},
-                ":eseqnew": {"N": str(seq + 1)},
-                **seq_values,
-            }
-        )
+        update["ExpressionAttributeNames"].update({"#status": "status", "#version": "version"})
+        update["ExpressionAttributeValues"].update({":from": {"S": t.from_status.value}, ":expected": {"N": str(t.expected_version)}})
+        sequence = outbox.take_sequence(update, seq)
         detail = outbox.job_state_detail(
-            new, current, sequence=seq + 1, at=now, reason=t.reason, actor=t.actor, dashboard_url=self._dashboard_url
+            new, current, sequence=sequence, at=now, reason=t.reason, actor=t.actor, dashboard_url=self._dashboard_url
         )
         writes = [
             {"Update": update},
@@ -393,12 +385,8 @@ class DynamoJobRepository:
 
     def _with_checkpoint_event(self, update: dict[str, Any], new: Job, checkpoint_id: str, seq: int) -> list[dict[str, Any]]:
         """The checkpoint's write and its Checkpoint Saved event (sequence seq + 1), as one transaction."""
-        seq_check, seq_names, seq_values = outbox.seq_condition(seq)
-        update["ConditionExpression"] = f"{update['ConditionExpression']} AND {seq_check}"
-        update["UpdateExpression"] = _add_set(update["UpdateExpression"], "#eseq = :eseqnew")
-        update["ExpressionAttributeNames"].update(seq_names)
-        update["ExpressionAttributeValues"].update({":eseqnew": {"N": str(seq + 1)}, **seq_values})
-        detail = outbox.checkpoint_detail(new, checkpoint_id, sequence=seq + 1, at=self._clock(), dashboard_url=self._dashboard_url)
+        sequence = outbox.take_sequence(update, seq)
+        detail = outbox.checkpoint_detail(new, checkpoint_id, sequence=sequence, at=self._clock(), dashboard_url=self._dashboard_url)
         return [
             {"Update": update},
             {"Put": {"TableName": self.table, "Item": outbox.outbox_item(et.CHECKPOINT_SAVED, et.SUBJECT_JOB, new.job_id, detail)}},
@@ -517,13 +505,6 @@ def _claim_put(table: str, claim: NameClaim, job_id: str) -> dict[str, Any]:
         put["ExpressionAttributeNames"] = {"#holder": "job_id"}
         put["ExpressionAttributeValues"] = {":previous": {"S": claim.previous_job_id}}
     return put
-
-
-def _add_set(expression: str, assignment: str) -> str:
-    """`expression` (SET ... [REMOVE ...]) with one more SET assignment."""
-    if expression.startswith("SET "):
-        return f"SET {assignment}, {expression[4:]}"
-    return f"SET {assignment} {expression}".strip()
 
 
 def _check_submitted_size(item: Mapping[str, Any]) -> None:

@@ -95,6 +95,22 @@ def seq_condition(current: int) -> tuple[str, dict[str, str], dict[str, Any]]:
     return "#eseq = :eseq", names, {":eseq": {"N": str(current)}}
 
 
+def take_sequence(update: dict[str, Any], current: int) -> int:
+    """Make an Update (of a TransactWriteItems) also move the subject's `event_seq` from `current` to the
+    next number, conditioned on it still being `current`; returns that number (the event's sequence)."""
+    check, names, values = seq_condition(current)
+    condition = update.get("ConditionExpression")
+    update["ConditionExpression"] = f"{condition} AND {check}" if condition else check
+    expression = update["UpdateExpression"]
+    assignment = "#eseq = :eseqnew"
+    update["UpdateExpression"] = (
+        f"SET {assignment}, {expression[4:]}" if expression.startswith("SET ") else f"SET {assignment} {expression}"
+    )
+    update["ExpressionAttributeNames"].update(names)
+    update.setdefault("ExpressionAttributeValues", {}).update({":eseqnew": {"N": str(current + 1)}, **values})
+    return current + 1
+
+
 def job_state_detail(
     job: Job, previous: Job | None, *, sequence: int, at: datetime, reason: str, actor: str, dashboard_url: str | None
 ) -> EventDetail:
