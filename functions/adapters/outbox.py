@@ -253,6 +253,7 @@ class EventBridgeBus:
             {"Source": et.SOURCE, "DetailType": r.detail_type, "Detail": r.detail, "EventBusName": self.bus_name, "Resources": []}
             for r in records
         ]
-        response = self._clients.client("events").put_events(Entries=entries)
+        events = self._clients.client("events")
+        response = events.put_events(Entries=entries)
         # A failed entry has an ErrorCode and no EventId; the others were accepted.
         return [(e.get("ErrorCode") or "Failed") if e.get("ErrorCode") or "EventId" not in e else None for e in response["Entries"]]

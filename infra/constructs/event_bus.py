@@ -84,7 +84,7 @@ class EventBus(Construct):
             code=code,
             config=self.config,
             environment=environment,
-            reserved_concurrency=0,
+            reserved_concurrency=self.config.reserved_concurrency.event_publisher,
             dead_letter_queue=dead_letter_queue,
         )
         role = self.publisher.role
