@@ -32,7 +32,9 @@ if TYPE_CHECKING:
     from functions.adapters.launchers.base import Launcher
     from functions.adapters.ports import ArtifactStore, JobRepository, Workflow
     from functions.adapters.stepfunctions import StepFunctionsWorkflow
+    from functions.adapters.sweeps import DynamoSweepRepository
     from functions.service.cloud_events import CloudEventsService
+    from functions.service.event_publisher import EventPublisher
     from functions.service.jobs import JobService
     from functions.service.lifecycle import LifecycleService
     from functions.service.paths import PathRules
@@ -82,6 +84,7 @@ class Composition:
         retraining: RetrainingService | Callable[[Composition], RetrainingService] | None = None,
         cloud_events: CloudEventsService | Callable[[Composition], CloudEventsService] | None = None,
         trainer_reports: TrainerLogReports | Callable[[Composition], TrainerLogReports] | None = None,
+        event_publisher: EventPublisher | None = None,
         reconciler: Callable[[Composition], Reconciler] | None = None,
         clock: Callable[[], datetime] | None = None,
         ids: Callable[[], str] | None = None,
@@ -97,6 +100,7 @@ class Composition:
             "retraining": retraining,
             "cloud_events": cloud_events,
             "trainer_reports": trainer_reports,
+            "event_publisher": event_publisher,
         }
         self._workflow = workflow
         self._launchers = launchers
@@ -150,7 +154,7 @@ class Composition:
                 return self._given["repository"]
             from functions.adapters.dynamodb import DynamoJobRepository
 
-            return DynamoJobRepository(self.clients, self.settings.jobs_table)
+            return DynamoJobRepository(self.clients, self.settings.jobs_table, dashboard_url=self.settings.dashboard_url)
 
         return self._once("_repository", build)
 
@@ -275,25 +279,28 @@ class Composition:
         """Sweeps' API side (functions/service/sweeps.py; no Optuna): the sweep items in the jobs table."""
 
         def build() -> SweepService:
-            from functions.adapters.sweeps import DynamoSweepRepository
             from functions.adapters.sweeps_wake import waker_for
             from functions.service.sweeps import SweepService
 
-            repository = DynamoSweepRepository(self.clients, self.settings.jobs_table)
+            repository = self._sweep_repository()
             return SweepService(repository, self.jobs, waker_for(self.settings, self.clients))
 
         return self._once("_sweeps", build)
+
+    def _sweep_repository(self) -> DynamoSweepRepository:
+        from functions.adapters.sweeps import DynamoSweepRepository
+
+        return DynamoSweepRepository(self.clients, self.settings.jobs_table, dashboard_url=self.settings.dashboard_url)
 
     @property
     def sweep_hooks(self) -> SweepHooks:
         """What the lifecycle tells sweeps: a trial's metric reports and transitions wake the controller."""
 
         def build() -> SweepHooks:
-            from functions.adapters.sweeps import DynamoSweepRepository
             from functions.adapters.sweeps_wake import waker_for
             from functions.service.sweeps_hooks import SweepHooks
 
-            return SweepHooks(DynamoSweepRepository(self.clients, self.settings.jobs_table), waker_for(self.settings, self.clients))
+            return SweepHooks(self._sweep_repository(), waker_for(self.settings, self.clients))
 
         return self._once("_sweep_hooks", build)
 
@@ -302,12 +309,24 @@ class Composition:
         """The sweep controller (imports Optuna: only its own Lambda and local mode's worker, never the API)."""
 
         def build() -> SweepController:
-            from functions.adapters.sweeps import DynamoSweepRepository
             from functions.service.sweeps_controller import SweepController
 
-            return SweepController(DynamoSweepRepository(self.clients, self.settings.jobs_table), self.jobs)
+            return SweepController(self._sweep_repository(), self.jobs)
 
         return self._once("_sweep_controller", build)
+
+    @property
+    def event_publisher(self) -> EventPublisher:
+        """The outbox -> the deployment's own EventBridge bus (functions/service/event_publisher.py)."""
+
+        def build() -> EventPublisher:
+            from functions.adapters.outbox import DynamoOutbox, EventBridgeBus
+            from functions.service.event_publisher import EventPublisher
+
+            bus = EventBridgeBus(self.clients, self.settings.trainplane_bus_name)
+            return EventPublisher(bus, DynamoOutbox(self.clients, self.settings.jobs_table))
+
+        return self._given_or("event_publisher", build)
 
     @property
     def retraining(self) -> RetrainingService:

@@ -16,6 +16,9 @@ IDEMPOTENCY_TABLE = "trainplane-idempotency"
 ARTIFACTS_BUCKET = "trainplane-artifacts"
 STATE_MACHINE_NAME = "trainplane-lifecycle"
 EVENT_BUS_NAME = "default"
+# The deployment's own bus: the control plane's events (functions/event_types.py, docs/EVENTS.md).
+TRAINPLANE_BUS_NAME = "trainplane-events"
+EVENT_PUBLISHER_FUNCTION_NAME = "trainplane-event-publisher"  # local mode's name of the publisher
 EVENTS_FUNCTION_NAME = "trainplane-events"  # local mode's name of the events Lambda
 # The subscription filter that carries the trainer's reports (TRAINPLANE_EVENT lines, schemas/trainer.py)
 # from the trainer's log group to the events Lambda, in the cloud stack and in local mode.

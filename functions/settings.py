@@ -24,6 +24,10 @@ class Settings(BaseModel):
     artifacts_bucket: str = constants.ARTIFACTS_BUCKET
     state_machine_arn: str | None = None
     event_bus_name: str = constants.EVENT_BUS_NAME
+    # The deployment's own bus, where the control plane's events go (docs/EVENTS.md).
+    trainplane_bus_name: str = constants.TRAINPLANE_BUS_NAME
+    # The dashboard's address (events link to a job's page there); None: events carry no link.
+    dashboard_url: str | None = None
     # Principals (IAM ARNs) that see and act on every job.
     admin_arns: tuple[str, ...] = ()
     compute: Literal["local", "sagemaker", "ec2"] = "local"

@@ -44,6 +44,7 @@ class ReservedConcurrency(BaseModel):
     events: int = Field(default=10, ge=0, le=1000)
     retraining: int = Field(default=5, ge=0, le=1000)
     sweeps: int = Field(default=5, ge=0, le=1000)
+    event_publisher: int = Field(default=5, ge=0, le=1000)  # one invocation per stream shard at a time
 
 
 class StageConfig(BaseModel):

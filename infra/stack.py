@@ -15,6 +15,7 @@ from infra.config import ConfigError, StageConfig
 from infra.constructs.api import API, Api
 from infra.constructs.compute import ROOT_DEVICE, Compute
 from infra.constructs.dashboard import Dashboard
+from infra.constructs.event_bus import EVENT_PUBLISHER, EventBus
 from infra.constructs.events import EVENTS, Events
 from infra.constructs.function import settings_environment
 from infra.constructs.lifecycle import LIFECYCLE, Lifecycle, state_machine_arn
@@ -55,8 +56,11 @@ class TrainplaneStack(Stack):
         dashboard = Dashboard(self, "Dashboard", config=config) if config.dashboard else None
         cors_origin = config.cors_origin or (dashboard.origin if dashboard else None)
         compute = Compute(self, "Compute", config=config, storage=storage)
+        event_bus = EventBus(self, "EventBus", config=config)
         environment = settings_environment(
             {
+                **event_bus.settings(),
+                "dashboard_url": dashboard.origin if dashboard else None,
                 **(retraining.settings() if retraining else {}),
                 **(sweeps.settings() if sweeps else {}),
                 "jobs_table": storage.jobs_table.table_name,
@@ -101,6 +105,10 @@ class TrainplaneStack(Stack):
             self, "Events", config=config, storage=storage, compute=compute, lifecycle=lifecycle, code=code, environment=environment
         )
         functions = [api.handler, lifecycle.tasks, events.handler]
+        if EVENT_PUBLISHER.defined_in(bundle.path):
+            functions.append(
+                event_bus.add_publisher(storage=storage, dead_letter_queue=events.dead_letter_queue, code=code, environment=environment)
+            )
         if retraining:
             functions.append(
                 retraining.add_dispatcher(
@@ -151,6 +159,7 @@ class TrainplaneStack(Stack):
             CfnOutput(self, "DashboardDistributionId", value=dashboard.distribution.distribution_id)
             CfnOutput(self, "DashboardConfig", value=self.to_json_string(dashboard.settings), description="dashboard-config.json")
         CfnOutput(self, "JobsTableName", value=storage.jobs_table.table_name)
+        CfnOutput(self, "EventBusName", value=event_bus.bus.event_bus_name, description="trainplane's own events (docs/EVENTS.md)")
         CfnOutput(self, "TrainerImageUri", value=compute.image_uri)
         CfnOutput(self, "StateMachineArn", value=lifecycle.state_machine.state_machine_arn)
         CfnOutput(self, "SageMakerRoleArn", value=compute.sagemaker_role.role_arn)

@@ -197,6 +197,7 @@ class LocalPlane:
         # Path confinement: local files only under the allowed directories, never the state directory.
         self.ctx.env[PREFIX + "LOCAL_STATE_DIR"] = str(self.state_dir)
         self.ctx.env[ALLOWED_DIRS_ENV] = os.pathsep.join(str(d) for d in self.allowed_dirs)
+        self.ctx.env.setdefault(PREFIX + "DASHBOARD_URL", self.api_url)  # events link to the dashboard it serves
         os.environ.update(self.ctx.env)
 
         self.ctx.start_background()
@@ -247,6 +248,7 @@ class LocalPlane:
             "aws_endpoint_url": self.aws.endpoint_url,
             "bucket": self.ctx.settings().artifacts_bucket,
             "stack": constants.LOCAL_STACK_NAME,
+            "event_bus": self.ctx.settings().trainplane_bus_name,
             "credentials": [p.public() for p in self.principals],
             "pid": os.getpid(),
             "hostname": socket.gethostname(),

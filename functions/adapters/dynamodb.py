@@ -18,7 +18,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants as c
+from functions import event_types as et
 from functions.adapters import dynamodb_items as items
+from functions.adapters import outbox
 from functions.adapters.aws import AwsClients
 from functions.adapters.ports import JobQuery, NameClaim, Transition
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken, TooLarge
@@ -43,10 +45,18 @@ def _utcnow() -> datetime:
 
 
 class DynamoJobRepository:
-    def __init__(self, clients: AwsClients, table_name: str = c.JOBS_TABLE, *, clock: Callable[[], datetime] = _utcnow) -> None:
+    def __init__(
+        self,
+        clients: AwsClients,
+        table_name: str = c.JOBS_TABLE,
+        *,
+        clock: Callable[[], datetime] = _utcnow,
+        dashboard_url: str | None = None,
+    ) -> None:
         self._clients = clients
         self.table = table_name
         self._clock = clock
+        self._dashboard_url = dashboard_url  # events link to the job's page there (functions/adapters/outbox.py)
 
     @property
     def _ddb(self) -> Any:
@@ -170,6 +180,10 @@ class DynamoJobRepository:
     def create(self, job: Job, first_event: StatusEvent, claim: NameClaim | None = None) -> None:
         item = items.job_item(job)
         _check_submitted_size(item)
+        item[outbox.SEQ_ATTR] = {"N": "1"}
+        detail = outbox.job_state_detail(
+            job, None, sequence=1, at=first_event.at, reason=first_event.reason, actor=first_event.actor, dashboard_url=self._dashboard_url
+        )
         writes = [
             {
                 "Put": {
@@ -181,13 +195,14 @@ class DynamoJobRepository:
             },
             {"Put": {"TableName": self.table, "Item": items.event_item(job.job_id, first_event, job.version)}},
             *self._counter_updates(job, add=job.status),
+            {"Put": {"TableName": self.table, "Item": outbox.outbox_item(et.JOB_STATE_CHANGE, et.SUBJECT_JOB, job.job_id, detail)}},
         ]
         if claim is not None:
             writes.append({"Put": _claim_put(self.table, claim, job.job_id)})
         reasons = self._transact(writes)
         if reasons is None:
             return
-        if claim is not None and reasons[-1].get("Code") == "ConditionalCheckFailed":
+        if claim is not None and reasons[-1].get("Code") == "ConditionalCheckFailed":  # the claim is the last write
             stored = reasons[-1].get("Item") or {}
             raise NameTaken(claim.key, stored.get("job_id", {}).get("S"))
         raise ConcurrentModification(job.job_id, "a job with this id already exists")
@@ -196,9 +211,28 @@ class DynamoJobRepository:
         if t.to_status not in TRANSITIONS[t.from_status]:
             raise IllegalTransition(t.job_id, t.from_status, f"move to {t.to_status}", sources_of(t.to_status))
         _check_changes(t.changes)
-        current = self.get(t.job_id)
-        if current.status != t.from_status or current.version != t.expected_version:
-            raise _lost(t, current)
+        for _attempt in range(_TRANSACTION_ATTEMPTS):
+            item = self._get_item(t.job_id)
+            if item is None:
+                raise JobNotFound(t.job_id)
+            current = items.job_from_item(item)
+            if current.status != t.from_status or current.version != t.expected_version:
+                raise _lost(t, current)
+            new, writes = self._transition_writes(t, current, outbox.stored_seq(item))
+            reasons = self._transact(writes)
+            if reasons is None:
+                return new
+            stored = reasons[0].get("Item")
+            if stored is None:
+                raise JobNotFound(t.job_id)
+            stored_job = items.job_from_item(stored)
+            if stored_job.status != t.from_status or stored_job.version != t.expected_version:
+                raise _lost(t, stored_job)
+            # Only the job's event counter moved (a checkpoint was recorded meanwhile): the decision stands.
+        raise ConcurrentModification(t.job_id, "its events kept changing")
+
+    def _transition_writes(self, t: Transition, current: Job, seq: int) -> tuple[Job, list[dict[str, Any]]]:
+        """The status change, its history entry, the counters and its event (sequence seq + 1), as one transaction."""
         now = self._clock()
         new = _apply(current, {**t.changes, "status": t.to_status, "version": current.version + 1, "updated_at": now})
         event = StatusEvent(at=now, from_status=t.from_status, to_status=t.to_status, reason=t.reason, actor=t.actor)
@@ -211,18 +245,17 @@ class DynamoJobRepository:
         )
         update["ExpressionAttributeNames"].update({"#status": "status", "#version": "version"})
         update["ExpressionAttributeValues"].update({":from": {"S": t.from_status.value}, ":expected": {"N": str(t.expected_version)}})
+        sequence = outbox.take_sequence(update, seq)
+        detail = outbox.job_state_detail(
+            new, current, sequence=sequence, at=now, reason=t.reason, actor=t.actor, dashboard_url=self._dashboard_url
+        )
         writes = [
             {"Update": update},
             {"Put": {"TableName": self.table, "Item": items.event_item(t.job_id, event, new.version)}},
             *self._counter_updates(current, add=t.to_status, remove=t.from_status),
+            {"Put": {"TableName": self.table, "Item": outbox.outbox_item(et.JOB_STATE_CHANGE, et.SUBJECT_JOB, t.job_id, detail)}},
         ]
-        reasons = self._transact(writes)
-        if reasons is not None:
-            stored = reasons[0].get("Item")
-            if stored is None:
-                raise JobNotFound(t.job_id)
-            raise _lost(t, items.job_from_item(stored))
-        return new
+        return new, writes
 
     def update(
         self,
@@ -339,12 +372,25 @@ class DynamoJobRepository:
             else:
                 update["ConditionExpression"] = "attribute_exists(#pk) AND attribute_not_exists(#checkpoints)"
                 update["ExpressionAttributeNames"]["#pk"] = c.PK
-            try:
-                self._ddb.update_item(**update)
+            if any(r.checkpoint_id == ref.checkpoint_id for r in current.checkpoints):
+                # A repeated report of a recorded checkpoint (at-least-once delivery): no new event.
+                try:
+                    self._ddb.update_item(**update)
+                    return new
+                except self._ddb.exceptions.ConditionalCheckFailedException:
+                    continue
+            if self._transact(self._with_checkpoint_event(update, new, ref.checkpoint_id, outbox.stored_seq(item))) is None:
                 return new
-            except self._ddb.exceptions.ConditionalCheckFailedException:
-                continue
         raise ConcurrentModification(job_id, "checkpoint list kept changing")
+
+    def _with_checkpoint_event(self, update: dict[str, Any], new: Job, checkpoint_id: str, seq: int) -> list[dict[str, Any]]:
+        """The checkpoint's write and its Checkpoint Saved event (sequence seq + 1), as one transaction."""
+        sequence = outbox.take_sequence(update, seq)
+        detail = outbox.checkpoint_detail(new, checkpoint_id, sequence=sequence, at=self._clock(), dashboard_url=self._dashboard_url)
+        return [
+            {"Update": update},
+            {"Put": {"TableName": self.table, "Item": outbox.outbox_item(et.CHECKPOINT_SAVED, et.SUBJECT_JOB, new.job_id, detail)}},
+        ]
 
     def append_event(self, job_id: str, event: StatusEvent) -> None:
         # A sequence number nobody else uses for this job: the microseconds since the epoch.

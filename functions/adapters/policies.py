@@ -28,10 +28,13 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from functions import constants as c
+from functions import event_types as et
 from functions.adapters import dynamodb_items as items
+from functions.adapters import outbox
 from functions.adapters.aws import AwsClients
 from functions.errors import InvalidRequest, PolicyConflict, PolicyNotFound, TooLarge
 from schemas.configs import STORED
+from schemas.events import PolicyState
 from schemas.retraining import FireOutcome, RetrainingPolicy
 
 POLICY_PREFIX = "POLICY#"
@@ -156,6 +159,7 @@ class DynamoPolicyRepository:
     def create(self, policy: RetrainingPolicy, routes: list[Route]) -> None:
         item = policy_item(policy)
         _check_size(item)
+        item[outbox.SEQ_ATTR] = {"N": "1"}
         writes = [
             {
                 "Put": {
@@ -166,6 +170,7 @@ class DynamoPolicyRepository:
                 }
             },
             *({"Put": {"TableName": self.table, "Item": route_item(r)}} for r in routes),
+            self._event_put(policy, None, outbox.policy_state(policy), 1),
         ]
         if self._transact(writes) is not None:
             raise PolicyConflict(policy.policy_id, "a policy with this id already exists")
@@ -223,6 +228,18 @@ class DynamoPolicyRepository:
                 values[f":f{i}"] = _attr(doc[name])
             else:
                 removes.append(f"#f{i}")
+        # A change of state (enabled <-> disabled) numbers an event: the version guards the sequence, since
+        # every write that numbers one also bumps the version.
+        stored = self._ddb.get_item(TableName=self.table, Key=_meta_key(policy.policy_id), ConsistentRead=True).get("Item")
+        event: list[dict[str, Any]] = []
+        if stored is not None and int(stored["version"]["N"]) == expected_version:
+            before, after = outbox.policy_state(policy_from_item(stored)), outbox.policy_state(policy)
+            if before != after:
+                seq = outbox.stored_seq(stored) + 1
+                sets.append("#eseq = :eseq")
+                names["#eseq"] = outbox.SEQ_ATTR
+                values[":eseq"] = {"N": str(seq)}
+                event.append(self._event_put(policy, before, after, seq))
         expression = "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else "")
         new_keys = {r.key for r in new_routes}
         writes = [
@@ -240,6 +257,7 @@ class DynamoPolicyRepository:
             # A transaction may not touch one item twice: a route that stays is only re-put.
             *({"Delete": {"TableName": self.table, "Key": _route_key(r)}} for r in old_routes if r.key not in new_keys),
             *({"Put": {"TableName": self.table, "Item": route_item(r)}} for r in new_routes),
+            *event,
         ]
         reasons = self._transact(writes)
         if reasons is not None:
@@ -249,6 +267,11 @@ class DynamoPolicyRepository:
         return self.get(policy.policy_id)
 
     def delete(self, policy_id: str, expected_version: int, routes: list[Route]) -> None:
+        stored = self._ddb.get_item(TableName=self.table, Key=_meta_key(policy_id), ConsistentRead=True).get("Item")
+        event: list[dict[str, Any]] = []
+        if stored is not None and int(stored["version"]["N"]) == expected_version:
+            policy = policy_from_item(stored)
+            event.append(self._event_put(policy, outbox.policy_state(policy), "DELETED", outbox.stored_seq(stored) + 1))
         writes = [
             {
                 "Delete": {
@@ -261,6 +284,7 @@ class DynamoPolicyRepository:
                 }
             },
             *({"Delete": {"TableName": self.table, "Key": _route_key(r)}} for r in routes),
+            *event,
         ]
         reasons = self._transact(writes)
         if reasons is not None:
@@ -394,6 +418,15 @@ class DynamoPolicyRepository:
         return True
 
     # --- helpers ---------------------------------------------------------------------------------
+
+    def _event_put(self, policy: RetrainingPolicy, before: PolicyState | None, after: PolicyState, seq: int) -> dict[str, Any]:
+        detail = outbox.policy_state_detail(policy, before, after, sequence=seq, at=self._clock())
+        return {
+            "Put": {
+                "TableName": self.table,
+                "Item": outbox.outbox_item(et.POLICY_STATE_CHANGE, et.SUBJECT_POLICY, policy.policy_id, detail),
+            }
+        }
 
     def _query_all(self, **kwargs: Any) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = []

@@ -33,7 +33,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from functions import constants as c
+from functions import event_types as et
 from functions.adapters import dynamodb_items as items
+from functions.adapters import outbox
 from functions.adapters.aws import AwsClients
 from functions.adapters.policies import _decode_token, _encode_token
 from functions.errors import InvalidRequest, SweepNotFound, TooLarge
@@ -100,9 +102,10 @@ def _entry(trial: Trial, version: int) -> str:
 
 
 class DynamoSweepRepository:
-    def __init__(self, clients: AwsClients, table_name: str = c.JOBS_TABLE) -> None:
+    def __init__(self, clients: AwsClients, table_name: str = c.JOBS_TABLE, *, dashboard_url: str | None = None) -> None:
         self._clients = clients
         self.table = table_name
+        self._dashboard_url = dashboard_url  # events link to the sweep's page there
 
     @property
     def _ddb(self) -> Any:
@@ -130,8 +133,15 @@ class DynamoSweepRepository:
             c.GSI_ALL_PK: {"S": ALL_SWEEPS},
             c.GSI_ALL_SK: {"S": created},
             "entity": {"S": "SWEEP"},
+            outbox.SEQ_ATTR: {"N": "1"},
         }
-        self._ddb.put_item(TableName=self.table, Item=item, ConditionExpression="attribute_not_exists(pk)")
+        # The sweep and its first event (sequence 1) in one transaction (functions/adapters/outbox.py).
+        detail = outbox.sweep_state_detail(sweep, None, sequence=1, at=sweep.created_at, dashboard_url=self._dashboard_url)
+        writes = [
+            {"Put": {"TableName": self.table, "Item": item, "ConditionExpression": "attribute_not_exists(pk)"}},
+            {"Put": {"TableName": self.table, "Item": outbox.outbox_item(et.SWEEP_STATE_CHANGE, et.SUBJECT_SWEEP, sweep.sweep_id, detail)}},
+        ]
+        self._ddb.transact_write_items(TransactItems=writes)
 
     def get(self, sweep_id: str) -> Sweep:
         item = self._ddb.get_item(TableName=self.table, Key=_meta_key(sweep_id), ConsistentRead=True).get("Item")
@@ -228,24 +238,48 @@ class DynamoSweepRepository:
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def update(self, sweep: Sweep, expected_version: int) -> bool:
-        """Write `sweep` (its version + 1) if the stored one is still `expected_version`; False if not."""
-        stored = sweep.model_copy(update={"version": expected_version + 1})
-        try:
-            self._ddb.update_item(
-                TableName=self.table,
-                Key=_meta_key(sweep.sweep_id),
-                UpdateExpression="SET #doc = :doc, #st = :st, #v = :new",
-                ConditionExpression="#v = :expected",
-                ExpressionAttributeNames={"#doc": "doc", "#st": "status", "#v": "version"},
-                ExpressionAttributeValues={
-                    ":doc": {"S": _doc(stored)},
-                    ":st": {"S": stored.status.value},
-                    ":new": {"N": str(expected_version + 1)},
-                    ":expected": {"N": str(expected_version)},
-                },
-            )
-        except self._ddb.exceptions.ConditionalCheckFailedException:
+        """Write `sweep` (its version + 1) if the stored one is still `expected_version`; False if not.
+        A change of status writes its event in the same transaction (the version guards the sequence:
+        every write that numbers an event also bumps the version)."""
+        stored_item = self._ddb.get_item(TableName=self.table, Key=_meta_key(sweep.sweep_id), ConsistentRead=True).get("Item")
+        if stored_item is None or int(stored_item["version"]["N"]) != expected_version:
             return False
+        stored = sweep.model_copy(update={"version": expected_version + 1})
+        update: dict[str, Any] = {
+            "TableName": self.table,
+            "Key": _meta_key(sweep.sweep_id),
+            "UpdateExpression": "SET #doc = :doc, #st = :st, #v = :new",
+            "ConditionExpression": "#v = :expected",
+            "ExpressionAttributeNames": {"#doc": "doc", "#st": "status", "#v": "version"},
+            "ExpressionAttributeValues": {
+                ":doc": {"S": _doc(stored)},
+                ":st": {"S": stored.status.value},
+                ":new": {"N": str(expected_version + 1)},
+                ":expected": {"N": str(expected_version)},
+            },
+        }
+        previous = SweepStatus(stored_item["status"]["S"])
+        if previous == stored.status:
+            try:
+                self._ddb.update_item(**update)
+            except self._ddb.exceptions.ConditionalCheckFailedException:
+                return False
+            return True
+        seq = outbox.stored_seq(stored_item) + 1
+        update["UpdateExpression"] += ", #eseq = :eseq"
+        update["ExpressionAttributeNames"]["#eseq"] = outbox.SEQ_ATTR
+        update["ExpressionAttributeValues"][":eseq"] = {"N": str(seq)}
+        detail = outbox.sweep_state_detail(stored, previous, sequence=seq, at=stored.updated_at, dashboard_url=self._dashboard_url)
+        writes = [
+            {"Update": update},
+            {"Put": {"TableName": self.table, "Item": outbox.outbox_item(et.SWEEP_STATE_CHANGE, et.SUBJECT_SWEEP, sweep.sweep_id, detail)}},
+        ]
+        try:
+            self._ddb.transact_write_items(TransactItems=writes)
+        except self._ddb.exceptions.TransactionCanceledException as exc:
+            if (exc.response.get("CancellationReasons") or [{}])[0].get("Code") == "ConditionalCheckFailed":
+                return False
+            raise
         return True
 
     def delete(self, sweep_id: str, expected_version: int) -> bool:

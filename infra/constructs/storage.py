@@ -67,6 +67,8 @@ class Storage(Construct):
             encryption_key=self.key,
             deletion_protection=not config.is_dev,
             removal_policy=removal_policy(config),
+            # The event outbox's items reach the publisher through it (infra/constructs/event_bus.py).
+            stream=dynamodb.StreamViewType.NEW_IMAGE,
         )
         for index, (pk, sk) in constants.GSIS.items():
             table.add_global_secondary_index(

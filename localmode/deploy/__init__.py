@@ -29,7 +29,7 @@ from typing import Any
 
 from functions import constants
 from functions.settings import PREFIX, Settings
-from localmode.deploy import emulated_compute, lifecycle, retraining, storage, sweeps, trainer_reports
+from localmode.deploy import emulated_compute, event_bus, lifecycle, retraining, storage, sweeps, trainer_reports
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ DEPLOYERS: list[Deployer] = [
     trainer_reports.deploy,  # --compute sagemaker|ec2: the trainer's log group -> subscription filter -> events Lambda
     retraining.deploy,  # the dispatcher, its rules on the local bus, and the schedule ticker
     sweeps.deploy,  # the sweep controller's worker thread
+    event_bus.deploy,  # the deployment's own bus and the outbox's publisher loop
 ]
 
 

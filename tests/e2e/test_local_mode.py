@@ -80,7 +80,8 @@ def test_endpoint_json_has_the_contract_shape(echo_plane: LocalPlane) -> None:
     # Given `trainplane up --port 0`, once it is ready
     doc = echo_plane.endpoint
     # Then endpoint.json has exactly the contract's shape, two principals, and only its owner can read it
-    assert set(doc) == {"api_url", "region", "aws_endpoint_url", "bucket", "stack", "credentials", "pid", "hostname"}
+    assert set(doc) == {"api_url", "region", "aws_endpoint_url", "bucket", "stack", "event_bus", "credentials", "pid", "hostname"}
+    assert doc["event_bus"] == constants.TRAINPLANE_BUS_NAME
     assert doc["pid"] == echo_plane.process.pid  # type: ignore[union-attr] (who wrote it: stale detection)
     assert doc["region"] == constants.LOCAL_REGION
     assert doc["bucket"] == constants.ARTIFACTS_BUCKET

@@ -338,6 +338,9 @@ def expected_actions(stage: str, retraining: bool) -> dict[str, set[str]]:
         expected["retraining"] = COMMON | {"sqs:SendMessage"} | data_read | JOBS | KEY | EXECUTIONS | TOKENS | engine["stop"]
     # Sweeps (the session's synth builds the controller's bundle): whoever may change a trial wakes it;
     # the controller submits trials through submit's path check too (read-only probes of data areas)
+    # The event publisher: the jobs table's stream, the outbox partition (Query, BatchWriteItem), its own bus
+    expected["event_publisher"] = COMMON | KEY | {"sqs:SendMessage", "events:PutEvents", "dynamodb:Query", "dynamodb:BatchWriteItem"}
+    expected["event_publisher"] |= {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}
     for waker in ("api", "lifecycle", "events"):
         expected[waker] |= {"lambda:InvokeFunction"}
     expected["sweeps_controller"] = (

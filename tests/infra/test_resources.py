@@ -20,6 +20,7 @@ CORE_HANDLERS = {
     "functions.handlers.api.lambda_handler",
     "functions.handlers.lifecycle.handler",
     "functions.handlers.events.lambda_handler",
+    "functions.handlers.event_publisher.lambda_handler",
 }
 RETRAINING_HANDLER = "functions.handlers.retraining.lambda_handler"
 SWEEPS_HANDLER = "functions.handlers.sweeps_controller.handler"  # the session's synth builds its bundle
@@ -229,7 +230,14 @@ def test_functions_have_bounded_concurrency_in_prod(synth: Synth) -> None:
         f["Properties"]["Handler"].split(".")[2]: f["Properties"].get("ReservedConcurrentExecutions")
         for f in synth.resources("prod", "AWS::Lambda::Function").values()
     }
-    assert reserved == {"api": 50, "lifecycle": 20, "events": 10, "sweeps_controller": 5, **({"retraining": 5} if synth.retraining else {})}
+    assert reserved == {
+        "api": 50,
+        "lifecycle": 20,
+        "events": 10,
+        "event_publisher": 5,
+        "sweeps_controller": 5,
+        **({"retraining": 5} if synth.retraining else {}),
+    }
 
 
 @pytest.mark.parametrize("stage", STAGES)

@@ -1,0 +1,135 @@
+"""The control plane's own events (issue 23): what `detail` holds on the deployment's EventBridge bus.
+
+Each model is one kind of event (its detail-type and short type are named in functions/event_types.py);
+its JSON Schema, generated from the model, is committed under schemas/event_schemas/ and registered in
+the stack's EventBridge schema registry, so a change here that is not regenerated fails a test
+(`python scripts/gen_event_schemas.py` rewrites them). docs/EVENTS.md is the reader's page.
+
+Every event carries `event_id` (stable: a re-send carries the same id, so duplicates are visible),
+`sequence` (gap-free per subject: a job's, a sweep's or a policy's events are numbered 1, 2, 3 ... in
+commit order), `schema_version` and the subject's `owner` and `labels` (rules and webhooks filter on
+them). Free text (reasons, error messages) is cut to a bound so an event stays a few KB.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from schemas.job import ErrorType
+from schemas.status import JobStatus
+from schemas.sweeps import SweepStatus
+
+SCHEMA_VERSION = "1"
+MAX_TEXT = 1024  # reasons and error messages, in characters: an event stays a few KB
+SCHEMAS_DIR = Path(__file__).with_name("event_schemas")
+
+PolicyState = Literal["ENABLED", "DISABLED", "DELETED"]
+
+
+def clip(text: str | None) -> str | None:
+    if text is None or len(text) <= MAX_TEXT:
+        return text
+    return text[: MAX_TEXT - 1] + "…"
+
+
+def event_id(subject: str, subject_id: str, sequence: int) -> str:
+    """The id of a subject's event `sequence`: derived, so the one event can never get two ids."""
+    digest = hashlib.sha256(f"{subject}#{subject_id}#{sequence}".encode()).hexdigest()[:26]
+    return f"evt_{digest}"
+
+
+class EventDetail(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    event_id: str = Field(description="Stable across re-sends: a duplicate carries the id of the first.")
+    schema_version: str = Field(default=SCHEMA_VERSION, description="Bumped when a field changes meaning or goes away.")
+    sequence: int = Field(ge=1, description="1, 2, 3 ... per subject (job, sweep, policy), in commit order, no gaps.")
+    at: datetime = Field(description="When the change was committed (UTC).")
+    owner: str = Field(description="The IAM ARN of the subject's owner.")
+    labels: dict[str, str] = Field(default_factory=dict)
+    actor: str = Field(default="system", description="Who made the change: user, system, trainer ...")
+    reason: str = ""
+    dashboard_url: str | None = Field(default=None, description="The subject's page in the dashboard, when the deployment has one.")
+
+
+class JobStateChange(EventDetail):
+    """A job's status changed (submitted, queued, a phase of its run, paused, resumed, ended)."""
+
+    job_id: str
+    job_name: str
+    previous_state: JobStatus | None = Field(description="None for the job's first event (its submission).")
+    state: JobStatus
+    error_type: ErrorType | None = None
+    error_message: str | None = None
+    attempt: int = 0
+    parent_job_id: str | None = None
+    cost_usd: float = Field(default=0.0, description="Estimated cost so far, all attempts.")
+    checkpoint_id: str | None = Field(default=None, description="The latest checkpoint at the change.")
+
+
+class CheckpointSaved(EventDetail):
+    """A checkpoint of a job was saved (its manifest written) and recorded."""
+
+    job_id: str
+    job_name: str
+    state: JobStatus
+    checkpoint_id: str
+    step: int
+    attempt: int = 1
+    uri: str
+    metrics: dict[str, float] = Field(default_factory=dict)
+    cost_usd: float = 0.0
+
+
+class SweepStateChange(EventDetail):
+    sweep_id: str
+    sweep_name: str
+    previous_state: SweepStatus | None
+    state: SweepStatus
+    trials_completed: int = 0
+    trials_failed: int = 0
+    best_trial_job_id: str | None = None
+
+
+class RetrainingPolicyStateChange(EventDetail):
+    policy_id: str
+    policy_name: str
+    previous_state: PolicyState | None
+    state: PolicyState
+
+
+MODELS: dict[str, type[EventDetail]] = {
+    m.__name__: m for m in (JobStateChange, CheckpointSaved, SweepStateChange, RetrainingPolicyStateChange)
+}
+
+
+class OutboxRecord(BaseModel):
+    """One event as the outbox holds it until the publisher has put it on the bus."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str = Field(description="The outbox item's sort key (opaque to the publisher; removal names it).")
+    event_id: str
+    detail_type: str
+    subject_id: str
+    sequence: int
+    detail: str = Field(description="The detail as compact JSON, exactly as it goes on the bus.")
+
+
+def json_schema(model: type[EventDetail]) -> dict[str, Any]:
+    """The model's JSON Schema as draft 4 (what EventBridge's schema registry takes: `JSONSchemaDraft4`)."""
+    schema = model.model_json_schema(mode="serialization", ref_template="#/definitions/{model}")
+    definitions = schema.pop("$defs", None)
+    if definitions:
+        schema["definitions"] = definitions
+    return {"$schema": "http://json-schema.org/draft-04/schema#", **schema}
+
+
+def render(model: type[EventDetail]) -> str:
+    return json.dumps(json_schema(model), indent=2, sort_keys=True) + "\n"
