@@ -27,6 +27,7 @@ from functions.service.principal import Principal, role_arn_of
 from functions.service.tracker_secrets import check_tracking_secrets
 from functions.settings import Settings
 from schemas.access import EXPORT_MARKER, AccessSet, BucketGrant, PathError, is_s3, normalize, normalize_local, under
+from schemas.bounds import denied_env
 from schemas.configs import ModelSource
 from schemas.job import Job, SubmitJobRequest
 
@@ -35,27 +36,6 @@ SHARED_PREFIX = "shared/"
 SHARED_PREFIXES = (SHARED_PREFIX, "datasets/")
 MAX_TREE_ENTRIES = 10_000  # files checked under one local directory (symlinks inside it)
 MAX_OUTPUT_PROBE = 1000  # objects looked at under an explicit output_path
-# Environment variables that move where the trainer reads or writes files, or what code it loads: set by
-# the control plane (or the launcher) only, never by a job (training_config.environment).
-_RESERVED_ENV_PREFIXES = ("TRAINPLANE_", "SM_", "AWS_")
-_RESERVED_ENV = frozenset(
-    {
-        "HF_HOME",
-        "HF_HUB_CACHE",
-        "HF_DATASETS_CACHE",
-        "TRANSFORMERS_CACHE",
-        "XDG_CACHE_HOME",
-        "TMPDIR",
-        "TMP",
-        "TEMP",
-        "HOME",
-        "PYTHONPATH",
-        "PYTHONHOME",
-        "PYTHONSTARTUP",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-    }
-)
 _CHECKPOINT_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -169,12 +149,9 @@ class PathRules:
     def check_submission(self, request: SubmitJobRequest, owner: Principal) -> list[str]:
         """InvalidRequest naming the first field whose path `owner` may not use; else the normalised reads."""
         reads: list[str] = []
-        for key in request.training_config.environment:
-            if key.upper() in _RESERVED_ENV or key.upper().startswith(_RESERVED_ENV_PREFIXES):
-                raise InvalidRequest(
-                    f"training_config.environment.{key}",
-                    "reserved: it moves where the trainer reads or writes files (or what it loads); the control plane sets it",
-                )
+        denied = denied_env(request.training_config.environment)  # the one list (schemas/bounds.py) the trainer reads too
+        if denied:
+            raise InvalidRequest(*denied)
         ref = request.training_config.resume_from_checkpoint
         if ref and not _is_uri(ref) and not valid_checkpoint_id(ref):
             raise InvalidRequest("training_config.resume_from_checkpoint", f"{ref!r} is neither a checkpoint id (step-000500) nor a URI")

@@ -354,7 +354,29 @@ def test_the_run_spec_carries_the_access_set_the_trainer_enforces(plane: Plane) 
         rules.access_for(repo.get(stale))
 
 
-@pytest.mark.parametrize("key", ["TRAINPLANE_CACHE_DIR", "HF_HOME", "TMPDIR", "AWS_ENDPOINT_URL_S3", "SM_MODEL_DIR", "PYTHONPATH"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "TRAINPLANE_CACHE_DIR",
+        "HF_HOME",
+        "TMPDIR",
+        "AWS_ENDPOINT_URL_S3",
+        "SM_MODEL_DIR",
+        "PYTHONPATH",
+        # issue 21: XDG_CONFIG_HOME pointed into the state directory made the trainer write there
+        "XDG_CONFIG_HOME",
+        "xdg_data_home",
+        "HUGGINGFACE_HUB_CACHE",
+        "TRANSFORMERS_CACHE",
+        "TORCH_HOME",
+        "WANDB_DIR",
+        "MLFLOW_TRACKING_URI",
+        "HOME",
+        "LD_PRELOAD",
+        "TRITON_CACHE_DIR",
+        "MPLCONFIGDIR",
+    ],
+)
 def test_environment_variables_that_move_the_trainers_files_are_refused(plane: Plane, key: str) -> None:
     body = request_body()
     body["training_config"]["environment"] = {key: str(plane.root / "allowed" / "state")}
