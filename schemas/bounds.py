@@ -18,6 +18,7 @@ from pydantic_core import PydanticCustomError
 # SageMaker's own limits on a training job's HyperParameters and Environment (100 entries each).
 MAX_HYPERPARAMETERS = 100
 MAX_ENVIRONMENT = 100
+MAX_TRAIN_ENV = MAX_ENVIRONMENT - 3  # /train adds FRAMEWORK, RUN_ID and CHECKPOINT_PREFIX to its env
 # Maps whose keys the trainer or the framework reads one by one: a few dozen are a lot.
 MAX_MODEL_KWARGS = 64
 MAX_FRAMEWORK_CONFIG = 64
@@ -94,7 +95,7 @@ DENIED_ENV_NAMES = frozenset(
     }
 )
 # Any name ending with one of these names a location, whatever library reads it.
-DENIED_ENV_SUFFIXES = ("_HOME", "_DIR", "_DIRS", "_CACHE", "_PATH", "_ROOT", "_PREFIX", "_CONFIG_FILE")
+DENIED_ENV_SUFFIXES = ("_HOME", "_DIR", "_DIRS", "_CACHE", "_PATH", "_ROOT", "_CONFIG_FILE")
 # Allowed although a prefix above matches: switches and secrets that move nothing.
 ALLOWED_ENV_NAMES = frozenset(
     {

@@ -393,7 +393,10 @@ class TrainingConfig(Strict):
     hyperparameters: Annotated[StrMap, key_count(MAX_HYPERPARAMETERS)] = Field(
         default_factory=dict,
         max_length=MAX_HYPERPARAMETERS,
-        description="Strings, parsed by the trainer (max_steps, learning_rate, lora_rank...).",
+        description=(
+            "Strings, parsed by the trainer (max_steps, learning_rate, lora_rank...): a key it does not know is refused (422),"
+            " except for framework.type CUSTOM, whose script takes its own keys as --key value."
+        ),
         json_schema_extra=hyperparameters_schema,
     )
     environment: Annotated[StrMap, key_count(MAX_ENVIRONMENT)] = Field(default_factory=dict, max_length=MAX_ENVIRONMENT)
@@ -430,10 +433,18 @@ class TrainingConfig(Strict):
     def _trainer_accepts_hyperparameters(self, info: ValidationInfo) -> TrainingConfig:
         # The trainer's own rules (schemas/hyperparameters.py), so a bad key fails at submit, not in
         # PREPARING; each error is located at training_config.hyperparameters.<key>.
-        from schemas.hyperparameters import Hyperparameters
+        from schemas.hyperparameters import Hyperparameters, spelling_errors
 
-        if is_stored(info) or self.framework.type == FrameworkType.CUSTOM:
-            return self  # a CUSTOM script's hyperparameters are its own arguments (--key value), not ours
+        if is_stored(info):
+            return self
+        if self.framework.type == FrameworkType.CUSTOM:
+            # A CUSTOM script's hyperparameters are its own arguments (--key value), not ours; a key our trainer
+            # knows is still spelt as openapi.json says (`max_steps: ""` broke the job's own answers' schema).
+            errors = spelling_errors(self.hyperparameters)
+            if errors:
+                exc = ValidationError.from_exception_data(type(self).__name__, errors)
+                raise relocated(exc, ("hyperparameters",), type(self).__name__) from None
+            return self
         try:
             Hyperparameters.parse(self.hyperparameters, self.training_type)
         except ValidationError as exc:

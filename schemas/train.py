@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.bounds import MAX_ANNOTATIONS, MAX_ENVIRONMENT, MAX_EXTRA_ARGS, MAX_LABELS, key_count
+from schemas.bounds import MAX_ANNOTATIONS, MAX_EXTRA_ARGS, MAX_LABELS, MAX_TRAIN_ENV, key_count
 from schemas.configs import Strict, StrMap
 
 RunId = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
@@ -33,7 +33,7 @@ class TrainRequest(Strict):
     extra_args: Annotated[dict[Annotated[str, Field(min_length=1, max_length=128)], ExtraArg], key_count(MAX_EXTRA_ARGS)] = Field(
         default_factory=dict, max_length=MAX_EXTRA_ARGS
     )
-    env: Annotated[StrMap, key_count(MAX_ENVIRONMENT)] = Field(default_factory=dict, max_length=MAX_ENVIRONMENT)
+    env: Annotated[StrMap, key_count(MAX_TRAIN_ENV)] = Field(default_factory=dict, max_length=MAX_TRAIN_ENV)
     labels: Annotated[dict[str, str], key_count(MAX_LABELS)] = Field(default_factory=dict, max_length=MAX_LABELS)
     annotations: Annotated[dict[str, str], key_count(MAX_ANNOTATIONS)] = Field(default_factory=dict, max_length=MAX_ANNOTATIONS)
 
