@@ -36,6 +36,7 @@ SHARED_PREFIX = "shared/"
 SHARED_PREFIXES = (SHARED_PREFIX, "datasets/")
 MAX_TREE_ENTRIES = 10_000  # files checked under one local directory (symlinks inside it)
 MAX_OUTPUT_PROBE = 1000  # objects looked at under an explicit output_path
+LATEST_CHECKPOINT = "latest"  # training_config.resume_from_checkpoint: the newest under the job's own checkpoints
 _CHECKPOINT_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -155,6 +156,14 @@ class PathRules:
         ref = request.training_config.resume_from_checkpoint
         if ref and not _is_uri(ref) and not valid_checkpoint_id(ref):
             raise InvalidRequest("training_config.resume_from_checkpoint", f"{ref!r} is neither a checkpoint id (step-000500) nor a URI")
+        if ref and not _is_uri(ref) and ref != LATEST_CHECKPOINT:
+            # A bare id names a checkpoint of the job itself, and a job being submitted has none: it used to fail
+            # at PREPARING. Which of the caller's jobs would it be? The URI says, and is checked as a read below.
+            raise InvalidRequest(
+                "training_config.resume_from_checkpoint",
+                f"{ref!r} is a checkpoint id, and a new job has no checkpoints of its own: give the checkpoint's URI "
+                f"(s3://.../jobs/<job_id>/checkpoints/{ref}, as GET /jobs/<job_id>/checkpoints lists it), or retry or resume that job",
+            )
         for hub_field, hub_id in self._hub_ids(request):
             if ".." in hub_id.split("/") or hub_id.startswith("~") or "\\" in hub_id:
                 raise InvalidRequest(hub_field, f"{hub_id!r} is not a Hugging Face Hub id; a local path must be absolute")
