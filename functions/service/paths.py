@@ -23,6 +23,7 @@ from pathlib import Path
 from functions import constants
 from functions.adapters.ports import ArtifactStore, JobRepository
 from functions.errors import InvalidRequest, JobNotFound
+from functions.service.address_guard import url_problem
 from functions.service.principal import Principal, role_arn_of
 from functions.service.tracker_secrets import check_tracking_secrets
 from functions.settings import Settings
@@ -173,7 +174,23 @@ class PathRules:
             else:
                 reads.extend(self.check_read(named, owner))
         check_tracking_secrets(request, owner, _key_or_none(owner.arn), self.settings)
+        self._check_tracker_addresses(request)
         return reads
+
+    def _check_tracker_addresses(self, request: SubmitJobRequest) -> None:
+        """A tracker server's host is public (loopback and private in local mode): functions/service/address_guard.py."""
+        tracking = request.output_config.tracking
+        if tracking is None:
+            return
+        servers = []
+        if tracking.mlflow is not None and tracking.mlflow.tracking_uri.startswith(("http://", "https://")):
+            servers.append(("output_config.tracking.mlflow.tracking_uri", tracking.mlflow.tracking_uri))
+        if tracking.wandb is not None and tracking.wandb.base_url:
+            servers.append(("output_config.tracking.wandb.base_url", tracking.wandb.base_url))
+        for field, url in servers:
+            problem = url_problem(url, local_mode=self.settings.local_mode)
+            if problem:
+                raise InvalidRequest(field, problem)
 
     @staticmethod
     def _hub_ids(request: SubmitJobRequest) -> Iterator[tuple[str, str]]:

@@ -130,3 +130,36 @@ def test_a_400000_key_map_is_refused_by_its_key_count(call: Api, monkeypatch: py
     assert [(e["field"], e["type"]) for e in answer["errors"]] == [(field, "too_many_keys")], answer
     assert "not 400000" in answer["errors"][0]["message"]
     assert looked_at == []  # no key reached the per-key rules
+
+
+# --- a tracker server's address (functions/service/address_guard.py) ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tracking", "field"),
+    [
+        ({"mlflow": {"tracking_uri": "http://127.0.0.1:5000"}}, "output_config.tracking.mlflow.tracking_uri"),
+        ({"mlflow": {"tracking_uri": "http://169.254.169.254/latest"}}, "output_config.tracking.mlflow.tracking_uri"),
+        ({"mlflow": {"tracking_uri": "https://10.0.0.8"}}, "output_config.tracking.mlflow.tracking_uri"),
+        ({"mlflow": {"tracking_uri": "http://[::ffff:127.0.0.1]:80"}}, "output_config.tracking.mlflow.tracking_uri"),
+        ({"mlflow": {"tracking_uri": "http://2130706433"}}, "output_config.tracking.mlflow.tracking_uri"),
+        (
+            {"wandb": {"project": "p", "mode": "offline", "base_url": "http://192.168.0.10:8080"}},
+            "output_config.tracking.wandb.base_url",
+        ),
+    ],
+)
+def test_outside_local_mode_a_tracker_on_a_loopback_private_or_link_local_address_is_refused(
+    call: Api, tracking: dict[str, Any], field: str
+) -> None:
+    # Given a deployment in the cloud (not local mode) and a job whose tracker names an internal address
+    assert not call.settings.local_mode
+    body = request_body(output_config={"tracking": tracking})
+    # When it is submitted, then it is a 422 naming the field
+    status, raw = _post_job(body)
+    assert status == 422 and [e["field"] for e in json.loads(raw)["errors"]] == [field], raw
+
+
+def test_a_public_tracker_is_accepted(call: Api) -> None:
+    body = request_body(output_config={"tracking": {"mlflow": {"tracking_uri": "http://8.8.8.8:5000"}}})
+    assert _post_job(body)[0] == 201
