@@ -15,12 +15,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions.adapters.ports import ArtifactStore, JobRepository, Transition, Workflow
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest
-from functions.service.paths import PathRules
-from functions.service.principal import Principal
+
+if TYPE_CHECKING:  # annotations only: functions/handlers/errors.py imports this module for WorkflowUnavailable
+    from functions.service.paths import PathRules
+    from functions.service.principal import Principal
 from schemas.api import RetryRequest
 from schemas.job import Actor, CheckpointRef, Job, PendingAction, StatusEvent, SubmitJobRequest
 from schemas.lifecycle import Decision

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from functions.adapters.ports import JobRepository
 from functions.service.scheduler import UNLIMITED, CapacityLedger, CapacityModel, Scheduler
@@ -19,12 +19,14 @@ from schemas.status import JobStatus
 
 
 class PoolUsage(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     pool: str
     capacity: int | None = Field(description="Units the pool has (GPUs, or CPU slots); null when only AWS's own quotas limit it.")
     in_use: int
 
 
 class QueueInfo(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     queue: str
     queued: int = Field(description="Jobs waiting in the queue (counted up to `counted_up_to`).")
     counted_up_to: int
@@ -35,6 +37,7 @@ class QueueInfo(BaseModel):
 
 
 class QueueList(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     queues: list[QueueInfo]
 
 
