@@ -432,7 +432,7 @@ LEGITIMATE_REFUSALS = (
         ("POST /sweeps",),
         _TUNING,
         r"greater than max|scale log|does not divide|whole number|distinct|values|min and max|takes no step|finite|"
-        r"steps|same target|the grid has|a grid needs|not a dotted path|parameter name",
+        r"steps|same target|the grid has|a grid needs|not a dotted path|parameter name|rounds the range|round together",
     ),
     Refusal(
         "a sweep's early stopping takes only its own rule's settings, each away from its default only under its rule"
@@ -444,6 +444,14 @@ LEGITIMATE_REFUSALS = (
         r"not a setting of early stopping|smaller than minResource|bootstrapCount needs maxResource",
     ),
     Refusal(
+        "a sweep's metric must be one its trials can report: our trainer reports eval_* only from validation data"
+        " (a rule across the metric and the template's data_config, docs/SWEEPS.md)",
+        422,
+        ("POST /sweeps",),
+        _TUNING,
+        r"never report",
+    ),
+    Refusal(
         "a sweep parameter's target must name a field of the template (or a hyperparameter the trainer knows)",
         422,
         ("POST /sweeps",),
@@ -451,7 +459,7 @@ LEGITIMATE_REFUSALS = (
         r"no field|index \[\d+\]|whole object|not a hyperparameter|hyperparameter",
     ),
     Refusal(
-        "every trial's job (the template with a parameter at its lowest or highest value) must pass POST /jobs's checks,"
+        "every trial's job (the template with each value a parameter can take, each grid point) must pass POST /jobs's checks,"
         " and the template may not set the labels the sweep sets",
         422,
         ("POST /sweeps",),
