@@ -89,8 +89,8 @@ MAPS = {
     "labels": lambda b, m: b.__setitem__("labels", m),
     "training_config.base_model.model_kwargs": lambda b, m: b["training_config"]["base_model"].__setitem__("model_kwargs", m),
     "training_config.framework.config": lambda b, m: b["training_config"].setdefault("framework", {}).__setitem__("config", m),
-    "training_config.framework.distributed.config": lambda b, m: b["training_config"].setdefault("framework", {}).__setitem__(
-        "distributed", {"config": m}
+    "training_config.framework.distributed.config": lambda b, m: (
+        b["training_config"].setdefault("framework", {}).__setitem__("distributed", {"config": m})
     ),
     "data_config.sources.0.filters": lambda b, m: b["data_config"]["sources"][0].__setitem__("filters", m),
 }
