@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from schemas.configs import Strict, is_stored
 from schemas.job import MAX_LABELS, JobName, SubmitJobRequest
-from schemas.schedule_expr import parse_schedule_expression
 
 POLICY_LABEL = "retraining_policy"
 EVENT_LABEL = "trigger_event_id"
@@ -47,6 +46,8 @@ class ScheduleTrigger(Strict):
     @field_validator("expression")
     @classmethod
     def _parses(cls, value: str) -> str:
+        from schemas.schedule_expr import parse_schedule_expression  # on first use: not in the API's cold start
+
         parse_schedule_expression(value)  # raises ValueError with what is wrong
         return value
 

@@ -8,14 +8,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.adapters.ports import JobRepository
-from functions.service.scheduler import UNLIMITED, CapacityLedger, CapacityModel, Scheduler
 from schemas.job import Job
 from schemas.status import JobStatus
+
+if TYPE_CHECKING:  # annotations only: the queues route is imported at the API's cold start
+    from functions.adapters.ports import JobRepository
+    from functions.service.scheduler import CapacityLedger, CapacityModel
 
 
 class PoolUsage(BaseModel):
@@ -57,6 +59,8 @@ class QueueView:
     def with_position(self, job: Job) -> Job:
         if job.status != JobStatus.QUEUED:
             return job
+        from functions.service.scheduler import Scheduler  # on first use: not in the API Lambda's cold start
+
         scheduler = Scheduler(self.repository, self.ledger, self.capacity, _NoTokens(), _NoStops())
         position, eta = scheduler.position(job, default_runtime_seconds=self.default_runtime_seconds)
         return job.model_copy(update={"queue_position": position, "estimated_wait_seconds": eta})
@@ -86,6 +90,8 @@ class QueueView:
 
 
 def _shown(capacity: int) -> int | None:
+    from functions.service.scheduler import UNLIMITED
+
     return None if capacity >= UNLIMITED else capacity
 
 
