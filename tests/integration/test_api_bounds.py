@@ -163,3 +163,30 @@ def test_outside_local_mode_a_tracker_on_a_loopback_private_or_link_local_addres
 def test_a_public_tracker_is_accepted(call: Api) -> None:
     body = request_body(output_config={"tracking": {"mlflow": {"tracking_uri": "http://8.8.8.8:5000"}}})
     assert _post_job(body)[0] == 201
+
+
+# --- a page of jobs stays far under Lambda's 6 MB ----------------------------------------------------
+
+
+def test_a_page_of_large_jobs_ends_early_with_a_token_far_under_6_mb(call: Api) -> None:
+    # Given 30 jobs of ~230 KB each (a CUSTOM script's own hyperparameters: up to 256 KB per submitted job)
+    big = {f"arg_{i}": "x" * 7_500 for i in range(30)}
+    for n in range(30):
+        body = request_body(name=f"big-{n}")
+        body["training_config"]["framework"] = {"type": "CUSTOM", "command": ["python", "train.py"]}
+        body["training_config"]["hyperparameters"] = big
+        assert _post_job(body)[0] == 201
+    # When all are listed at the largest page size (200: 30 of them would answer ~7 MB)
+    seen: list[str] = []
+    token = None
+    while True:
+        query = {"limit": "200", **({"next_token": token} if token else {})}
+        raw = api.lambda_handler(api_event("api_list_jobs", query=query), FakeLambdaContext())
+        # Then every page is a 200 well under the limit, and the pages together hold every job once
+        assert raw["statusCode"] == 200 and len(raw["body"]) < 4_000_000, len(raw["body"])
+        page = json.loads(raw["body"])
+        seen += [job["name"] for job in page["jobs"]]
+        token = page.get("next_token")
+        if not token:
+            break
+    assert sorted(seen) == sorted(f"big-{n}" for n in range(30))
