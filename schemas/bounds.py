@@ -44,6 +44,28 @@ def key_count(limit: int) -> BeforeValidator:
     return BeforeValidator(_check)
 
 
+def node_count(limit: int) -> BeforeValidator:
+    """A validator for a free-form nested document (an EventBridge pattern): at most `limit` keys and list
+    items at all depths, counted before any is validated (the count stops at limit + 1: bounded work)."""
+
+    def _check(value: Any) -> Any:
+        stack, seen = [value], 0
+        while stack:
+            node = stack.pop()
+            if not isinstance(node, dict | list):
+                continue
+            seen += len(node)  # len() first: a node's children are listed only once they fit the limit
+            if seen > limit:
+                raise PydanticCustomError("too_many_keys", "at most {limit} keys and list items in all", {"limit": limit})
+            stack.extend(node.values() if isinstance(node, dict) else node)
+        return value
+
+    return BeforeValidator(_check)
+
+
+MAX_PATTERN_NODES = 256  # an EventBridge pattern's keys and values, all depths
+
+
 # --- environment variables a job may not set ------------------------------------------------------
 #
 # A deny-list, complete for the variables that move where the trainer, Python and its libraries read or

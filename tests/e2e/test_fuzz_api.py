@@ -390,7 +390,7 @@ LEGITIMATE_REFUSALS = (
         r"^event pattern .*(must be a non-empty object|an empty list matches nothing|values must be in a list|"
         r"is not a value or an operator|"
         r"unsupported operator|numeric takes pairs|exists takes|(prefix|suffix|wildcard|equals-ignore-case) takes a string|"
-        r"anything-but takes values)",
+        r"anything-but takes values)|^at most \d+ keys and list items in all",
     ),
     Refusal(
         "a path its owner may not use (path confinement, issue 11 point 1, docs/SECURITY.md): whose files a path"

@@ -190,3 +190,19 @@ def test_a_page_of_large_jobs_ends_early_with_a_token_far_under_6_mb(call: Api) 
         if not token:
             break
     assert sorted(seen) == sorted(f"big-{n}" for n in range(30))
+
+
+def test_an_event_pattern_of_400000_keys_is_refused_before_its_grammar_is_checked(call: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the pattern grammar's check, watched, and a policy whose pattern nests 400,000 keys
+    from schemas import event_pattern
+
+    checked: list[Any] = []
+    monkeypatch.setattr(event_pattern, "validate_pattern", lambda value: checked.append(value))
+    trigger = {"type": "event", "pattern": {"source": ["aws.sagemaker"], "detail": {f"K{i}": ["x"] for i in range(400_000)}}}
+    # When it is posted
+    status, raw = _post_policy(policy_body(trigger=trigger, input_mapping=[]))
+    # Then one short 422 names the pattern, and the grammar never saw it
+    errors = json.loads(raw)["errors"]
+    assert status == 422 and len(raw) < 4_000, (status, len(raw))
+    assert [(e["field"].rsplit(".", 1)[-1], e["type"]) for e in errors] == [("pattern", "too_many_keys")], errors
+    assert checked == []
