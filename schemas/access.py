@@ -93,7 +93,7 @@ class BucketGrant(BaseModel):
     """A deployment setting (Settings.bucket_grants, CDK context `bucket_grants`): a bucket or a prefix
     outside the artifacts bucket that principals may use."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     uri: str = Field(description="s3://bucket or s3://bucket/prefix/")
     access: Literal["read", "read-write"] = "read"
     principals: tuple[str, ...] = Field(default=(ANY_PRINCIPAL,), description="Caller ARNs, or '*' for every principal.")
@@ -136,7 +136,7 @@ class AccessSet(BaseModel):
     `read_any_s3` is set for jobs of admins, who may name any S3 location.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
     owner: str = Field(description="The job owner's ARN; an export marker of another owner is never overwritten.")
     read: list[str] = Field(default_factory=list)
     write: list[str] = Field(default_factory=list)

@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 # The enums and bounds below everything else in schemas/ (schemas/hyperparameters.py needs them too).
+from schemas.bounds import MAX_DATA_FILTERS, MAX_ENVIRONMENT, MAX_FRAMEWORK_CONFIG, MAX_HYPERPARAMETERS, MAX_MODEL_KWARGS, key_count
 from schemas.kinds import MAX_SEED as MAX_SEED
 from schemas.kinds import UNSUPPORTED_FRAMEWORKS as UNSUPPORTED_FRAMEWORKS
 from schemas.kinds import UNSUPPORTED_TRAINING_TYPES as UNSUPPORTED_TRAINING_TYPES
@@ -182,7 +183,9 @@ class BaseModelSpec(Strict):
     tokenizer_id: str | None = Field(default=None, description="'byte' selects the built-in byte-level tokenizer.")
     dtype: DType = DType.AUTO
     trust_remote_code: bool = False
-    model_kwargs: dict[str, str | int | float | bool | list[str] | None] = Field(default_factory=dict)
+    model_kwargs: Annotated[dict[str, str | int | float | bool | list[str] | None], key_count(MAX_MODEL_KWARGS)] = Field(
+        default_factory=dict, max_length=MAX_MODEL_KWARGS
+    )
 
     def resolved_source(self) -> ModelSource:
         if self.source is not None:
@@ -235,13 +238,14 @@ class DistributedConfig(Strict):
     )
     backend: str = "nccl"
     strategy: str | None = None
-    config: StrMap = Field(default_factory=dict)
+    config: Annotated[StrMap, key_count(MAX_FRAMEWORK_CONFIG)] = Field(default_factory=dict, max_length=MAX_FRAMEWORK_CONFIG)
 
 
 class FrameworkConfig(Strict):
     type: FrameworkType = FrameworkType.HF_TRAINER
-    config: StrMap = Field(
+    config: Annotated[StrMap, key_count(MAX_FRAMEWORK_CONFIG)] = Field(
         default_factory=dict,
+        max_length=MAX_FRAMEWORK_CONFIG,
         description=(
             "Options of the framework named by `type`. DEEPSPEED takes only zero_stage ('1', '2' or '3'; default 2): "
             "other keys, ZeRO-Offload included, are refused (422), as is base_model.dtype float16 with world_size > 1."
@@ -386,12 +390,16 @@ class TrainingConfig(Strict):
     training_type: TrainingType
     base_model: BaseModelSpec
     framework: FrameworkConfig = Field(default_factory=FrameworkConfig)
-    hyperparameters: StrMap = Field(
+    hyperparameters: Annotated[StrMap, key_count(MAX_HYPERPARAMETERS)] = Field(
         default_factory=dict,
-        description="Strings, parsed by the trainer (max_steps, learning_rate, lora_rank...).",
+        max_length=MAX_HYPERPARAMETERS,
+        description=(
+            "Strings, parsed by the trainer (max_steps, learning_rate, lora_rank...): a key it does not know is refused (422),"
+            " except for framework.type CUSTOM, whose script takes its own keys as --key value."
+        ),
         json_schema_extra=hyperparameters_schema,
     )
-    environment: StrMap = Field(default_factory=dict)
+    environment: Annotated[StrMap, key_count(MAX_ENVIRONMENT)] = Field(default_factory=dict, max_length=MAX_ENVIRONMENT)
     image: str | None = Field(
         default=None,
         min_length=1,
@@ -425,10 +433,18 @@ class TrainingConfig(Strict):
     def _trainer_accepts_hyperparameters(self, info: ValidationInfo) -> TrainingConfig:
         # The trainer's own rules (schemas/hyperparameters.py), so a bad key fails at submit, not in
         # PREPARING; each error is located at training_config.hyperparameters.<key>.
-        from schemas.hyperparameters import Hyperparameters
+        from schemas.hyperparameters import Hyperparameters, spelling_errors
 
-        if is_stored(info) or self.framework.type == FrameworkType.CUSTOM:
-            return self  # a CUSTOM script's hyperparameters are its own arguments (--key value), not ours
+        if is_stored(info):
+            return self
+        if self.framework.type == FrameworkType.CUSTOM:
+            # A CUSTOM script's hyperparameters are its own arguments (--key value), not ours; a key our trainer
+            # knows is still spelt as openapi.json says (`max_steps: ""` broke the job's own answers' schema).
+            errors = spelling_errors(self.hyperparameters)
+            if errors:
+                exc = ValidationError.from_exception_data(type(self).__name__, errors)
+                raise relocated(exc, ("hyperparameters",), type(self).__name__) from None
+            return self
         try:
             Hyperparameters.parse(self.hyperparameters, self.training_type)
         except ValidationError as exc:
@@ -460,7 +476,9 @@ class DataSource(Strict):
         default=None, description="OME's dataset compression parameter; gzip = format jsonl.gz."
     )
     columns: list[str] | None = Field(default=None, description="Column projection: only these fields are read.")
-    filters: dict[str, str | int | float | bool] = Field(default_factory=dict, description="Keep rows whose fields equal these values.")
+    filters: Annotated[dict[str, str | int | float | bool], key_count(MAX_DATA_FILTERS)] = Field(
+        default_factory=dict, max_length=MAX_DATA_FILTERS, description="Keep rows whose fields equal these values."
+    )
     sampling: Sampling | None = None
 
     @model_validator(mode="after")

@@ -12,8 +12,9 @@ than a refusal with the key's name.
 
 from __future__ import annotations
 
+import re
 import types
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Self, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -135,7 +136,8 @@ class Hyperparameters(BaseModel):
         training_config.hyperparameters.<key>).
         """
         training_type = TrainingType(training_type)
-        errors = [unknown_error(key) for key in sorted(set(values) - set(cls.model_fields))]
+        unknown = sorted(set(values) - set(cls.model_fields))
+        errors = [unknown_error(key, list_known=i == 0) for i, key in enumerate(unknown)]
         data: dict[str, Any] = {key: value for key, value in values.items() if value is not None and key in cls.model_fields}
         if "learning_rate" not in data:
             # Adapters train a few million fresh parameters and want a much larger step than a full fine-tune.
@@ -144,7 +146,11 @@ class Hyperparameters(BaseModel):
             parsed = cls.model_validate(data)
         except ValidationError as exc:
             errors += [InitErrorDetails(type=e["type"], loc=e["loc"], input=e["input"], ctx=e.get("ctx", {})) for e in exc.errors()]
+            refused = {e["loc"][0] for e in exc.errors() if e["loc"]}
+            errors += [e for e in spelling_errors(values) if e["loc"][0] not in refused]
             raise ValidationError.from_exception_data(cls.__name__, errors) from None
+        # What pydantic reads but the document does not spell so (a 61-digit max_steps, '1e+308'): refused too.
+        errors += spelling_errors(values)
         if training_type == TrainingType.DPO and parsed.packing:
             errors.append(
                 field_error("packing", "packing=true is not supported for DPO (each preference pair is its own example)", values["packing"])
@@ -162,12 +168,6 @@ class Hyperparameters(BaseModel):
             errors.append(field_error("warmup_ratio", "give warmup_steps or warmup_ratio, not both", values["warmup_ratio"]))
         if self.bf16 and self.fp16:
             errors.append(field_error("fp16", "bf16 and fp16 are both true: choose one", values["fp16"]))
-        if self.torch_compile:
-            errors.append(
-                field_error(
-                    "torch_compile", "torch_compile=true is not supported yet (the trainer runs the eager model)", values["torch_compile"]
-                )
-            )
         if self.eval_strategy is not None and self.evaluation_strategy is not None and self.eval_strategy != self.evaluation_strategy:
             errors.append(
                 field_error(
@@ -229,34 +229,93 @@ _INT = r"^[0-9]{1,18}$"
 _FLOAT = r"^[0-9]{1,18}(\.[0-9]{1,18})?([eE][+-]?[0-9]{1,2})?$"
 
 
-def _value_schema(annotation: Any) -> dict[str, Any]:
-    """The spelling of one hyperparameter's string value, for openapi.json (ranges are left to the server)."""
+def _any_case(word: str) -> str:
+    """A pattern piece for `word` in any letter case (JSON Schema's regexes take no flags)."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() else re.escape(c) for c in word)
+
+
+def _words(words: Iterable[str]) -> str:
+    return "^(" + "|".join(_any_case(w) for w in sorted(words)) + ")$"
+
+
+def _value_schema(name: str, annotation: Any) -> dict[str, Any]:
+    """The spelling of one hyperparameter's string value: openapi.json states it, and parse() refuses any
+    other spelling (also for a CUSTOM script's known keys), so the document and the server agree.
+    Ranges are left to the server."""
     kinds = [a for a in get_args(annotation) if a is not type(None)] if get_origin(annotation) in (Union, types.UnionType) else [annotation]
     if len(kinds) != 1:
         return {"type": "string"}
     kind = kinds[0]
+    if name == "torch_compile":
+        return {"type": "string", "pattern": _words(_FALSE)}  # true is refused (not supported yet)
     if kind is bool:
-        return {"type": "string", "enum": sorted(_TRUE | _FALSE)}
+        return {"type": "string", "pattern": _words(_TRUE | _FALSE)}  # any case, as _parse_bool reads them
     if kind is int:
         return {"type": "string", "pattern": _INT}
     if kind is float:
         return {"type": "string", "pattern": _FLOAT}
+    if name in ("optim", "optimizer"):
+        return {"type": "string", "pattern": _words(OPTIMIZER_SPELLINGS)}  # any case, as _optimizer_name reads them
     if get_origin(kind) is Literal:
         return {"type": "string", "enum": [str(v) for v in get_args(kind)]}
     return {"type": "string"}
 
 
+_SPELLINGS = {name: _value_schema(name, info.annotation) for name, info in sorted(Hyperparameters.model_fields.items())}
+
+
+def spelling_errors(values: Mapping[str, str | None]) -> list[InitErrorDetails]:
+    """An error for each known key whose value is not spelt as openapi.json says (a 61-digit max_steps,
+    learning_rate '1e+308', an empty max_steps)."""
+    errors = []
+    for key, value in values.items():
+        rule = _SPELLINGS.get(key)
+        if rule is None or value is None or _spelt(rule, value):
+            continue
+        errors.append(field_error(key, _misspelt(key, rule, value), value))
+    return errors
+
+
+def _spelt(rule: Mapping[str, Any], value: str) -> bool:
+    if "pattern" in rule:
+        return re.fullmatch(rule["pattern"], value) is not None
+    return "enum" not in rule or value in rule["enum"]
+
+
+def _misspelt(key: str, rule: Mapping[str, Any], value: str) -> str:
+    shown = repr(value[:64])
+    if key == "torch_compile" and value.strip().lower() in _TRUE:
+        return "torch_compile=true is not supported yet (the trainer runs the eager model)"
+    if rule.get("pattern") == _INT:
+        return f"expected a whole number of 1 to 18 digits, got {shown}"
+    if rule.get("pattern") == _FLOAT:
+        return f"expected a number such as 0.001 or 1e-4 (up to 18 digits, a 1-2 digit exponent), got {shown}"
+    if "enum" in rule:
+        return f"expected one of {', '.join(rule['enum'])}, got {shown}"
+    if rule.get("pattern") == _words(OPTIMIZER_SPELLINGS):
+        return f"unknown optimizer {shown} (one of {', '.join(sorted(OPTIMIZER_SPELLINGS))})"
+    return f"expected true or false, got {shown}"
+
+
 def hyperparameters_json_schema(schema: dict[str, Any]) -> None:
-    """openapi.json's hyperparameters: only the keys the trainer knows, each value spelt as it parses."""
-    schema["propertyNames"] = {"enum": known_hyperparameters()}
-    schema["properties"] = {name: _value_schema(info.annotation) for name, info in sorted(Hyperparameters.model_fields.items())}
+    """openapi.json's hyperparameters: each known key's value spelt as it parses. Other keys are strings in
+    the document: a CUSTOM script takes its own (as --key value); for our trainer the server refuses them
+    (a rule across fields, framework.type, that the description states)."""
+    schema["properties"] = dict(_SPELLINGS)
+    schema["additionalProperties"] = {"type": "string"}
+    schema.pop("propertyNames", None)
 
 
 def known_hyperparameters() -> list[str]:
     return sorted(Hyperparameters.model_fields)
 
 
-def unknown_error(key: str) -> InitErrorDetails:
+def unknown_error(key: str, *, list_known: bool = True) -> InitErrorDetails:
+    """An unknown key's error; the known names are said once (at the first unknown key), never per key:
+    5,000 unknown keys once made a 6.4 MB answer, over Lambda's 6 MB."""
+    if not list_known:
+        error = PydanticCustomError("unknown_hyperparameter", "unknown hyperparameter (the first unknown key's error lists the known ones)")
+        return InitErrorDetails(type=error, loc=(key,), input=key)
     known = ", ".join(known_hyperparameters())
     return InitErrorDetails(
         type=PydanticCustomError("unknown_hyperparameter", "unknown hyperparameter (known: {known})", {"known": known}),

@@ -8,6 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializationInfo, ValidationInfo, field_serializer, model_validator
 
+from schemas.bounds import MAX_LABELS as MAX_LABELS
+from schemas.bounds import key_count
 from schemas.configs import (
     STORED,
     UNSUPPORTED_FRAMEWORKS,
@@ -32,7 +34,6 @@ LabelKey = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0
 # Label values: any text but control characters (they would break list filters and log lines).
 LabelValue = Annotated[str, Field(max_length=256, pattern=r"^[^\x00-\x1f\x7f]*$")]
 JobName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^\x00-\x1f]+$")]
-MAX_LABELS = 32
 LABEL_KEY_PATTERN = r"^[A-Za-z0-9_.\-/]+$"
 # Labels only the control plane sets: a sweep's trial jobs carry them, and the sweep's hooks and take-over
 # trust them. No request may carry them (POST /jobs, a sweep's or a policy's template; PATCH edits no
@@ -61,6 +62,7 @@ def _label_keys_schema(schema: dict[str, Any]) -> None:
 
 Labels = Annotated[
     dict[LabelKey, LabelValue],
+    key_count(MAX_LABELS),
     Field(
         max_length=MAX_LABELS,
         description=(

@@ -16,6 +16,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.bounds import MAX_RESOURCE_KEYS, key_count
+
 
 class OmeEnvVar(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
@@ -25,8 +27,8 @@ class OmeEnvVar(BaseModel):
 
 class OmeResources(BaseModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
-    requests: dict[str, str | int] = Field(default_factory=dict)
-    limits: dict[str, str | int] = Field(default_factory=dict)
+    requests: Annotated[dict[str, str | int], key_count(MAX_RESOURCE_KEYS)] = Field(default_factory=dict, max_length=MAX_RESOURCE_KEYS)
+    limits: Annotated[dict[str, str | int], key_count(MAX_RESOURCE_KEYS)] = Field(default_factory=dict, max_length=MAX_RESOURCE_KEYS)
 
 
 class OmeTrainer(BaseModel):

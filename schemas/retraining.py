@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from schemas.bounds import MAX_PATTERN_NODES, node_count
 from schemas.configs import Strict, is_stored
 from schemas.job import MAX_LABELS, JobName, SubmitJobRequest, reserved_label_problem
-from schemas.schedule_expr import parse_schedule_expression
 
 POLICY_LABEL = "retraining_policy"
 EVENT_LABEL = "trigger_event_id"
@@ -47,6 +47,8 @@ class ScheduleTrigger(Strict):
     @field_validator("expression")
     @classmethod
     def _parses(cls, value: str) -> str:
+        from schemas.schedule_expr import parse_schedule_expression  # on first use: not in the API's cold start
+
         parse_schedule_expression(value)  # raises ValueError with what is wrong
         return value
 
@@ -67,7 +69,7 @@ class EventPatternTrigger(Strict):
 
     type: Literal["event"]  # the union's discriminator: required (as the server has always required it)
     # minProperties: the document says what _valid_pattern refuses (an empty pattern).
-    pattern: dict[str, Any] = Field(json_schema_extra={"minProperties": 1})
+    pattern: Annotated[dict[str, Any], node_count(MAX_PATTERN_NODES)] = Field(json_schema_extra={"minProperties": 1})
 
     @field_validator("pattern")
     @classmethod

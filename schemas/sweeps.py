@@ -106,6 +106,11 @@ class ParameterSpec(_Camel):
                 raise ValueError(f"step {self.step:g} cuts {self.min:g}..{self.max:g} into more than {MAX_GRID_STEPS:,} steps")
             if abs(count - round(count)) > 1e-9 * max(1.0, abs(count)):
                 raise ValueError(f"step {self.step:g} does not divide the range {self.min:g}..{self.max:g}")
+            if self.max > self.min and round(count) == 0:
+                raise ValueError(f"step {self.step:g} rounds the range {self.min:g}..{self.max:g} to nothing: use a smaller step")
+            listed = self.grid_values() if round(count) < MAX_TRIALS else None
+            if listed is not None and len(set(listed)) != len(listed):
+                raise ValueError(f"step {self.step:g} is finer than 12 decimals: values of {self.min:g}..{self.max:g} round together")
             if self.scale == Scale.LOG:
                 raise ValueError("a double parameter on scale log takes no step")
         return self

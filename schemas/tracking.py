@@ -158,7 +158,7 @@ _Reported = Annotated[str, Field(max_length=2048)]  # a report is the trainer's 
 class TrackingRecord(BaseModel):
     """On the job: the tracker run the trainer reported (a `tracking` report)."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
     mlflow_run_id: _Reported | None = None
     mlflow_experiment_id: _Reported | None = None
     mlflow_run_url: _Reported | None = None

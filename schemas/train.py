@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.bounds import MAX_ANNOTATIONS, MAX_EXTRA_ARGS, MAX_LABELS, MAX_TRAIN_ENV, key_count
 from schemas.configs import Strict, StrMap
 
 RunId = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")]
@@ -29,10 +30,12 @@ class TrainRequest(Strict):
     dataset_uri: str = Field(min_length=1, max_length=1024, description="JSONL ({'text': ...} by default).")
     resume_from_checkpoint: bool = Field(default=False, description="Resume from the highest step under the run's checkpoints/.")
     config_path: str | None = Field(default=None, max_length=1024, description="Not supported yet (refused when given).")
-    extra_args: dict[Annotated[str, Field(min_length=1, max_length=128)], ExtraArg] = Field(default_factory=dict)
-    env: StrMap = Field(default_factory=dict)
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    extra_args: Annotated[dict[Annotated[str, Field(min_length=1, max_length=128)], ExtraArg], key_count(MAX_EXTRA_ARGS)] = Field(
+        default_factory=dict, max_length=MAX_EXTRA_ARGS
+    )
+    env: Annotated[StrMap, key_count(MAX_TRAIN_ENV)] = Field(default_factory=dict, max_length=MAX_TRAIN_ENV)
+    labels: Annotated[dict[str, str], key_count(MAX_LABELS)] = Field(default_factory=dict, max_length=MAX_LABELS)
+    annotations: Annotated[dict[str, str], key_count(MAX_ANNOTATIONS)] = Field(default_factory=dict, max_length=MAX_ANNOTATIONS)
 
 
 class TrainStatus(BaseModel):

@@ -37,6 +37,9 @@ MAX_CHECKPOINT_REFS = 200
 # A filtered listing stops after reading this many items and hands back a token, so a selective
 # filter over a large history costs a bounded time per request (the client just asks again).
 MAX_EVALUATED_PER_LIST = 5000
+# A page of jobs ends early (with a next_token) once its items reach this size: a job may take up to 400 KB,
+# and 200 of them would be an answer far over Lambda's 6 MB response limit (API Gateway answers 502).
+MAX_LIST_BYTES = 3 * 1024 * 1024
 _TRANSACTION_ATTEMPTS = 6
 
 
@@ -137,7 +140,7 @@ class DynamoJobRepository:
         start = _decode_token(query.next_token, pk_attr, sk_attr, pk_value) if query.next_token else None
 
         found: list[dict[str, Any]] = []
-        evaluated = 0
+        evaluated = size = 0
         while True:
             if start:
                 kwargs["ExclusiveStartKey"] = start
@@ -147,7 +150,8 @@ class DynamoJobRepository:
             page_items = page.get("Items", [])
             for i, row in enumerate(page_items):
                 found.append(row)
-                if len(found) == query.limit:
+                size += items.item_size(row)
+                if len(found) == query.limit or size >= MAX_LIST_BYTES:
                     more = i < len(page_items) - 1 or last is not None
                     token = _encode_token(_key_of(row, pk_attr, sk_attr)) if more else None
                     return [items.job_from_item(r) for r in found], token

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from schemas.api import LogsResponse
-from schemas.checkpoint import CheckpointManifest
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.lifecycle import Decision
 from schemas.status import JobStatus
-from schemas.trainer import TrainerEvent
+
+if TYPE_CHECKING:  # annotations only: the API Lambda's cold start need not build the trainer's models
+    from schemas.api import LogsResponse
+    from schemas.checkpoint import CheckpointManifest
+    from schemas.trainer import TrainerEvent
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ parameter the route does not know) and `responses` (the documented codes, worded
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
@@ -51,6 +52,11 @@ logger = logging.getLogger(__name__)
 
 # Where pydantic's error location starts with where the value came from; the field path follows.
 _SOURCES = {"body", "query", "path", "header", "cookie"}
+# Every error answer is bounded, whatever the input (Lambda answers at most 6 MB; API Gateway turns more
+# into a 502): at most MAX_ERRORS errors, each field and message cut to MAX_TEXT characters, and the
+# summary message likewise. 5,000 unknown keys once made a 6.4 MB 422.
+MAX_ERRORS = 20
+MAX_TEXT = 1024
 
 
 class Forbidden(DomainError):
@@ -131,8 +137,16 @@ class IdempotencyInProgress(DomainError):
 def error_response(
     status: int, message: str, errors: Iterable[Mapping[str, Any]] = (), headers: Mapping[str, str] | None = None
 ) -> Response:
-    body = {"message": message, "errors": [dict(e) for e in errors]}
+    body = {"message": _short(message, 4 * MAX_TEXT), "errors": [_bounded(e) for e in itertools.islice(errors, MAX_ERRORS)]}
     return Response(status_code=status, content_type=content_types.APPLICATION_JSON, body=json.dumps(body), headers=dict(headers or {}))
+
+
+def _short(text: str, limit: int = MAX_TEXT) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _bounded(error: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: _short(value) if isinstance(value, str) else value for key, value in error.items()}
 
 
 def field_path(loc: Iterable[Any]) -> str:
@@ -169,13 +183,17 @@ def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None
 
     @app.exception_handler(RequestValidationError)
     def _schema(exc: RequestValidationError) -> Response:
-        errors = exc.errors()
+        errors = exc.errors()  # each error's input is the body's own object, not a copy
         if any(e.get("type") == "json_invalid" for e in errors):
             detail = next((e.get("ctx", {}).get("error") for e in errors if e.get("type") == "json_invalid"), None)
             invalid = [{"field": "body", "message": "not valid JSON", "type": "json_invalid"}]
             return _error(400, f"malformed JSON body{': ' + str(detail) if detail else ''}", invalid)
-        mapped = _validation_errors(errors)
-        return _error(422, "invalid request: " + "; ".join(f"{e['field']}: {e['message']}" for e in mapped), mapped)
+        mapped = _validation_errors(errors[:MAX_ERRORS])
+        summary = "; ".join(f"{e['field']}: {_short(e['message'], 512)}" for e in mapped[:5])
+        if len(errors) > 5:
+            listed = f"the first {MAX_ERRORS} are listed" if len(errors) > MAX_ERRORS else "all are listed"
+            summary += f" (and {len(errors) - 5} more: {listed})"
+        return _error(422, "invalid request: " + summary, mapped)
 
     @app.exception_handler(BadRequest)
     def _bad(exc: BadRequest) -> Response:

@@ -15,12 +15,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from functions.adapters.ports import ArtifactStore, JobRepository, Transition, Workflow
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest
-from functions.service.paths import PathRules
-from functions.service.principal import Principal
+
+if TYPE_CHECKING:  # annotations only: functions/handlers/errors.py imports this module for WorkflowUnavailable
+    from functions.adapters.ports import ArtifactStore, JobRepository, Workflow
+    from functions.service.paths import PathRules
+    from functions.service.principal import Principal
 from schemas.api import RetryRequest
 from schemas.job import Actor, CheckpointRef, Job, PendingAction, StatusEvent, SubmitJobRequest, without_reserved_labels
 from schemas.lifecycle import Decision
@@ -95,6 +97,8 @@ class LifecycleControls:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def cancel(self, job_id: str, principal: Principal, reason: str = "") -> Job:
+        from functions.adapters.ports import Transition  # on first use: the API's cold start does not load the ports
+
         why = reason or "cancelled by request"
 
         def decide(job: Job) -> Job:
@@ -158,6 +162,8 @@ class LifecycleControls:
     # --- resume ----------------------------------------------------------------------------------
 
     def resume(self, job_id: str, principal: Principal, checkpoint_id: str = "") -> Job:
+        from functions.adapters.ports import Transition  # on first use: the API's cold start does not load the ports
+
         chosen: str | None = None
 
         def decide(job: Job) -> Job:

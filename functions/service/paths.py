@@ -23,10 +23,12 @@ from pathlib import Path
 from functions import constants
 from functions.adapters.ports import ArtifactStore, JobRepository
 from functions.errors import InvalidRequest, JobNotFound
+from functions.service.address_guard import url_problem
 from functions.service.principal import Principal, role_arn_of
 from functions.service.tracker_secrets import check_tracking_secrets
 from functions.settings import Settings
 from schemas.access import EXPORT_MARKER, AccessSet, BucketGrant, PathError, is_s3, normalize, normalize_local, under
+from schemas.bounds import denied_env
 from schemas.configs import ModelSource
 from schemas.job import Job, SubmitJobRequest
 
@@ -35,27 +37,7 @@ SHARED_PREFIX = "shared/"
 SHARED_PREFIXES = (SHARED_PREFIX, "datasets/")
 MAX_TREE_ENTRIES = 10_000  # files checked under one local directory (symlinks inside it)
 MAX_OUTPUT_PROBE = 1000  # objects looked at under an explicit output_path
-# Environment variables that move where the trainer reads or writes files, or what code it loads: set by
-# the control plane (or the launcher) only, never by a job (training_config.environment).
-_RESERVED_ENV_PREFIXES = ("TRAINPLANE_", "SM_", "AWS_")
-_RESERVED_ENV = frozenset(
-    {
-        "HF_HOME",
-        "HF_HUB_CACHE",
-        "HF_DATASETS_CACHE",
-        "TRANSFORMERS_CACHE",
-        "XDG_CACHE_HOME",
-        "TMPDIR",
-        "TMP",
-        "TEMP",
-        "HOME",
-        "PYTHONPATH",
-        "PYTHONHOME",
-        "PYTHONSTARTUP",
-        "LD_PRELOAD",
-        "LD_LIBRARY_PATH",
-    }
-)
+LATEST_CHECKPOINT = "latest"  # training_config.resume_from_checkpoint: the newest under the job's own checkpoints
 _CHECKPOINT_ID_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
@@ -169,15 +151,20 @@ class PathRules:
     def check_submission(self, request: SubmitJobRequest, owner: Principal) -> list[str]:
         """InvalidRequest naming the first field whose path `owner` may not use; else the normalised reads."""
         reads: list[str] = []
-        for key in request.training_config.environment:
-            if key.upper() in _RESERVED_ENV or key.upper().startswith(_RESERVED_ENV_PREFIXES):
-                raise InvalidRequest(
-                    f"training_config.environment.{key}",
-                    "reserved: it moves where the trainer reads or writes files (or what it loads); the control plane sets it",
-                )
+        denied = denied_env(request.training_config.environment)  # the one list (schemas/bounds.py) the trainer reads too
+        if denied:
+            raise InvalidRequest(*denied)
         ref = request.training_config.resume_from_checkpoint
         if ref and not _is_uri(ref) and not valid_checkpoint_id(ref):
             raise InvalidRequest("training_config.resume_from_checkpoint", f"{ref!r} is neither a checkpoint id (step-000500) nor a URI")
+        if ref and not _is_uri(ref) and ref != LATEST_CHECKPOINT:
+            # A bare id names a checkpoint of the job itself, and a job being submitted has none: it used to fail
+            # at PREPARING. Which of the caller's jobs would it be? The URI says, and is checked as a read below.
+            raise InvalidRequest(
+                "training_config.resume_from_checkpoint",
+                f"{ref!r} is a checkpoint id, and a new job has no checkpoints of its own: give the checkpoint's URI "
+                f"(s3://.../jobs/<job_id>/checkpoints/{ref}, as GET /jobs/<job_id>/checkpoints lists it), or retry or resume that job",
+            )
         for hub_field, hub_id in self._hub_ids(request):
             if ".." in hub_id.split("/") or hub_id.startswith("~") or "\\" in hub_id:
                 raise InvalidRequest(hub_field, f"{hub_id!r} is not a Hugging Face Hub id; a local path must be absolute")
@@ -187,7 +174,23 @@ class PathRules:
             else:
                 reads.extend(self.check_read(named, owner))
         check_tracking_secrets(request, owner, _key_or_none(owner.arn), self.settings)
+        self._check_tracker_addresses(request)
         return reads
+
+    def _check_tracker_addresses(self, request: SubmitJobRequest) -> None:
+        """A tracker server's host is public (loopback and private in local mode): functions/service/address_guard.py."""
+        tracking = request.output_config.tracking
+        if tracking is None:
+            return
+        servers = []
+        if tracking.mlflow is not None and tracking.mlflow.tracking_uri.startswith(("http://", "https://")):
+            servers.append(("output_config.tracking.mlflow.tracking_uri", tracking.mlflow.tracking_uri))
+        if tracking.wandb is not None and tracking.wandb.base_url:
+            servers.append(("output_config.tracking.wandb.base_url", tracking.wandb.base_url))
+        for field, url in servers:
+            problem = url_problem(url, local_mode=self.settings.local_mode)
+            if problem:
+                raise InvalidRequest(field, problem)
 
     @staticmethod
     def _hub_ids(request: SubmitJobRequest) -> Iterator[tuple[str, str]]:

@@ -8,23 +8,27 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from functions.adapters.ports import JobRepository
-from functions.service.scheduler import UNLIMITED, CapacityLedger, CapacityModel, Scheduler
 from schemas.job import Job
 from schemas.status import JobStatus
 
+if TYPE_CHECKING:  # annotations only: the queues route is imported at the API's cold start
+    from functions.adapters.ports import JobRepository
+    from functions.service.scheduler import CapacityLedger, CapacityModel
+
 
 class PoolUsage(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     pool: str
     capacity: int | None = Field(description="Units the pool has (GPUs, or CPU slots); null when only AWS's own quotas limit it.")
     in_use: int
 
 
 class QueueInfo(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     queue: str
     queued: int = Field(description="Jobs waiting in the queue (counted up to `counted_up_to`).")
     counted_up_to: int
@@ -35,6 +39,7 @@ class QueueInfo(BaseModel):
 
 
 class QueueList(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     queues: list[QueueInfo]
 
 
@@ -54,6 +59,8 @@ class QueueView:
     def with_position(self, job: Job) -> Job:
         if job.status != JobStatus.QUEUED:
             return job
+        from functions.service.scheduler import Scheduler  # on first use: not in the API Lambda's cold start
+
         scheduler = Scheduler(self.repository, self.ledger, self.capacity, _NoTokens(), _NoStops())
         position, eta = scheduler.position(job, default_runtime_seconds=self.default_runtime_seconds)
         return job.model_copy(update={"queue_position": position, "estimated_wait_seconds": eta})
@@ -83,6 +90,8 @@ class QueueView:
 
 
 def _shown(capacity: int) -> int | None:
+    from functions.service.scheduler import UNLIMITED
+
     return None if capacity >= UNLIMITED else capacity
 
 

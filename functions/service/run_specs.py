@@ -12,13 +12,13 @@ from typing import Any
 from functions import constants
 from functions.adapters.ports import ArtifactStore
 from functions.errors import InvalidRequest
-from functions.service.paths import PathRules, valid_checkpoint_id
+from functions.service.paths import LATEST_CHECKPOINT, PathRules, valid_checkpoint_id
 from schemas.checkpoint import CheckpointManifest, best_checkpoint, retained, step_of
 from schemas.job import CheckpointRef, Job, Progress
 from schemas.tracking import TENSORBOARD_DIR, WANDB_DIR, TrackingPlan
 from schemas.trainer import RunSpec
 
-LATEST = "latest"  # training_config.resume_from_checkpoint: the newest checkpoint where the job keeps them
+LATEST = LATEST_CHECKPOINT  # training_config.resume_from_checkpoint: the newest checkpoint where the job keeps them
 
 
 class RunSpecs:

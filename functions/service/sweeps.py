@@ -9,6 +9,7 @@ submitted through the same JobService.submit as POST /jobs.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import uuid
@@ -22,6 +23,7 @@ from functions.adapters.sweeps import DynamoSweepRepository
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest, SweepNotFound, Unsupported
 from functions.service.jobs import JobService
 from functions.service.principal import Principal
+from schemas.configs import FrameworkType, TrainingType
 from schemas.job import SubmitJobRequest
 from schemas.retraining import set_target, target_problem
 from schemas.status import PAUSABLE, TERMINAL, JobStatus
@@ -39,6 +41,7 @@ from schemas.sweeps import (
     Sweep,
     SweepCounts,
     SweepList,
+    SweepMethod,
     SweepRequest,
     SweepStatus,
     Trial,
@@ -200,7 +203,10 @@ class SweepService:
             problem = target_problem(document, target)
             if problem:
                 raise InvalidRequest(f"hyperParameterTuningConfig.parameters.{name}.target", f"{target!r}: {problem}")
-        for values in _corners(tuning):
+        problem = metric_problem(request.job_template, tuning)
+        if problem:
+            raise InvalidRequest("hyperParameterTuningConfig.metric.name", problem)
+        for values in trial_values(tuning):
             self._validate_job(trial_request(request.job_template, tuning, "swp-check", 0, values), principal, "job_template", values)
 
     def _validate_job(self, request: SubmitJobRequest, principal: Principal, where: str, values: dict[str, Scalar] | None = None) -> None:
@@ -261,13 +267,43 @@ def _for_target(target: str, value: Scalar) -> Any:
     return value
 
 
-def _corners(tuning: TuningConfig) -> list[dict[str, Scalar]]:
-    """Each parameter at its lowest and its highest value (others at their lowest)."""
+def trial_values(tuning: TuningConfig) -> list[dict[str, Scalar]]:
+    """Every value a trial can be given, each checked as a job at create (a middle categorical value that
+    names another principal's path was once accepted, and its trial failed later):
+    - a grid: every point (at most maxTrials);
+    - otherwise each parameter at every value of its list and at both ends of its range, the others at
+      their lowest (a continuous range's inner values are numbers between two checked ones)."""
+    if tuning.method == SweepMethod.GRID:
+        names = list(tuning.parameters)
+        lists = [tuning.parameters[name].grid_values() or [] for name in names]
+        return [dict(zip(names, point, strict=True)) for point in itertools.product(*lists)]
     lows = {name: _extremes(spec)[0] for name, spec in tuning.parameters.items()}
     found = [lows]
     for name, spec in tuning.parameters.items():
-        found.append({**lows, name: _extremes(spec)[1]})
+        for value in spec.values if spec.values is not None else _extremes(spec):
+            if value != lows[name]:
+                found.append({**lows, name: value})
     return found
+
+
+def metric_problem(template: SubmitJobRequest, tuning: TuningConfig) -> str | None:
+    """Why no trial of `template` can ever report the sweep's metric, or None. Our trainer reports eval_*
+    metrics only from validation data (a sweep on eval_loss without it once ran every trial to FAILED);
+    a CUSTOM script reports what it likes."""
+    name = tuning.metric.name
+    tc, dc = template.training_config, template.data_config
+    if not name.startswith("eval_") or tc.framework.type == FrameworkType.CUSTOM:
+        return None
+    if tc.training_type == TrainingType.RLHF:
+        return f"RLHF has no evaluation pass: its trials never report {name}; choose a training metric (loss, reward)"
+    if any(target_of(n, spec).startswith("data_config") for n, spec in tuning.parameters.items()):
+        return None  # a parameter may give the trials their validation data
+    if dc.validation_split > 0 or any(source.split == "validation" for source in dc.sources):
+        return None
+    return (
+        f"the template has no validation data (data_config.validation_split is 0 and no source has split 'validation'): "
+        f"its trials never report {name}"
+    )
 
 
 def _extremes(spec: ParameterSpec) -> tuple[Scalar, Scalar]:

@@ -354,7 +354,29 @@ def test_the_run_spec_carries_the_access_set_the_trainer_enforces(plane: Plane) 
         rules.access_for(repo.get(stale))
 
 
-@pytest.mark.parametrize("key", ["TRAINPLANE_CACHE_DIR", "HF_HOME", "TMPDIR", "AWS_ENDPOINT_URL_S3", "SM_MODEL_DIR", "PYTHONPATH"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "TRAINPLANE_CACHE_DIR",
+        "HF_HOME",
+        "TMPDIR",
+        "AWS_ENDPOINT_URL_S3",
+        "SM_MODEL_DIR",
+        "PYTHONPATH",
+        # issue 21: XDG_CONFIG_HOME pointed into the state directory made the trainer write there
+        "XDG_CONFIG_HOME",
+        "xdg_data_home",
+        "HUGGINGFACE_HUB_CACHE",
+        "TRANSFORMERS_CACHE",
+        "TORCH_HOME",
+        "WANDB_DIR",
+        "MLFLOW_TRACKING_URI",
+        "HOME",
+        "LD_PRELOAD",
+        "TRITON_CACHE_DIR",
+        "MPLCONFIGDIR",
+    ],
+)
 def test_environment_variables_that_move_the_trainers_files_are_refused(plane: Plane, key: str) -> None:
     body = request_body()
     body["training_config"]["environment"] = {key: str(plane.root / "allowed" / "state")}
@@ -426,3 +448,17 @@ def test_a_wandb_key_secret_is_one_the_owner_may_use(plane: Plane) -> None:
     # and local mode refuses online W&B at submit, naming the mode (its trainers log offline)
     reply = submit({"api_key_secret_arn": _secret(principal_key(ALICE))})
     assert reply.status == 422 and reply.field() == "output_config.tracking.wandb.mode" and "offline" in reply.body["message"], reply.body
+
+
+def test_a_bare_checkpoint_id_on_a_new_job_is_refused_at_submit(plane: Plane) -> None:
+    # Given a new job naming a checkpoint by id only (it used to be accepted and fail at PREPARING:
+    # the id names a checkpoint of the job itself, and a new job has none)
+    body = request_body()
+    body["training_config"]["resume_from_checkpoint"] = "step-000500"
+    # When it is submitted, then it is a 422 naming the field and saying what to give instead
+    reply = plane.call("api_submit_job", body=body)
+    assert reply.status == 422 and reply.field() == "training_config.resume_from_checkpoint", reply.body
+    assert "URI" in reply.body["errors"][0]["message"]
+    # And 'latest' (the newest of its own, none on a first run) is still accepted
+    body["training_config"]["resume_from_checkpoint"] = "latest"
+    assert plane.call("api_submit_job", body=body).status == 201

@@ -18,7 +18,7 @@ from functions.handlers.openapi import document
 from tests.fakes import RecordingWorkflow
 from tests.helpers.aws import emulated_aws, fresh_resources
 from tests.helpers.events import FakeLambdaContext, api_event
-from tests.helpers.jobs import ADMIN, ALICE, BOB
+from tests.helpers.jobs import ADMIN, ALICE, BOB, request_body
 from tests.helpers.sweeps import sweep_body
 
 NOPE = "training_config.nope"
@@ -151,3 +151,51 @@ def test_each_status_change_of_a_sweep_is_an_event_numbered_without_gap(call: An
         (4, "RUNNING", "CANCELLED"),
     ]
     assert details[-1].reason == "enough" and details[0].owner == ALICE
+
+
+# --- every value a sweep can give is checked at create (issue 21, point 4) -------------------------
+
+
+def test_a_middle_categorical_value_naming_another_principals_path_is_refused(call: Any) -> None:
+    # Given a categorical parameter over data sources: alice's shared data first and last, bob's data area between
+    from functions.service.paths import principal_key
+
+    bucket = composition.current().settings.artifacts_bucket
+    shared = request_body()["data_config"]["sources"][0]["path"]
+    bobs = f"s3://{bucket}/data/{principal_key(BOB)}/private.jsonl"
+    source = {"type": "categorical", "values": [shared, bobs, shared + ".2"], "target": "data_config.sources[0].path"}
+    # When alice creates the sweep
+    reply = call("POST", body=sweep_body(parameters={"source": source}))
+    # Then it is refused at create, naming the field and the value (it used to be accepted; its trial failed later)
+    assert reply.status == 422, reply.body
+    assert reply.body["errors"][0]["field"] == "job_template.data_config.sources[0].path", reply.body
+    assert bobs in reply.body["message"]
+
+
+def test_every_grid_point_is_checked_not_only_each_parameters_ends(call: Any) -> None:
+    # Given a grid whose every value is valid alone, but one point (warmup_steps and warmup_ratio both set) is not
+    steps = {"type": "int", "values": [0, 10]}
+    ratio = {"type": "double", "values": [0, 0.1]}
+    reply = call("POST", body=sweep_body(method="grid", parameters={"warmup_steps": steps, "warmup_ratio": ratio}))
+    # Then the sweep is refused at create, naming that point's field
+    field = "job_template.training_config.hyperparameters.warmup_ratio"
+    assert reply.status == 422 and reply.body["errors"][0]["field"] == field, reply.body
+    # And each of them alone is a valid sweep
+    assert call("POST", body=sweep_body(method="grid", parameters={"warmup_steps": steps})).status == 201
+
+
+def test_a_step_that_rounds_the_range_to_nothing_is_refused(call: Any) -> None:
+    tiny = {"type": "double", "min": 0, "max": 1e-10, "step": 1, "target": "training_config.hyperparameters.weight_decay"}
+    reply = call("POST", body=sweep_body(method="grid", parameters={"wd": tiny}))
+    assert reply.status == 422 and "rounds the range" in reply.body["message"], reply.body
+
+
+def test_a_metric_the_template_never_reports_is_refused(call: Any) -> None:
+    # Given a sweep on eval_loss whose template has no validation data (every trial ran to FAILED)
+    body = sweep_body(metric={"name": "eval_loss", "goal": "minimize"})
+    reply = call("POST", body=body)
+    assert reply.status == 422, reply.body
+    assert reply.body["errors"][0]["field"] == "hyperParameterTuningConfig.metric.name" and "validation" in reply.body["message"]
+    # And with validation data it is accepted
+    body["job_template"]["data_config"]["validation_split"] = 0.1
+    assert call("POST", body=body).status == 201

@@ -240,3 +240,26 @@ def test_a_create_only_write_never_replaces(tmp_path: Path) -> None:
     target = str(tmp_path / "marker.json")
     assert storage.create_text(target, "first") and not storage.create_text(target, "second")
     assert storage.read_text(target) == "first" and sorted(p.name for p in tmp_path.iterdir()) == ["marker.json"]
+
+
+@pytest.mark.parametrize("name", ["XDG_CONFIG_HOME", "HF_HOME", "WANDB_DIR", "TORCH_HOME"])
+def test_an_environment_variable_that_moves_files_is_refused_by_the_trainer_too(tmp_path: Path, monkeypatch, capsys, name: str) -> None:
+    # Given a hand-made spec (submit's check bypassed, or a job stored before the rule) whose environment
+    # points a library's files elsewhere; even without an AccessSet (the list is the one submit reads)
+    root = tmp_path / "job"
+    elsewhere = tmp_path / "state"
+    spec = make_spec(root)
+    spec["training_config"]["environment"] = {name: str(elsewhere)}
+    # When the trainer runs it, then it refuses naming the variable, before anything is written there
+    _refused(run_in_process(root, spec, monkeypatch, capsys), f"training_config.environment.{name}")
+    assert not elsewhere.exists()
+
+
+def test_an_ordinary_environment_variable_reaches_the_run(tmp_path: Path, monkeypatch, capsys) -> None:
+    root = tmp_path / "job"
+    spec = make_spec(root)
+    spec["training_config"]["environment"] = {"MY_FLAG": "1", "HF_TOKEN": "hf_x", "NCCL_DEBUG": "INFO"}
+    monkeypatch.setenv("MY_FLAG", "unset")  # restored after the test (the trainer updates os.environ)
+    outcome = run_in_process(root, spec, monkeypatch, capsys)
+    assert outcome.code == ExitCode.COMPLETED, outcome.stdout[-2000:]
+    assert os.environ.get("MY_FLAG") == "1"

@@ -137,7 +137,7 @@ def test_consistency_rules() -> None:
     body["training_config"]["framework"] = {"type": "CUSTOM"}
     assert any("custom_script_path or command is required" in m for _, m in errors_of(body))
     assert any("hub_repo_id is required" in m for _, m in errors_of(request_body(output_config={"push_to_hub": True})))
-    assert any(f == "labels" and "at most 32 items" in m for f, m in errors_of(request_body(labels={f"k{i}": "v" for i in range(33)})))
+    assert any(f == "labels" and "at most 32 keys" in m for f, m in errors_of(request_body(labels={f"k{i}": "v" for i in range(33)})))
     assert BaseModelSpec(model_id="s3://b/m").resolved_source() == ModelSource.S3
     assert BaseModelSpec(model_id="./m").resolved_source() == ModelSource.LOCAL
 

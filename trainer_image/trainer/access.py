@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from schemas.access import EXPORT_MARKER, AccessSet, PathError, is_local, normalize
+from schemas.bounds import denied_env
 from schemas.configs import ModelSource
 from schemas.trainer import RunSpec
 from trainer import storage
@@ -101,7 +102,10 @@ def _as_local(value: str, source: ModelSource | None) -> str:
 
 def enforce(spec: RunSpec) -> None:
     """UserError naming the field of the first path outside spec.access; a spec without access (a run
-    outside trainplane, by hand) is not confined."""
+    outside trainplane, by hand) is not confined, but its environment is checked all the same."""
+    denied = denied_env(spec.training_config.environment)
+    if denied:
+        raise UserError(": ".join(denied))
     access = spec.access
     if access is None:
         return

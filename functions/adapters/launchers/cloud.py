@@ -12,6 +12,7 @@ from functions.adapters.launchers.images import check_custom_image
 from functions.adapters.launchers.instances import PLATFORMS, select_instance
 from functions.errors import InvalidRequest
 from functions.settings import Settings
+from schemas.bounds import denied_env
 from schemas.configs import DataConfig, ModelSource, ResourceConfig, TrainingConfig
 from schemas.job import ErrorType
 from schemas.shapes import TrainingShapeProfile
@@ -71,6 +72,9 @@ def validate_cloud_job(
         message = f"a local model path cannot be read on compute '{compute}'; use s3:// or a hub id"
         raise InvalidRequest("training_config.base_model.model_id", message)
     env = training.environment
+    denied = denied_env(env)  # submit refused it; a job stored before the rule is refused at launch
+    if denied:
+        raise InvalidRequest(*denied)
     if len(env) > _MAX_ENV - len(RESERVED_ENV) - 1:
         raise InvalidRequest("training_config.environment", f"at most {_MAX_ENV - len(RESERVED_ENV) - 1} variables on compute '{compute}'")
     for key, value in env.items():

@@ -28,6 +28,7 @@ from typing import IO, Protocol
 from functions import constants
 from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.errors import InvalidRequest
+from schemas.bounds import denied_env
 from schemas.job import ErrorType
 from schemas.trainer import (
     ENV_ATTEMPT,
@@ -108,6 +109,9 @@ class LocalLauncher:
         if request.run_spec.training_config.image:
             # Submit refuses it (functions/adapters/launchers/images.py); never run our trainer in its place.
             raise InvalidRequest("training_config.image", "the local launcher runs processes, not container images")
+        denied = denied_env(request.run_spec.training_config.environment)
+        if denied:  # submit refuses it; a job stored before the rule never gets it into a process
+            raise InvalidRequest(*denied)
         run_dir = self.work_dir / request.job_id / f"attempt-{request.attempt:03d}"
         for sub in ("checkpoints", "model", "output", "config"):
             (run_dir / sub).mkdir(parents=True, exist_ok=True)
