@@ -32,7 +32,7 @@ class Settings(BaseModel):
     idempotency_ttl_seconds: int = Field(default=3600, ge=60)
     trainer_image_uri: str | None = None
     # Where a job's own image (training_config.image) may come from: registries or registry/repository
-    # prefixes (functions/adapters/launchers/images.py), comma-separated in TRAINPLANE_CUSTOM_IMAGE_REPOSITORIES
+    # prefixes (functions/catalog/images.py), comma-separated in TRAINPLANE_CUSTOM_IMAGE_REPOSITORIES
     # (CDK context `custom_image_repositories`). Empty: no custom images. docs/SECURITY.md.
     custom_image_repositories: tuple[str, ...] = ()
     # POST /train's `image` naming one of these repositories (any tag or digest) is DeepFinery's stock trainer,

@@ -22,6 +22,7 @@ from typing import Any
 
 from functions.adapters.launchers import ec2, sagemaker
 from functions.adapters.launchers.cloud import ClientSource
+from functions.catalog.job_names import training_job_name
 from functions.errors import InvalidRequest
 from functions.settings import Settings
 from schemas.api import LogLine, LogsResponse
@@ -45,7 +46,7 @@ class StreamSet:
 
 def streams_for(compute: str, job_id: str, attempt: int, trainer_log_group: str) -> StreamSet:
     if compute == "sagemaker":
-        return StreamSet(sagemaker.LOG_GROUP, f"{sagemaker.training_job_name(job_id, attempt)}/")
+        return StreamSet(sagemaker.LOG_GROUP, f"{training_job_name(job_id, attempt)}/")
     if compute == "ec2":
         return StreamSet(trainer_log_group, ec2.log_stream_prefix(job_id, attempt))
     raise ValueError(f"no CloudWatch logs for compute {compute!r}")

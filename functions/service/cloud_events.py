@@ -23,10 +23,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
 from functions.adapters.launchers.base import TERMINAL_RUN_STATES, Launcher, LaunchHandle, RunDescription, RunState
-from functions.adapters.launchers.cloud import job_ref_from_tags
-from functions.adapters.launchers.ec2 import exit_status_key
-from functions.adapters.launchers.sagemaker import describe_training_job, parse_training_job_name
+from functions.adapters.launchers.sagemaker import describe_training_job
 from functions.adapters.ports import JobRepository
+from functions.catalog.events import EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_STATE_CHANGE
+from functions.catalog.job_names import exit_status_key, job_ref_from_tags, parse_training_job_name
 from functions.errors import JobNotFound
 from functions.service import costs
 from schemas.job import Job
@@ -34,10 +34,6 @@ from schemas.status import RUNNING
 
 logger = logging.getLogger(__name__)
 
-SAGEMAKER_STATE_CHANGE = "SageMaker Training Job State Change"
-EC2_STATE_CHANGE = "EC2 Instance State-change Notification"
-EC2_SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
-DETAIL_TYPES = frozenset({SAGEMAKER_STATE_CHANGE, EC2_STATE_CHANGE, EC2_SPOT_WARNING})
 _EC2_ENDS = frozenset({"terminated", "stopped"})
 
 

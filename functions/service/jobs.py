@@ -18,15 +18,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants
-from functions.adapters.launchers.images import check_custom_image
 from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, NameClaim, Transition, Workflow
+from functions.catalog.images import check_custom_image
+from functions.catalog.shapes import ShapeCatalog, catalog_from_json
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.metrics_reduce import MIN_MAX_POINTS, parse_documents, reduce_documents
 from functions.service.ome import apply_ome_trainer
 from functions.service.paths import PathRules
 from functions.service.principal import Principal
-from functions.service.shapes import ShapeCatalog, apply_shape, catalog_from_json
+from functions.service.shapes import apply_shape
 from functions.settings import Settings
 from schemas.api import EventList, JobList, LogLine, LogsResponse, LogStream, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
 from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest
@@ -166,7 +167,7 @@ class JobService(LifecycleControls):
                 )
                 raise InvalidRequest("resource_config.node_count", why)
             return
-        from functions.adapters.launchers.cloud import validate_cloud_job
+        from functions.catalog.cloud_rules import validate_cloud_job
 
         shape = None
         if request.resource_config.training_shape:

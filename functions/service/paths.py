@@ -22,6 +22,7 @@ from pathlib import Path
 
 from functions import constants
 from functions.adapters.ports import ArtifactStore, JobRepository
+from functions.catalog.areas import DATA_PREFIX, SHARED_PREFIXES
 from functions.errors import InvalidRequest, JobNotFound
 from functions.service.principal import Principal, role_arn_of
 from functions.service.tracker_secrets import check_tracking_secrets
@@ -30,9 +31,6 @@ from schemas.access import EXPORT_MARKER, AccessSet, BucketGrant, PathError, is_
 from schemas.configs import ModelSource
 from schemas.job import Job, SubmitJobRequest
 
-DATA_PREFIX = "data/"
-SHARED_PREFIX = "shared/"
-SHARED_PREFIXES = (SHARED_PREFIX, "datasets/")
 MAX_TREE_ENTRIES = 10_000  # files checked under one local directory (symlinks inside it)
 MAX_OUTPUT_PROBE = 1000  # objects looked at under an explicit output_path
 # Environment variables that move where the trainer reads or writes files, or what code it loads: set by

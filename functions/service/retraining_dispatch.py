@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from functions.adapters.policies import EventRecord, FireClaim, PolicyRepository
 from functions.adapters.ports import JobQuery
+from functions.catalog.events import SCHEDULED_EVENT, SCHEDULER_SOURCE
 from functions.errors import (
     ConcurrentModification,
     IllegalTransition,
@@ -63,8 +64,6 @@ _CANCEL_ATTEMPTS = 3
 _LIST_PAGE = 200
 _FREE_MAPS = ("labels.", "training_config.hyperparameters.", "training_config.environment.")
 _PATH_PART = re.compile(r"[^.\[\]]+|\[\d+\]")
-SCHEDULED_EVENT = "Scheduled Event"
-SCHEDULER_SOURCE = "aws.scheduler"
 
 
 class MappingFailed(Exception):

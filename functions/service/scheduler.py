@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from functions.adapters.ports import JobRepository, Transition
+from functions.catalog.quotas import parse_quotas
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
 from schemas.job import Actor, Job, PendingAction
 from schemas.lifecycle import Next, WaitKind
@@ -104,22 +105,6 @@ class LocalCapacity:
 
     def capacity(self, pool: str) -> int:
         return self.cpu_slots if pool == "local/cpu" else self.gpu_slots
-
-
-def parse_quotas(spec: str) -> dict[tuple[str, str], int]:
-    """'default:H100=8, research:*=4, *:cpu=32' -> {(queue, gpu type or '*' or 'cpu'): count}."""
-    quotas: dict[tuple[str, str], int] = {}
-    for raw in spec.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        try:
-            key, count = item.split("=")
-            queue, gpu_type = key.split(":")
-            quotas[(queue.strip(), gpu_type.strip())] = int(count)
-        except ValueError as exc:
-            raise ValueError(f"gpu_quotas: {item!r} is not 'queue:gpu_type=count'") from exc
-    return quotas
 
 
 @dataclass(frozen=True)

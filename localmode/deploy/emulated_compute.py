@@ -65,12 +65,13 @@ from typing import TYPE_CHECKING, Any
 import moto
 
 from functions import constants
-from functions.adapters.launchers import cloud, pricing
 from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
-from functions.adapters.launchers.ec2 import exit_status_key, log_stream_prefix
+from functions.adapters.launchers.ec2 import log_stream_prefix
 from functions.adapters.launchers.local import DEFAULT_COMMAND, LocalLauncher
-from functions.adapters.launchers.sagemaker import LOG_GROUP, RUN_SPEC_HYPERPARAMETER, parse_training_job_name, training_job_name
-from functions.service.cloud_events import EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_STATE_CHANGE
+from functions.adapters.launchers.sagemaker import LOG_GROUP, RUN_SPEC_HYPERPARAMETER
+from functions.catalog import job_names, pricing
+from functions.catalog.events import EC2_SOURCE, EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_SOURCE, SAGEMAKER_STATE_CHANGE
+from functions.catalog.job_names import exit_status_key, parse_training_job_name, training_job_name
 from schemas.job import ErrorType
 from schemas.trainer import ERROR_EXIT_CODES, ERROR_FAILURE_REASONS, ExitCode, FailureReason, RunSpec, TrainerEvent
 
@@ -205,7 +206,7 @@ class EmulatedCompute:
         job.secondary_status_transitions = [
             {"Status": "Starting", "StartTime": now, "StatusMessage": "Preparing the instances for training"}
         ]
-        ref = cloud.job_ref_from_tags({t["Key"]: t["Value"] for t in job.tags}) or parse_training_job_name(job.training_job_name)
+        ref = job_names.job_ref_from_tags({t["Key"]: t["Value"] for t in job.tags}) or parse_training_job_name(job.training_job_name)
         if ref is None:
             logger.warning("emulated SageMaker: %s is not a trainplane job; it stays InProgress", job.training_job_name)
             return
@@ -265,13 +266,16 @@ class EmulatedCompute:
     def _emit_sagemaker(self, job: Any) -> None:
         detail = _json_safe({k: v for k, v in job.response_object.items() if k != "Tags"})
         detail["Tags"] = {t["Key"]: t["Value"] for t in job.tags}
-        self._emit(SAGEMAKER_STATE_CHANGE, "aws.sagemaker", job.arn, detail)
+        self._emit(SAGEMAKER_STATE_CHANGE, SAGEMAKER_SOURCE, job.arn, detail)
 
     # --- EC2 (the poller finds what the launcher started) ----------------------------------------
     def _poll_ec2(self) -> None:
         ec2 = self.client("ec2")
         pages = ec2.get_paginator("describe_instances").paginate(
-            Filters=[{"Name": "tag-key", "Values": [cloud.TAG_JOB_ID]}, {"Name": "instance-state-name", "Values": ["pending", "running"]}]
+            Filters=[
+                {"Name": "tag-key", "Values": [job_names.TAG_JOB_ID]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            ]
         )
         seen: set[str] = set()
         for page in pages:
@@ -291,7 +295,7 @@ class EmulatedCompute:
         tags = {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
         run = self._runs.get(instance_id)
         if run is None:
-            ref = cloud.job_ref_from_tags(tags)
+            ref = job_names.job_ref_from_tags(tags)
             if ref is None:
                 return
             node = int(instance.get("AmiLaunchIndex", 0))
@@ -327,10 +331,10 @@ class EmulatedCompute:
         if INTERRUPT_TAG in tags and not run.interrupted:
             run.interrupted = True
             self._emit(
-                EC2_SPOT_WARNING, "aws.ec2", self._instance_arn(instance_id), {"instance-id": instance_id, "instance-action": "terminate"}
+                EC2_SPOT_WARNING, EC2_SOURCE, self._instance_arn(instance_id), {"instance-id": instance_id, "instance-action": "terminate"}
             )
             self._stop_run(run, "spot-interruption")
-        requested = tags.get(cloud.TAG_STOP)
+        requested = tags.get(job_names.TAG_STOP)
         if requested:
             self._stop_run(run, f"stop-{requested}")
 
@@ -346,7 +350,7 @@ class EmulatedCompute:
             ec2.terminate_instances(InstanceIds=[run.run_id])
         run.ended.set()
         self._logs_delivered()
-        self._emit(EC2_STATE_CHANGE, "aws.ec2", self._instance_arn(run.run_id), {"instance-id": run.run_id, "state": "terminated"})
+        self._emit(EC2_STATE_CHANGE, EC2_SOURCE, self._instance_arn(run.run_id), {"instance-id": run.run_id, "state": "terminated"})
 
     # --- SageMaker tags (the interrupt control) --------------------------------------------------
     def _poll_sagemaker(self) -> None:
@@ -447,11 +451,11 @@ class EmulatedCompute:
     def _request(self, run: _Run, spec_uri: str, *, tags: Mapping[str, str]) -> LaunchRequest:
         bucket, key = _split_s3(spec_uri)
         spec = RunSpec.model_validate_json(self.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
-        labels = {k[len(cloud.TAG_LABEL_PREFIX) :]: v for k, v in tags.items() if k.startswith(cloud.TAG_LABEL_PREFIX)}
+        labels = {k[len(job_names.TAG_LABEL_PREFIX) :]: v for k, v in tags.items() if k.startswith(job_names.TAG_LABEL_PREFIX)}
         return LaunchRequest(
             job_id=run.job_id,
             attempt=run.attempt,
-            owner=tags.get(cloud.TAG_OWNER, ""),
+            owner=tags.get(job_names.TAG_OWNER, ""),
             run_spec=spec,
             run_spec_uri=spec_uri,
             labels=labels,

@@ -4,7 +4,7 @@ What the cloud stack has (infra/constructs/retraining.py), in the emulated AWS:
 - the dispatcher Lambda (`functions.handlers.retraining.lambda_handler`, run in-process by
   localmode.moto_lambda), and a schedule group + role for EventBridge Scheduler, published as
   the settings the API uses to create one schedule per schedule-policy - the same adapter as in AWS;
-- the dispatcher's rules on the local bus, from THE patterns (functions/service/retraining_routes.py).
+- the dispatcher's rules on the local bus, from THE patterns (functions/catalog/events.py).
   moto matches rules but cannot deliver to a Lambda target (docs/LOCAL_AWS.md), so the rules' target is an
   SQS queue and `EventPump` hands each event to the dispatcher: objects written to the artifacts bucket
   (S3 -> EventBridge notifications, as in the cloud) and custom events put on the bus both arrive so;
@@ -31,7 +31,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.service.retraining_routes import dispatcher_rules
+from functions.catalog.events import dispatcher_rules
 from functions.settings import PREFIX
 from schemas.schedule_expr import Cron, Rate, next_fire, parse_schedule_expression
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.launchers.images import check_custom_image, entry_allows, parse_image
+from functions.catalog.images import check_custom_image, entry_allows, parse_image
 from functions.errors import InvalidRequest
 from functions.service.jobs import JobService
 from functions.service.principal import Principal

@@ -26,10 +26,10 @@ from functions.adapters.launchers.ec2 import (
     build_run_instances_request,
     client_token,
     describe_instance,
-    exit_status_key,
     render_user_data,
 )
-from functions.adapters.launchers.instances import select_instance
+from functions.catalog.instances import select_instance
+from functions.catalog.job_names import exit_status_key
 from functions.errors import InvalidRequest, Unsupported
 from schemas.configs import ResourceConfig
 from schemas.job import ErrorType

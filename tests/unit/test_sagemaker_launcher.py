@@ -21,9 +21,8 @@ from functions.adapters.launchers.sagemaker import (
     build_training_job_request,
     classify_failure,
     describe_training_job,
-    parse_training_job_name,
-    training_job_name,
 )
+from functions.catalog.job_names import parse_training_job_name, training_job_name
 from functions.errors import InvalidRequest, Unsupported
 from schemas.configs import ResourceConfig
 from schemas.job import ErrorType

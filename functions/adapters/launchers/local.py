@@ -106,7 +106,7 @@ class LocalLauncher:
     # --- Launcher port ------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> LaunchHandle:
         if request.run_spec.training_config.image:
-            # Submit refuses it (functions/adapters/launchers/images.py); never run our trainer in its place.
+            # Submit refuses it (functions/catalog/images.py); never run our trainer in its place.
             raise InvalidRequest("training_config.image", "the local launcher runs processes, not container images")
         run_dir = self.work_dir / request.job_id / f"attempt-{request.attempt:03d}"
         for sub in ("checkpoints", "model", "output", "config"):
