@@ -20,9 +20,9 @@ from typing import Any
 
 from functions import composition, constants
 from functions.adapters.launchers.local import LocalLauncher
-from functions.adapters.ports import Transition
 from functions.adapters.stepfunctions import StepFunctionsWorkflow
 from functions.service.lifecycle import LifecycleConfig, LifecycleService
+from functions.service.ports import Transition
 from functions.service.scheduler import LocalCapacity, Scheduler
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
 from schemas.job import Actor, Job, PendingAction, StatusEvent, SubmitJobRequest

@@ -17,9 +17,9 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from functions.adapters.ports import ArtifactStore, JobRepository, Transition, Workflow
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest
 from functions.service.paths import PathRules
+from functions.service.ports import ArtifactStore, JobRepository, Transition, Workflow
 from functions.service.principal import Principal
 from schemas.api import RetryRequest
 from schemas.job import Actor, CheckpointRef, Job, PendingAction, StatusEvent, SubmitJobRequest

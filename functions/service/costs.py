@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from functions.adapters.launchers.base import LaunchHandle, RunDescription
-from functions.adapters.ports import JobRepository
 from functions.catalog import pricing
 from functions.catalog.instances import spec_for
+from functions.service.ports import JobRepository, LaunchHandle, RunDescription
 from schemas.job import AttemptCost, Cost, Job
 from schemas.status import RUNNING
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from functions import constants
-from functions.adapters.ports import ArtifactStore, JobRepository
 from functions.catalog.areas import DATA_PREFIX, SHARED_PREFIXES
 from functions.errors import InvalidRequest, JobNotFound
+from functions.service.ports import ArtifactStore, JobRepository
 from functions.service.principal import Principal, role_arn_of
 from functions.service.tracker_secrets import check_tracking_secrets
 from functions.settings import Settings

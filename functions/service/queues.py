@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from functions.adapters.ports import JobRepository
-from functions.service.scheduler import UNLIMITED, CapacityLedger, CapacityModel, Scheduler
+from functions.service.ports import CapacityLedger, CapacityModel, JobRepository
+from functions.service.scheduler import UNLIMITED, Scheduler
 from schemas.job import Job
 from schemas.status import JobStatus
 

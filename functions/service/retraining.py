@@ -19,11 +19,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from functions.adapters.policies import PolicyRepository, Route
-from functions.adapters.schedules import ScheduleManager
 from functions.errors import InvalidRequest, PolicyNotFound
 from functions.service.controls import WorkflowUnavailable
 from functions.service.jobs import JobService
+from functions.service.ports import PolicyRepository, Route, ScheduleManager
 from functions.service.principal import Principal
 from functions.service.retraining_dispatch import Dispatcher
 from functions.service.retraining_routes import check_routable, routes_for

@@ -26,8 +26,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from functions.adapters.policies import EventRecord, FireClaim, PolicyRepository
-from functions.adapters.ports import JobQuery
 from functions.catalog.events import SCHEDULED_EVENT, SCHEDULER_SOURCE
 from functions.errors import (
     ConcurrentModification,
@@ -38,6 +36,7 @@ from functions.errors import (
     PolicyNotFound,
 )
 from functions.service.jobs import JobService
+from functions.service.ports import EventRecord, FireClaim, JobQuery, PolicyRepository
 from functions.service.retraining_routes import accepts, route_keys_of
 from schemas.configs import LAX_NUMBERS
 from schemas.job import Job, SubmitJobRequest

@@ -65,13 +65,13 @@ from typing import TYPE_CHECKING, Any
 import moto
 
 from functions import constants
-from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.launchers.ec2 import log_stream_prefix
 from functions.adapters.launchers.local import DEFAULT_COMMAND, LocalLauncher
 from functions.adapters.launchers.sagemaker import LOG_GROUP, RUN_SPEC_HYPERPARAMETER
 from functions.catalog import job_names, pricing
 from functions.catalog.events import EC2_SOURCE, EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_SOURCE, SAGEMAKER_STATE_CHANGE
 from functions.catalog.job_names import exit_status_key, parse_training_job_name, training_job_name
+from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
 from schemas.job import ErrorType
 from schemas.trainer import ERROR_EXIT_CODES, ERROR_FAILURE_REASONS, ExitCode, FailureReason, RunSpec, TrainerEvent
 

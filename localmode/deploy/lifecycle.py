@@ -18,8 +18,8 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from functions import constants
-from functions.adapters.launchers.base import Launcher, RunDescription
 from functions.adapters.launchers.local import DEFAULT_COMMAND, LocalLauncher
+from functions.service.ports import Launcher, RunDescription
 from functions.settings import PREFIX
 from infra.statemachine import render
 from schemas.trainer import TrainerEvent

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from functions.adapters.ports import JobRepository, Transition
+from functions.service.ports import JobRepository, Transition
 from schemas.status import JobStatus
 from schemas.trainer import TrainerEvent, TrainerEventKind
 from tests.helpers.jobs import request_body

@@ -17,8 +17,8 @@ from functions import constants as c
 from functions.adapters.aws import AwsClients
 from functions.adapters.dynamodb import DynamoJobRepository
 from functions.adapters.dynamodb_items import job_item
-from functions.adapters.ports import JobQuery, NameClaim, Transition
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken
+from functions.service.ports import JobQuery, NameClaim, Transition
 from schemas.job import CheckpointRef, Job, PendingAction, Progress, StatusEvent
 from schemas.status import JobStatus
 from tests.fakes import InMemoryJobRepository

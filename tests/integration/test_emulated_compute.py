@@ -24,11 +24,11 @@ import pytest
 
 from functions import constants
 from functions.adapters.cloudwatch_logs import CloudWatchLogSource
-from functions.adapters.launchers.base import RunState
 from functions.adapters.launchers.ec2 import EC2Launcher
 from functions.adapters.launchers.local import LocalLauncher
 from functions.adapters.launchers.sagemaker import SageMakerLauncher, describe_training_job
 from functions.catalog.events import EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_STATE_CHANGE
+from functions.service.ports import RunState
 from localmode.deploy import emulated_compute
 from localmode.deploy.emulated_compute import INTERRUPT_TAG, EmulatedCompute
 from schemas.configs import ResourceConfig

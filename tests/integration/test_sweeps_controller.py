@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from functions.adapters.aws import AwsClients
-from functions.adapters.ports import JobQuery
 from functions.adapters.sweeps import DynamoSweepRepository
 from functions.service.jobs import JobService
+from functions.service.ports import JobQuery
 from functions.service.sweeps import SweepService
 from functions.service.sweeps_controller import SweepController
 from functions.service.sweeps_hooks import SweepHooks

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from functions.adapters.launchers.base import LaunchRequest
 from functions.catalog.cloud_rules import validate_cloud_job
 from functions.catalog.images import check_custom_image
 from functions.catalog.job_names import TAG_ATTEMPT, TAG_JOB_ID, TAG_LABEL_PREFIX, TAG_OWNER, tag_value
+from functions.service.ports import LaunchRequest
 from functions.settings import Settings
 from schemas.job import ErrorType
 from schemas.shapes import TrainingShapeProfile

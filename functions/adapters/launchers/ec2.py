@@ -40,7 +40,6 @@ from importlib import resources
 from typing import Any
 
 from functions import constants
-from functions.adapters.launchers.base import TERMINAL_RUN_STATES, LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.launchers.cloud import (
     ClientSource,
     LaunchCapacityError,
@@ -53,6 +52,7 @@ from functions.adapters.launchers.sagemaker import classify_failure
 from functions.catalog.instances import InstanceChoice, select_instance
 from functions.catalog.job_names import TAG_INTERRUPTED, TAG_STOP, exit_status_key, job_ref_from_tags, node_exit_status_key
 from functions.errors import Unsupported
+from functions.service.ports import TERMINAL_RUN_STATES, LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.settings import Settings
 from schemas.job import ErrorType
 from schemas.trainer import ENV_GRACE_SECONDS, EXIT_CODE_ERRORS, ExitCode

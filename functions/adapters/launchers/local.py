@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from functions import constants
-from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.errors import InvalidRequest
+from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
 from schemas.job import ErrorType
 from schemas.trainer import (
     ENV_ATTEMPT,

@@ -16,7 +16,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants
-from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.launchers.cloud import (
     ClientSource,
     LaunchCapacityError,
@@ -28,6 +27,7 @@ from functions.adapters.launchers.cloud import (
 from functions.catalog.instances import InstanceChoice, select_instance
 from functions.catalog.job_names import training_job_name
 from functions.errors import Unsupported
+from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.settings import Settings
 from schemas.job import ErrorType
 from schemas.tracking import is_mlflow_arn
