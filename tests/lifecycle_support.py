@@ -286,13 +286,13 @@ class LocalEngine:
         from moto.server import ThreadedMotoServer
 
         from infra.statemachine import render
-        from localmode import moto_hooks, moto_lambda
+        from localmode import moto_hooks, moto_lambda, moto_pin
 
         # As local mode runs moto: its DynamoDB and S3 are not thread-safe without these locks.
         moto_hooks.install()
         self._saved_config = json.loads(json.dumps(default_user_config))
         self._saved_port = os.environ.get("MOTO_PORT")
-        moto_api_backend.set_config(moto_lambda.MOTO_CONFIG)
+        moto_api_backend.set_config(moto_pin.MOTO_CONFIG)
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.server.start()
         port = self.server.get_host_and_port()[1]
