@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -31,7 +30,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.catalog.events import dispatcher_rules
+from functions.catalog.events import S3_SOURCE, dispatcher_rules
 from functions.settings import PREFIX
 from schemas.schedule_expr import Cron, Rate, next_fire, parse_schedule_expression
 
@@ -115,11 +114,8 @@ def deploy(ctx: LocalContext) -> None:
     invoke = _invoker(ctx)
     pump = EventPump(sqs, queue_url, lambda event: invoke(function_arn, json.dumps(event)), options)
     ticker = ScheduleTicker(ctx.client("scheduler"), SCHEDULE_GROUP, invoke, time_scale=options.schedule_time_scale)
-    ctx.add_background("retraining-events", lambda stop: _after_environment(stop, function_arn, pump.run))
-    ctx.add_background(
-        "retraining-schedules",
-        lambda stop: _after_environment(stop, function_arn, lambda s: ticker.run(s, options.schedule_tick_seconds, resync=_resync)),
-    )
+    ctx.add_background("retraining-events", pump.run)
+    ctx.add_background("retraining-schedules", lambda stop: ticker.run(stop, options.schedule_tick_seconds, resync=_resync))
 
 
 class InvocationFailed(RuntimeError):
@@ -137,15 +133,6 @@ def _invoker(ctx: LocalContext) -> Callable[[str, str], dict[str, Any]]:
         return body if isinstance(body, dict) else {}
 
     return invoke
-
-
-def _after_environment(stop: threading.Event, function_arn: str, run: Callable[[threading.Event], None]) -> None:
-    # The in-process handlers read their settings once; nothing may reach them before `trainplane up`
-    # has exported the environment the deployers published.
-    while not stop.is_set() and os.environ.get(PREFIX + "RETRAINING_FUNCTION_ARN") != function_arn:
-        stop.wait(0.05)
-    if not stop.is_set():
-        run(stop)
 
 
 def _resync() -> None:
@@ -202,7 +189,7 @@ class EventPump:
 
 def local_event(event: dict[str, Any], message_id: str) -> dict[str, Any]:
     """The event as EventBridge delivers it, with moto's shared S3 event id made unique per event."""
-    if event.get("source") == "aws.s3" and event.get("id") == MOTO_S3_EVENT_ID:
+    if event.get("source") == S3_SOURCE and event.get("id") == MOTO_S3_EVENT_ID:
         return {**event, "id": str(uuid.uuid5(_ID_NAMESPACE, message_id))}
     return event
 

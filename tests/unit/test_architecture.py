@@ -51,9 +51,9 @@ def test_the_client_imports_and_runs_without_local_mode_or_moto(tmp_path: Path) 
     assert out.returncode == 1 and "pip install 'trainplane[local]'" in out.stderr, out.stderr
 
 
-def _cited(pattern: str) -> set[tuple[str, str]]:
+def _cited(pattern: str, sources: list[str] = SOURCES) -> set[tuple[str, str]]:
     found = set()
-    for source in SOURCES:
+    for source in sources:
         for path in (ROOT / source).rglob("*.py"):
             for match in re.finditer(pattern, path.read_text(encoding="utf-8")):
                 found.add((str(path.relative_to(ROOT)), match.group(1)))
@@ -71,3 +71,12 @@ def test_every_test_and_document_the_code_cites_is_in_the_repo(kind: str) -> Non
         # The bare test names the moto modules cite resolve too
         bare = _cited(r"\b(test_\w+\.py)\b")
         assert not [(w, t) for w, t in bare if not list((ROOT / "tests").rglob(t))]
+
+
+def test_every_seed_the_code_cites_is_in_docs_seeds() -> None:
+    # Given every seed document cited by number ("seeds/004", "docs/seeds/000_*.txt"), in the code and the tests
+    cited = {(w, n) for w, n in _cited(r"\bseeds/(\d{3})\b") | _cited(r"\bseeds/(\d{3})\b", sources=["tests"])}
+    assert len({n for _, n in cited}) >= 4, f"too few seed citations found: the pattern is wrong ({sorted(cited)})"
+    # Then each resolves to one document under docs/seeds/ (a bare "seeds/NNN" included)
+    missing = sorted((where, n) for where, n in cited if len(list((ROOT / "docs" / "seeds").glob(f"{n}_*.txt"))) != 1)
+    assert not missing, f"cited but not in docs/seeds/: {missing}"
