@@ -30,7 +30,9 @@ def test_the_dashboards_statuses_are_the_apis_in_its_order() -> None:
     assert _ts_strings("STATUSES") == OPENAPI["JobStatus"]["enum"]
 
 
-@pytest.mark.parametrize(("name", "server_side"), [("TERMINAL", status.TERMINAL), ("RUNNING", status.RUNNING), ("EDITABLE", status.EDITABLE)])
+@pytest.mark.parametrize(
+    ("name", "server_side"), [("TERMINAL", status.TERMINAL), ("RUNNING", status.RUNNING), ("EDITABLE", status.EDITABLE)]
+)
 def test_the_dashboards_status_sets_are_the_control_planes(name: str, server_side: frozenset[status.JobStatus]) -> None:
     # Given a status set the dashboard decides with (which buttons, which badges) / Then it is the service's own
     dashboard = _ts_strings(name)
