@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from functions.service.ports import ArtifactStore, CapacityLedger, JobRepository, Launcher, Workflow
     from functions.service.queues import QueueView
     from functions.service.reconciler import Reconciler
-    from functions.service.retraining import RetrainingService
+    from functions.service.retraining.policies import RetrainingService
     from functions.service.sweeps import SweepService
     from functions.service.sweeps_controller import SweepController
     from functions.service.sweeps_hooks import SweepHooks
@@ -314,7 +314,7 @@ class Composition:
         def build() -> RetrainingService:
             from functions.adapters.policies import DynamoPolicyRepository
             from functions.adapters.schedules import EventBridgeSchedules
-            from functions.service.retraining import RetrainingService
+            from functions.service.retraining.policies import RetrainingService
 
             settings = self.settings
             schedules = None

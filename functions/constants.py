@@ -54,7 +54,7 @@ IDEMPOTENCY_TTL_ATTR = "expiration"
 # S3 layout under the artifacts bucket.
 JOBS_PREFIX = "jobs"
 # New training data. The artifacts bucket takes checkpoints, logs and metrics all day: only this prefix of
-# it is a retraining trigger (functions/service/retraining_routes.py); the trainer roles may read it
+# it is a retraining trigger (functions/service/retraining/routes.py); the trainer roles may read it
 # (infra/constructs/compute.py).
 DATASETS_PREFIX = "datasets/"
 

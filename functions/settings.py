@@ -71,7 +71,7 @@ class Settings(BaseModel):
     reconcile_interval_seconds: int = Field(default=30, ge=1, le=3600)  # local mode's reconciler timer
     trainer_command: str | None = None  # local mode: the trainer's command line (default: python -m trainer)
     # The deployment's training shapes beside the defaults: a JSON list of TrainingShapeProfile
-    # (schemas/shapes.py; functions/service/shapes.py reads it). CDK context `training_shapes` sets it.
+    # (schemas/shapes.py; functions/service/compat/shapes.py reads it). CDK context `training_shapes` sets it.
     training_shapes: str = ""
     # Set by the cloud stack (infra/). A dashboard origin the API answers CORS for (None: no CORS);
     # the gateway answers preflights, the API handler adds the header to its own responses.

@@ -1,4 +1,4 @@
-"""Training shapes: the deployment's catalog (resolving the one a job names: functions/service/shapes.py).
+"""Training shapes: the deployment's catalog (resolving the one a job names: functions/service/compat/shapes.py).
 
 The catalog is the defaults below (the SageMaker/EC2 GPU families of instances.py) plus the
 deployment's own shapes (setting `training_shapes`, a JSON list of profiles; CDK context

@@ -1,7 +1,7 @@
 """DeepFinery's training API (seeds/004), a Router of the API: POST /train and GET /train/{run_id}.
 
 Same IAM (SigV4) authorization as every other route: DeepFinery's X-TRAINER-TOKEN header is neither
-needed nor read. functions/service/train_api.py maps the payload onto an ordinary job.
+needed nor read. functions/service/compat/deepfinery.py maps the payload onto an ordinary job.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from schemas.train import TrainRequest, TrainStatus
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
+    from functions.service.compat.deepfinery import TrainApi
     from functions.service.principal import Principal
-    from functions.service.train_api import TrainApi
 
 router = Router()
 
@@ -37,7 +37,7 @@ def _principal() -> Principal:
 
 
 def _train_api() -> TrainApi:
-    from functions.service.train_api import TrainApi
+    from functions.service.compat.deepfinery import TrainApi
 
     return TrainApi(composition.job_service())
 

@@ -20,13 +20,13 @@ from functions.catalog import page_tokens
 from functions.catalog.images import check_custom_image
 from functions.catalog.shapes import ShapeCatalog, catalog_from_json
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
+from functions.service.compat.ome import apply_ome_trainer
+from functions.service.compat.shapes import apply_shape
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.metrics_reduce import MIN_MAX_POINTS, parse_documents, reduce_documents
-from functions.service.ome import apply_ome_trainer
 from functions.service.paths import PathRules
 from functions.service.ports import ArtifactStore, JobQuery, JobRepository, LogSource, NameClaim, Transition, Workflow
 from functions.service.principal import Principal
-from functions.service.shapes import apply_shape
 from functions.settings import Settings
 from schemas.api import EventList, JobList, LogLine, LogsResponse, LogStream, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
 from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest

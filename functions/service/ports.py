@@ -371,7 +371,7 @@ class Executions(Protocol):
 
 @dataclass(frozen=True)
 class Route:
-    """One place a policy waits on (functions/service/retraining_routes.py decides what an event there must satisfy)."""
+    """One place a policy waits on (functions/service/retraining/routes.py decides what an event there must satisfy)."""
 
     key: str  # "s3#<bucket>" or "event#<source>"
     policy_id: str

@@ -580,9 +580,9 @@ def test_two_concurrent_post_train_of_one_run_make_exactly_one_job(dynamo: Dynam
     # requests read "nobody holds the run" before either writes
     _serialize_moto_calls(dynamo, monkeypatch)
     from functions.errors import RunActive
+    from functions.service.compat.deepfinery import TrainApi
     from functions.service.jobs import JobService
     from functions.service.principal import Principal
-    from functions.service.train_api import TrainApi
     from functions.settings import Settings
     from schemas.access import BucketGrant
     from schemas.train import TrainRequest

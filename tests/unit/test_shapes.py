@@ -16,9 +16,9 @@ from functions.adapters.launchers.sagemaker import build_training_job_request
 from functions.catalog.instances import select_instance
 from functions.catalog.shapes import DEFAULT_SHAPES, ShapeCatalog, catalog_from_json
 from functions.errors import InvalidRequest, ShapeNotFound
+from functions.service.compat.shapes import apply_shape
 from functions.service.jobs import JobService
 from functions.service.principal import Principal
-from functions.service.shapes import apply_shape
 from functions.settings import Settings
 from schemas.api import PatchJobRequest, RetryRequest
 from schemas.configs import DType, FrameworkType, ResourceConfig

@@ -37,7 +37,7 @@ from functions.errors import (
 )
 from functions.service.jobs import JobService
 from functions.service.ports import EventRecord, FireClaim, JobQuery, PolicyRepository
-from functions.service.retraining_routes import accepts, route_keys_of
+from functions.service.retraining.routes import accepts, route_keys_of
 from schemas.configs import LAX_NUMBERS
 from schemas.job import Job, SubmitJobRequest
 from schemas.retraining import (
