@@ -11,7 +11,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install test test-fast fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
+.PHONY: install test test-fast fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types bench-sweeps synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
 
 install: $(STAMP) dashboard browser
 
@@ -112,6 +112,10 @@ bench-trainer-types: install
 
 bench-dashboard: install
 	$(BIN)/python scripts/bench_dashboard.py
+
+# The sweep controller's decision time and local mode's trial-to-trial turnaround (docs/BENCHMARKS.md, "Sweeps").
+bench-sweeps: install
+	$(BIN)/python scripts/bench_sweeps.py
 
 # Offline: no AWS credentials, no Docker (docs/DEPLOY.md). SYNTH_ARGS: more -c key=value.
 synth: install

@@ -29,8 +29,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from functions.adapters.aws import AwsClients
-    from functions.adapters.launchers.base import Launcher
-    from functions.adapters.ports import ArtifactStore, JobRepository, Workflow
     from functions.adapters.stepfunctions import StepFunctionsWorkflow
     from functions.adapters.sweeps import DynamoSweepRepository
     from functions.service.cloud_events import CloudEventsService
@@ -38,10 +36,10 @@ if TYPE_CHECKING:
     from functions.service.jobs import JobService
     from functions.service.lifecycle import LifecycleService
     from functions.service.paths import PathRules
+    from functions.service.ports import ArtifactStore, CapacityLedger, JobRepository, Launcher, Workflow
     from functions.service.queues import QueueView
     from functions.service.reconciler import Reconciler
-    from functions.service.retraining import RetrainingService
-    from functions.service.scheduler import CapacityLedger
+    from functions.service.retraining.policies import RetrainingService
     from functions.service.sweeps import SweepService
     from functions.service.sweeps_controller import SweepController
     from functions.service.sweeps_hooks import SweepHooks
@@ -335,7 +333,7 @@ class Composition:
         def build() -> RetrainingService:
             from functions.adapters.policies import DynamoPolicyRepository
             from functions.adapters.schedules import EventBridgeSchedules
-            from functions.service.retraining import RetrainingService
+            from functions.service.retraining.policies import RetrainingService
 
             settings = self.settings
             schedules = None
@@ -356,9 +354,10 @@ class Composition:
         """SageMaker / EC2 state changes -> the lifecycle (the events Lambda's service)."""
 
         def build() -> CloudEventsService:
+            from functions.adapters.launchers.sagemaker import describe_training_job
             from functions.service.cloud_events import CloudEventsService
 
-            return CloudEventsService(self.repository, self.lifecycle, self.launchers)
+            return CloudEventsService(self.repository, self.lifecycle, self.launchers, describe_training_job)
 
         return self._given_or("cloud_events", build)
 

@@ -16,7 +16,7 @@ IDEMPOTENCY_TABLE = "trainplane-idempotency"
 ARTIFACTS_BUCKET = "trainplane-artifacts"
 STATE_MACHINE_NAME = "trainplane-lifecycle"
 EVENT_BUS_NAME = "default"
-# The deployment's own bus: the control plane's events (functions/event_types.py, docs/EVENTS.md).
+# The deployment's own bus: the control plane's events (functions/catalog/own_events.py, docs/EVENTS.md).
 TRAINPLANE_BUS_NAME = "trainplane-events"
 EVENT_PUBLISHER_FUNCTION_NAME = "trainplane-event-publisher"  # local mode's name of the publisher
 EVENTS_FUNCTION_NAME = "trainplane-events"  # local mode's name of the events Lambda
@@ -63,7 +63,7 @@ IDEMPOTENCY_TTL_ATTR = "expiration"
 # S3 layout under the artifacts bucket.
 JOBS_PREFIX = "jobs"
 # New training data. The artifacts bucket takes checkpoints, logs and metrics all day: only this prefix of
-# it is a retraining trigger (functions/service/retraining_routes.py); the trainer roles may read it
+# it is a retraining trigger (functions/service/retraining/routes.py); the trainer roles may read it
 # (infra/constructs/compute.py).
 DATASETS_PREFIX = "datasets/"
 

@@ -36,7 +36,7 @@ class Settings(BaseModel):
     idempotency_ttl_seconds: int = Field(default=3600, ge=60)
     trainer_image_uri: str | None = None
     # Where a job's own image (training_config.image) may come from: registries or registry/repository
-    # prefixes (functions/adapters/launchers/images.py), comma-separated in TRAINPLANE_CUSTOM_IMAGE_REPOSITORIES
+    # prefixes (functions/catalog/images.py), comma-separated in TRAINPLANE_CUSTOM_IMAGE_REPOSITORIES
     # (CDK context `custom_image_repositories`). Empty: no custom images. docs/SECURITY.md.
     custom_image_repositories: tuple[str, ...] = ()
     # POST /train's `image` naming one of these repositories (any tag or digest) is DeepFinery's stock trainer,
@@ -75,7 +75,7 @@ class Settings(BaseModel):
     reconcile_interval_seconds: int = Field(default=30, ge=1, le=3600)  # local mode's reconciler timer
     trainer_command: str | None = None  # local mode: the trainer's command line (default: python -m trainer)
     # The deployment's training shapes beside the defaults: a JSON list of TrainingShapeProfile
-    # (schemas/shapes.py; functions/service/shapes.py reads it). CDK context `training_shapes` sets it.
+    # (schemas/shapes.py; functions/service/compat/shapes.py reads it). CDK context `training_shapes` sets it.
     training_shapes: str = ""
     # Set by the cloud stack (infra/). A dashboard origin the API answers CORS for (None: no CORS);
     # the gateway answers preflights, the API handler adds the header to its own responses.

@@ -79,7 +79,7 @@ class StageConfig(BaseModel):
     # A prebuilt trainer image (ECR URI) instead of building trainer_image/ at deploy time.
     trainer_image_uri: str | None = None
     # Where a job's own container image (training_config.image) may come from: registries or
-    # registry/repository prefixes (functions/adapters/launchers/images.py; docs/SECURITY.md). The trainer
+    # registry/repository prefixes (functions/catalog/images.py; docs/SECURITY.md). The trainer
     # roles may pull from the ECR ones; SageMaker runs ECR images only. Empty: no custom images.
     custom_image_repositories: tuple[str, ...] = ()
     # Build arguments of trainer_image/Dockerfile when the stack builds it: a CUDA PyTorch base image
@@ -169,7 +169,7 @@ class StageConfig(BaseModel):
     @field_validator("custom_image_repositories")
     @classmethod
     def _image_repositories(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        from functions.adapters.launchers.images import valid_entry
+        from functions.catalog.images import valid_entry
 
         bad = [e for e in value if not valid_entry(e)]
         if bad:
@@ -201,7 +201,7 @@ class StageConfig(BaseModel):
     @field_validator("gpu_quotas")
     @classmethod
     def _quotas(cls, value: str) -> str:
-        from functions.service.scheduler import parse_quotas  # the scheduler's own parser: one grammar
+        from functions.catalog.quotas import parse_quotas  # the scheduler's own parser: one grammar
 
         parse_quotas(value)
         return value
@@ -209,7 +209,7 @@ class StageConfig(BaseModel):
     @field_validator("training_shapes")
     @classmethod
     def _shapes(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        from functions.service.shapes import catalog_from_json  # the control plane's own check: one grammar
+        from functions.catalog.shapes import catalog_from_json  # the control plane's own check: one grammar
 
         catalog_from_json(json.dumps(value))
         return value

@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
-import moto
 from moto.dynamodb.models import DynamoDBBackend, dynamodb_backends
 from moto.dynamodb.models.dynamo_type import DynamoType, Item
 from moto.dynamodb.models.table import Table
@@ -44,12 +43,11 @@ from moto.dynamodb.responses import DynamoHandler
 from moto.s3.models import FakeKey, S3Backend, s3_backends
 from moto.s3.responses import S3Response
 
-from localmode import moto_speedups
+from localmode import moto_pin, moto_speedups
 from localmode.journal import Journal, Op, State
 
 logger = logging.getLogger(__name__)
 
-PINNED_MOTO_VERSION = "5.2.5"
 
 DDB_LOCK = threading.RLock()
 S3_LOCK = threading.RLock()
@@ -106,12 +104,7 @@ def install() -> None:
     """Patch moto (idempotent). Locks apply at once; journaling starts with attach()."""
     if _patches:
         return
-    if moto.__version__ != PINNED_MOTO_VERSION:
-        raise RuntimeError(
-            f"trainplane's local mode hooks moto's internals and is pinned to moto {PINNED_MOTO_VERSION}, "
-            f"but moto {moto.__version__} is installed: pin moto=={PINNED_MOTO_VERSION} (pyproject.toml) "
-            "or re-verify localmode/moto_hooks.py against the new version"
-        )
+    moto_pin.check("localmode.moto_hooks", "the DynamoDB and S3 internals localmode/moto_hooks.py patches")
     # Write paths first: they mark what changed, and must run INSIDE the unit that flushes the marks.
     # Table.put_item/delete_item are the primitives that PutItem, BatchWriteItem, transactions and
     # PartiQL all end in; UpdateItem edits the stored item in place.

@@ -36,13 +36,11 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from localmode import moto_pin
 from schemas.lifecycle import Next
 
 logger = logging.getLogger(__name__)
 
-PINNED_MOTO_VERSION = "5.2.5"
-# What local mode and the tests switch on in moto: our in-process Lambda, and ASL execution.
-MOTO_CONFIG: dict[str, dict[str, bool]] = {"lambda": {"use_docker": False}, "stepfunctions": {"execute_state_machine": True}}
 _NUDGE_DELAYS = (0.05, 0.2, 0.5, 1.0, 2.0)
 
 DROP_REPORTS_ENV = "TRAINPLANE_LOCAL_DROP_TRAINER_REPORTS"
@@ -57,17 +55,8 @@ _outstanding = 0  # queued or being delivered
 _settled = threading.Condition()
 
 
-class MotoVersionError(RuntimeError):
-    pass
-
-
 def check_version() -> None:
-    version = importlib.metadata.version("moto")
-    if version != PINNED_MOTO_VERSION:
-        raise MotoVersionError(
-            f"localmode.moto_lambda is written against moto {PINNED_MOTO_VERSION} internals but moto {version} is installed; "
-            "re-check LambdaSimpleBackend.invoke and the Step Functions callback engine, then update PINNED_MOTO_VERSION"
-        )
+    moto_pin.check("localmode.moto_lambda", "LambdaSimpleBackend.invoke and the Step Functions callback engine")
 
 
 def install() -> None:

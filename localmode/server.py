@@ -12,16 +12,11 @@ import os
 from moto.moto_api._internal.models import moto_api_backend
 from moto.server import ThreadedMotoServer
 
+from localmode import moto_pin
+
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-
-# What local mode needs from moto (docs/LOCAL_AWS.md): Step Functions that really execute the ASL, and the
-# no-Docker Lambda backend (there is no Docker daemon; the lifecycle deployer runs handlers in-process).
-MOTO_CONFIG = {
-    "stepfunctions": {"execute_state_machine": True},
-    "lambda": {"use_docker": False},
-}
 
 
 class EmulatedAws:
@@ -36,7 +31,7 @@ class EmulatedAws:
         return f"http://{LOOPBACK}:{self.port}"
 
     def start(self) -> None:
-        moto_api_backend.set_config(MOTO_CONFIG)
+        moto_api_backend.set_config(moto_pin.MOTO_CONFIG)
         # werkzeug logs every request at INFO: noise in the user's terminal at ~100 lines a job.
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
         self._server.start()

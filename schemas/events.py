@@ -1,6 +1,6 @@
 """The control plane's own events (issue 23): what `detail` holds on the deployment's EventBridge bus.
 
-Each model is one kind of event (its detail-type and short type are named in functions/event_types.py);
+Each model is one kind of event (its detail-type and short type are named in functions/catalog/own_events.py);
 its JSON Schema, generated from the model, is committed under schemas/event_schemas/ and registered in
 the stack's EventBridge schema registry, so a change here that is not regenerated fails a test
 (`python scripts/gen_event_schemas.py` rewrites them). docs/EVENTS.md is the reader's page.

@@ -5,7 +5,7 @@
                 "numNodes": 2, "numProcPerNode": "gpu",
                 "resourcesPerNode": {"requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "2"}}}
 
-functions/service/ome.py maps it onto the request's own fields at submit (a field given both ways,
+functions/service/compat/ome.py maps it onto the request's own fields at submit (a field given both ways,
 differently, is a 422 naming both). `image` becomes training_config.image: it runs on SageMaker or EC2
 when the deployment allows its repository (custom_image_repositories), and is refused elsewhere.
 """

@@ -1,6 +1,6 @@
 """DeepFinery's training API (seeds/004): POST /train's unified payload and GET /train/{run_id}'s status.
 
-The payload becomes an ordinary trainplane job (functions/service/train_api.py says how each field
+The payload becomes an ordinary trainplane job (functions/service/compat/deepfinery.py says how each field
 maps); the status is the seed's `{status: submitted|running|failed|succeeded, detail}`.
 """
 

@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from functions import event_types as et  # noqa: E402
+from functions.catalog import own_events as et  # noqa: E402
 from tests.e2e.conftest import LocalPlane  # noqa: E402
 from tests.e2e.test_lifecycle_e2e import FAKE_TRAINER_ENV, Api, fake_spec  # noqa: E402
 

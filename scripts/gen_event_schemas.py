@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from functions import event_types as et  # noqa: E402
+from functions.catalog import own_events as et  # noqa: E402
 from schemas.events import MODELS, SCHEMAS_DIR, render  # noqa: E402
 
 DOCS = ROOT / "docs" / "EVENTS.md"

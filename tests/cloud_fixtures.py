@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from functions.adapters.launchers.base import LaunchRequest
+from functions.service.ports import LaunchRequest
 from functions.settings import Settings
 from schemas.configs import DataConfig, DataSource, OutputConfig, ResourceConfig, TrainingConfig
 from schemas.trainer import RunSpec

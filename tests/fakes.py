@@ -1,4 +1,4 @@
-"""In-memory fakes of the ports (functions/adapters/ports.py) for unit tests, shared by the whole team.
+"""In-memory fakes of the ports (functions/service/ports.py) for unit tests, shared by the whole team.
 
 They keep the contracts of the real adapters, not just their shapes: conditional transitions on
 (status, version) checked against TRANSITIONS, history appended with each change, counters, the
@@ -18,8 +18,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants
-from functions.adapters.ports import JobQuery, NameClaim, Transition
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken
+from functions.service.ports import JobQuery, NameClaim, Transition
 from schemas.checkpoint import CHECKPOINT_PREFIX, MANIFEST_NAME, CheckpointManifest
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of

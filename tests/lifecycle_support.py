@@ -20,9 +20,9 @@ from typing import Any
 
 from functions import composition, constants
 from functions.adapters.launchers.local import LocalLauncher
-from functions.adapters.ports import Transition
 from functions.adapters.stepfunctions import StepFunctionsWorkflow
 from functions.service.lifecycle import LifecycleConfig, LifecycleService
+from functions.service.ports import Transition
 from functions.service.scheduler import LocalCapacity, Scheduler
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
 from schemas.job import Actor, Job, PendingAction, StatusEvent, SubmitJobRequest
@@ -276,13 +276,13 @@ class LocalEngine:
         from moto.server import ThreadedMotoServer
 
         from infra.statemachine import render
-        from localmode import moto_hooks, moto_lambda
+        from localmode import moto_hooks, moto_lambda, moto_pin
 
         # As local mode runs moto: its DynamoDB and S3 are not thread-safe without these locks.
         moto_hooks.install()
         self._saved_config = json.loads(json.dumps(default_user_config))
         self._saved_port = os.environ.get("MOTO_PORT")
-        moto_api_backend.set_config(moto_lambda.MOTO_CONFIG)
+        moto_api_backend.set_config(moto_pin.MOTO_CONFIG)
         self.server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
         self.server.start()
         port = self.server.get_host_and_port()[1]

@@ -13,15 +13,14 @@ Lines of a multi-node run's other hosts carry their host name.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from functions.adapters.launchers import ec2, sagemaker
 from functions.adapters.launchers.cloud import ClientSource
+from functions.catalog import page_tokens
+from functions.catalog.job_names import training_job_name
 from functions.errors import InvalidRequest
 from functions.settings import Settings
 from schemas.api import LogLine, LogsResponse
@@ -45,7 +44,7 @@ class StreamSet:
 
 def streams_for(compute: str, job_id: str, attempt: int, trainer_log_group: str) -> StreamSet:
     if compute == "sagemaker":
-        return StreamSet(sagemaker.LOG_GROUP, f"{sagemaker.training_job_name(job_id, attempt)}/")
+        return StreamSet(sagemaker.LOG_GROUP, f"{training_job_name(job_id, attempt)}/")
     if compute == "ec2":
         return StreamSet(trainer_log_group, ec2.log_stream_prefix(job_id, attempt))
     raise ValueError(f"no CloudWatch logs for compute {compute!r}")
@@ -155,30 +154,28 @@ class _Mark:
         return _Mark(attempt, ms, (self.ids | {event_id}) if same else frozenset({event_id}))
 
     def encode(self) -> str:
-        raw = json.dumps([self.attempt, self.ms, sorted(self.ids)], separators=(",", ":")).encode()
-        return _CURSOR_MARK + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+        return _CURSOR_MARK + page_tokens.encode([self.attempt, self.ms, sorted(self.ids)])
 
 
 def _decode_cursor(token: str) -> _Mark:
-    raw = token[len(_CURSOR_MARK) :]
     try:
-        attempt, ms, ids = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
+        attempt, ms, ids = page_tokens.decode(token[len(_CURSOR_MARK) :])
         if not isinstance(attempt, int) or attempt < 1 or not isinstance(ms, int) or not isinstance(ids, list):
             raise ValueError(token)
         return _Mark(attempt, ms, frozenset(str(i) for i in ids))
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise InvalidRequest("next_token", "is not a token this API returned") from exc
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest("next_token", page_tokens.NOT_OURS) from exc
 
 
 def _encode(attempt: int, token: str | None) -> str:
-    return base64.urlsafe_b64encode(json.dumps([attempt, token]).encode()).decode().rstrip("=")
+    return page_tokens.encode([attempt, token])
 
 
 def _decode(token: str) -> tuple[int, str | None]:
     try:
-        attempt, cw_token = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        attempt, cw_token = page_tokens.decode(token)
         if not isinstance(attempt, int) or attempt < 1 or not (cw_token is None or isinstance(cw_token, str)):
             raise ValueError(token)
         return attempt, cw_token
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise InvalidRequest("next_token", "is not a token this API returned") from exc
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest("next_token", page_tokens.NOT_OURS) from exc

@@ -8,9 +8,6 @@ condition fail (ReturnValuesOnConditionCheckFailure) tells the two apart.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -18,12 +15,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants as c
-from functions import event_types as et
 from functions.adapters import dynamodb_items as items
 from functions.adapters import outbox
 from functions.adapters.aws import AwsClients
-from functions.adapters.ports import JobQuery, NameClaim, Transition
+from functions.catalog import own_events as et
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken, TooLarge
+from functions.service.ports import JobQuery, NameClaim, Transition
 from schemas.configs import STORED
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of
@@ -137,7 +134,7 @@ class DynamoJobRepository:
         }
         if filters:
             kwargs["FilterExpression"] = " AND ".join(filters)
-        start = _decode_token(query.next_token, pk_attr, sk_attr, pk_value) if query.next_token else None
+        start = items.decode_key_token(query.next_token, pk_attr, sk_attr, pk_value) if query.next_token else None
 
         found: list[dict[str, Any]] = []
         evaluated = size = 0
@@ -153,12 +150,12 @@ class DynamoJobRepository:
                 size += items.item_size(row)
                 if len(found) == query.limit or size >= MAX_LIST_BYTES:
                     more = i < len(page_items) - 1 or last is not None
-                    token = _encode_token(_key_of(row, pk_attr, sk_attr)) if more else None
+                    token = items.encode_key_token(_key_of(row, pk_attr, sk_attr)) if more else None
                     return [items.job_from_item(r) for r in found], token
             if last is None:
                 return [items.job_from_item(r) for r in found], None
             if evaluated >= MAX_EVALUATED_PER_LIST:
-                return [items.job_from_item(r) for r in found], _encode_token(last)
+                return [items.job_from_item(r) for r in found], items.encode_key_token(last)
             start = last
 
     def _query_all(self, *, max_items: int | None = None, **kwargs: Any) -> list[dict[str, Any]]:
@@ -616,22 +613,3 @@ def _list_filters(query: JobQuery, names: dict[str, str], values: dict[str, Any]
 
 def _key_of(row: Mapping[str, Any], pk_attr: str, sk_attr: str) -> dict[str, Any]:
     return {a: row[a] for a in (c.PK, c.SK, pk_attr, sk_attr)}
-
-
-def _encode_token(key: Mapping[str, Any]) -> str:
-    plain = {k: v["S"] for k, v in key.items()}
-    return base64.urlsafe_b64encode(json.dumps(plain, separators=(",", ":")).encode()).decode().rstrip("=")
-
-
-def _decode_token(token: str, pk_attr: str, sk_attr: str, pk_value: str) -> dict[str, Any]:
-    """The ExclusiveStartKey of a token; refused unless it came from this very listing (same partition)."""
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        plain = json.loads(raw)
-    except (binascii.Error, ValueError) as exc:
-        raise InvalidRequest("next_token", "is not a token this API returned") from exc
-    if not isinstance(plain, dict) or plain.get(pk_attr) != pk_value or not all(isinstance(v, str) for v in plain.values()):
-        raise InvalidRequest("next_token", "belongs to another listing (another caller or scope)")
-    if set(plain) != {c.PK, c.SK, pk_attr, sk_attr}:
-        raise InvalidRequest("next_token", "is not a token this API returned")
-    return {k: {"S": v} for k, v in plain.items()}

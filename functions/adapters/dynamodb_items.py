@@ -14,6 +14,8 @@ from decimal import Decimal
 from typing import Any
 
 from functions import constants as c
+from functions.catalog import page_tokens
+from functions.errors import InvalidRequest
 from schemas.configs import STORED
 from schemas.job import Job, StatusEvent
 from schemas.status import JobStatus
@@ -323,3 +325,18 @@ def create_tables(dynamodb_client: Any, jobs_table: str = c.JOBS_TABLE, idempote
             TableName=idempotency_table,
             TimeToLiveSpecification={"Enabled": True, "AttributeName": c.IDEMPOTENCY_TTL_ATTR},
         )
+
+
+def encode_key_token(key: Mapping[str, Any]) -> str:
+    """A listing's next_token: its LastEvaluatedKey (string attributes only: the table's keys and an index's)."""
+    return page_tokens.encode({k: v["S"] for k, v in key.items()})
+
+
+def decode_key_token(token: str, pk_attr: str, sk_attr: str, pk_value: str) -> dict[str, Any]:
+    """The ExclusiveStartKey of a token; refused unless it came from this very listing (same partition)."""
+    plain = page_tokens.decode(token)
+    if not isinstance(plain, dict) or plain.get(pk_attr) != pk_value or not all(isinstance(v, str) for v in plain.values()):
+        raise InvalidRequest("next_token", "belongs to another listing (another caller or scope)")
+    if set(plain) != {c.PK, c.SK, pk_attr, sk_attr}:
+        raise InvalidRequest("next_token", page_tokens.NOT_OURS)
+    return {k: {"S": v} for k, v in plain.items()}

@@ -26,9 +26,9 @@ from datetime import datetime
 from typing import Any
 
 from functions import constants as c
-from functions import event_types as et
 from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
+from functions.catalog import own_events as et
 from schemas.events import (
     CheckpointSaved,
     EventDetail,

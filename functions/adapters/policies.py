@@ -18,21 +18,18 @@ Fire bookkeeping never bumps `version`, so a PATCH never loses to a schedule fir
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from functions import constants as c
-from functions import event_types as et
 from functions.adapters import dynamodb_items as items
 from functions.adapters import outbox
 from functions.adapters.aws import AwsClients
+from functions.catalog import own_events as et
 from functions.errors import InvalidRequest, PolicyConflict, PolicyNotFound, TooLarge
+from functions.service.ports import EventRecord, FireClaim, Route
 from schemas.configs import STORED
 from schemas.events import PolicyState
 from schemas.retraining import FireOutcome, RetrainingPolicy
@@ -57,87 +54,6 @@ CONFIG_FIELDS = (
     "enabled",
 )
 _ATTEMPTS = 6
-
-
-@dataclass(frozen=True)
-class Route:
-    """One place a policy waits on (functions/service/retraining_routes.py decides what an event there must satisfy)."""
-
-    key: str  # "s3#<bucket>" or "event#<source>"
-    policy_id: str
-    owner: str
-    match: Mapping[str, Any] = field(default_factory=dict)  # s3: {"prefix", "suffix"}; event: {"pattern"}
-
-
-@dataclass(frozen=True)
-class EventRecord:
-    """What was decided for one (policy, event): `claimed` while its job is being submitted, then `done`."""
-
-    policy_id: str
-    event_id: str
-    state: Literal["claimed", "done"]
-    outcome: FireOutcome
-    at: datetime
-    job_id: str | None = None
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class FireClaim:
-    """The bookkeeping a fire writes on the policy, and what it was decided against."""
-
-    event_id: str
-    at: datetime
-    seen_version: int
-    seen_last_fired_at: datetime | None
-    fired_day: str
-    fired_today: int
-
-
-class PolicyRepository(Protocol):
-    """The port the retraining service programs against (DynamoPolicyRepository; an in-memory fake in tests)."""
-
-    def create(self, policy: RetrainingPolicy, routes: list[Route]) -> None: ...
-
-    def get(self, policy_id: str) -> RetrainingPolicy:
-        """PolicyNotFound when there is none."""
-        ...
-
-    def list_policies(self, owner: str | None, limit: int, next_token: str | None) -> tuple[list[RetrainingPolicy], str | None]:
-        """Newest first; owner None lists every principal's (admins)."""
-        ...
-
-    def all_policies(self) -> Iterator[RetrainingPolicy]: ...
-
-    def update(self, policy: RetrainingPolicy, expected_version: int, old_routes: list[Route], new_routes: list[Route]) -> RetrainingPolicy:
-        """Write `policy`'s configuration fields if the stored version is still `expected_version` (PolicyConflict)."""
-        ...
-
-    def delete(self, policy_id: str, expected_version: int, routes: list[Route]) -> None: ...
-
-    def routes(self, key: str) -> list[Route]: ...
-
-    def event_record(self, policy_id: str, event_id: str) -> EventRecord | None: ...
-
-    def claim_fire(self, policy_id: str, claim: FireClaim) -> Literal["claimed", "duplicate", "changed"]:
-        """Record the event as claimed and the fire on the policy, both or neither.
-
-        "duplicate": the event already has a decision; "changed": the policy is not as it was read
-        (disabled, edited, or another fire got there first): read it again and decide again.
-        """
-        ...
-
-    def complete_fire(self, policy_id: str, event_id: str, job_id: str) -> bool:
-        """Record the job of a claimed event; True when it is still the policy's newest fire (last_job_id set)."""
-        ...
-
-    def take_over(self, policy_id: str, event_id: str, seen_at: datetime, now: datetime) -> bool:
-        """Renew a stale claim (its invocation died) if nobody else has: True when this caller now owns it."""
-        ...
-
-    def record_decision(self, policy_id: str, event_id: str, outcome: FireOutcome, at: datetime, detail: str = "") -> bool:
-        """Record a decision that started nothing; False when the event already had one."""
-        ...
 
 
 def _utcnow() -> datetime:
@@ -195,10 +111,10 @@ class DynamoPolicyRepository:
             "Limit": limit,
         }
         if next_token:
-            kwargs["ExclusiveStartKey"] = _decode_token(next_token, pk_attr, sk_attr, pk_value)
+            kwargs["ExclusiveStartKey"] = items.decode_key_token(next_token, pk_attr, sk_attr, pk_value)
         page = self._ddb.query(**kwargs)
         last = page.get("LastEvaluatedKey")
-        return [policy_from_item(r) for r in page.get("Items", [])], _encode_token(last) if last else None
+        return [policy_from_item(r) for r in page.get("Items", [])], items.encode_key_token(last) if last else None
 
     def all_policies(self) -> Iterator[RetrainingPolicy]:
         index, pk_attr, _, pk_value = _listing(None)
@@ -570,21 +486,3 @@ def _listing(owner: str | None) -> tuple[str, str, str, str]:
     if owner is None:
         return c.GSI_ALL, c.GSI_ALL_PK, c.GSI_ALL_SK, ALL_POLICIES
     return c.GSI_OWNER, c.GSI_OWNER_PK, c.GSI_OWNER_SK, OWNER_PREFIX + owner
-
-
-def _encode_token(key: Mapping[str, Any]) -> str:
-    plain = {k: v["S"] for k, v in key.items()}
-    return base64.urlsafe_b64encode(json.dumps(plain, separators=(",", ":")).encode()).decode().rstrip("=")
-
-
-def _decode_token(token: str, pk_attr: str, sk_attr: str, pk_value: str) -> dict[str, Any]:
-    """The ExclusiveStartKey of a token; refused unless it came from this very listing (same partition)."""
-    try:
-        plain = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
-    except (binascii.Error, ValueError) as exc:
-        raise InvalidRequest("next_token", "is not a token this API returned") from exc
-    if not isinstance(plain, dict) or plain.get(pk_attr) != pk_value or set(plain) != {c.PK, c.SK, pk_attr, sk_attr}:
-        raise InvalidRequest("next_token", "belongs to another listing (another caller or scope), or is not a token this API returned")
-    if not all(isinstance(v, str) for v in plain.values()):
-        raise InvalidRequest("next_token", "is not a token this API returned")
-    return {k: {"S": v} for k, v in plain.items()}

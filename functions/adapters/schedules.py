@@ -12,7 +12,7 @@ fires them); localmode/deploy/retraining.py ticks them.
 from __future__ import annotations
 
 import json
-from typing import Any, Protocol
+from typing import Any
 
 from functions.adapters.aws import AwsClients
 from schemas.retraining import RetrainingPolicy, ScheduleTrigger
@@ -26,17 +26,6 @@ TARGET_INPUT = {
     "scheduled_time": "<aws.scheduler.scheduled-time>",
     "execution_id": "<aws.scheduler.execution-id>",
 }
-
-
-class ScheduleManager(Protocol):
-    def put(self, policy: RetrainingPolicy) -> None:
-        """Create or replace the policy's schedule (State follows `enabled`)."""
-
-    def delete(self, policy_id: str) -> None:
-        """Remove the policy's schedule; nothing to remove is fine."""
-
-    def policy_ids(self) -> list[str]:
-        """The policies that have a schedule now (to find schedules whose policy is gone)."""
 
 
 def schedule_name(policy_id: str) -> str:

@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from functions.adapters.launchers.base import Launcher, LaunchHandle
+from functions.service.ports import Launcher, LaunchHandle
 from schemas.job import Job
 from schemas.lifecycle import ANSWERS_WAIT, Decision
 

@@ -33,11 +33,10 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from functions import constants as c
-from functions import event_types as et
 from functions.adapters import dynamodb_items as items
 from functions.adapters import outbox
 from functions.adapters.aws import AwsClients
-from functions.adapters.policies import _decode_token, _encode_token
+from functions.catalog import own_events as et
 from functions.errors import InvalidRequest, SweepNotFound, TooLarge
 from schemas.configs import STORED
 from schemas.sweeps import SWEEP_TERMINAL, TRIAL_ENDED, Sweep, SweepStatus, Trial
@@ -211,10 +210,10 @@ class DynamoSweepRepository:
             "Limit": limit,
         }
         if next_token:
-            kwargs["ExclusiveStartKey"] = _decode_token(next_token, pk_attr, sk_attr, pk_value)
+            kwargs["ExclusiveStartKey"] = items.decode_key_token(next_token, pk_attr, sk_attr, pk_value)
         page = self._ddb.query(**kwargs)
         last = page.get("LastEvaluatedKey")
-        return [_sweep(r) for r in page.get("Items", [])], _encode_token(last) if last else None
+        return [_sweep(r) for r in page.get("Items", [])], items.encode_key_token(last) if last else None
 
     def active_sweep_ids(self) -> Iterator[str]:
         """Every sweep not yet ended (RUNNING or PAUSED): what the reconciler wakes."""

@@ -18,14 +18,13 @@ from aws_lambda_powertools.utilities.parser import parse
 from aws_lambda_powertools.utilities.parser.models import CloudWatchLogsModel, EventBridgeModel
 
 from functions import constants
+from functions.catalog.events import SCHEDULED_EVENT
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from functions.service.cloud_events import CloudEventsService
     from functions.service.trainer_reports import TrainerLogReports
-
-SCHEDULED_EVENT = "Scheduled Event"
 
 logger = Logger(service=constants.SERVICE_NAME)
 

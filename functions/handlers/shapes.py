@@ -1,7 +1,7 @@
 """GET /training-shapes and /training-shapes/{name}: the deployment's training shapes (a Router of the API).
 
 Any signed caller may read them (they describe the deployment, not anyone's jobs); a job names one in
-resource_config.training_shape (functions/service/shapes.py resolves it at submit).
+resource_config.training_shape (functions/service/compat/shapes.py resolves it at submit).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """DeepFinery's training API (seeds/004), a Router of the API: POST /train and GET /train/{run_id}.
 
 Same IAM (SigV4) authorization as every other route: DeepFinery's X-TRAINER-TOKEN header is neither
-needed nor read. functions/service/train_api.py maps the payload onto an ordinary job.
+needed nor read. functions/service/compat/deepfinery.py maps the payload onto an ordinary job.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from functions.handlers.errors import BODY_ERRORS, principal_of, responses
 from schemas.train import TrainRequest, TrainStatus
 
 if TYPE_CHECKING:
-    from functions.service.train_api import TrainApi
+    from functions.service.compat.deepfinery import TrainApi
 
 router = Router()
 
@@ -30,7 +30,7 @@ _RUN_ERRORS = {
 
 
 def _train_api() -> TrainApi:
-    from functions.service.train_api import TrainApi
+    from functions.service.compat.deepfinery import TrainApi
 
     return TrainApi(composition.job_service())
 

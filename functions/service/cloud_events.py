@@ -20,43 +20,29 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
-from functions.adapters.launchers.base import TERMINAL_RUN_STATES, Launcher, LaunchHandle, RunDescription, RunState
-from functions.adapters.launchers.cloud import job_ref_from_tags
-from functions.adapters.launchers.ec2 import exit_status_key
-from functions.adapters.launchers.sagemaker import describe_training_job, parse_training_job_name
-from functions.adapters.ports import JobRepository
+from functions.catalog.events import EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_STATE_CHANGE
+from functions.catalog.job_names import exit_status_key, job_ref_from_tags, parse_training_job_name
 from functions.errors import JobNotFound
 from functions.service import costs
+from functions.service.ports import (
+    TERMINAL_RUN_STATES,
+    Ec2Runs,
+    JobRepository,
+    Launcher,
+    LaunchHandle,
+    RunDescription,
+    RunReports,
+    RunState,
+    TrainingJobEvents,
+)
 from schemas.job import Job
 from schemas.status import RUNNING
 
 logger = logging.getLogger(__name__)
 
-SAGEMAKER_STATE_CHANGE = "SageMaker Training Job State Change"
-EC2_STATE_CHANGE = "EC2 Instance State-change Notification"
-EC2_SPOT_WARNING = "EC2 Spot Instance Interruption Warning"
-DETAIL_TYPES = frozenset({SAGEMAKER_STATE_CHANGE, EC2_STATE_CHANGE, EC2_SPOT_WARNING})
 _EC2_ENDS = frozenset({"terminated", "stopped"})
-
-
-class RunReports(Protocol):
-    """What this service needs of functions.service.lifecycle.LifecycleService."""
-
-    def on_run_finished(self, job_id: str, attempt: int, run: RunDescription) -> None: ...
-
-    def on_run_alive(self, job_id: str, attempt: int) -> None: ...
-
-
-class Ec2Runs(Protocol):
-    """What this service needs of functions.adapters.launchers.ec2.EC2Launcher besides describe()."""
-
-    def job_ref(self, instance_id: str) -> tuple[str, int] | None: ...
-
-    def mark_interrupted(self, instance_id: str) -> None: ...
-
-    def describe(self, handle: LaunchHandle) -> RunDescription: ...
 
 
 @dataclass(frozen=True)
@@ -72,10 +58,13 @@ class EventOutcome:
 
 
 class CloudEventsService:
-    def __init__(self, repository: JobRepository, lifecycle: RunReports, launchers: Mapping[str, Launcher]) -> None:
+    def __init__(
+        self, repository: JobRepository, lifecycle: RunReports, launchers: Mapping[str, Launcher], describe_training_job: TrainingJobEvents
+    ) -> None:
         self.repository = repository
         self.lifecycle = lifecycle
         self.launchers = launchers
+        self.describe_training_job = describe_training_job
 
     def handle(self, detail_type: str, detail: Mapping[str, Any]) -> EventOutcome:
         if detail_type == SAGEMAKER_STATE_CHANGE:
@@ -98,7 +87,7 @@ class CloudEventsService:
         job, why = self._current_run(job_id, attempt, "sagemaker", name)
         if job is None:
             return EventOutcome("ignored", why, job_id, attempt)
-        return self._report(job, attempt, describe_training_job(detail))
+        return self._report(job, attempt, self.describe_training_job(detail))
 
     # --- EC2 ----------------------------------------------------------------------------------
     def _ec2_state(self, detail: Mapping[str, Any]) -> EventOutcome:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest
 
 if TYPE_CHECKING:  # annotations only: functions/handlers/errors.py imports this module for WorkflowUnavailable
-    from functions.adapters.ports import ArtifactStore, JobRepository, Workflow
     from functions.service.paths import PathRules
+    from functions.service.ports import ArtifactStore, JobRepository, Workflow
     from functions.service.principal import Principal
 from schemas.api import RetryRequest
 from schemas.job import Actor, CheckpointRef, Job, PendingAction, StatusEvent, SubmitJobRequest, without_reserved_labels
@@ -97,7 +97,7 @@ class LifecycleControls:
         raise AssertionError("unreachable")  # pragma: no cover
 
     def cancel(self, job_id: str, principal: Principal, reason: str = "") -> Job:
-        from functions.adapters.ports import Transition  # on first use: the API's cold start does not load the ports
+        from functions.service.ports import Transition  # on first use: the API's cold start does not load the ports
 
         why = reason or "cancelled by request"
 
@@ -162,7 +162,7 @@ class LifecycleControls:
     # --- resume ----------------------------------------------------------------------------------
 
     def resume(self, job_id: str, principal: Principal, checkpoint_id: str = "") -> Job:
-        from functions.adapters.ports import Transition  # on first use: the API's cold start does not load the ports
+        from functions.service.ports import Transition  # on first use: the API's cold start does not load the ports
 
         chosen: str | None = None
 

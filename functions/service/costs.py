@@ -1,6 +1,6 @@
 """Cost of a job: GPU-hours and an estimated price per attempt, summed over attempts; the max_cost_usd guard.
 
-Prices come from the one table (functions/adapters/launchers/pricing.py). How an attempt is priced:
+Prices come from the one table (functions/catalog/pricing.py). How an attempt is priced:
 - SageMaker: BillableTimeInSeconds x instances x the ml.* rate. With managed spot SageMaker bills
   fewer seconds than the run lasted; that difference is the spot saving, as SageMaker reports it.
 - EC2: the instance's seconds x the on-demand rate; spot runs are estimated with the typical spot
@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
-from functions.adapters.launchers import pricing
-from functions.adapters.launchers.base import LaunchHandle, RunDescription
-from functions.adapters.launchers.instances import spec_for
-from functions.adapters.ports import JobRepository
+from functions.catalog import pricing
+from functions.catalog.instances import spec_for
+from functions.service.ports import JobRepository, LaunchHandle, RunDescription
 from schemas.job import AttemptCost, Cost, Job
 from schemas.status import RUNNING
 

@@ -12,8 +12,8 @@ import functools
 from pathlib import Path
 
 from functions import constants
-from functions.adapters.launchers.cloud import trainer_image
-from functions.adapters.launchers.instances import Platform, select_instance, spec_for
+from functions.catalog.images import trainer_image
+from functions.catalog.instances import Platform, select_instance, spec_for
 from functions.service.paths import data_prefix
 from functions.settings import Settings
 from schemas.configs import ResourceConfig

@@ -7,8 +7,6 @@ engine) is told afterwards, and only about a decision that won.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import logging
 import re
@@ -18,15 +16,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants
-from functions.adapters.launchers.images import check_custom_image
-from functions.adapters.ports import ArtifactStore, JobQuery, JobRepository, LogSource, NameClaim, Transition, Workflow
+from functions.catalog import page_tokens
+from functions.catalog.images import check_custom_image
+from functions.catalog.shapes import ShapeCatalog, catalog_from_json
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
+from functions.service.compat.ome import apply_ome_trainer
+from functions.service.compat.shapes import apply_shape
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.metrics_reduce import MIN_MAX_POINTS, parse_documents, reduce_documents
-from functions.service.ome import apply_ome_trainer
 from functions.service.paths import PathRules
+from functions.service.ports import ArtifactStore, JobQuery, JobRepository, LogSource, NameClaim, Transition, Workflow
 from functions.service.principal import Principal
-from functions.service.shapes import ShapeCatalog, apply_shape, catalog_from_json
 from functions.settings import Settings
 from schemas.api import EventList, JobList, LogLine, LogsResponse, LogStream, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
 from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest, without_reserved_labels
@@ -168,7 +168,7 @@ class JobService(LifecycleControls):
                 )
                 raise InvalidRequest("resource_config.node_count", why)
             return
-        from functions.adapters.launchers.cloud import validate_cloud_job
+        from functions.catalog.cloud_rules import validate_cloud_job
 
         shape = None
         if request.resource_config.training_shape:
@@ -314,13 +314,13 @@ class JobService(LifecycleControls):
                 if (attempt, index) < (start_attempt, start_line):
                     continue
                 if len(lines) == limit:
-                    token = _encode_log_token(attempt, index)
+                    token = page_tokens.encode([attempt, index])
                     return LogsResponse(lines=lines, next_token=token, cursor=token)
                 resume_at = (attempt, index + 1)
                 if (since is not None and stamp <= since) or (stream is not None and line_stream != stream):
                     continue
                 lines.append(LogLine(timestamp=stamp, attempt=attempt, message=message, stream=line_stream))
-        return LogsResponse(lines=lines, next_token=None, cursor=_encode_log_token(*resume_at))
+        return LogsResponse(lines=lines, next_token=None, cursor=page_tokens.encode(list(resume_at)))
 
     # --- edit and delete -------------------------------------------------------------------------
 
@@ -443,13 +443,9 @@ def _stamp_of(line: str) -> float | None:
     return None
 
 
-def _encode_log_token(attempt: int, line: int) -> str:
-    return base64.urlsafe_b64encode(json.dumps([attempt, line]).encode()).decode().rstrip("=")
-
-
 def _decode_log_token(token: str) -> tuple[int, int]:
     try:
-        attempt, line = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        attempt, line = page_tokens.decode(token)
         return int(attempt), int(line)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise InvalidRequest("next_token", "is not a token this API returned") from exc
+    except (ValueError, TypeError) as exc:
+        raise InvalidRequest("next_token", page_tokens.NOT_OURS) from exc

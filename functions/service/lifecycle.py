@@ -18,15 +18,25 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from functions import constants
-from functions.adapters.launchers.base import Launcher, LaunchHandle, LaunchRequest, RunDescription, RunState
-from functions.adapters.ports import ArtifactStore, JobRepository, Transition
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest
 from functions.service import costs
 from functions.service.lifecycle_outcomes import decide_run_end
 from functions.service.paths import PathRules
+from functions.service.ports import (
+    ArtifactStore,
+    JobRepository,
+    Launcher,
+    LaunchHandle,
+    LaunchRequest,
+    RunDescription,
+    RunState,
+    RunStopper,
+    TaskTokens,
+    Transition,
+)
 from functions.service.run_specs import RunSpecs, progress_of
 from functions.service.scheduler import NeverFits, Scheduler
 from schemas.job import Actor, ErrorType, Job
@@ -53,17 +63,6 @@ class TransientError(Exception):
     """A lost race that kept losing, or a throttled AWS call: the state machine retries the task."""
 
 
-class TaskTokens(Protocol):
-    def send_success(self, token: str, output: Mapping[str, Any]) -> bool:
-        """Answer a task token; False if it is no longer valid (already answered, execution gone)."""
-
-    def send_heartbeat(self, token: str) -> bool: ...
-
-
-class RunControl(Protocol):
-    def stop_run(self, job: Job, *, graceful: bool, reason: str) -> None: ...
-
-
 @dataclass(frozen=True)
 class LifecycleConfig:
     bucket: str
@@ -88,7 +87,7 @@ class LifecycleService:
         artifacts: ArtifactStore,
         launchers: Mapping[str, Launcher],
         tokens: TaskTokens,
-        runs: RunControl,
+        runs: RunStopper,
         scheduler: Scheduler,
         config: LifecycleConfig,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from functions.adapters.launchers.base import RunDescription, RunState
+from functions.service.ports import RunDescription, RunState
 from schemas.job import Actor, ErrorType, Job, PendingAction
 from schemas.lifecycle import Next
 from schemas.status import PAUSABLE, JobStatus, can_transition

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from functions import constants
-from functions.adapters.ports import ArtifactStore, JobRepository
+from functions.catalog.areas import DATA_PREFIX, SHARED_PREFIXES
 from functions.errors import InvalidRequest, JobNotFound
 from functions.service.address_guard import url_problem
+from functions.service.ports import ArtifactStore, JobRepository
 from functions.service.principal import Principal, role_arn_of
 from functions.service.tracker_secrets import check_tracking_secrets
 from functions.settings import Settings
@@ -32,9 +33,6 @@ from schemas.bounds import denied_env
 from schemas.configs import ModelSource
 from schemas.job import Job, SubmitJobRequest
 
-DATA_PREFIX = "data/"
-SHARED_PREFIX = "shared/"
-SHARED_PREFIXES = (SHARED_PREFIX, "datasets/")
 MAX_TREE_ENTRIES = 10_000  # files checked under one local directory (symlinks inside it)
 MAX_OUTPUT_PROBE = 1000  # objects looked at under an explicit output_path
 LATEST_CHECKPOINT = "latest"  # training_config.resume_from_checkpoint: the newest under the job's own checkpoints

@@ -16,8 +16,7 @@ from schemas.job import Job
 from schemas.status import JobStatus
 
 if TYPE_CHECKING:  # annotations only: the queues route is imported at the API's cold start
-    from functions.adapters.ports import JobRepository
-    from functions.service.scheduler import CapacityLedger, CapacityModel
+    from functions.service.ports import CapacityLedger, CapacityModel, JobRepository
 
 
 class PoolUsage(BaseModel):

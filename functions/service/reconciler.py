@@ -21,12 +21,19 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol
 
-from functions.adapters.launchers.base import TERMINAL_RUN_STATES, Launcher, LaunchHandle, RunDescription, RunState
-from functions.adapters.ports import JobQuery, JobRepository
 from functions.errors import ConcurrentModification, IllegalTransition, JobNotFound
 from functions.service.lifecycle import LifecycleService
+from functions.service.ports import (
+    TERMINAL_RUN_STATES,
+    Executions,
+    JobQuery,
+    JobRepository,
+    Launcher,
+    LaunchHandle,
+    RunDescription,
+    RunState,
+)
 from schemas.job import Job
 from schemas.lifecycle import Next
 from schemas.status import RUNNING, JobStatus
@@ -36,12 +43,6 @@ logger = logging.getLogger(__name__)
 S = JobStatus
 _WAITING = frozenset({S.PENDING, S.QUEUED, S.PAUSED})
 _LISTED = (S.SCHEDULING, S.PREPARING, S.TRAINING, S.CHECKPOINTING, S.EVALUATING, S.EXPORTING, S.PENDING, S.QUEUED, S.PAUSED, S.PREEMPTED)
-
-
-class Executions(Protocol):
-    def start(self, job: Job, *, before_start: Callable[[str], None] | None = None) -> str: ...
-
-    def execution_running(self, execution_arn: str | None) -> bool: ...
 
 
 @dataclass

@@ -10,9 +10,9 @@ from datetime import datetime
 from typing import Any
 
 from functions import constants
-from functions.adapters.ports import ArtifactStore
 from functions.errors import InvalidRequest
 from functions.service.paths import LATEST_CHECKPOINT, PathRules, valid_checkpoint_id
+from functions.service.ports import ArtifactStore
 from schemas.checkpoint import CheckpointManifest, best_checkpoint, retained, step_of
 from schemas.job import CheckpointRef, Job, Progress
 from schemas.tracking import TENSORBOARD_DIR, WANDB_DIR, TrackingPlan

@@ -19,10 +19,11 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from functions.adapters.ports import JobRepository, Transition
+from functions.catalog.quotas import parse_quotas
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
+from functions.service.ports import CapacityLedger, CapacityModel, Demand, JobRepository, RunStopper, TokenAnswerer, Transition
 from schemas.job import Actor, Job, PendingAction
 from schemas.lifecycle import Next, WaitKind
 from schemas.status import PAUSABLE, JobStatus
@@ -34,37 +35,6 @@ _QUEUE_READ_LIMIT = 100  # the most one pass reads of a queue
 _FIRST_READ_DEPTH = 10
 _LOOKAHEAD = 2
 _HOLDERS_CHECKED = 64  # beyond this many running jobs in a pool, just run the pass
-
-
-@dataclass(frozen=True)
-class Demand:
-    pool: str
-    units: int
-
-
-class CapacityLedger(Protocol):
-    """Capacity claims per pool, each a conditional write (DynamoDB in AWS and local mode)."""
-
-    def claim(self, pool: str, job_id: str, units: int, capacity: int) -> bool:
-        """Hold `units` of `pool` for the job if that keeps the pool within `capacity` and the job holds
-        none yet; True only for the call that made the claim (so only its maker may undo it)."""
-
-    def release(self, pool: str, job_id: str) -> bool:
-        """Give the job's units back; False if it held none (idempotent)."""
-
-    def holders(self, pool: str) -> dict[str, int]: ...
-
-    def pools(self) -> list[str]: ...
-
-    def register_queue(self, queue: str) -> None: ...
-
-    def queues(self) -> list[str]: ...
-
-
-class CapacityModel(Protocol):
-    def demand(self, job: Job) -> Demand: ...
-
-    def capacity(self, pool: str) -> int: ...
 
 
 class NeverFits(DomainError):
@@ -106,22 +76,6 @@ class LocalCapacity:
         return self.cpu_slots if pool == "local/cpu" else self.gpu_slots
 
 
-def parse_quotas(spec: str) -> dict[tuple[str, str], int]:
-    """'default:H100=8, research:*=4, *:cpu=32' -> {(queue, gpu type or '*' or 'cpu'): count}."""
-    quotas: dict[tuple[str, str], int] = {}
-    for raw in spec.split(","):
-        item = raw.strip()
-        if not item:
-            continue
-        try:
-            key, count = item.split("=")
-            queue, gpu_type = key.split(":")
-            quotas[(queue.strip(), gpu_type.strip())] = int(count)
-        except ValueError as exc:
-            raise ValueError(f"gpu_quotas: {item!r} is not 'queue:gpu_type=count'") from exc
-    return quotas
-
-
 @dataclass(frozen=True)
 class CloudCapacity:
     """Per-queue quotas by GPU type (settings.gpu_quotas); unlisted combinations fall back to wildcards."""
@@ -144,15 +98,6 @@ class CloudCapacity:
                 return self.quotas[key]
         # No quota configured: the AWS account's own service quotas are the limit.
         return UNLIMITED
-
-
-class TokenAnswerer(Protocol):
-    def send_success(self, token: str, output: Mapping[str, Any]) -> bool:
-        """Answer a task token; False if the token is no longer valid (the wait is over)."""
-
-
-class RunStopper(Protocol):
-    def stop_run(self, job: Job, *, graceful: bool, reason: str) -> None: ...
 
 
 @dataclass

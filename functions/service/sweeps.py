@@ -15,13 +15,13 @@ import random
 import uuid
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import ValidationError
 
-from functions.adapters.sweeps import DynamoSweepRepository
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest, SweepNotFound, Unsupported
 from functions.service.jobs import JobService
+from functions.service.ports import SweepRepository, SweepWaker
 from functions.service.principal import Principal
 from schemas.configs import FrameworkType, TrainingType
 from schemas.job import SubmitJobRequest
@@ -56,11 +56,6 @@ MAX_LIST_LIMIT = 200
 _ATTEMPTS = 8
 
 
-class SweepWaker(Protocol):
-    def wake(self, sweep_id: str) -> None:
-        """Ask the controller to decide for this sweep soon (at least once; duplicates are harmless)."""
-
-
 class NoWaker:
     """No controller to wake (a deployment without sweeps): the sweep reconciler still decides."""
 
@@ -75,7 +70,7 @@ def new_sweep_id() -> str:
 class SweepService:
     def __init__(
         self,
-        sweeps: DynamoSweepRepository,
+        sweeps: SweepRepository,
         jobs: JobService,
         waker: SweepWaker | None = None,
         *,
@@ -359,7 +354,7 @@ def best_trial_record(jobs: JobService, tuning: TuningConfig, trials: list[Trial
     )
 
 
-def pause_trials(jobs: JobService, sweeps: DynamoSweepRepository, sweep_id: str) -> list[str]:
+def pause_trials(jobs: JobService, sweeps: SweepRepository, sweep_id: str) -> list[str]:
     """Pause (with a checkpoint) every trial job that can be paused now; the others when they can."""
     sweep, trials = sweeps.load(sweep_id)
     owner = jobs.principal(sweep.owner)
@@ -377,9 +372,7 @@ def pause_trials(jobs: JobService, sweeps: DynamoSweepRepository, sweep_id: str)
     return paused
 
 
-def cancel_trials(
-    jobs: JobService, sweeps: DynamoSweepRepository, sweep_id: str, reason: str, *, only: set[int] | None = None
-) -> list[str]:
+def cancel_trials(jobs: JobService, sweeps: SweepRepository, sweep_id: str, reason: str, *, only: set[int] | None = None) -> list[str]:
     sweep, trials = sweeps.load(sweep_id)
     owner = jobs.principal(sweep.owner)
     cancelled = []

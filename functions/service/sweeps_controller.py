@@ -34,10 +34,9 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import FrozenTrial
 from optuna.trial import TrialState as OptunaState
 
-from functions.adapters.ports import JobQuery
-from functions.adapters.sweeps import DynamoSweepRepository
 from functions.errors import DomainError, JobNotFound
 from functions.service.jobs import JobService
+from functions.service.ports import JobQuery, SweepRepository
 from functions.service.sweeps import best_trial_record, cancel_trials, pause_trials, trial_labels, trial_request
 from schemas.job import Job
 from schemas.status import TERMINAL, JobStatus
@@ -190,7 +189,7 @@ def rebuild_study(tuning: TuningConfig, trials: list[Trial], number: int) -> opt
 class SweepController:
     def __init__(
         self,
-        sweeps: DynamoSweepRepository,
+        sweeps: SweepRepository,
         jobs: JobService,
         *,
         clock: Callable[[], datetime] | None = None,

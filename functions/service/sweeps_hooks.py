@@ -14,9 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from functions.adapters.sweeps import DynamoSweepRepository
 from functions.errors import DomainError
-from functions.service.sweeps import NoWaker, SweepWaker
+from functions.service.ports import SweepRepository, SweepWaker
+from functions.service.sweeps import NoWaker
 from schemas.job import Job
 from schemas.sweeps import SWEEP_LABEL, TRIAL_LABEL
 from schemas.trainer import TrainerEvent, TrainerEventKind
@@ -27,7 +27,7 @@ _WAKING = frozenset({TrainerEventKind.PHASE, TrainerEventKind.DONE, TrainerEvent
 
 
 class SweepHooks:
-    def __init__(self, sweeps: DynamoSweepRepository, waker: SweepWaker | None = None) -> None:
+    def __init__(self, sweeps: SweepRepository, waker: SweepWaker | None = None) -> None:
         self.sweeps = sweeps
         self.waker = waker or NoWaker()
         self._metrics: dict[str, str] = {}  # sweep_id -> metric name (a sweep's config never changes)

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from functions.adapters.launchers.sagemaker import parse_training_job_name
-from functions.adapters.ports import TrainerReports
+from functions.catalog.job_names import parse_training_job_name
 from functions.errors import JobNotFound
+from functions.service.ports import TrainerReports
 from schemas.trainer import TrainerEvent, TrainerEventKind
 
 logger = logging.getLogger(__name__)

@@ -24,7 +24,7 @@ from aws_cdk import aws_wafv2 as wafv2
 from constructs import Construct
 
 from functions import constants
-from functions.service.paths import DATA_PREFIX
+from functions.catalog.areas import DATA_PREFIX
 from infra.config import ConfigError, StageConfig
 from infra.constructs.common import allow, arn, log_retention, removal_policy
 from infra.constructs.compute import Compute

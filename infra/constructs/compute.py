@@ -19,7 +19,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from functions import constants
-from functions.service.paths import DATA_PREFIX, SHARED_PREFIX
+from functions.catalog.areas import DATA_PREFIX, SHARED_PREFIX
 from infra.config import ConfigError, StageConfig
 from infra.constructs.common import allow, arn, log_retention, removal_policy
 from infra.constructs.storage import Storage

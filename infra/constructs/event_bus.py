@@ -20,7 +20,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from functions import constants
-from functions import event_types as et
+from functions.catalog import own_events as et
 from infra.config import StageConfig
 from infra.constructs.common import allow
 from infra.constructs.events import lambda_target

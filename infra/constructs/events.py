@@ -22,6 +22,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from functions import constants
+from functions.catalog.events import EC2_SOURCE, EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_SOURCE, SAGEMAKER_STATE_CHANGE
 from infra.config import StageConfig
 from infra.constructs.compute import Compute
 from infra.constructs.function import FunctionSpec, TrainplaneFunction
@@ -35,10 +36,8 @@ EVENTS = FunctionSpec(
     memory_mb=512,
     timeout_s=60,
 )
-SAGEMAKER_PATTERN = events.EventPattern(source=["aws.sagemaker"], detail_type=["SageMaker Training Job State Change"])
-EC2_PATTERN = events.EventPattern(
-    source=["aws.ec2"], detail_type=["EC2 Instance State-change Notification", "EC2 Spot Instance Interruption Warning"]
-)
+SAGEMAKER_PATTERN = events.EventPattern(source=[SAGEMAKER_SOURCE], detail_type=[SAGEMAKER_STATE_CHANGE])
+EC2_PATTERN = events.EventPattern(source=[EC2_SOURCE], detail_type=[EC2_STATE_CHANGE, EC2_SPOT_WARNING])
 
 
 def dead_letter_queue(scope: Construct, construct_id: str) -> sqs.Queue:

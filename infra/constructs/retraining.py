@@ -18,8 +18,8 @@ from aws_cdk import aws_scheduler as scheduler
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from functions.service.paths import DATA_PREFIX
-from functions.service.retraining_routes import dispatcher_rules
+from functions.catalog.areas import DATA_PREFIX
+from functions.catalog.events import dispatcher_rules
 from infra.config import StageConfig
 from infra.constructs.common import allow, arn
 from infra.constructs.compute import Compute

@@ -18,7 +18,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
-from functions.service.paths import DATA_PREFIX
+from functions.catalog.areas import DATA_PREFIX
 from infra.config import StageConfig
 from infra.constructs.common import allow, arn
 from infra.constructs.compute import Compute

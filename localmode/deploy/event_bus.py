@@ -15,7 +15,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from functions import constants
-from functions import event_types as et
+from functions.catalog import own_events as et
 from functions.settings import PREFIX
 
 if TYPE_CHECKING:

@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shlex
 import threading
 from typing import TYPE_CHECKING, Any
 
 from functions import constants
-from functions.adapters.launchers.base import Launcher, RunDescription
 from functions.adapters.launchers.local import DEFAULT_COMMAND, LocalLauncher
-from functions.settings import PREFIX
+from functions.service.ports import Launcher, RunDescription
 from infra.statemachine import render
 from schemas.trainer import TrainerEvent
 
@@ -106,8 +104,7 @@ def deploy(ctx: LocalContext) -> None:
     )
     launcher.observer = _ServiceObserver()
     _wire(launcher)
-    arn = machine["stateMachineArn"]
-    ctx.add_background("reconciler", lambda stop: _reconcile_forever(stop, arn, ctx.settings().reconcile_interval_seconds))
+    ctx.add_background("reconciler", lambda stop: _reconcile_forever(stop, ctx.settings().reconcile_interval_seconds))
     # Bounded: `trainplane up` must exit promptly on SIGTERM; a trainer still saving after this is killed
     # and resumes from its previous checkpoint.
     ctx.on_shutdown(lambda: launcher.shutdown(timeout=min(float(ctx.settings().stop_grace_seconds), SHUTDOWN_GRACE_SECONDS)))
@@ -123,15 +120,9 @@ def _wire(launcher: LocalLauncher) -> None:
     composition.configure(launchers=launchers)
 
 
-def _reconcile_forever(stop: threading.Event, state_machine_arn: str, interval: float) -> None:
+def _reconcile_forever(stop: threading.Event, interval: float) -> None:
     from functions import composition
 
-    # Background threads start before `trainplane up` exports the handlers' TRAINPLANE_* environment;
-    # the composition reads settings once, so it must not be touched before that.
-    while not stop.is_set() and os.environ.get(PREFIX + "STATE_MACHINE_ARN") != state_machine_arn:
-        stop.wait(0.05)
-    if stop.is_set():
-        return
     reconciler = composition.current().new_reconciler()
     startup = True
     while not stop.is_set():

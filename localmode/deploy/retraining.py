@@ -4,7 +4,7 @@ What the cloud stack has (infra/constructs/retraining.py), in the emulated AWS:
 - the dispatcher Lambda (`functions.handlers.retraining.lambda_handler`, run in-process by
   localmode.moto_lambda), and a schedule group + role for EventBridge Scheduler, published as
   the settings the API uses to create one schedule per schedule-policy - the same adapter as in AWS;
-- the dispatcher's rules on the local bus, from THE patterns (functions/service/retraining_routes.py).
+- the dispatcher's rules on the local bus, from THE patterns (functions/catalog/events.py).
   moto matches rules but cannot deliver to a Lambda target (docs/LOCAL_AWS.md), so the rules' target is an
   SQS queue and `EventPump` hands each event to the dispatcher: objects written to the artifacts bucket
   (S3 -> EventBridge notifications, as in the cloud) and custom events put on the bus both arrive so;
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 import uuid
 from collections.abc import Callable, Mapping
@@ -31,7 +30,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from functions.service.retraining_routes import dispatcher_rules
+from functions.catalog.events import S3_SOURCE, dispatcher_rules
 from functions.settings import PREFIX
 from schemas.schedule_expr import Cron, Rate, next_fire, parse_schedule_expression
 
@@ -115,11 +114,8 @@ def deploy(ctx: LocalContext) -> None:
     invoke = _invoker(ctx)
     pump = EventPump(sqs, queue_url, lambda event: invoke(function_arn, json.dumps(event)), options)
     ticker = ScheduleTicker(ctx.client("scheduler"), SCHEDULE_GROUP, invoke, time_scale=options.schedule_time_scale)
-    ctx.add_background("retraining-events", lambda stop: _after_environment(stop, function_arn, pump.run))
-    ctx.add_background(
-        "retraining-schedules",
-        lambda stop: _after_environment(stop, function_arn, lambda s: ticker.run(s, options.schedule_tick_seconds, resync=_resync)),
-    )
+    ctx.add_background("retraining-events", pump.run)
+    ctx.add_background("retraining-schedules", lambda stop: ticker.run(stop, options.schedule_tick_seconds, resync=_resync))
 
 
 class InvocationFailed(RuntimeError):
@@ -137,15 +133,6 @@ def _invoker(ctx: LocalContext) -> Callable[[str, str], dict[str, Any]]:
         return body if isinstance(body, dict) else {}
 
     return invoke
-
-
-def _after_environment(stop: threading.Event, function_arn: str, run: Callable[[threading.Event], None]) -> None:
-    # The in-process handlers read their settings once; nothing may reach them before `trainplane up`
-    # has exported the environment the deployers published.
-    while not stop.is_set() and os.environ.get(PREFIX + "RETRAINING_FUNCTION_ARN") != function_arn:
-        stop.wait(0.05)
-    if not stop.is_set():
-        run(stop)
 
 
 def _resync() -> None:
@@ -202,7 +189,7 @@ class EventPump:
 
 def local_event(event: dict[str, Any], message_id: str) -> dict[str, Any]:
     """The event as EventBridge delivers it, with moto's shared S3 event id made unique per event."""
-    if event.get("source") == "aws.s3" and event.get("id") == MOTO_S3_EVENT_ID:
+    if event.get("source") == S3_SOURCE and event.get("id") == MOTO_S3_EVENT_ID:
         return {**event, "id": str(uuid.uuid5(_ID_NAMESPACE, message_id))}
     return event
 

@@ -9,11 +9,8 @@ rebuilds the study from the table).
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import TYPE_CHECKING
-
-from functions.settings import PREFIX
 
 if TYPE_CHECKING:
     from localmode.deploy import LocalContext
@@ -34,11 +31,6 @@ def _serve(stop: threading.Event) -> None:
     from functions import composition
     from functions.adapters.sweeps_wake import LocalWorker, set_local_worker
 
-    # As the lifecycle's reconciler: settings are complete only once `trainplane up` exported them.
-    while not stop.is_set() and not os.environ.get(PREFIX + "STATE_MACHINE_ARN"):
-        stop.wait(0.05)
-    if stop.is_set():
-        return
     try:
         controller = composition.current().sweep_controller
     except Exception:

@@ -1,5 +1,5 @@
 """e2e: `trainplane up --compute sagemaker` and `--compute ec2`: the real launchers against the emulated
-AWS, the compute emulated (localmode/deploy/emulated_compute.py), run ends delivered as EventBridge
+AWS, the compute emulated (localmode/deploy/emulated_compute/), run ends delivered as EventBridge
 events to the events handler, the trainer's reports through the emulated CloudWatch Logs and its
 subscription filter (localmode/deploy/trainer_reports.py). Checked through the public surfaces only: the
 HTTP API and the emulated AWS endpoint of endpoint.json.

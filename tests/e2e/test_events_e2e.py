@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from functions import event_types as et
+from functions.catalog import own_events as et
 from tests.e2e.conftest import LocalPlane
 from tests.e2e.test_lifecycle_e2e import FAKE_TRAINER_ENV, Api, fake_spec
 

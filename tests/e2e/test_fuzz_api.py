@@ -336,7 +336,7 @@ LEGITIMATE_REFUSALS = (
         r"(job_template\.)?training_config\.framework\.command\[\d+\]",
     ),
     Refusal(
-        "POST /train's payload becomes a job (functions/service/train_api.py): what the job's validation refuses is"
+        "POST /train's payload becomes a job (functions/service/compat/deepfinery.py): what the job's validation refuses is"
         " named by the /train field it came from (paths, GPUs, extra_args, the frameworks not supported yet)",
         422,
         ("POST /train",),

@@ -1,7 +1,7 @@
 """e2e: a 2-node job on `trainplane up --compute ec2`, the real trainer on both nodes.
 
 The EC2 launcher starts both instances in one RunInstances call and writes the rendezvous object; the
-emulated compute (localmode/deploy/emulated_compute.py) runs each instance's trainer as its own process,
+emulated compute (localmode/deploy/emulated_compute/) runs each instance's trainer as its own process,
 rank from the launch index, master from the rendezvous, gloo over loopback. Checked through the public
 surfaces: the job pauses (both nodes stop at the step the ranks agree on, rank 0 checkpoints), resumes
 exactly (every step's loss equals an uninterrupted 2-node run's), and the loss of one node (its host

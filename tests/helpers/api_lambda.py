@@ -9,9 +9,9 @@ from typing import Any
 
 from functions import composition
 from functions.adapters.aws import AwsClients
-from functions.adapters.ports import Transition
 from functions.handlers import api
 from functions.handlers.openapi import COMMITTED
+from functions.service.ports import Transition
 from functions.settings import Settings
 from schemas.status import JobStatus
 from tests.fakes import RecordingWorkflow

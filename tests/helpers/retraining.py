@@ -9,8 +9,9 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, Literal
 
-from functions.adapters.policies import CONFIG_FIELDS, EventRecord, FireClaim, Route
+from functions.adapters.policies import CONFIG_FIELDS
 from functions.errors import InvalidRequest, PolicyConflict, PolicyNotFound
+from functions.service.ports import EventRecord, FireClaim, Route
 from schemas.retraining import FireOutcome, RetrainingPolicy
 from tests.helpers.jobs import request_body
 

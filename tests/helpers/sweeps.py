@@ -7,9 +7,9 @@ from typing import Any
 
 from functions.adapters.aws import AwsClients
 from functions.adapters.dynamodb import DynamoJobRepository
-from functions.adapters.ports import JobRepository, Transition
 from functions.adapters.sweeps import DynamoSweepRepository
 from functions.service.jobs import JobService
+from functions.service.ports import JobRepository, Transition
 from functions.service.sweeps import SweepService
 from functions.service.sweeps_controller import SweepController
 from functions.service.sweeps_hooks import SweepHooks

@@ -60,7 +60,7 @@ def test_command_line_strings_become_lists_and_objects() -> None:
 
 
 def test_training_shapes_from_context_reach_the_functions_settings() -> None:
-    from functions.service.shapes import catalog_from_json
+    from functions.catalog.shapes import catalog_from_json
     from functions.settings import Settings
 
     shape = {"name": "h100-8x", "training_shape_version": 2, "accelerator_type": "H100", "accelerator_count": 8}

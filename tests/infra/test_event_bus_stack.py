@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from functions import constants
-from functions import event_types as et
+from functions.catalog import own_events as et
 from schemas.events import SCHEMAS_DIR
 from tests.infra.conftest import Synth, resolve_ref
 

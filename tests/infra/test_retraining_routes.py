@@ -1,5 +1,5 @@
 """The dispatcher's rules in the synthesized stack are exactly THE patterns local mode puts on its bus
-and the service checks policies against (functions/service/retraining_routes.py): one source of truth
+and the service checks policies against (functions/catalog/events.py): one source of truth
 for which events can start retraining, so local mode cannot pass what AWS would never deliver."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from functions.catalog.events import dispatcher_rules
 from functions.constants import DATASETS_PREFIX
-from functions.service.retraining_routes import dispatcher_rules
 from tests.infra.conftest import Synth, resolve_ref
 
 pytestmark = pytest.mark.infra

@@ -321,7 +321,7 @@ def test_a_bad_hyperparameter_or_architecture_is_422_naming_it_through_the_api(c
 
 def test_a_job_stored_before_the_submit_rules_still_reads_and_its_retry_is_a_422(call: Api) -> None:
     # Given a FAILED job stored before submit checked hyperparameters (one the trainer refused)
-    from functions.adapters.ports import Transition
+    from functions.service.ports import Transition
     from schemas.status import JobStatus
 
     job = call.submit()

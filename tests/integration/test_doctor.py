@@ -20,8 +20,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
+from functions.catalog.shapes import DEFAULT_SHAPES
 from functions.service.deployment import instance_uses
-from functions.service.shapes import DEFAULT_SHAPES
 from schemas.deployment import DeploymentInfo
 from trainplane.doctor import Mark, Report, Target, diagnose
 from trainplane.doctor.aws import AwsSession, aws_ports, policy_source

@@ -17,8 +17,8 @@ from functions import constants as c
 from functions.adapters.aws import AwsClients
 from functions.adapters.dynamodb import DynamoJobRepository
 from functions.adapters.dynamodb_items import job_item
-from functions.adapters.ports import JobQuery, NameClaim, Transition
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken
+from functions.service.ports import JobQuery, NameClaim, Transition
 from schemas.job import CheckpointRef, Job, PendingAction, Progress, StatusEvent
 from schemas.status import JobStatus
 from tests.fakes import InMemoryJobRepository
@@ -580,9 +580,9 @@ def test_two_concurrent_post_train_of_one_run_make_exactly_one_job(dynamo: Dynam
     # requests read "nobody holds the run" before either writes
     _serialize_moto_calls(dynamo, monkeypatch)
     from functions.errors import RunActive
+    from functions.service.compat.deepfinery import TrainApi
     from functions.service.jobs import JobService
     from functions.service.principal import Principal
-    from functions.service.train_api import TrainApi
     from functions.settings import Settings
     from schemas.access import BucketGrant
     from schemas.train import TrainRequest

@@ -1,4 +1,4 @@
-"""The emulated compute behind moto's SageMaker and EC2 (localmode/deploy/emulated_compute.py).
+"""The emulated compute behind moto's SageMaker and EC2 (localmode/deploy/emulated_compute/).
 
 The REAL launchers talk to moto's server in this process; the trainer is tests/fake_trainer.py run by
 the LocalLauncher; events go to a recording sink instead of the events Lambda. What a client of the
@@ -23,13 +23,14 @@ import pytest
 
 from functions import constants
 from functions.adapters.cloudwatch_logs import CloudWatchLogSource
-from functions.adapters.launchers.base import RunState
 from functions.adapters.launchers.ec2 import EC2Launcher
 from functions.adapters.launchers.local import LocalLauncher
 from functions.adapters.launchers.sagemaker import SageMakerLauncher, describe_training_job
-from functions.service.cloud_events import EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_STATE_CHANGE
+from functions.catalog.events import EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_STATE_CHANGE
+from functions.service.ports import RunState
+from localmode import moto_pin
 from localmode.deploy import emulated_compute
-from localmode.deploy.emulated_compute import INTERRUPT_TAG, EmulatedCompute
+from localmode.deploy.emulated_compute.core import INTERRUPT_TAG, EmulatedCompute
 from schemas.configs import ResourceConfig
 from schemas.job import ErrorType
 from schemas.trainer import TrainerEvent
@@ -100,7 +101,7 @@ def _emulator(server: Clients, tmp_path: Path, compute: str) -> tuple[EmulatedCo
         stop_grace_seconds=5,
         tick_seconds=0.3,
     )
-    emulator = EmulatedCompute(
+    emulator = emulated_compute.create(
         compute,
         server.client,
         runner,
@@ -223,9 +224,9 @@ def test_ec2_instances_run_the_trainer_stop_by_tag_and_end_themselves(server: Cl
 def test_the_pin_and_one_emulator_per_process(server: Clients, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Given a moto version the patches were not written for / Then starting refuses, naming the pin
     runner = LocalLauncher(tmp_path / "runs", command=FAKE_TRAINER)
-    emulator = EmulatedCompute("sagemaker", server.client, runner, bucket=BUCKET, trainer_log_group="/g", sink=Recorder())
-    monkeypatch.setattr(emulated_compute.moto, "__version__", "9.9.9")
+    emulator = emulated_compute.create("sagemaker", server.client, runner, bucket=BUCKET, trainer_log_group="/g", sink=Recorder())
+    monkeypatch.setattr(moto_pin.moto, "__version__", "9.9.9")
     with pytest.raises(RuntimeError, match=r"5\.2\.5"):
         emulator.start()
     with pytest.raises(ValueError, match="no emulated compute"):
-        EmulatedCompute("local", server.client, runner, bucket=BUCKET, trainer_log_group="/g")
+        emulated_compute.create("local", server.client, runner, bucket=BUCKET, trainer_log_group="/g")

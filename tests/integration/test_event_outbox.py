@@ -19,13 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from functions import event_types as et
 from functions.adapters.aws import AwsClients
 from functions.adapters.dynamodb import DynamoJobRepository
 from functions.adapters.outbox import DynamoOutbox
-from functions.adapters.ports import Transition
+from functions.catalog import own_events as et
 from functions.errors import ConcurrentModification
 from functions.service.event_publisher import EventPublisher
+from functions.service.ports import Transition
 from localmode import moto_hooks
 from schemas.events import MODELS, OutboxRecord
 from schemas.job import CheckpointRef, Job, StatusEvent

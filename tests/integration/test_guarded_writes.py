@@ -15,8 +15,8 @@ import pytest
 from functions.adapters.aws import AwsClients
 from functions.adapters.capacity import DynamoDBCapacityLedger
 from functions.adapters.dynamodb import DynamoJobRepository
-from functions.adapters.ports import Transition
 from functions.errors import ConcurrentModification, IllegalTransition, JobNotFound
+from functions.service.ports import Transition
 from schemas.job import Job, StatusEvent
 from schemas.status import EDITABLE, JobStatus
 from tests.helpers.aws import emulated_aws, fresh_resources

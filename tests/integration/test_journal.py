@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 from moto.core.config import default_user_config
 
 from functions import constants
-from localmode import moto_hooks
+from localmode import moto_hooks, moto_pin
 from localmode.deploy import LocalContext, deploy_all
 from localmode.journal import Journal
 from localmode.server import EmulatedAws
@@ -348,7 +348,7 @@ def test_compaction_keeps_one_record_and_only_referenced_bodies(plane: Plane) ->
 
 def test_hooks_are_pinned_to_the_moto_they_were_written_for(aws: EmulatedAws) -> None:
     # If this fails after a moto upgrade: re-verify localmode/moto_hooks.py, then move the pin.
-    assert moto.__version__ == moto_hooks.PINNED_MOTO_VERSION
+    assert moto.__version__ == moto_pin.PINNED_MOTO_VERSION
     from moto.dynamodb.models import DynamoDBBackend
     from moto.dynamodb.models.table import Table
     from moto.dynamodb.responses import DynamoHandler

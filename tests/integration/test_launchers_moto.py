@@ -20,10 +20,11 @@ from botocore.stub import Stubber
 from moto import mock_aws
 
 from functions.adapters.cloudwatch_logs import CloudWatchLogSource, log_source_for
-from functions.adapters.launchers.base import LaunchHandle, RunState
-from functions.adapters.launchers.ec2 import EC2Launcher, exit_status_key
-from functions.adapters.launchers.sagemaker import LOG_GROUP, SageMakerLauncher, training_job_name
+from functions.adapters.launchers.ec2 import EC2Launcher
+from functions.adapters.launchers.sagemaker import LOG_GROUP, SageMakerLauncher
+from functions.catalog.job_names import exit_status_key, training_job_name
 from functions.errors import InvalidRequest
+from functions.service.ports import LaunchHandle, RunState
 from schemas.configs import ResourceConfig
 from schemas.job import ErrorType
 from tests.cloud_fixtures import BUCKET, cloud_settings, make_launch_request

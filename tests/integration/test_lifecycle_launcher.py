@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from functions import constants
-from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.launchers.local import LocalLauncher, coalesce
+from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
 from schemas.job import ErrorType
 from schemas.trainer import RunSpec, TrainerEvent, TrainerEventKind
 from tests.lifecycle_support import FAKE_TRAINER, REPO_ROOT, make_job, make_request, wait_until

@@ -13,13 +13,14 @@ import json
 import sys
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 from moto import mock_aws
 
-from localmode import moto_lambda
+from localmode import moto_lambda, moto_pin
 
 REGION = "us-east-1"
 ROLE_POLICY = {
@@ -52,7 +53,7 @@ def handlers() -> Iterator[types.ModuleType]:
 
 @pytest.fixture
 def aws() -> Iterator[Any]:
-    with mock_aws(config=moto_lambda.MOTO_CONFIG):
+    with mock_aws(config=moto_pin.MOTO_CONFIG):
         moto_lambda.install()
         try:
             yield boto3.client("lambda", region_name=REGION)
@@ -68,13 +69,16 @@ def _function(client: Any, handler: str) -> str:
 
 
 def test_the_pinned_moto_is_the_installed_one() -> None:
-    assert importlib.metadata.version("moto") == moto_lambda.PINNED_MOTO_VERSION
+    assert importlib.metadata.version("moto") == moto_pin.PINNED_MOTO_VERSION
+    # and the one pyproject.toml installs: one pin, spelled in localmode/moto_pin.py and the dependency
+    pyproject = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text()
+    assert f'"moto[server]=={moto_pin.PINNED_MOTO_VERSION}"' in pyproject
     moto_lambda.check_version()
 
 
 def test_refuses_another_moto_version(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(moto_lambda, "PINNED_MOTO_VERSION", "0.0.1")
-    with pytest.raises(moto_lambda.MotoVersionError, match=r"re-check LambdaSimpleBackend\.invoke"):
+    monkeypatch.setattr(moto_pin, "PINNED_MOTO_VERSION", "0.0.1")
+    with pytest.raises(moto_pin.MotoVersionError, match=r"re-check LambdaSimpleBackend\.invoke"):
         moto_lambda.install()
 
 
@@ -85,7 +89,7 @@ def test_moto_internals_the_adapter_relies_on_are_where_it_expects() -> None:
     params = list(inspect.signature(LambdaSimpleBackend.invoke).parameters)
     assert params == ["self", "function_name", "qualifier", "body", "headers", "response_headers"]
     assert "task_token" in inspect.signature(StepFunctionsParserBackend.send_task_heartbeat).parameters
-    assert {"lambda", "stepfunctions"} <= set(moto_lambda.MOTO_CONFIG)
+    assert {"lambda", "stepfunctions"} <= set(moto_pin.MOTO_CONFIG)
 
 
 def test_invoke_runs_the_configured_handler_in_process(aws: Any, handlers: types.ModuleType) -> None:

@@ -18,7 +18,7 @@ import pytest
 from moto import mock_aws
 
 from functions.adapters.schedules import target_input
-from functions.service.retraining_routes import dispatcher_rules
+from functions.catalog.events import dispatcher_rules
 from localmode.deploy.retraining import MOTO_S3_EVENT_ID, EventPump, LocalOptions, ScheduleTicker, local_event
 
 ARTIFACTS = "trainplane-artifacts"

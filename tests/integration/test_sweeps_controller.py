@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from functions.adapters.aws import AwsClients
-from functions.adapters.ports import JobQuery
+from functions.service.ports import JobQuery
 from functions.service.sweeps_controller import SweepController
 from schemas.status import JobStatus
 from schemas.sweeps import SweepStatus, TrialState

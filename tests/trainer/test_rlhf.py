@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 from trainer import tracking
 from trainer.events import Events
 from trainer.tokenizer import ByteTokenizer
+from trainer.tracking import sink as tracking_sink
 
 from schemas.trainer import ExitCode, FailureReason, TrainerEventKind
 from tests.trainer.conftest import TINY_LLAMA, write_jsonl
@@ -198,11 +199,11 @@ def test_an_rlhf_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run
     for key in ("reward", "reward_std", "kl", "loss"):
         assert _history(store, run_id, key) == [(s, pytest.approx(expected[s][key])) for s in range(1, 6)], key
     # with the checkpoints' steps, the rlhf block and hyperparameters as params, and the job's labels
-    assert [s for s, _ in _history(store, run_id, tracking.CHECKPOINT_METRIC)] == [2, 3, 4, 5]
+    assert [s for s, _ in _history(store, run_id, tracking_sink.CHECKPOINT_METRIC)] == [2, 3, 4, 5]
     params = run.data.params
     assert params["training_type"] == "RLHF" and params["max_steps"] == "5" and params["rlhf.beta"] == "0.1"
     assert params["rlhf.num_generations"] == "4" and params["rlhf.reward_functions"] == "letters"
-    assert run.data.tags["team"] == "rl" and run.data.tags[tracking.JOB_TAG] == "job-1"
+    assert run.data.tags["team"] == "rl" and run.data.tags[tracking_sink.JOB_TAG] == "job-1"
     # and TensorBoard reads the two attempts' event files as the same curve (the resumed one marks its restart)
     assert _restart_markers(interrupted / "tb") == [4]
     assert _tensorboard(interrupted / "tb", "reward") == [(s, pytest.approx(v, rel=1e-6)) for s, v in _history(store, run_id, "reward")]
@@ -262,10 +263,10 @@ def test_epoch_strategies_count_passes_over_the_prompts(tmp_path: Path, monkeypa
 
 
 def test_every_metric_rlhf_reports_reaches_the_trackers() -> None:
-    # Given each trl log key RLHF turns into a metrics point field: the trackers log it (tracking.point_values)
+    # Given each trl log key RLHF turns into a metrics point field: the trackers log it (tracking_sink.point_values)
     from trainer.rlhf import _LOGGED
 
     from schemas.api import MetricsPoint
 
     point = MetricsPoint(step=3, **{field: 0.5 for field in _LOGGED.values()}, tokens_seen=10)
-    assert set(tracking.point_values(point)) == set(_LOGGED.values())
+    assert set(tracking_sink.point_values(point)) == set(_LOGGED.values())

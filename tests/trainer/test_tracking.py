@@ -1,4 +1,4 @@
-"""Experiment tracking in the trainer (trainer/tracking.py): one MLflow run and one TensorBoard curve per
+"""Experiment tracking in the trainer (trainer/tracking/): one MLflow run and one TensorBoard curve per
 job across a crash after logging past its checkpoint, a resume, a pause (SIGTERM) and a second resume;
 a retry's run is a child of its parent's. MLflow: a file store (the client API is the same as against a
 server; tests/e2e/test_tracking_e2e.py runs a real `mlflow server`). TensorBoard: the event files read
@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from trainer import tracking
 from trainer.events import Events
+from trainer.tracking import mlflow_sink
+from trainer.tracking import sink as tracking_sink
 
 from schemas.trainer import ExitCode, TrainerEventKind
 from tests.trainer.runs import make_spec, metrics_points, run_in_process
@@ -120,10 +122,10 @@ def test_one_run_across_a_crash_a_resume_a_pause_and_a_resume_with_a_continuous_
     assert loss == [(s, pytest.approx(final[s].loss)) for s in range(1, STEPS + 1)]
     assert [s for s, _ in _history(store, run_id, "eval_loss")] == [4, 8, STEPS]
     # and the checkpoints' steps, the params and the labels are logged
-    assert [s for s, _ in _history(store, run_id, tracking.CHECKPOINT_METRIC)] == [3, 6, 7, 9, 10]
+    assert [s for s, _ in _history(store, run_id, tracking_sink.CHECKPOINT_METRIC)] == [3, 6, 7, 9, 10]
     assert run.data.params["max_steps"] == str(STEPS) and run.data.params["training_type"] == "SFT"
     assert run.data.tags["team"] == "nlp" and run.data.tags["label.mlflow.runName"] == "spoofed"
-    assert run.data.tags[tracking.JOB_TAG] == "job-1" and run.data.tags["mlflow.runName"] == "job-1"
+    assert run.data.tags[tracking_sink.JOB_TAG] == "job-1" and run.data.tags["mlflow.runName"] == "job-1"
     assert run.data.tags["trainplane.latest_checkpoint"].endswith("step-000010")
     # and TensorBoard, reading every attempt's event file, shows the same curve, each step once
     assert _tensorboard(root / "tb", "loss") == [(s, pytest.approx(v, rel=1e-6)) for s, v in loss]
@@ -139,7 +141,7 @@ def test_points_a_tracker_missed_are_filled_in_from_metrics_jsonl_on_resume(tmp_
 
     # Given a first attempt whose tracking server went down after the run was opened, paused at step 5
     with monkeypatch.context() as patch:
-        patch.setattr(tracking.MlflowSink, "send", down)
+        patch.setattr(mlflow_sink.MlflowSink, "send", down)
         _at_progress(patch, 5, lambda: os.kill(os.getpid(), signal.SIGTERM))
         first = run_in_process(root, _spec(root, store), patch, capsys)
     assert first.code == ExitCode.STOPPED_WITH_CHECKPOINT  # the tracker never held the stop's checkpoint back
@@ -174,9 +176,9 @@ def test_a_retry_is_a_child_run_of_its_parents_run(tmp_path: Path, monkeypatch, 
     # Then it has a run of its own, tagged with its parent's run
     reported = child.of_kind(TrainerEventKind.TRACKING)[0].data
     assert reported["mlflow_run_id"] != parent_run and reported["mlflow_parent_run_id"] == parent_run
-    runs = {r.data.tags[tracking.JOB_TAG]: r for r in _runs(store)}
+    runs = {r.data.tags[tracking_sink.JOB_TAG]: r for r in _runs(store)}
     assert runs["child-1"].data.tags["mlflow.parentRunId"] == parent_run
-    assert runs["child-1"].data.tags[tracking.PARENT_JOB_TAG] == "parent-1"
+    assert runs["child-1"].data.tags[tracking_sink.PARENT_JOB_TAG] == "parent-1"
     assert [s for s, _ in _history(store, reported["mlflow_run_id"], "loss")] == [1, 2]
 
 

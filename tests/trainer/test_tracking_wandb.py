@@ -1,4 +1,4 @@
-"""Weights & Biases from the trainer (trainer/tracking.py WandbSink), for real and without a network: W&B's
+"""Weights & Biases from the trainer (trainer/tracking/wandb_sink.py WandbSink), for real and without a network: W&B's
 offline mode writes the run's transaction log (`run-<id>.wandb`) per attempt, the trainer uploads each
 attempt's run directory under the job's wandb/ prefix, and the test reads the files back (trainer/wandb_files.py:
 wandb's Record protos in its LevelDB-log framing, checksums checked) as `wandb sync` would replay them:
@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 from trainer import tracking, wandb_files
+from trainer.tracking import sink as tracking_sink
+from trainer.tracking import wandb_sink
 
 from schemas.trainer import ExitCode, TrainerEventKind
 from tests.trainer.runs import make_spec, metrics_points, run_in_process
@@ -93,9 +95,9 @@ def test_one_offline_run_across_a_crash_a_resume_a_pause_and_a_resume_without_ga
     assert steps == sorted(set(steps))
     assert [s for s, _ in _curve(files, "eval_loss")] == [4, 8, STEPS]
     # and the checkpoints' steps, the config (hyperparameters, job) and the labels are logged
-    assert [v for _, v in _curve(files, tracking.CHECKPOINT_METRIC)] == [3, 6, 7, 9, 10]
+    assert [v for _, v in _curve(files, tracking_sink.CHECKPOINT_METRIC)] == [3, 6, 7, 9, 10]
     config = {item.key: item.value_json for item in runs[0].config.update}
-    assert config["max_steps"] == f'"{STEPS}"' and config["training_type"] == '"SFT"' and config[tracking.JOB_TAG] == '"job-1"'
+    assert config["max_steps"] == f'"{STEPS}"' and config["training_type"] == '"SFT"' and config[tracking_sink.JOB_TAG] == '"job-1"'
     assert list(runs[0].tags) == ["team:nlp"]
     # and wandb's own `sync` finds the three attempts' files where the trainer put them (the job's wandb/ prefix)
     wandb_cli = Path(sys.executable).with_name("wandb")
@@ -117,7 +119,7 @@ def test_an_offline_retry_is_a_new_run_in_its_parents_group_carrying_the_parents
     run = wandb_files.run_record(data)
     assert run.run_id == "child-1" and not run.resume and run.run_group == "parent-1"
     config = {item.key: item.value_json for item in run.config.update}
-    assert config["trainplane.parent_run_id"] == '"parent-1"' and config[tracking.PARENT_JOB_TAG] == '"parent-1"'
+    assert config["trainplane.parent_run_id"] == '"parent-1"' and config[tracking_sink.PARENT_JOB_TAG] == '"parent-1"'
     reported = child.of_kind(TrainerEventKind.TRACKING)[0].data
     assert reported["wandb_parent_run_id"] == "parent-1" and reported["wandb_group"] == "parent-1"
     assert [s for s, _ in _curve([data], "loss")] == [1, 2]
@@ -242,7 +244,7 @@ def test_steps_only_go_up_a_failed_send_is_retried_without_a_step_twice_and_a_la
                 raise failures.pop()
             logged.append((step, values))
 
-    sink = tracking.WandbSink.__new__(tracking.WandbSink)
+    sink = wandb_sink.WandbSink.__new__(wandb_sink.WandbSink)
     sink.run, sink.offline, sink.uri, sink.floor, sink.sent_step = Run(), False, None, 1, 1
     sink._buffer, sink._tags = [], {}
     for step in (1, 2, 3, 4):
@@ -254,7 +256,7 @@ def test_steps_only_go_up_a_failed_send_is_retried_without_a_step_twice_and_a_la
     sink.give_back(points, tags)
     sink.send(*sink.take())
     # and a checkpoint of step 3 arrives (an asynchronous save) after step 4 was sent
-    sink.log({tracking.CHECKPOINT_METRIC: 3.0}, 3)
+    sink.log({tracking_sink.CHECKPOINT_METRIC: 3.0}, 3)
     sink.send(*sink.take())
     # Then every step above the run's is logged once, in order, and the checkpoint at step 4 with its own step
-    assert logged == [(2, {"loss": 2.0}), (3, {"loss": 3.0}), (4, {"loss": 4.0}), (4, {tracking.CHECKPOINT_METRIC: 3.0})]
+    assert logged == [(2, {"loss": 2.0}), (3, {"loss": 3.0}), (4, {"loss": 4.0}), (4, {tracking_sink.CHECKPOINT_METRIC: 3.0})]

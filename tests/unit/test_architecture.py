@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,8 @@ def test_the_import_contracts_hold() -> None:
     result = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
     # Then every contract is kept (the output names the broken one and the import that breaks it)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
-    assert "BROKEN" not in result.stdout and "Contracts: 8 kept, 0 broken." in result.stdout
+    contracts = len(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"])
+    assert "BROKEN" not in result.stdout and f"Contracts: {contracts} kept, 0 broken." in result.stdout
 
 
 def test_the_client_imports_and_runs_without_local_mode_or_moto(tmp_path: Path) -> None:
@@ -49,9 +51,9 @@ def test_the_client_imports_and_runs_without_local_mode_or_moto(tmp_path: Path) 
     assert out.returncode == 1 and "pip install 'trainplane[local]'" in out.stderr, out.stderr
 
 
-def _cited(pattern: str) -> set[tuple[str, str]]:
+def _cited(pattern: str, sources: list[str] = SOURCES) -> set[tuple[str, str]]:
     found = set()
-    for source in SOURCES:
+    for source in sources:
         for path in (ROOT / source).rglob("*.py"):
             for match in re.finditer(pattern, path.read_text(encoding="utf-8")):
                 found.add((str(path.relative_to(ROOT)), match.group(1)))
@@ -69,3 +71,12 @@ def test_every_test_and_document_the_code_cites_is_in_the_repo(kind: str) -> Non
         # The bare test names the moto modules cite resolve too
         bare = _cited(r"\b(test_\w+\.py)\b")
         assert not [(w, t) for w, t in bare if not list((ROOT / "tests").rglob(t))]
+
+
+def test_every_seed_the_code_cites_is_in_docs_seeds() -> None:
+    # Given every seed document cited by number ("seeds/004", "docs/seeds/000_*.txt"), in the code and the tests
+    cited = {(w, n) for w, n in _cited(r"\bseeds/(\d{3})\b") | _cited(r"\bseeds/(\d{3})\b", sources=["tests"])}
+    assert len({n for _, n in cited}) >= 4, f"too few seed citations found: the pattern is wrong ({sorted(cited)})"
+    # Then each resolves to one document under docs/seeds/ (a bare "seeds/NNN" included)
+    missing = sorted((where, n) for where, n in cited if len(list((ROOT / "docs" / "seeds").glob(f"{n}_*.txt"))) != 1)
+    assert not missing, f"cited but not in docs/seeds/: {missing}"

@@ -17,12 +17,12 @@ from botocore.response import StreamingBody
 from botocore.stub import Stubber
 
 from functions import composition
-from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.launchers.ec2 import EC2Launcher
-from functions.adapters.launchers.sagemaker import SageMakerLauncher
+from functions.adapters.launchers.sagemaker import SageMakerLauncher, describe_training_job
 from functions.handlers import events as handler
 from functions.service.cloud_events import CloudEventsService
 from functions.service.lifecycle import LifecycleConfig, LifecycleService
+from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.service.reconciler import Reconciler, ReconcileReport
 from functions.service.scheduler import LocalCapacity, Scheduler
 from schemas.job import ErrorType, Job, StatusEvent
@@ -99,7 +99,7 @@ class World:
             scheduler,
             LifecycleConfig(bucket="trainplane-artifacts", launcher=compute, heartbeat_seconds=4, max_preemptions=2),
         )
-        self.events = CloudEventsService(self.repo, self.lifecycle, {compute: self.launcher})
+        self.events = CloudEventsService(self.repo, self.lifecycle, {compute: self.launcher}, describe_training_job)
         job = make_job(make_request()).model_copy(update={"job_id": "job-0a1b2c3d"})
         self.repo.create(job, StatusEvent(at=job.created_at, to_status=S.PENDING, reason="submitted"))
         self.repo.annotate(job.job_id, {"execution_arn": EXEC})

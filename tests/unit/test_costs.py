@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from functions.adapters.launchers.base import LaunchHandle, RunDescription, RunState
 from functions.adapters.launchers.sagemaker import describe_training_job
 from functions.service import costs
+from functions.service.ports import LaunchHandle, RunDescription, RunState
 from schemas.job import AttemptCost, Cost, StatusEvent
 from schemas.status import JobStatus
 from tests.cloud_fixtures import load_event

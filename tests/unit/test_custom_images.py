@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.launchers.images import check_custom_image, entry_allows, parse_image
+from functions.catalog.images import check_custom_image, entry_allows, parse_image
 from functions.errors import InvalidRequest
+from functions.service.compat.deepfinery import TrainApi
 from functions.service.jobs import JobService
 from functions.service.principal import Principal
-from functions.service.train_api import TrainApi
 from functions.settings import Settings
 from schemas.access import BucketGrant
 from schemas.job import SubmitJobRequest

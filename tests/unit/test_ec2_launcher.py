@@ -19,18 +19,18 @@ import pytest
 from botocore.response import StreamingBody
 from botocore.stub import ANY, Stubber
 
-from functions.adapters.launchers.base import LaunchHandle, RunState
 from functions.adapters.launchers.cloud import LaunchCapacityError
 from functions.adapters.launchers.ec2 import (
     EC2Launcher,
     build_run_instances_request,
     client_token,
     describe_instance,
-    exit_status_key,
     render_user_data,
 )
-from functions.adapters.launchers.instances import select_instance
+from functions.catalog.instances import select_instance
+from functions.catalog.job_names import exit_status_key
 from functions.errors import InvalidRequest, Unsupported
+from functions.service.ports import LaunchHandle, RunState
 from schemas.configs import ResourceConfig
 from schemas.job import ErrorType
 from tests.cloud_fixtures import BUCKET, IMAGE, cloud_settings, load_event, make_launch_request

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from functions import event_types as et
+from functions.catalog import own_events as et
 from schemas import events
 from schemas.events import MODELS, SCHEMAS_DIR, JobStateChange, event_id
 from scripts.gen_event_schemas import expected

@@ -1,11 +1,11 @@
-"""The resource_config -> instance type table (functions/adapters/launchers/instances.py)."""
+"""The resource_config -> instance type table (functions/catalog/instances.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from functions.adapters.launchers import instances
-from functions.adapters.launchers.instances import parse_gpu_type, select_instance, spec_for, validate_resources
+from functions.catalog import instances
+from functions.catalog.instances import parse_gpu_type, select_instance, spec_for, validate_resources
 from functions.errors import InvalidRequest
 from schemas.configs import ResourceConfig
 

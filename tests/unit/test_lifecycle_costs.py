@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from functions.adapters.launchers.base import RunDescription, RunState
 from functions.service import costs
+from functions.service.ports import RunDescription, RunState
 from schemas.job import ErrorType
 from schemas.status import JobStatus
 from schemas.trainer import TrainerEventKind

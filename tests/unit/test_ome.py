@@ -12,8 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from functions.errors import InvalidRequest
+from functions.service.compat.ome import apply_ome_trainer
 from functions.service.jobs import JobService
-from functions.service.ome import apply_ome_trainer
 from functions.service.principal import Principal
 from functions.settings import Settings
 from schemas.configs import DataSource, FrameworkType

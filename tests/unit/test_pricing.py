@@ -1,11 +1,11 @@
-"""The price table (functions/adapters/launchers/pricing.py) against the instance table."""
+"""The price table (functions/catalog/pricing.py) against the instance table."""
 
 from __future__ import annotations
 
 import pytest
 
-from functions.adapters.launchers import pricing
-from functions.adapters.launchers.instances import INSTANCE_TYPES
+from functions.catalog import pricing
+from functions.catalog.instances import INSTANCE_TYPES
 
 
 def test_every_instance_type_has_both_prices_and_sagemaker_costs_more() -> None:

@@ -13,12 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from functions.adapters.policies import FireClaim
-from functions.adapters.ports import NameClaim, Transition
 from functions.errors import InvalidRequest, PolicyNotFound
 from functions.service.jobs import JobService
-from functions.service.retraining import RetrainingService, SchedulerUnavailable
-from functions.service.retraining_dispatch import CLAIM_LEASE
+from functions.service.ports import FireClaim, NameClaim, Transition
+from functions.service.retraining.dispatch import CLAIM_LEASE
+from functions.service.retraining.policies import RetrainingService, SchedulerUnavailable
 from functions.settings import Settings
 from schemas.api import RetryRequest
 from schemas.job import Job, StatusEvent

@@ -14,17 +14,16 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from functions.adapters.launchers.base import LaunchHandle, RunState
 from functions.adapters.launchers.cloud import LaunchCapacityError
 from functions.adapters.launchers.sagemaker import (
     SageMakerLauncher,
     build_training_job_request,
     classify_failure,
     describe_training_job,
-    parse_training_job_name,
-    training_job_name,
 )
+from functions.catalog.job_names import parse_training_job_name, training_job_name
 from functions.errors import InvalidRequest, Unsupported
+from functions.service.ports import LaunchHandle, RunState
 from schemas.configs import ResourceConfig
 from schemas.job import ErrorType
 from schemas.trainer import METRIC_DEFINITIONS

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.ports import Transition
-from functions.service.scheduler import CloudCapacity, LocalCapacity, NeverFits, Scheduler, detect_local_gpus, parse_quotas
+from functions.catalog.quotas import parse_quotas
+from functions.service.ports import Transition
+from functions.service.scheduler import CloudCapacity, LocalCapacity, NeverFits, Scheduler, detect_local_gpus
 from schemas.job import Job, PendingAction, StatusEvent
 from schemas.status import JobStatus
 from tests.fakes import InMemoryJobRepository

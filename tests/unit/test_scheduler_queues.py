@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.ports import Transition
+from functions.service.ports import Transition
 from functions.service.queues import QueueView
 from functions.service.scheduler import LocalCapacity
 from schemas.job import StatusEvent

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.ports import Transition
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.controls import WorkflowUnavailable
 from functions.service.jobs import JobService
+from functions.service.ports import Transition
 from functions.service.principal import Principal
 from functions.settings import Settings
 from schemas.api import RetryRequest

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from functions import constants
-from functions.adapters.ports import Transition
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.controls import WorkflowUnavailable
 from functions.service.jobs import JobService, new_job_id
+from functions.service.ports import Transition
 from functions.service.principal import Principal, role_arn_of
 from functions.settings import Settings
 from schemas.api import PatchJobRequest

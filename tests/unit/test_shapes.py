@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.launchers.cloud import trainer_image
 from functions.adapters.launchers.ec2 import build_run_instances_request, render_user_data
-from functions.adapters.launchers.instances import select_instance
 from functions.adapters.launchers.sagemaker import build_training_job_request
+from functions.catalog.images import trainer_image
+from functions.catalog.instances import select_instance
+from functions.catalog.shapes import DEFAULT_SHAPES, ShapeCatalog, catalog_from_json
 from functions.errors import InvalidRequest, ShapeNotFound
+from functions.service.compat.shapes import apply_shape
 from functions.service.jobs import JobService
 from functions.service.principal import Principal
-from functions.service.shapes import DEFAULT_SHAPES, ShapeCatalog, apply_shape, catalog_from_json
 from functions.settings import Settings
 from schemas.api import PatchJobRequest, RetryRequest
 from schemas.configs import DType, FrameworkType, ResourceConfig

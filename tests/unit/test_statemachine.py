@@ -169,7 +169,7 @@ def test_moto_parser_accepts_the_definition_and_rejects_a_broken_one() -> None:
     import boto3
     from moto import mock_aws
 
-    from localmode.moto_lambda import MOTO_CONFIG
+    from localmode.moto_pin import MOTO_CONFIG
 
     text = sm.render(SUBS)
     with mock_aws(config=MOTO_CONFIG):

@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from functions.adapters.launchers.base import RunState
-from functions.adapters.ports import Transition
+from functions.service.ports import RunState, Transition
 from functions.service.reconciler import Reconciler
 from schemas.job import PendingAction
 from schemas.status import JobStatus
@@ -77,7 +76,7 @@ def test_waiting_jobs_get_an_execution_only_once_settled_or_at_startup() -> None
     paused = w.submit()
     w.to_training(paused.job_id)
     w.repo.update(paused.job_id, w.repo.get(paused.job_id).version, {"pending_action": PendingAction.PAUSE})
-    from functions.adapters.launchers.base import RunDescription
+    from functions.service.ports import RunDescription
 
     w.svc.on_run_finished(paused.job_id, 1, RunDescription(state=RunState.STOPPED))
     executions = Executions()
@@ -93,7 +92,7 @@ def test_a_preempted_job_with_its_budget_spent_is_left_alone() -> None:
     w = World(max_preemptions=0)
     job = w.submit()
     w.to_training(job.job_id)
-    from functions.adapters.launchers.base import RunDescription
+    from functions.service.ports import RunDescription
 
     w.svc.on_run_finished(job.job_id, 1, RunDescription(state=RunState.PREEMPTED))
     assert w.repo.get(job.job_id).status == S.PREEMPTED

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from functions import composition
-from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.errors import ConcurrentModification
 from functions.handlers import lifecycle as handler
 from functions.service.lifecycle import LifecycleConfig, LifecycleService, TransientError
 from functions.service.lifecycle_outcomes import decide_run_end
+from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.service.scheduler import LocalCapacity, Scheduler
 from schemas.job import ErrorType, Job, PendingAction
 from schemas.status import JobStatus
@@ -161,7 +161,7 @@ def test_every_job_status_is_reachable_through_the_tasks_and_verbs() -> None:
     w.svc.on_run_finished(d.job_id, 1, RunDescription(state=RunState.FAILED, error_type=ErrorType.DATA_ERROR, message="bad"))
     seen |= set(w.statuses(d.job_id))
     # cancelled (the API's verb) from PENDING
-    from functions.adapters.ports import Transition
+    from functions.service.ports import Transition
 
     e = w.submit()
     w.repo.transition(Transition(e.job_id, 1, S.PENDING, S.CANCELLED, "cancel", "user"))
@@ -185,7 +185,7 @@ def test_run_that_ends_before_its_wait_starts_is_answered_by_the_wait_itself() -
 
 
 def test_waits_that_start_after_their_answer_answer_themselves() -> None:
-    from functions.adapters.ports import Transition
+    from functions.service.ports import Transition
 
     w = World()
     job = w.submit()
@@ -274,7 +274,7 @@ def test_resume_from_a_named_checkpoint_uses_its_uri() -> None:
     )
     w.repo.update(job.job_id, w.repo.get(job.job_id).version, {"pending_action": PendingAction.PAUSE})
     w.svc.on_run_finished(job.job_id, 1, RunDescription(state=RunState.STOPPED))
-    from functions.adapters.ports import Transition
+    from functions.service.ports import Transition
 
     w.repo.transition(
         Transition(
@@ -405,7 +405,7 @@ def test_handler_dispatch_and_error_mapping(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_waits_and_launch_never_make_a_users_verb_lose_its_race() -> None:
-    from functions.adapters.ports import Transition
+    from functions.service.ports import Transition
 
     w = World()
     w.ledger.claim("local/cpu", "someone-else", 1, 1)

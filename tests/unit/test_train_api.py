@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from functions.adapters.ports import Transition
 from functions.errors import InvalidRequest, RunActive, RunNotFound
+from functions.service.compat.deepfinery import TrainApi, status_of, to_submit_request
 from functions.service.jobs import JobService
+from functions.service.ports import Transition
 from functions.service.principal import Principal
 from functions.service.run_specs import RunSpecs
-from functions.service.train_api import TrainApi, status_of, to_submit_request
 from functions.settings import Settings
 from schemas.access import BucketGrant
 from schemas.configs import DType, FrameworkType, TrainingType

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from functions import composition
-from functions.adapters.launchers.base import RunDescription, RunState
 from functions.handlers import events as handler
+from functions.service.ports import RunDescription, RunState
 from functions.service.run_specs import _size_of
 from functions.service.trainer_reports import LogLine, TrainerLogReports, stream_ref
 from schemas.checkpoint import CheckpointManifest

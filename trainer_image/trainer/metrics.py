@@ -31,7 +31,7 @@ class MetricsLog:
         self.enabled = enabled
         self._last_sync = 0.0
         self._dirty = False
-        self.tracker: Tracker | None = None  # trainer/tracking.py: the experiment trackers, rank 0 only
+        self.tracker: Tracker | None = None  # trainer/tracking/: the experiment trackers, rank 0 only
         if enabled:
             self._start()
 

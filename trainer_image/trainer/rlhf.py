@@ -18,7 +18,7 @@ policy-gradient step, with a KL penalty against the frozen initial policy when `
   the sampled completions and the per-step metrics are the same as an uninterrupted run's on the CPU.
   trl's log lines become our METRICS/PROGRESS events and metrics.jsonl points (loss, reward, reward_std,
   kl, grad_norm, learning_rate, tokens_per_second = prompt + completion tokens of the window / its time),
-  and the experiment trackers' run (trainer/tracking.py, driven through MetricsLog as the loop drives it).
+  and the experiment trackers' run (trainer/tracking/, driven through MetricsLog as the loop drives it).
 """
 
 from __future__ import annotations

@@ -40,21 +40,19 @@ from importlib import resources
 from typing import Any
 
 from functions import constants
-from functions.adapters.launchers.base import TERMINAL_RUN_STATES, LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.launchers.cloud import (
-    TAG_INTERRUPTED,
-    TAG_STOP,
     ClientSource,
     LaunchCapacityError,
     check_request,
-    job_ref_from_tags,
     launch_environment,
     launch_tags,
     run_image,
 )
-from functions.adapters.launchers.instances import InstanceChoice, select_instance
 from functions.adapters.launchers.sagemaker import classify_failure
+from functions.catalog.instances import InstanceChoice, select_instance
+from functions.catalog.job_names import TAG_INTERRUPTED, TAG_STOP, exit_status_key, job_ref_from_tags, node_exit_status_key
 from functions.errors import Unsupported
+from functions.service.ports import TERMINAL_RUN_STATES, LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.settings import Settings
 from schemas.job import ErrorType
 from schemas.trainer import ENV_GRACE_SECONDS, EXIT_CODE_ERRORS, ExitCode
@@ -85,16 +83,6 @@ MASTER_PORT = 29500
 # How long a node waits for the rendezvous object before it gives up (bootstrap error, exit 70).
 RENDEZVOUS_TIMEOUT_SECONDS = 600
 _LIVE = frozenset({RunState.STARTING, RunState.RUNNING, RunState.STOPPING})
-
-
-def exit_status_key(job_id: str, attempt: int, node: int = 0) -> str:
-    """Where the user data of node `node` writes the trainer's exit status for one attempt."""
-    return node_exit_status_key(f"{constants.job_prefix(job_id)}runs/{attempt:03d}/exit.json", node)
-
-
-def node_exit_status_key(node0_key: str, node: int) -> str:
-    """Node 0's key (exit.json, as for a single instance) -> node `node`'s (exit-node<k>.json)."""
-    return node0_key if node == 0 else f"{node0_key.removesuffix('.json')}-node{node}.json"
 
 
 def rendezvous_key(job_id: str, attempt: int) -> str:

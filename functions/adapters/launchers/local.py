@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import IO, Protocol
 
 from functions import constants
-from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.errors import InvalidRequest
+from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
 from schemas.bounds import denied_env
 from schemas.job import ErrorType
 from schemas.trainer import (
@@ -107,7 +107,7 @@ class LocalLauncher:
     # --- Launcher port ------------------------------------------------------------------------
     def launch(self, request: LaunchRequest) -> LaunchHandle:
         if request.run_spec.training_config.image:
-            # Submit refuses it (functions/adapters/launchers/images.py); never run our trainer in its place.
+            # Submit refuses it (functions/catalog/images.py); never run our trainer in its place.
             raise InvalidRequest("training_config.image", "the local launcher runs processes, not container images")
         denied = denied_env(request.run_spec.training_config.environment)
         if denied:  # submit refuses it; a job stored before the rule never gets it into a process

@@ -9,7 +9,6 @@ the reconciler share it, so a missed event and a received one reach the same ver
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import re
 from collections.abc import Mapping
@@ -17,7 +16,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants
-from functions.adapters.launchers.base import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.adapters.launchers.cloud import (
     ClientSource,
     LaunchCapacityError,
@@ -26,8 +24,10 @@ from functions.adapters.launchers.cloud import (
     launch_tags,
     run_image,
 )
-from functions.adapters.launchers.instances import InstanceChoice, select_instance
+from functions.catalog.instances import InstanceChoice, select_instance
+from functions.catalog.job_names import training_job_name
 from functions.errors import Unsupported
+from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
 from functions.settings import Settings
 from schemas.job import ErrorType
 from schemas.tracking import is_mlflow_arn
@@ -42,12 +42,6 @@ LOG_GROUP = constants.SAGEMAKER_TRAINING_LOG_GROUP  # SageMaker's own; streams a
 MAX_SECONDS = 28 * 24 * 3600  # SageMaker's ceiling for MaxRuntimeInSeconds and MaxWaitTimeInSeconds
 _MAX_HYPERPARAMETERS = 100  # SageMaker's limits on HyperParameters
 _MAX_HYPERPARAMETER_VALUE = 2500
-
-# Training job names: [a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}. Ours read tp-<job id>-a<attempt> when the id
-# fits; otherwise a hashed, irreversible form (the job id and attempt are in the tags anyway).
-_NAME_PREFIX = "tp-"
-_MAX_NAME = 63
-_NAME_RE = re.compile(r"^tp-(?P<job_id>[A-Za-z0-9](?:-*[A-Za-z0-9])*)-a(?P<attempt>\d+)$")
 
 # SecondaryStatus while the job is InProgress -> our run state. "Interrupted" while InProgress means
 # managed spot lost the instances and SageMaker itself waits for capacity to restart from the synced
@@ -74,23 +68,6 @@ _TRAINER_REASONS: dict[str, tuple[RunState, ErrorType]] = {
     FailureReason.PREEMPTED.value: (RunState.PREEMPTED, ErrorType.PREEMPTED),
 }
 _EXIT_CODE_RE = re.compile(r"exit code:?\s*(\d+)", re.IGNORECASE)
-
-
-def training_job_name(job_id: str, attempt: int) -> str:
-    suffix = f"-a{attempt}"
-    name = f"{_NAME_PREFIX}{job_id}{suffix}"
-    if len(name) <= _MAX_NAME and _NAME_RE.match(name):
-        return name
-    digest = hashlib.sha256(job_id.encode()).hexdigest()[:10]
-    room = _MAX_NAME - len("tpx-") - len(digest) - 1 - len(suffix)
-    safe = re.sub(r"[^A-Za-z0-9]+", "-", job_id).strip("-")[:room].strip("-")
-    return f"tpx-{safe}-{digest}{suffix}" if safe else f"tpx-{digest}{suffix}"
-
-
-def parse_training_job_name(name: str) -> tuple[str, int] | None:
-    """(job_id, attempt) for names made by training_job_name from a fitting id; None otherwise."""
-    match = _NAME_RE.match(name)
-    return (match.group("job_id"), int(match.group("attempt"))) if match else None
 
 
 def build_training_job_request(request: LaunchRequest, settings: Settings, choice: InstanceChoice | None = None) -> dict[str, Any]:

@@ -1,8 +1,8 @@
-"""Retraining policies: create, read, list, edit, delete - and dispatch, which fires them (retraining_dispatch.py).
+"""Retraining policies: create, read, list, edit, delete - and dispatch, which fires them (dispatch.py).
 
 A policy is checked whole when it is created or edited: its template is a valid SubmitJobRequest, its
 mapping targets real fields, its cron parses (schemas/retraining.py), and its events can reach the
-dispatcher through the stack's rules (retraining_routes.py); so it never fails at fire time for a
+dispatcher through the stack's rules (routes.py); so it never fails at fire time for a
 reason known in advance. Policies are owned like jobs: another principal's policy is "not found".
 
 Schedule-triggered policies get an EventBridge Scheduler schedule (functions/adapters/schedules.py),
@@ -19,14 +19,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from functions.adapters.policies import PolicyRepository, Route
-from functions.adapters.schedules import ScheduleManager
 from functions.errors import InvalidRequest, PolicyNotFound
 from functions.service.controls import WorkflowUnavailable
 from functions.service.jobs import JobService
+from functions.service.ports import PolicyRepository, Route, ScheduleManager
 from functions.service.principal import Principal
-from functions.service.retraining_dispatch import Dispatcher
-from functions.service.retraining_routes import check_routable, routes_for
+from functions.service.retraining.dispatch import Dispatcher
+from functions.service.retraining.routes import check_routable, routes_for
 from functions.settings import Settings
 from schemas.retraining import (
     FireResult,

@@ -74,7 +74,7 @@ def on_demand_hourly(instance_type: str, platform: Platform) -> float:
     try:
         ec2, sagemaker = ON_DEMAND_USD[name]
     except KeyError:
-        raise KeyError(f"no price for instance type {instance_type!r}: add it to functions/adapters/launchers/pricing.py") from None
+        raise KeyError(f"no price for instance type {instance_type!r}: add it to functions/catalog/pricing.py") from None
     return sagemaker if platform == "sagemaker" else ec2
 
 

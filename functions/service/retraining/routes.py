@@ -3,7 +3,7 @@
 ONE set of EventBridge rules feeds ONE dispatcher, whatever the number of policies (docs/RETRAINING.md
 says why: a bus holds 300 rules by default and each rule 5 targets, policies come and go at run time):
 the cloud stack declares them in infra/constructs/retraining.py, local mode puts the very same
-patterns on the emulated bus from `dispatcher_rules()`. A policy whose events could never pass these
+patterns on the emulated bus from `dispatcher_rules()` (functions/catalog/events.py). A policy whose events could never pass these
 rules is refused when it is created, naming the field, instead of waiting forever.
 
 Matching in the dispatcher is by route items (functions/adapters/policies.py): each policy writes
@@ -14,52 +14,16 @@ for each source of an event pattern - so an event reads only the routes of its o
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from functions import constants
-from functions.adapters.policies import Route
+from functions.catalog.events import ALARM_SOURCE, ALARM_STATE_CHANGE, OBJECT_CREATED, ROUTED_DETAIL_TYPES, S3_SOURCE
 from functions.errors import InvalidRequest
+from functions.service.ports import Route
 from schemas.event_pattern import matches
 from schemas.retraining import CUSTOM_EVENT_SOURCE, EventPatternTrigger, RetrainingPolicyRequest, S3Trigger
 
-S3_SOURCE = "aws.s3"
-OBJECT_CREATED = "Object Created"
-ALARM_SOURCE = "aws.cloudwatch"
-ALARM_STATE_CHANGE = "CloudWatch Alarm State Change"
-# What each routed source can deliver (None: any detail-type). Mirrors the rules below.
-ROUTED_DETAIL_TYPES: dict[str, frozenset[str] | None] = {
-    S3_SOURCE: frozenset({OBJECT_CREATED}),
-    ALARM_SOURCE: frozenset({ALARM_STATE_CHANGE}),
-    CUSTOM_EVENT_SOURCE: None,
-}
 MAX_PATTERN_SOURCES = 10  # each source is one route item, written in the policy's own transaction
-
-
-@dataclass(frozen=True)
-class RuleSpec:
-    description: str
-    pattern: dict[str, Any]
-
-
-def dispatcher_rules(artifacts_bucket: str) -> dict[str, RuleSpec]:
-    """The rules on the default bus whose target is the dispatcher, by the CDK construct's ids."""
-    created = {"source": [S3_SOURCE], "detail-type": [OBJECT_CREATED]}
-    return {
-        "DatasetsLanded": RuleSpec(
-            "new training data under the artifacts bucket's datasets/ prefix",
-            {**created, "detail": {"bucket": {"name": [artifacts_bucket]}, "object": {"key": [{"prefix": constants.DATASETS_PREFIX}]}}},
-        ),
-        "DataLanded": RuleSpec(
-            "new objects in other buckets that send events to EventBridge",
-            {**created, "detail": {"bucket": {"name": [{"anything-but": [artifacts_bucket]}]}}},
-        ),
-        "Alarms": RuleSpec(
-            "CloudWatch alarms entering ALARM (e.g. a model-monitor drift alarm)",
-            {"source": [ALARM_SOURCE], "detail-type": [ALARM_STATE_CHANGE], "detail": {"state": {"value": ["ALARM"]}}},
-        ),
-        "Custom": RuleSpec(f"custom retraining events (source {CUSTOM_EVENT_SOURCE})", {"source": [CUSTOM_EVENT_SOURCE]}),
-    }
 
 
 def accepts(route: Route, event: Mapping[str, Any]) -> bool:

@@ -36,8 +36,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from functions.adapters.ports import JobQuery, NameClaim
 from functions.errors import InvalidRequest, JobNotFound, NameTaken, RunActive, RunNotFound
+from functions.service.ports import JobQuery, NameClaim
 from functions.service.principal import Principal
 from functions.service.run_specs import LATEST
 from schemas.configs import FrameworkType

@@ -26,8 +26,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from functions.adapters.policies import EventRecord, FireClaim, PolicyRepository
-from functions.adapters.ports import JobQuery
+from functions.catalog.events import SCHEDULED_EVENT, SCHEDULER_SOURCE
 from functions.errors import (
     ConcurrentModification,
     IllegalTransition,
@@ -37,7 +36,8 @@ from functions.errors import (
     PolicyNotFound,
 )
 from functions.service.jobs import JobService
-from functions.service.retraining_routes import accepts, route_keys_of
+from functions.service.ports import EventRecord, FireClaim, JobQuery, PolicyRepository
+from functions.service.retraining.routes import accepts, route_keys_of
 from schemas.configs import LAX_NUMBERS
 from schemas.job import Job, SubmitJobRequest
 from schemas.retraining import (
@@ -63,8 +63,6 @@ _CANCEL_ATTEMPTS = 3
 _LIST_PAGE = 200
 _FREE_MAPS = ("labels.", "training_config.hyperparameters.", "training_config.environment.")
 _PATH_PART = re.compile(r"[^.\[\]]+|\[\d+\]")
-SCHEDULED_EVENT = "Scheduled Event"
-SCHEDULER_SOURCE = "aws.scheduler"
 
 
 class MappingFailed(Exception):

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 
 from functions.errors import InvalidRequest
+from schemas.shapes import TrainingShapeProfile
 
 _COMPONENT = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
 _HOST = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*(?::[0-9]{1,5})?")
@@ -105,3 +106,14 @@ def check_custom_image(field: str, reference: str, allowed: tuple[str, ...], com
         ecr = "<account>.dkr.ecr.<region>.amazonaws.com/..."
         raise InvalidRequest(field, f"SageMaker runs images from Amazon ECR only ({ecr}); got {reference}")
     return image
+
+
+def trainer_image(image_uri: str, shape: TrainingShapeProfile | None) -> str:
+    """The deployment's trainer image, with the training shape's tag when it names one."""
+    if shape is None or not shape.trainer_image_tag:
+        return image_uri
+    repository = image_uri.split("@", 1)[0]  # a digest pins another build: the shape's tag replaces it
+    last = repository.rsplit("/", 1)[-1]
+    if ":" in last:
+        repository = repository[: repository.rfind(":")]
+    return f"{repository}:{shape.trainer_image_tag}"

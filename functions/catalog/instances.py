@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from functions.adapters.launchers import pricing
+from functions.catalog import pricing
 from functions.errors import InvalidRequest
 from schemas.configs import ResourceConfig
 from schemas.shapes import TrainingShapeProfile

@@ -1,0 +1,20 @@
+"""The grammar of the `gpu_quotas` setting (CDK context `gpu_quotas`): the scheduler reads it, the stack's
+config checks it at synth; one parser for both."""
+
+from __future__ import annotations
+
+
+def parse_quotas(spec: str) -> dict[tuple[str, str], int]:
+    """'default:H100=8, research:*=4, *:cpu=32' -> {(queue, gpu type or '*' or 'cpu'): count}."""
+    quotas: dict[tuple[str, str], int] = {}
+    for raw in spec.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        try:
+            key, count = item.split("=")
+            queue, gpu_type = key.split(":")
+            quotas[(queue.strip(), gpu_type.strip())] = int(count)
+        except ValueError as exc:
+            raise ValueError(f"gpu_quotas: {item!r} is not 'queue:gpu_type=count'") from exc
+    return quotas

@@ -1,0 +1,511 @@
+"""Every port the services depend on, declared on the services' side: functions/adapters/ implements them
+against AWS (local mode hands its own launchers), tests use fakes, functions/composition.py wires them.
+
+Keep these signatures stable: the API, the lifecycle tasks, the scheduler, the retraining dispatcher and the
+sweeps all program against them. The values that cross a port (a Transition, a LaunchHandle, a Route ...)
+live here too, so an adapter imports this module and nothing else of the services (import contracts hold
+both directions: a service never imports an adapter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal, Protocol
+
+from schemas.api import LogsResponse
+from schemas.checkpoint import CheckpointManifest
+from schemas.job import CheckpointRef, ErrorType, Job, Progress, StatusEvent
+from schemas.lifecycle import Decision
+from schemas.retraining import FireOutcome, RetrainingPolicy
+from schemas.status import JobStatus
+from schemas.sweeps import Sweep, Trial
+from schemas.trainer import RunSpec, TrainerEvent
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    owner: str | None  # None: every owner (admins)
+    status: JobStatus | None = None
+    queue: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    name_contains: str | None = None
+    priority_min: int | None = None  # scheduling_config.priority, inclusive
+    priority_max: int | None = None
+    limit: int = 50
+    next_token: str | None = None
+
+
+@dataclass(frozen=True)
+class Transition:
+    """A status change: conditional on the job being in `from_status` at `expected_version`.
+
+    `changes` are other attributes written in the same conditional write (error fields,
+    pending_action, attempt counters, run_handle ...), as Job field names -> new values; a value of
+    None removes the attribute.
+    """
+
+    job_id: str
+    expected_version: int
+    from_status: JobStatus
+    to_status: JobStatus
+    reason: str = ""
+    actor: str = "system"
+    changes: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NameClaim:
+    """A name at most one job holds at a time (POST /train's run_id, per owner), taken in the very write
+    that creates the job: the claim item names its holder, and the job is created only if the claim is
+    still what the caller read (`previous_job_id`: the finished holder it saw, None when there was none).
+    Two creators racing for one name: exactly one wins, the other gets NameTaken."""
+
+    key: str  # the name in its scope, e.g. "train#<owner arn>#<run_id>"
+    previous_job_id: str | None = None
+
+
+class JobRepository(Protocol):
+    def create(self, job: Job, first_event: StatusEvent, claim: NameClaim | None = None) -> None:
+        """Put a new job and its first history entry; ConcurrentModification if the id exists. With `claim`,
+        the job also becomes the name's holder in the same transaction, or nothing is written and NameTaken
+        names the holder found."""
+
+    def name_holder(self, key: str) -> str | None:
+        """The job id holding a NameClaim key (consistent read), None if nobody ever claimed it."""
+
+    def get(self, job_id: str) -> Job:
+        """The job; JobNotFound if there is none."""
+
+    def list_jobs(self, query: JobQuery) -> tuple[list[Job], str | None]:
+        """Newest first, filters ANDed, at most query.limit jobs, and an opaque token for the next page."""
+
+    def transition(self, t: Transition) -> Job:
+        """Conditional status change + history entry + status counters, in one transaction.
+
+        IllegalTransition if the table forbids from->to; ConcurrentModification if the stored job is
+        no longer at (from_status, expected_version). Returns the job as written (version + 1).
+        """
+
+    def update(
+        self,
+        job_id: str,
+        expected_version: int,
+        changes: Mapping[str, Any],
+        allowed: frozenset[JobStatus] | None = None,
+        *,
+        event: StatusEvent | None = None,
+        action: str = "update",
+    ) -> Job:
+        """Conditional edit of non-status fields (PATCH, pending_action...); version + 1.
+
+        ConcurrentModification on a version mismatch; IllegalTransition (naming `action`) if `allowed`
+        is given and the job's status is not in it. `event`, when given, is appended to the history in
+        the same transaction (a verb that records a request without changing the status).
+        """
+
+    def annotate(self, job_id: str, changes: Mapping[str, Any]) -> None:
+        """Unversioned write of bookkeeping fields no status decision reads (execution_arn, queue_position...).
+
+        Never a 409 and never bumps the version, so it cannot make a concurrent transition lose its race.
+        JobNotFound if there is no such job.
+        """
+
+    def append_event(self, job_id: str, event: StatusEvent) -> None:
+        """Append a history entry without touching the job (e.g. "retried as job X" on a terminal job)."""
+
+    def record_progress(self, job_id: str, progress: Progress) -> bool:
+        """Unversioned write of the progress attribute (frequent, never a 409), only if it supersedes the
+        stored progress (Progress.supersedes): False when a newer one is already there."""
+
+    def add_checkpoint(
+        self, job_id: str, ref: CheckpointRef, *, best_checkpoint_id: str | None = None, keep: list[str] | None = None
+    ) -> Job:
+        """Add or replace a checkpoint; latest = the highest step, best as given; `keep` drops refs no longer
+        retained. Unversioned."""
+
+    def history(self, job_id: str) -> list[StatusEvent]:
+        """The job's status history, oldest first."""
+
+    def queued(self, queue: str, limit: int = 100) -> list[Job]:
+        """QUEUED jobs of one queue by (priority desc, submitted asc), by Query on the sparse index."""
+
+    def counts(self, owner: str | None) -> dict[JobStatus, int]:
+        """Jobs by status for one owner (None: all), from counters kept by transition()."""
+
+    def delete(self, job_id: str, expected_version: int | None = None) -> None:
+        """Remove the job, its history and its counters' contribution.
+
+        With `expected_version`, ConcurrentModification if the job changed since it was read.
+        """
+
+
+class ArtifactStore(Protocol):
+    """S3 under the artifacts bucket: the job's prefix, its checkpoints (manifests) and metrics."""
+
+    def delete_prefix(self, prefix: str) -> int: ...
+
+    def list_manifests(self, job_id: str) -> list[CheckpointManifest]: ...
+
+    def checkpoint_uri(self, job_id: str, checkpoint_id: str) -> str: ...
+
+    def put_json(self, key: str, document: Mapping[str, Any]) -> str: ...
+
+    def read_lines(self, key: str) -> Iterator[str]: ...
+
+    def list_keys(self, prefix: str) -> list[str]:
+        """Every key under the prefix, in key order (e.g. a job's log files, one per attempt)."""
+        ...
+
+    def first_keys(self, prefix: str, limit: int) -> list[str]:
+        """At most `limit` keys under the prefix (is anything there?), in key order."""
+        ...
+
+
+class Workflow(Protocol):
+    """The lifecycle engine as the API service sees it (Step Functions in AWS and in local mode).
+
+    The service makes every status decision with a conditional write first; these calls then make
+    the engine act on the decision that won.
+    """
+
+    def start(self, job: Job) -> str:
+        """Start the job's lifecycle execution (named after the job and attempt); returns its ARN."""
+
+    def stop_run(self, job: Job, *, graceful: bool, reason: str) -> None:
+        """Stop the job's running attempt: graceful = SIGTERM with checkpoint (pause, preempt), else cancel."""
+
+    def answer_wait(self, job: Job, decision: Decision, detail: Mapping[str, Any] | None = None) -> None:
+        """Answer the task token the job's execution waits on (capacity or resume): 'resume', 'cancel', 'go'."""
+
+
+class TrainerReports(Protocol):
+    """Where a run's reports go: phase, progress, metrics, checkpoint, done (TrainerEvent) and "alive".
+
+    Implemented by the lifecycle service (LifecycleService). Two transports deliver here, one per kind
+    of compute: the LocalLauncher's stdout reader (compute local) and, for SageMaker and EC2, the
+    CloudWatch Logs subscription on the trainer's log groups -> the events Lambda
+    (functions/service/trainer_reports.py). Delivery is at least once and unordered: the
+    implementation applies each report once and in order (docs/TRAINER.md, "Reports").
+    """
+
+    def on_trainer_event(self, job_id: str, attempt: int, event: TrainerEvent) -> None:
+        """One report of attempt `attempt` of the job; stale, repeated and older ones change nothing."""
+
+    def on_run_alive(self, job_id: str, attempt: int) -> None:
+        """The run is alive (no report of its own): keep its wait from timing out."""
+
+
+class LogSource(Protocol):
+    """Where a job's trainer logs live when they are not the S3 files (CloudWatch for the cloud engines)."""
+
+    def read(self, job: Job, *, since: float | None = None, next_token: str | None = None, limit: int = 1000) -> LogsResponse:
+        """Every attempt's lines in order, after `since` (epoch seconds, exclusive), paged."""
+
+
+# --- compute: the Launcher port -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    job_id: str
+    attempt: int
+    owner: str
+    run_spec: RunSpec
+    run_spec_uri: str
+    labels: dict[str, str] = field(default_factory=dict)
+    preemptible: bool = False
+    max_runtime_seconds: int | None = None
+
+
+@dataclass(frozen=True)
+class LaunchHandle:
+    """Stored on the job as `run_handle` (a dict of strings), enough to find the run again."""
+
+    launcher: str  # "local" | "sagemaker" | "ec2"
+    run_id: str  # pid, training job name, or instance id(s)
+    attempt: int
+    extra: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, str]:
+        return {"launcher": self.launcher, "run_id": self.run_id, "attempt": str(self.attempt), **self.extra}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, str]) -> LaunchHandle:
+        rest = {k: v for k, v in data.items() if k not in {"launcher", "run_id", "attempt"}}
+        return cls(launcher=data["launcher"], run_id=data["run_id"], attempt=int(data["attempt"]), extra=rest)
+
+
+class RunState(StrEnum):
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    STOPPING = "STOPPING"
+    COMPLETED = "COMPLETED"
+    STOPPED = "STOPPED"  # graceful stop finished with a checkpoint
+    FAILED = "FAILED"
+    PREEMPTED = "PREEMPTED"  # spot reclaimed, instance or process lost
+    UNKNOWN = "UNKNOWN"  # the run cannot be found (e.g. the process is gone after a restart)
+
+
+TERMINAL_RUN_STATES = frozenset({RunState.COMPLETED, RunState.STOPPED, RunState.FAILED, RunState.PREEMPTED, RunState.UNKNOWN})
+
+
+@dataclass(frozen=True)
+class RunDescription:
+    state: RunState
+    error_type: ErrorType | None = None
+    message: str | None = None
+    secondary_status: str | None = None
+    billable_seconds: float | None = None  # per instance, as AWS bills it (SageMaker: BillableTimeInSeconds)
+    # For the cost record (functions/service/costs.py): what ran, how many, for how long, on spot or not.
+    run_seconds: float | None = None  # wall-clock seconds the instances were held (SageMaker: TrainingTimeInSeconds)
+    instance_type: str | None = None
+    instance_count: int = 1
+    spot: bool = False
+
+
+class Launcher(Protocol):
+    name: str
+
+    def launch(self, request: LaunchRequest) -> LaunchHandle:
+        """Start the attempt; returns as soon as the run exists (does not wait for it)."""
+
+    def stop(self, handle: LaunchHandle, *, graceful: bool = True) -> None:
+        """Graceful: SIGTERM (the trainer checkpoints), then the grace period, then kill. Idempotent."""
+
+    def describe(self, handle: LaunchHandle) -> RunDescription:
+        """Where the run stands now (the reconciler's view when events were missed)."""
+
+
+class TrainingJobEvents(Protocol):
+    """A SageMaker DescribeTrainingJob response, or the detail of its state-change event (the same shape),
+    as a RunDescription: functions/adapters/launchers/sagemaker.py `describe_training_job`, which the
+    SageMaker launcher's describe() uses too, so a missed event and a received one reach the same verdict."""
+
+    def __call__(self, detail: Mapping[str, Any], /) -> RunDescription: ...
+
+
+class RunReports(Protocol):
+    """What the cloud events service and the reconciler tell functions.service.lifecycle.LifecycleService."""
+
+    def on_run_finished(self, job_id: str, attempt: int, run: RunDescription) -> None: ...
+
+    def on_run_alive(self, job_id: str, attempt: int) -> None: ...
+
+
+class Ec2Runs(Protocol):
+    """What the cloud events service needs of functions.adapters.launchers.ec2.EC2Launcher besides describe()."""
+
+    def job_ref(self, instance_id: str) -> tuple[str, int] | None: ...
+
+    def mark_interrupted(self, instance_id: str) -> None: ...
+
+    def describe(self, handle: LaunchHandle) -> RunDescription: ...
+
+
+# --- the scheduler and the lifecycle engine --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Demand:
+    pool: str
+    units: int
+
+
+class CapacityLedger(Protocol):
+    """Capacity claims per pool, each a conditional write (DynamoDB in AWS and local mode)."""
+
+    def claim(self, pool: str, job_id: str, units: int, capacity: int) -> bool:
+        """Hold `units` of `pool` for the job if that keeps the pool within `capacity` and the job holds
+        none yet; True only for the call that made the claim (so only its maker may undo it)."""
+
+    def release(self, pool: str, job_id: str) -> bool:
+        """Give the job's units back; False if it held none (idempotent)."""
+
+    def holders(self, pool: str) -> dict[str, int]: ...
+
+    def pools(self) -> list[str]: ...
+
+    def register_queue(self, queue: str) -> None: ...
+
+    def queues(self) -> list[str]: ...
+
+
+class CapacityModel(Protocol):
+    def demand(self, job: Job) -> Demand: ...
+
+    def capacity(self, pool: str) -> int: ...
+
+
+class TokenAnswerer(Protocol):
+    """Step Functions' task tokens as the scheduler sees them (functions/adapters/stepfunctions.py)."""
+
+    def send_success(self, token: str, output: Mapping[str, Any]) -> bool:
+        """Answer a task token; False if it is no longer valid (already answered, execution gone)."""
+
+
+class TaskTokens(TokenAnswerer, Protocol):
+    """Task tokens as the lifecycle service sees them: answered, and kept alive while a run reports."""
+
+    def send_heartbeat(self, token: str) -> bool: ...
+
+
+class RunStopper(Protocol):
+    """Stops a job's running attempt (the scheduler preempting, the lifecycle's cost limit): Workflow.stop_run."""
+
+    def stop_run(self, job: Job, *, graceful: bool, reason: str) -> None: ...
+
+
+class Executions(Protocol):
+    """The lifecycle executions as the reconciler sees them (functions/adapters/stepfunctions.py)."""
+
+    def start(self, job: Job, *, before_start: Callable[[str], None] | None = None) -> str: ...
+
+    def execution_running(self, execution_arn: str | None) -> bool: ...
+
+
+# --- retraining: policies and their schedules ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Route:
+    """One place a policy waits on (functions/service/retraining/routes.py decides what an event there must satisfy)."""
+
+    key: str  # "s3#<bucket>" or "event#<source>"
+    policy_id: str
+    owner: str
+    match: Mapping[str, Any] = field(default_factory=dict)  # s3: {"prefix", "suffix"}; event: {"pattern"}
+
+
+@dataclass(frozen=True)
+class EventRecord:
+    """What was decided for one (policy, event): `claimed` while its job is being submitted, then `done`."""
+
+    policy_id: str
+    event_id: str
+    state: Literal["claimed", "done"]
+    outcome: FireOutcome
+    at: datetime
+    job_id: str | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class FireClaim:
+    """The bookkeeping a fire writes on the policy, and what it was decided against."""
+
+    event_id: str
+    at: datetime
+    seen_version: int
+    seen_last_fired_at: datetime | None
+    fired_day: str
+    fired_today: int
+
+
+class PolicyRepository(Protocol):
+    """The port the retraining service programs against (DynamoPolicyRepository; an in-memory fake in tests)."""
+
+    def create(self, policy: RetrainingPolicy, routes: list[Route]) -> None: ...
+
+    def get(self, policy_id: str) -> RetrainingPolicy:
+        """PolicyNotFound when there is none."""
+        ...
+
+    def list_policies(self, owner: str | None, limit: int, next_token: str | None) -> tuple[list[RetrainingPolicy], str | None]:
+        """Newest first; owner None lists every principal's (admins)."""
+        ...
+
+    def all_policies(self) -> Iterator[RetrainingPolicy]: ...
+
+    def update(self, policy: RetrainingPolicy, expected_version: int, old_routes: list[Route], new_routes: list[Route]) -> RetrainingPolicy:
+        """Write `policy`'s configuration fields if the stored version is still `expected_version` (PolicyConflict)."""
+        ...
+
+    def delete(self, policy_id: str, expected_version: int, routes: list[Route]) -> None: ...
+
+    def routes(self, key: str) -> list[Route]: ...
+
+    def event_record(self, policy_id: str, event_id: str) -> EventRecord | None: ...
+
+    def claim_fire(self, policy_id: str, claim: FireClaim) -> Literal["claimed", "duplicate", "changed"]:
+        """Record the event as claimed and the fire on the policy, both or neither.
+
+        "duplicate": the event already has a decision; "changed": the policy is not as it was read
+        (disabled, edited, or another fire got there first): read it again and decide again.
+        """
+        ...
+
+    def complete_fire(self, policy_id: str, event_id: str, job_id: str) -> bool:
+        """Record the job of a claimed event; True when it is still the policy's newest fire (last_job_id set)."""
+        ...
+
+    def take_over(self, policy_id: str, event_id: str, seen_at: datetime, now: datetime) -> bool:
+        """Renew a stale claim (its invocation died) if nobody else has: True when this caller now owns it."""
+        ...
+
+    def record_decision(self, policy_id: str, event_id: str, outcome: FireOutcome, at: datetime, detail: str = "") -> bool:
+        """Record a decision that started nothing; False when the event already had one."""
+        ...
+
+
+class ScheduleManager(Protocol):
+    def put(self, policy: RetrainingPolicy) -> None:
+        """Create or replace the policy's schedule (State follows `enabled`)."""
+
+    def delete(self, policy_id: str) -> None:
+        """Remove the policy's schedule; nothing to remove is fine."""
+
+    def policy_ids(self) -> list[str]:
+        """The policies that have a schedule now (to find schedules whose policy is gone)."""
+
+
+# --- sweeps ----------------------------------------------------------------------------------------
+
+
+class SweepWaker(Protocol):
+    def wake(self, sweep_id: str) -> None:
+        """Ask the controller to decide for this sweep soon (at least once; duplicates are harmless)."""
+
+
+class SweepRepository(Protocol):
+    """Sweeps and their trials (functions/adapters/sweeps.py: DynamoSweepRepository, in the jobs table).
+
+    Every write that decides something is conditional: a stale version returns False (or "taken"), and
+    the caller reads again and decides again."""
+
+    def create(self, sweep: Sweep) -> None:
+        """Put a new sweep; TooLarge when its stored form passes the item limit."""
+
+    def get(self, sweep_id: str) -> Sweep:
+        """The sweep (consistent read); SweepNotFound when there is none."""
+
+    def load(self, sweep_id: str) -> tuple[Sweep, list[Trial]]:
+        """The sweep and all its trials, numbered 0..n-1, read consistently."""
+
+    def list_sweeps(self, owner: str | None, limit: int, next_token: str | None) -> tuple[list[Sweep], str | None]:
+        """Newest first; owner None lists every principal's (admins); an opaque token for the next page."""
+
+    def active_sweep_ids(self) -> Iterator[str]:
+        """Every sweep not yet ended (RUNNING or PAUSED): what the reconciler wakes."""
+
+    def update(self, sweep: Sweep, expected_version: int) -> bool:
+        """Write `sweep` (its version + 1) if the stored one is still `expected_version`; False if not."""
+
+    def delete(self, sweep_id: str, expected_version: int) -> bool:
+        """Remove the sweep and its trials if the stored one is still `expected_version`; False if not."""
+
+    def claim_trial(self, sweep_id: str, trial: Trial) -> Literal["claimed", "taken", "not_running"]:
+        """Create trial N while the sweep is RUNNING, in one transaction: "taken" when another decision
+        created it first, "not_running" when the sweep was paused or ended meanwhile."""
+
+    def update_trial(self, sweep_id: str, trial: Trial, expected_version: int) -> bool:
+        """Write the trial (never its reported values) if its version is still `expected_version`."""
+
+    def end_trial(self, sweep_id: str, trial: Trial, expected_version: int) -> bool:
+        """Move an ended trial into its block if its version is still `expected_version` and it holds
+        exactly the steps `trial` holds; False when either condition failed."""
+
+    def record_value(self, sweep_id: str, number: int, step: int, value: float) -> bool:
+        """The metric at `step` of trial `number` (overwrites: a resumed attempt reporting it again counts once)."""
