@@ -31,6 +31,7 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from localmode import iam_calls
 from functions.service.retraining_routes import dispatcher_rules
 from functions.settings import PREFIX
 from schemas.schedule_expr import Cron, Rate, next_fire, parse_schedule_expression
@@ -114,7 +115,9 @@ def deploy(ctx: LocalContext) -> None:
 
     invoke = _invoker(ctx)
     pump = EventPump(sqs, queue_url, lambda event: invoke(function_arn, json.dumps(event)), options)
-    ticker = ScheduleTicker(ctx.client("scheduler"), SCHEDULE_GROUP, invoke, time_scale=options.schedule_time_scale)
+    # The schedules' invocations are EventBridge Scheduler's, as the stack's scheduler role (make iam-check).
+    scheduled = iam_calls.as_role("Scheduler", invoke)
+    ticker = ScheduleTicker(ctx.client("scheduler"), SCHEDULE_GROUP, scheduled, time_scale=options.schedule_time_scale)
     ctx.add_background("retraining-events", lambda stop: _after_environment(stop, function_arn, pump.run))
     ctx.add_background(
         "retraining-schedules",
