@@ -147,7 +147,13 @@ def _ddb_batch(action: str) -> Callable[[Mapping[str, Any], Names], list[Authori
     return lambda params, names: [_auth(action, _ddb_table(names, t)) for t in params.get("RequestItems", {})]
 
 
-_TRANSACT_ACTIONS = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem", "ConditionCheck": "ConditionCheckItem", "Get": "GetItem"}
+_TRANSACT_ACTIONS = {
+    "Put": "PutItem",
+    "Update": "UpdateItem",
+    "Delete": "DeleteItem",
+    "ConditionCheck": "ConditionCheckItem",
+    "Get": "GetItem",
+}
 
 
 def _ddb_transact(params: Mapping[str, Any], names: Names) -> list[Authorization]:
@@ -188,7 +194,11 @@ def _run_instances(params: Mapping[str, Any], names: Names) -> list[Authorizatio
         kinds.append("spot-instances-request")
     out += [_auth("ec2:RunInstances", _arn(names, "ec2", f"{kind}/*")) for kind in kinds]
     # The subnet and security group: the ones named, else the default VPC's (ids AWS picks at launch).
-    subnets = [params["SubnetId"]] if params.get("SubnetId") else [i.get("SubnetId") for i in params.get("NetworkInterfaces", []) if i.get("SubnetId")]
+    subnets = (
+        [params["SubnetId"]]
+        if params.get("SubnetId")
+        else [i.get("SubnetId") for i in params.get("NetworkInterfaces", []) if i.get("SubnetId")]
+    )
     groups = list(params.get("SecurityGroupIds", [])) + [g for i in params.get("NetworkInterfaces", []) for g in i.get("Groups", [])]
     out += [_auth("ec2:RunInstances", _arn(names, "ec2", f"subnet/{s}")) for s in subnets or ["subnet-default"]]
     out += [_auth("ec2:RunInstances", _arn(names, "ec2", f"security-group/{g}")) for g in groups or ["sg-default"]]
@@ -230,7 +240,10 @@ def _schedule(action: str) -> Callable[[Mapping[str, Any], Names], list[Authoriz
 
 def _put_events(params: Mapping[str, Any], names: Names) -> list[Authorization]:
     buses = {entry.get("EventBusName") or "default" for entry in params.get("Entries", [])}
-    return [_auth("events:PutEvents", b if b.startswith("arn:") else _arn(names, "events", f"event-bus/{names.of('event-bus', b)}")) for b in sorted(buses)]
+    return [
+        _auth("events:PutEvents", b if b.startswith("arn:") else _arn(names, "events", f"event-bus/{names.of('event-bus', b)}"))
+        for b in sorted(buses)
+    ]
 
 
 def _put_metric_data(params: Mapping[str, Any], names: Names) -> list[Authorization]:

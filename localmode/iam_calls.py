@@ -149,17 +149,16 @@ def record_direct(service: str, operation: str, params: Mapping[str, Any], regio
         record(_caller.get() or UNATTRIBUTED, service, operation, params, region)
 
 
-def record(caller: str, service: str, operation: str, params: Mapping[str, Any], region: str) -> None:
+def record(caller: str, service: str, operation: str, params: Mapping[str, Any], region: str, path: str | None = None) -> None:
     names = DeploymentNames(region)
-    line = {
-        "caller": caller,
-        "service": service,
-        "operation": operation,
-        "compute": names.compute,
-        "authorizations": authorizations(service, operation, params, names),
-    }
+    authorized = authorizations(service, operation, params, names)
+    if caller == STATE_MACHINE and not any("${" in a["resource"] for a in authorized):
+        # moto's engine runs every state machine; one that touches none of the deployment's resources is a
+        # test's own machine, not the control plane's.
+        caller = UNATTRIBUTED
+    line = {"caller": caller, "service": service, "operation": operation, "compute": names.compute, "authorizations": authorized}
     data = (json.dumps(line, default=str, separators=(",", ":")) + "\n").encode()
-    path = _path
+    path = path or _path
     if path is None:
         return
     # One write per line, O_APPEND: lines from several processes do not interleave.

@@ -26,7 +26,7 @@ import os
 import re
 import subprocess
 import sys
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +52,8 @@ TOKENS = {
     "SageMakerRoleArn": ("ComputeSageMakerExecutionRole", "arn"),
     "InstanceRoleArn": ("ComputeInstanceRole", "arn"),
     "InstanceProfileArn": ("ComputeInstanceProfile", "arn"),
-    "LaunchTemplate": ("ComputeLaunchTemplate", "name"),
-    "PlacementGroup": ("ComputePlacementGroup", "name"),
+    "LaunchTemplate": ("ComputeTrainerLaunchTemplate", "ref"),
+    "PlacementGroup": ("ComputeNodesPlacementGroup", "ref"),
     "ScheduleGroup": ("RetrainingScheduleGroup", "name"),
     "SchedulerRoleArn": ("RetrainingSchedulerRole", "arn"),
     "LifecycleFunction": ("LifecycleTasksFunction", "name"),
@@ -82,7 +82,7 @@ class Template:
         logical = self.logical(prefix)
         if logical is None:
             return None
-        return self.arn(logical) if what == "arn" else self.name(logical)
+        return {"arn": self.arn, "ref": self._ref}.get(what, self.name)(logical)
 
     def name(self, logical: str) -> str:
         properties = self.resources[logical].get("Properties", {})
@@ -143,6 +143,8 @@ class Template:
             kind = self.resources[name]["Type"]
             if kind in ("AWS::StepFunctions::StateMachine", "AWS::Events::EventBus"):
                 return self.arn(name)
+            if kind in ("AWS::EC2::LaunchTemplate", "AWS::EC2::PlacementGroup"):
+                return name  # Ref is the template's id / the generated group name: the logical id stands for it
             return self.name(name)
         return name  # a parameter: its name stands for its value
 
@@ -239,7 +241,12 @@ def simulate(requests: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     if not (TOOLS / "node_modules" / "@cloud-copilot" / "iam-simulate").is_dir():
         raise SystemExit("iam-check: tools/iam/node_modules is missing: run `make install` (npm ci in tools/iam)")
     result = subprocess.run(
-        ["node", str(TOOLS / "simulate.mjs")], input=json.dumps({"requests": requests}), capture_output=True, text=True, check=True, cwd=TOOLS
+        ["node", str(TOOLS / "simulate.mjs")],
+        input=json.dumps({"requests": requests}),
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=TOOLS,
     )
     return {r["id"]: r for r in json.loads(result.stdout)}
 
@@ -277,7 +284,9 @@ def check(calls_path: Path, templates: dict[str, Template], justified: set[tuple
             why = "not mapped to a resource (localmode/iam_actions.py)"
         count = authorizations[json.dumps(auth, sort_keys=True)]
         context = f" {json.dumps(request['context'])}" if request["context"] else ""
-        denied.append(f"DENIED {auth['caller']} ({auth['engine']}): {request['action']} on {request['resource']}{context} [{auth['operation']}, x{count}]: {why}")
+        denied.append(
+            f"DENIED {auth['caller']} ({auth['engine']}): {request['action']} on {request['resource']}{context} [{auth['operation']}, x{count}]: {why}"
+        )
         if outcome.get("errors"):
             denied[-1] += f" {json.dumps(outcome['errors'])[:400]}"
     unused = []

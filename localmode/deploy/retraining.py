@@ -31,9 +31,9 @@ from zoneinfo import ZoneInfo
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from localmode import iam_calls
 from functions.service.retraining_routes import dispatcher_rules
 from functions.settings import PREFIX
+from localmode import iam_calls
 from schemas.schedule_expr import Cron, Rate, next_fire, parse_schedule_expression
 
 if TYPE_CHECKING:
