@@ -284,9 +284,8 @@ def check(calls_path: Path, templates: dict[str, Template], justified: set[tuple
             why = "not mapped to a resource (localmode/iam_actions.py)"
         count = authorizations[json.dumps(auth, sort_keys=True)]
         context = f" {json.dumps(request['context'])}" if request["context"] else ""
-        denied.append(
-            f"DENIED {auth['caller']} ({auth['engine']}): {request['action']} on {request['resource']}{context} [{auth['operation']}, x{count}]: {why}"
-        )
+        where = f"{request['action']} on {request['resource']}{context}"
+        denied.append(f"DENIED {auth['caller']} ({auth['engine']}): {where} [{auth['operation']}, x{count}]: {why}")
         if outcome.get("errors"):
             denied[-1] += f" {json.dumps(outcome['errors'])[:400]}"
     unused = []
