@@ -253,7 +253,8 @@ def simulate(requests: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 def check(calls_path: Path, templates: dict[str, Template], justified: set[tuple[str, str]]) -> tuple[int, list[str]]:
     authorizations, unattributed, calls = load_calls(calls_path)
-    requests, keys = [], []
+    requests: list[dict[str, Any]] = []
+    keys: list[tuple[dict[str, Any], str | None]] = []
     roles_used: set[str] = set()
     for key in authorizations:
         auth = json.loads(key)
