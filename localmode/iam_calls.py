@@ -27,12 +27,17 @@ import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from functions import constants
 from localmode.iam_actions import authorizations
 
 CALLS_FILE_ENV = "TRAINPLANE_IAM_CALLS_FILE"
+# The trainer subprocess (localmode/iam_site/sitecustomize.py): the role its whole process runs as, and
+# the deployment's names as tokens (it has no settings of the control plane's).
+PROCESS_ROLE_ENV = "TRAINPLANE_IAM_PROCESS_ROLE"
+PROCESS_NAMES_ENV = "TRAINPLANE_IAM_PROCESS_NAMES"
 UNATTRIBUTED = "unattributed"
 STATE_MACHINE = "StateMachine"
 _SFN_ENGINE_KEY = "ak"  # moto's Step Functions engine signs its service integrations with this key
@@ -56,6 +61,8 @@ _caller: contextvars.ContextVar[str | None] = contextvars.ContextVar("trainplane
 _lock = threading.Lock()
 _installed = False
 _path: str | None = None
+_process_role: str | None = None
+_process_names: dict[str, Any] | None = None
 
 
 @contextlib.contextmanager
@@ -112,6 +119,34 @@ def install(path: str) -> None:
         _installed = True
 
 
+def trainer_environment(role: str, artifacts_bucket: str, compute: str) -> dict[str, str]:
+    """What the emulated compute adds to its trainers' environment while recording: they record their
+    own calls as `role` (the SageMaker execution role or the EC2 instance role). Empty when not recording."""
+    if _path is None:
+        return {}
+    site = str(Path(__file__).with_name("iam_site"))
+    names = {"compute": compute, "tokens": [["bucket", artifacts_bucket, "${ArtifactsBucket}"]]}
+    return {
+        CALLS_FILE_ENV: _path,
+        PROCESS_ROLE_ENV: role,
+        PROCESS_NAMES_ENV: json.dumps(names),
+        "PYTHONPATH": os.pathsep.join(filter(None, [site, os.environ.get("PYTHONPATH")])),
+    }
+
+
+def install_process(path: str, role: str, names: str) -> None:
+    """Record every call of this process, all as `role` (the trainer: any client, no handlers to wrap)."""
+    global _installed, _path, _process_role, _process_names
+    import botocore.handlers
+
+    with _lock:
+        _path, _process_role, _process_names = path, role, json.loads(names)
+        if not _installed:
+            botocore.handlers.BUILTIN_HANDLERS.append(("before-parameter-build", _keep_params))
+            botocore.handlers.BUILTIN_HANDLERS.append(("before-call", _on_call))
+            _installed = True
+
+
 def _mark_control_plane(service: str, client: Any) -> None:
     client._request_signer.__dict__["_trainplane_control_plane"] = True
 
@@ -133,6 +168,8 @@ def _on_call(model: Any, request_signer: Any, context: dict[str, Any], **kwargs:
 
 
 def _caller_for(request_signer: Any) -> str | None:
+    if _process_role is not None:
+        return _process_role
     credentials = request_signer._credentials
     access_key = credentials.access_key if credentials is not None else ""
     if access_key == _SFN_ENGINE_KEY:
@@ -177,9 +214,13 @@ class DeploymentNames:
 
     def __init__(self, region: str) -> None:
         self.region = region
+        self._tokens: dict[tuple[str, str], str] = {}
+        if _process_names is not None:
+            self.compute = str(_process_names["compute"])
+            self._tokens.update({(kind, name): token for kind, name, token in _process_names["tokens"]})
+            return
         settings = _settings()
         self.compute = settings.compute if settings is not None else "local"
-        self._tokens: dict[tuple[str, str], str] = {}
         if settings is None:
             return
         add = self._tokens.__setitem__

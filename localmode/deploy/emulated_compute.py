@@ -71,6 +71,7 @@ from functions.adapters.launchers.ec2 import exit_status_key, log_stream_prefix
 from functions.adapters.launchers.local import DEFAULT_COMMAND, LocalLauncher
 from functions.adapters.launchers.sagemaker import LOG_GROUP, RUN_SPEC_HYPERPARAMETER, parse_training_job_name, training_job_name
 from functions.service.cloud_events import EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_STATE_CHANGE
+from localmode import iam_calls
 from schemas.job import ErrorType
 from schemas.trainer import ERROR_EXIT_CODES, ERROR_FAILURE_REASONS, ExitCode, FailureReason, RunSpec, TrainerEvent
 
@@ -78,6 +79,9 @@ if TYPE_CHECKING:
     from localmode.deploy import LocalContext
 
 logger = logging.getLogger(__name__)
+
+# The role each engine's trainer runs as in the cloud (make iam-check's callers; scripts/iam_check.py).
+TRAINER_ROLES = {"sagemaker": "SageMakerTrainer", "ec2": "Ec2Trainer"}
 
 PINNED_MOTO_VERSION = "5.2.5"
 INTERRUPT_TAG = "trainplane-emulator:interrupt"
@@ -787,6 +791,8 @@ def deploy(ctx: LocalContext) -> None:
         s3_endpoint_url=ctx.endpoint_url,
         upload_log=lambda key, body: s3.put_object(Bucket=settings.artifacts_bucket, Key=key, Body=body),
         stop_grace_seconds=float(settings.stop_grace_seconds),
+        # While make iam-check records: the trainer's calls as the engine's trainer role's.
+        env=iam_calls.trainer_environment(TRAINER_ROLES[ctx.compute], settings.artifacts_bucket, ctx.compute),
     )
     clients: dict[str, Any] = {}
 
