@@ -11,9 +11,9 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install test test-fast fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types bench-sweeps synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
+.PHONY: install iam-tools iam-check test test-fast fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types bench-sweeps synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
 
-install: $(STAMP) dashboard browser
+install: $(STAMP) dashboard browser iam-tools
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -29,9 +29,19 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
-# What CI runs (.ci/run): the lint, then the whole suite.
+# What CI runs (.ci/run): the lint, then the whole suite, then the IAM check of the calls it recorded.
 test: lint
 	$(BIN)/python -m pytest
+	$(MAKE) --no-print-directory iam-check
+
+# Every AWS call the last pytest run recorded (build/iam/calls.jsonl), evaluated against the synthesized
+# stack's role policies by @cloud-copilot/iam-simulate (tools/iam; docs/DEPLOY.md). Fails on a denied call.
+iam-check: iam-tools
+	$(BIN)/python scripts/iam_check.py
+
+# tools/iam's pinned IAM evaluator (package-lock.json), installed once per lock change.
+iam-tools:
+	cd tools/iam && { [ node_modules/.installed -nt package-lock.json ] || { npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed; }; }
 
 # The web dashboard: dashboard/ (TypeScript, package-lock.json) builds into dashboard_assets/static, which is
 # committed (a pip install without node still carries it; a test checks it matches the source). Without

@@ -41,7 +41,7 @@ from moto.dynamodb.models import dynamodb_backends
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.iam.models import get_account_id_from
 
-from localmode import moto_hooks, moto_speedups
+from localmode import iam_calls, moto_hooks, moto_speedups
 
 logger = logging.getLogger(__name__)
 
@@ -150,6 +150,7 @@ class DirectGetItem:
         if not found:
             return self.original(**params)
         self.calls += 1
+        iam_calls.record_direct("dynamodb", "GetItem", params, self.region)
         response: dict[str, Any] = {} if item is None else {"Item": item}
         request_id = str(uuid.uuid4())
         response["ResponseMetadata"] = {

@@ -33,7 +33,7 @@ from typing import IO, Any
 from functions import constants
 from functions.adapters import aws as aws_clients
 from functions.settings import PREFIX
-from localmode import moto_hooks
+from localmode import iam_calls, moto_hooks
 from localmode.credentials import ADMIN, Principal, load_or_create
 from localmode.dashboard import DashboardSite
 from localmode.frontdoor import FrontDoor, Handler
@@ -148,6 +148,8 @@ class LocalPlane:
     def start(self) -> None:
         from localmode.deploy import LocalContext, deploy_all  # localmode/deploy: local-mode-only, loads with it
 
+        # Before any boto3 session exists: make iam-check records this process's calls too.
+        iam_calls.install_from_env()
         _private_dir(self.state_dir)
         self._lock_state_dir()
         self._remove_stale_endpoint()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -17,3 +18,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # pytest exits 5 when it collected nothing: CI must not read that as a pass.
     if exitstatus == pytest.ExitCode.NO_TESTS_COLLECTED:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Every AWS call the control plane makes during this run, one JSON line each, for `make iam-check`
+    # (localmode/iam_calls.py; docs/DEPLOY.md). One file per run: a run starts it empty; the `trainplane
+    # up` processes the e2e tests start inherit the variable and append to it.
+    from localmode import iam_calls
+
+    if hasattr(config, "workerinput"):  # an xdist worker appends to its controller's file
+        iam_calls.install_from_env()
+        return
+    path = Path(os.environ.get(iam_calls.CALLS_FILE_ENV) or Path(__file__).resolve().parents[1] / "build" / "iam" / "calls.jsonl")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    os.environ[iam_calls.CALLS_FILE_ENV] = str(path)
+    iam_calls.install(str(path))

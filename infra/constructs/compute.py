@@ -394,12 +394,12 @@ class Compute(Construct):
             group = arn(self, "logs", f"log-group:{SAGEMAKER_LOG_GROUP}")
             allow(
                 role,
-                ["logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:GetLogEvents"],
+                ["logs:DescribeLogStreams", "logs:FilterLogEvents"],
                 [group, f"{group}:log-stream:*"],
                 why="The streams of SageMaker's training-job log group, one per training job and host, named at run time.",
             )
         else:
-            allow(role, ["logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:GetLogEvents"], [self.trainer_log_group.log_group_arn])
+            allow(role, ["logs:DescribeLogStreams", "logs:FilterLogEvents"], [self.trainer_log_group.log_group_arn])
 
 
 # functions/adapters/launchers/sagemaker.py names training jobs tp-<job id>-a<attempt> (or tpx-<digest>...);

@@ -20,6 +20,7 @@ from functions import constants
 from functions.adapters.launchers.local import DEFAULT_COMMAND, LocalLauncher
 from functions.service.ports import Launcher, RunDescription
 from infra.statemachine import render
+from localmode import iam_calls
 from schemas.trainer import TrainerEvent
 
 if TYPE_CHECKING:
@@ -42,14 +43,19 @@ class _ServiceObserver:
 
         return composition.lifecycle_service()
 
+    # In the cloud, trainer reports and run ends reach the events function (make iam-check's caller).
+
     def on_trainer_event(self, job_id: str, attempt: int, event: TrainerEvent) -> None:
-        self._service().on_trainer_event(job_id, attempt, event)
+        with iam_calls.acting_as("Events"):
+            self._service().on_trainer_event(job_id, attempt, event)
 
     def on_run_finished(self, job_id: str, attempt: int, run: RunDescription) -> None:
-        self._service().on_run_finished(job_id, attempt, run)
+        with iam_calls.acting_as("Events"):
+            self._service().on_run_finished(job_id, attempt, run)
 
     def on_run_alive(self, job_id: str, attempt: int) -> None:
-        self._service().on_run_alive(job_id, attempt)
+        with iam_calls.acting_as("Events"):
+            self._service().on_run_alive(job_id, attempt)
 
 
 def deploy(ctx: LocalContext) -> None:
@@ -127,7 +133,9 @@ def _reconcile_forever(stop: threading.Event, interval: float) -> None:
     startup = True
     while not stop.is_set():
         try:
-            report = reconciler.run_once(startup=startup)
+            # In the cloud the reconciler runs in the events function (its role's grants say so).
+            with iam_calls.acting_as("Events"):
+                report = reconciler.run_once(startup=startup)
             if report.preempted or report.restarted or report.reported_ends or report.released:
                 logger.info("reconciler: %s", report)
         except Exception:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from functions.catalog.events import S3_SOURCE, dispatcher_rules
 from functions.settings import PREFIX
+from localmode import iam_calls
 from schemas.schedule_expr import Cron, Rate, next_fire, parse_schedule_expression
 
 if TYPE_CHECKING:
@@ -113,7 +114,9 @@ def deploy(ctx: LocalContext) -> None:
 
     invoke = _invoker(ctx)
     pump = EventPump(sqs, queue_url, lambda event: invoke(function_arn, json.dumps(event)), options)
-    ticker = ScheduleTicker(ctx.client("scheduler"), SCHEDULE_GROUP, invoke, time_scale=options.schedule_time_scale)
+    # The schedules' invocations are EventBridge Scheduler's, as the stack's scheduler role (make iam-check).
+    scheduled = iam_calls.as_role("Scheduler", invoke)
+    ticker = ScheduleTicker(ctx.client("scheduler"), SCHEDULE_GROUP, scheduled, time_scale=options.schedule_time_scale)
     ctx.add_background("retraining-events", pump.run)
     ctx.add_background("retraining-schedules", lambda stop: ticker.run(stop, options.schedule_tick_seconds, resync=_resync))
 

@@ -12,6 +12,8 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
+from localmode import iam_calls
+
 if TYPE_CHECKING:
     from localmode.deploy import LocalContext
 
@@ -39,6 +41,7 @@ def _serve(stop: threading.Event) -> None:
     worker = LocalWorker(controller.decide)
     set_local_worker(worker)
     try:
-        worker.run(stop, reconcile=lambda: list(controller.sweeps.active_sweep_ids()), interval=RECONCILE_SECONDS)
+        with iam_calls.acting_as("Sweeps"):  # the controller's own Lambda in the cloud (make iam-check)
+            worker.run(stop, reconcile=lambda: list(controller.sweeps.active_sweep_ids()), interval=RECONCILE_SECONDS)
     finally:
         set_local_worker(None)

@@ -35,6 +35,7 @@ import requests
 from requests_aws4auth import AWS4Auth
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+IAM_CALLS_FILE_ENV = "TRAINPLANE_IAM_CALLS_FILE"  # localmode.iam_calls.CALLS_FILE_ENV
 START_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 
@@ -128,6 +129,8 @@ class LocalPlane:
         # A kill -9 leaves the old endpoint.json behind: only a new one (new ports) means "ready".
         stale = self.endpoint_path.read_bytes() if self.endpoint_path.exists() else None
         env = {k: v for k, v in os.environ.items() if not k.startswith(("TRAINPLANE_", "AWS_", "MOTO_"))}
+        if IAM_CALLS_FILE_ENV in os.environ:  # the run's record of AWS calls (make iam-check) includes the plane's
+            env[IAM_CALLS_FILE_ENV] = os.environ[IAM_CALLS_FILE_ENV]
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
         env.update(self.extra_env)
         log = open(self.log_path, "ab")  # noqa: SIM115 (the child writes it; a pipe nobody reads would fill up)

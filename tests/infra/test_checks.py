@@ -23,7 +23,6 @@ NO_RESOURCE_ACTIONS = {
     "xray:GetSamplingRules",
     "xray:GetSamplingTargets",
     "states:SendTaskSuccess",
-    "states:SendTaskFailure",
     "states:SendTaskHeartbeat",
     "ec2:DescribeInstances",
     "ec2:DescribeNetworkInterfaces",
@@ -296,11 +295,11 @@ JOBS = {
 KEY = {"kms:Decrypt", "kms:Encrypt", "kms:GenerateDataKey", "kms:DescribeKey"}
 IDEMPOTENCY = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
 ARTIFACTS_RW = {"s3:GetObject", "s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:ListBucket"}
-EXECUTIONS = {"states:StartExecution", "states:DescribeExecution", "states:StopExecution", "states:GetExecutionHistory"}
-TOKENS = {"states:SendTaskSuccess", "states:SendTaskFailure", "states:SendTaskHeartbeat"}
+EXECUTIONS = {"states:StartExecution", "states:DescribeExecution", "states:StopExecution"}
+TOKENS = {"states:SendTaskSuccess", "states:SendTaskHeartbeat"}
 SCHEDULES = {"scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule", "scheduler:ListSchedules", "iam:PassRole"}
 VOLUME_KEY = {"kms:CreateGrant", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncryptFrom", "kms:ReEncryptTo"}
-LOGS_READ = {"logs:DescribeLogStreams", "logs:FilterLogEvents", "logs:GetLogEvents"}
+LOGS_READ = {"logs:DescribeLogStreams", "logs:FilterLogEvents"}
 ENGINE = {
     # dev runs on SageMaker (the default), prod on EC2: a role holds only its stage's engine.
     "dev": {

@@ -51,6 +51,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from functions.adapters.launchers.local import DEFAULT_COMMAND, LocalLauncher
+from localmode import iam_calls
 from localmode.deploy.emulated_compute.core import ClientFactory, EmulatedCompute
 from localmode.deploy.emulated_compute.ec2 import Ec2Compute
 from localmode.deploy.emulated_compute.sagemaker import SageMakerCompute
@@ -61,6 +62,8 @@ if TYPE_CHECKING:
 EMULATED_AMI = "ami-0trainplane0local0"
 LAUNCH_TEMPLATE = "trainplane-trainer"
 PLACEMENT_GROUP = "trainplane-multinode"
+# The role each engine's trainer runs as in the cloud (make iam-check's callers; scripts/iam_check.py).
+TRAINER_ROLES = {"sagemaker": "SageMakerTrainer", "ec2": "Ec2Trainer"}
 ENGINES: dict[str, type[EmulatedCompute]] = {"sagemaker": SageMakerCompute, "ec2": Ec2Compute}
 
 
@@ -102,6 +105,8 @@ def deploy(ctx: LocalContext) -> None:
         s3_endpoint_url=ctx.endpoint_url,
         upload_log=lambda key, body: s3.put_object(Bucket=settings.artifacts_bucket, Key=key, Body=body),
         stop_grace_seconds=float(settings.stop_grace_seconds),
+        # While make iam-check records: the trainer's calls as the engine's trainer role's.
+        env=iam_calls.trainer_environment(TRAINER_ROLES[ctx.compute], settings.artifacts_bucket, ctx.compute),
     )
     clients: dict[str, Any] = {}
 
