@@ -18,3 +18,18 @@ def parse_quotas(spec: str) -> dict[tuple[str, str], int]:
         except ValueError as exc:
             raise ValueError(f"gpu_quotas: {item!r} is not 'queue:gpu_type=count'") from exc
     return quotas
+
+
+def parse_team_quotas(spec: str) -> dict[str, int]:
+    """The default team's nominal quotas (setting `default_team_quotas`): 'H100=4, cpu=8' -> {type: count}."""
+    quotas: dict[str, int] = {}
+    for raw in spec.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        try:
+            gpu_type, count = item.split("=")
+            quotas[gpu_type.strip()] = int(count)
+        except ValueError as exc:
+            raise ValueError(f"default_team_quotas: {item!r} is not 'gpu_type=count'") from exc
+    return quotas

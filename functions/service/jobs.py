@@ -13,7 +13,7 @@ import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions import constants
 from functions.catalog import page_tokens
@@ -33,6 +33,9 @@ from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest
 from schemas.shapes import parse_shape_ref
 from schemas.status import EDITABLE, RUNNING, TERMINAL, JobStatus
 from schemas.trainer import EVENT_PREFIX
+
+if TYPE_CHECKING:
+    from functions.service.teams import TeamDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +65,10 @@ class JobService(LifecycleControls):
         ids: Callable[[], str] = new_job_id,
         log_source: LogSource | None = None,
         paths: PathRules | None = None,
+        teams: TeamDirectory | None = None,
     ) -> None:
         self.log_source = log_source
+        self.teams = teams  # None: no team rules (tests that build a JobService alone)
         self.repo = repo
         self.store = store
         self.workflow = workflow
@@ -92,6 +97,7 @@ class JobService(LifecycleControls):
         """Create the job PENDING (with its first history entry), then start its lifecycle if wired. With
         `claim`, the job is created only as the claimed name's new holder (NameTaken otherwise)."""
         request, shape = self.validate_submit(request, principal, owner=owner)
+        team = self.teams.team_of(owner or principal.arn).name if self.teams is not None else None
         now = self.clock()
         priority = request.effective_priority
         job = Job(
@@ -110,6 +116,7 @@ class JobService(LifecycleControls):
             created_at=now,
             updated_at=now,
             training_shape=shape,
+            team=team,
         )
         first = StatusEvent(at=now, from_status=None, to_status=JobStatus.PENDING, reason=reason, actor=Actor.USER.value)
         if claim is None:
@@ -140,6 +147,8 @@ class JobService(LifecycleControls):
             check_custom_image(image_field, request.training_config.image, s.custom_image_repositories, s.compute, local_mode=s.local_mode)
         self._check_compute(request)
         self.check_paths(request, principal, owner=owner)
+        if self.teams is not None:
+            self.teams.check_submit(request, owner or principal.arn)  # the team of the job's owner, from its identity
         return request, shape
 
     def shape_catalog(self) -> ShapeCatalog:
@@ -336,6 +345,8 @@ class JobService(LifecycleControls):
         if "hyperparameters" in given and request.hyperparameters is not None:
             training = training.model_copy(update={"hyperparameters": {**training.hyperparameters, **request.hyperparameters}})
         if "priority" in given and request.priority is not None:
+            if self.teams is not None:
+                self.teams.check_priority(job.owner, request.priority, "priority")
             # scheduling_config.priority is the one the scheduler reads; the repository re-keys the
             # queue index from it. training_config.priority follows so the two never disagree.
             training = training.model_copy(update={"priority": request.priority})

@@ -9,6 +9,11 @@ conditional write undoes the claim, so two passes racing never book one slot twi
 Within a pool the order is strict (no backfill): a big job at the head is not starved by small ones
 behind it. When the head cannot fit, running `preemptible` jobs of lower priority in that pool are
 asked to stop gracefully with a checkpoint (pending_action "preempt"); they go back to the queue.
+
+With teams (functions/service/teams.py, fair_share.py) a pool's jobs are offered capacity in fair-share
+order instead: priority class, then jobs within their team's nominal quota before borrowers, then the
+team's decayed usage against its weight, then FIFO inside the team; a job its team's quota refuses
+(QUOTA, BORROW_LIMIT, COHORT_FULL) waits without holding up other teams' jobs.
 """
 
 from __future__ import annotations
@@ -17,9 +22,10 @@ import logging
 import math
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from functions.catalog.quotas import parse_quotas
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
@@ -27,6 +33,11 @@ from functions.service.ports import CapacityLedger, CapacityModel, Demand, JobRe
 from schemas.job import Actor, Job, PendingAction
 from schemas.lifecycle import Next, WaitKind
 from schemas.status import PAUSABLE, JobStatus
+from schemas.teams import DEFAULT_TEAM, WaitReason
+
+if TYPE_CHECKING:
+    from functions.service.fair_share import Cohort
+    from functions.service.teams import TeamDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -109,13 +120,32 @@ class PassResult:
 
 class Scheduler:
     def __init__(
-        self, repository: JobRepository, ledger: CapacityLedger, capacity: CapacityModel, tokens: TokenAnswerer, stopper: RunStopper
+        self,
+        repository: JobRepository,
+        ledger: CapacityLedger,
+        capacity: CapacityModel,
+        tokens: TokenAnswerer,
+        stopper: RunStopper,
+        *,
+        teams: TeamDirectory | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.repository = repository
         self.ledger = ledger
         self.capacity = capacity
         self.tokens = tokens
         self.stopper = stopper
+        self.teams = teams
+        self.clock = clock or (teams.clock if teams is not None else (lambda: datetime.now(UTC)))
+
+    def _cohort(self) -> Cohort | None:
+        """Every team's quotas and holdings now; None while teams change nothing (today's order)."""
+        if self.teams is None:
+            return None
+        teams = self.teams.teams()
+        if not self.teams.active(teams):
+            return None
+        return self.teams.cohort(teams, self.ledger, self.repository, self.clock())
 
     # --- claims -------------------------------------------------------------------------------
     def release(self, job: Job) -> bool:
@@ -125,6 +155,8 @@ class Scheduler:
         released = self.ledger.release(pool, job.job_id)
         if released:
             logger.info("released capacity", extra={"job_id": job.job_id, "pool": pool})
+            if self.teams is not None:
+                self.teams.record(job, self.clock())
         return released
 
     # --- the pass -----------------------------------------------------------------------------
@@ -143,8 +175,12 @@ class Scheduler:
                 except NeverFits:
                     continue  # its own WaitForCapacity task fails it with the reason
                 by_pool.setdefault(demand.pool, []).append(job)
+        cohort = self._cohort() if by_pool else None
         for pool, jobs in by_pool.items():
             # Several queues may share a pool (local mode): one order over all of them.
+            if cohort is not None:
+                self._serve_pool_fairly(pool, jobs, cohort, result)
+                continue
             jobs.sort(key=lambda j: (-j.priority, j.created_at, j.job_id))
             self._serve_pool(pool, jobs, result)
         return result
@@ -194,6 +230,30 @@ class Scheduler:
                 return
             if self._start(job, pool):
                 result.started.append(job.job_id)
+            else:
+                self.ledger.release(pool, job.job_id)
+
+    def _serve_pool_fairly(self, pool: str, jobs: list[Job], cohort: Cohort, result: PassResult) -> None:
+        from functions.service.fair_share import admission_order
+
+        capacity = self.capacity.capacity(pool)
+        order = admission_order(jobs, cohort, DEFAULT_TEAM)
+        refused: set[tuple[str, str]] = set()  # FIFO inside a team: behind its refused job, its later ones wait too
+        for index, (job, ask) in enumerate(order):
+            if (ask.team, ask.gpu_type) in refused or cohort.refusal(ask) is not None:
+                refused.add((ask.team, ask.gpu_type))
+                result.waiting += 1
+                continue
+            demand = self.capacity.demand(job)
+            if not self.ledger.claim(pool, job.job_id, demand.units, capacity):
+                if job.job_id in self.ledger.holders(pool):
+                    continue
+                self._make_room(pool, job, demand, capacity, result)
+                result.waiting += len(order) - index
+                return
+            if self._start(job, pool):
+                result.started.append(job.job_id)
+                cohort.hold(ask)
             else:
                 self.ledger.release(pool, job.job_id)
 
@@ -261,23 +321,41 @@ class Scheduler:
     # --- queue position -----------------------------------------------------------------------
     def position(self, job: Job, *, default_runtime_seconds: float = 3600.0) -> tuple[int | None, float | None]:
         """(jobs ahead of this one in its queue, estimated seconds until it starts); None when not queued."""
+        position, eta, _ = self.explain(job, default_runtime_seconds=default_runtime_seconds)
+        return position, eta
+
+    def explain(self, job: Job, *, default_runtime_seconds: float = 3600.0) -> tuple[int | None, float | None, WaitReason | None]:
+        """Position, estimated wait and why a QUEUED job waits: its team's quota (QUOTA), borrow limit
+        (BORROW_LIMIT) or no idle capacity to borrow (COHORT_FULL); a higher priority class ahead of it
+        (PRIORITY); else no room in its pool (COHORT_FULL). None for a job not queued."""
         if job.status != JobStatus.QUEUED:
-            return None, None
+            return None, None, None
+        waiting = self.repository.queued(job.queue, limit=1000)
+        cohort = self._cohort()
+        reason: WaitReason | None = None
+        if cohort is not None:
+            from functions.service.fair_share import Ask, admission_order
+
+            reason = cohort.refusal(Ask.of(job, DEFAULT_TEAM))
+            waiting = [j for j, _ in admission_order(waiting, cohort, DEFAULT_TEAM)]
         ahead = 0
         runtimes: list[float] = []
-        for other in self.repository.queued(job.queue, limit=1000):
+        for other in waiting:
             if other.job_id == job.job_id:
                 break
             ahead += 1
+            if reason is None and other.priority > job.priority:
+                reason = WaitReason.PRIORITY
             runtimes.append(float(other.scheduling_config.max_runtime_seconds or default_runtime_seconds))
+        reason = reason or WaitReason.COHORT_FULL
         try:
             pool = self.capacity.demand(job).pool
         except NeverFits:
-            return ahead, None
+            return ahead, None, reason
         slots = max(1, min(self.capacity.capacity(pool), 64))
         # Each wave of `slots` jobs ahead takes about one (mean) runtime; a rough, honest upper-ish bound.
         mean = sum(runtimes) / len(runtimes) if runtimes else 0.0
-        return ahead, math.ceil(ahead / slots) * mean if ahead else 0.0
+        return ahead, math.ceil(ahead / slots) * mean if ahead else 0.0, reason
 
 
 def capacity_model(settings: Any) -> CapacityModel:
