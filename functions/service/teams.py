@@ -58,7 +58,7 @@ class TeamDirectory:
     def teams(self) -> dict[str, Team]:
         stored = {t.name: t for t in self.repository.list()}
         stored.setdefault(DEFAULT_TEAM, settings_default_team(self.settings))
-        return stored
+        return dict(sorted(stored.items()))
 
     def active(self, teams: dict[str, Team]) -> bool:
         """Do teams change anything? Not while the default team, without limits, is the only one."""
