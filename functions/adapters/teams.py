@@ -100,22 +100,24 @@ class DynamoTeamRepository:
         key = self._key(f"USAGE#{name}")
         for _ in range(_ATTEMPTS):
             item = self._ddb.get_item(TableName=self.table, Key=key, ConsistentRead=True).get("Item")
+            names = {"#u": "usage", "#at": "at"}
+            values: dict[str, Any] = {":now": {"S": now.isoformat()}}
             if item:
                 at = datetime.fromisoformat(item["at"]["S"])
                 total = decayed(float(item["usage"]["N"]), at, now, half_life_seconds) + amount
-                condition = {"ConditionExpression": "#at = :at", "ExpressionAttributeValues": {":at": item["at"]}}
+                condition = "#at = :at"
+                values.update({":at": item["at"], ":now": {"S": max(at, now).isoformat()}})
             else:
-                at, total = now, amount
-                condition = {"ConditionExpression": "attribute_not_exists(#at)", "ExpressionAttributeValues": {}}
-            values = {**condition.pop("ExpressionAttributeValues"), ":u": {"N": repr(total)}, ":now": {"S": max(at, now).isoformat()}}
+                total, condition = amount, "attribute_not_exists(#at)"
+            values[":u"] = {"N": repr(total)}
             try:
                 self._ddb.update_item(
                     TableName=self.table,
                     Key=key,
                     UpdateExpression="SET #u = :u, #at = :now",
-                    ExpressionAttributeNames={"#u": "usage", "#at": "at"},
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
                     ExpressionAttributeValues=values,
-                    **condition,
                 )
                 return
             except Exception as exc:

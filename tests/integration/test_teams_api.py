@@ -78,7 +78,7 @@ def test_only_admins_define_teams_and_each_caller_sees_only_its_own(call: Api) -
 
 
 def test_a_bad_team_is_a_422_naming_the_field(call: Api) -> None:
-    cases = {
+    cases: dict[str, dict[str, Any]] = {
         "quotas.H200": {"quotas": {"H200": {"nominal": 1}}},
         "quotas.H100.borrow_limit": {"quotas": {"H100": {"nominal": 1, "borrow_limit": "150%"}}},
         "weight": {"weight": 0},
