@@ -37,6 +37,7 @@ from trainplane.cli_output import (
 )
 from trainplane.cli_policies import policies_app
 from trainplane.cli_shapes import shape_text, shapes_app
+from trainplane.cli_teams import teams_app
 from trainplane.dashboard_signin import CODE_TTL_SECONDS, issue_code
 from trainplane.endpoint import resolve, state_dir_of
 from trainplane.errors import EndpointNotConfigured
@@ -581,6 +582,7 @@ def _fmt(value: Any) -> str:
 
 app.add_typer(policies_app, name="policies")
 app.add_typer(shapes_app, name="shapes")
+app.add_typer(teams_app, name="teams")
 from trainplane.cli_sweeps import sweeps_app  # noqa: E402 (it builds on the helpers above)
 
 app.add_typer(sweeps_app, name="sweeps")
