@@ -18,7 +18,9 @@ from schemas.configs import Priority, Strict
 
 DEFAULT_TEAM = "default"
 TEAM_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
-GPU_TYPE_KEYS = ("H100", "A100-80GB", "A100", "L40S", "L4", "A10G", "T4", "any", "cpu")  # functions/catalog/gpu_types.py
+# The types a team quota names (functions/catalog/gpu_types.py prices them): resource_config.gpu_type's canonical
+# names, `any` (a GPU job that named no type) and `cpu` (gpu_count 0).
+GPU_TYPE_KEYS: tuple[str, ...] = ("H100", "A100-80GB", "A100", "L40S", "L4", "A10G", "T4", "any", "cpu")
 UNLIMITED_UNITS = 1_000_000  # the default team without a limit of its own (functions/service/scheduler.py UNLIMITED)
 _PERCENT = re.compile(r"^(\d{1,3})%$")
 

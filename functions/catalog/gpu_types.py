@@ -15,10 +15,11 @@ from functools import cache
 from functions.catalog import pricing
 from functions.catalog.instances import GIB, INSTANCE_TYPES, parse_gpu_type
 from schemas.configs import ResourceConfig
+from schemas.teams import GPU_TYPE_KEYS
 
 CPU = "cpu"
 ANY = "any"
-GPU_TYPES: tuple[str, ...] = ("H100", "A100-80GB", "A100", "L40S", "L4", "A10G", "T4", ANY, CPU)
+GPU_TYPES: tuple[str, ...] = GPU_TYPE_KEYS  # the models validate team quotas against the same names
 
 
 def gpu_type_of(resources: ResourceConfig) -> str:

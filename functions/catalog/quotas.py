@@ -3,6 +3,8 @@ config checks it at synth; one parser for both."""
 
 from __future__ import annotations
 
+from functions.catalog.gpu_types import GPU_TYPES
+
 
 def parse_quotas(spec: str) -> dict[tuple[str, str], int]:
     """'default:H100=8, research:*=4, *:cpu=32' -> {(queue, gpu type or '*' or 'cpu'): count}."""
@@ -32,4 +34,6 @@ def parse_team_quotas(spec: str) -> dict[str, int]:
             quotas[gpu_type.strip()] = int(count)
         except ValueError as exc:
             raise ValueError(f"default_team_quotas: {item!r} is not 'gpu_type=count'") from exc
+        if gpu_type.strip() not in GPU_TYPES or quotas[gpu_type.strip()] < 0:
+            raise ValueError(f"default_team_quotas: {item!r}: a count >= 0 of one of {', '.join(GPU_TYPES)}")
     return quotas
