@@ -65,6 +65,9 @@ class Settings(BaseModel):
     local_cpu_slots: int = Field(default=1, ge=1, le=256)
     local_gpu_slots: int | None = Field(default=None, ge=0, le=1024)
     gpu_quotas: str = ""
+    # Local mode's emulated GPU inventory, "H100=4,A100=8" (`trainplane up --gpus`): a job asking gpu_count n of
+    # gpu_type H100 holds n of those while its trainer runs on the CPU. "" = the machine's own GPUs (local_gpu_slots).
+    local_gpu_inventory: str = ""
     # Teams (issue 24, docs/TEAMS.md): what a principal in no team gets, "gpu_type=count,..." nominal per type
     # ("" = no limit of its own; "cpu=0" = nothing: admins may also PUT /teams/default), its fair-share weight,
     # and the half-life usage decays with.

@@ -94,6 +94,7 @@ def up(
             help="A directory whose files jobs may name (repeatable; also $TRAINPLANE_LOCAL_ALLOWED_DIRS). Never the state dir.",
         ),
     ] = None,
+    gpus: Annotated[str | None, typer.Option(help="Emulated GPUs (H100=4,A100=8): a job holds its units, trains on the CPU.")] = None,
 ) -> None:
     """Serve the whole control plane on this machine (emulated AWS, no account needed) until Ctrl-C.
 
@@ -105,7 +106,7 @@ def up(
         install = escape("pip install 'trainplane[local]'")  # escaped: rich would read [local] as markup
         err.print(f"[red]error[/red] local mode is not available: {escape(str(exc))} (install with: {install})")
         raise typer.Exit(1) from exc
-    run_up(host, port, directory, compute.value, allow_dirs=allow_dir or [])
+    run_up(host, port, directory, compute.value, allow_dirs=allow_dir or [], gpus=gpus or "")
 
 
 @app.command()

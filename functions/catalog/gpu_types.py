@@ -9,6 +9,7 @@ Recorded usage decays with a half-life (`decayed`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from functools import cache
 
@@ -61,3 +62,16 @@ def decayed(usage: float, since: datetime, now: datetime, half_life_seconds: flo
     """Usage recorded at `since` as it counts at `now`: u * 2^(-(now - since)/half_life)."""
     elapsed = max((now - since).total_seconds(), 0.0)
     return usage * 2.0 ** (-elapsed / half_life_seconds)
+
+
+def inventory_problem(inventory: Mapping[str, int], gpu_type: str, units: int) -> tuple[str, str] | None:
+    """Why a job asking `units` GPUs of `gpu_type` never fits an emulated inventory: (field, message), or None."""
+    kinds = ", ".join(f"{t}={n}" for t, n in inventory.items())
+    if gpu_type == "any" and len(inventory) != 1:
+        return "resource_config.gpu_type", f"name a GPU type: this machine's emulated GPUs are {kinds}"
+    kind = next(iter(inventory)) if gpu_type == "any" else gpu_type
+    if kind not in inventory:
+        return "resource_config.gpu_type", f"no emulated {gpu_type} GPU on this machine (trainplane up --gpus): it has {kinds}"
+    if units > inventory[kind]:
+        return "resource_config.gpu_count", f"asks for {units} {kind} GPU(s) but this machine emulates {inventory[kind]}"
+    return None

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from functions import constants
 from functions.catalog import page_tokens
+from functions.catalog.gpu_types import gpu_type_of, inventory_problem
 from functions.catalog.images import check_custom_image
+from functions.catalog.quotas import parse_gpu_inventory
 from functions.catalog.shapes import ShapeCatalog, catalog_from_json
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
@@ -165,6 +167,16 @@ class JobService(LifecycleControls):
     def owner_principal(self, principal: Principal, owner: str | None) -> Principal:
         return principal if owner is None or owner == principal.arn else self.principal(owner)
 
+    def _check_emulated_gpus(self, request: SubmitJobRequest) -> None:
+        """Local mode with an emulated GPU inventory (`trainplane up --gpus`): a type or count it never has is a 422."""
+        rc = request.resource_config
+        inventory = parse_gpu_inventory(self.settings.local_gpu_inventory)
+        if not inventory or rc.gpu_count == 0:
+            return
+        problem = inventory_problem(inventory, gpu_type_of(rc), rc.gpu_count * rc.node_count)
+        if problem is not None:
+            raise InvalidRequest(*problem)
+
     def _check_compute(self, request: SubmitJobRequest) -> None:
         """What the configured compute cannot run is refused now (422 naming the field), not at launch."""
         if self.settings.compute == "local":
@@ -174,6 +186,7 @@ class JobService(LifecycleControls):
                     "(in local mode: `trainplane up --compute ec2` runs the nodes as processes on loopback)"
                 )
                 raise InvalidRequest("resource_config.node_count", why)
+            self._check_emulated_gpus(request)
             return
         from functions.catalog.cloud_rules import validate_cloud_job
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from functions.catalog.quotas import parse_quotas
+from functions.catalog.gpu_types import gpu_type_of, inventory_problem
+from functions.catalog.quotas import parse_gpu_inventory, parse_quotas
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
 from functions.service.ports import CapacityLedger, CapacityModel, Demand, JobRepository, RunStopper, TokenAnswerer, Transition
 from schemas.job import Actor, Job, PendingAction
@@ -66,16 +67,25 @@ def detect_local_gpus() -> int:
 
 @dataclass(frozen=True)
 class LocalCapacity:
-    """One machine: its GPUs as one pool, and CPU slots for gpu_count = 0 jobs, shared by every queue."""
+    """One machine: its GPUs as one pool, and CPU slots for gpu_count = 0 jobs, shared by every queue.
+
+    With an emulated inventory (`trainplane up --gpus H100=4,A100=8`) each GPU type is a pool of its own
+    (`local/H100`) and a job holds its units of its type while its trainer runs on the CPU."""
 
     gpu_slots: int
     cpu_slots: int = 1
+    inventory: Mapping[str, int] = field(default_factory=dict)
 
     def demand(self, job: Job) -> Demand:
         rc = job.resource_config
         if rc.gpu_count == 0:
             return Demand("local/cpu", rc.node_count)
         units = rc.gpu_count * rc.node_count
+        if self.inventory:
+            problem = inventory_problem(self.inventory, gpu_type_of(rc), units)
+            if problem is not None:
+                raise NeverFits(problem[1])
+            return Demand(f"local/{self.emulated_type(gpu_type_of(rc))}", units)
         if units > self.gpu_slots:
             raise NeverFits(
                 f"resource_config asks for {units} GPU(s) but this machine has {self.gpu_slots}; "
@@ -84,7 +94,14 @@ class LocalCapacity:
         return Demand("local/gpu", units)
 
     def capacity(self, pool: str) -> int:
-        return self.cpu_slots if pool == "local/cpu" else self.gpu_slots
+        if pool == "local/cpu":
+            return self.cpu_slots
+        kind = pool.removeprefix("local/")
+        return self.inventory.get(kind, 0) if self.inventory else self.gpu_slots
+
+    def emulated_type(self, gpu_type: str) -> str:
+        """A job that named no GPU type runs on the inventory's only type (inventory_problem refuses it otherwise)."""
+        return next(iter(self.inventory)) if gpu_type == "any" and len(self.inventory) == 1 else gpu_type
 
 
 @dataclass(frozen=True)
@@ -361,6 +378,9 @@ class Scheduler:
 def capacity_model(settings: Any) -> CapacityModel:
     """The capacity model a deployment uses: this machine's slots (local) or per-queue quotas (cloud)."""
     if settings.compute == "local":
+        inventory = parse_gpu_inventory(settings.local_gpu_inventory)
+        if inventory:  # emulated GPUs: the machine's own are not counted
+            return LocalCapacity(gpu_slots=0, cpu_slots=settings.local_cpu_slots, inventory=inventory)
         gpus = settings.local_gpu_slots if settings.local_gpu_slots is not None else detect_local_gpus()
-        return LocalCapacity(gpu_slots=gpus, cpu_slots=settings.local_cpu_slots)
+        return LocalCapacity(gpu_slots=gpus, cpu_slots=settings.local_cpu_slots, inventory=inventory)
     return CloudCapacity(parse_quotas(settings.gpu_quotas))

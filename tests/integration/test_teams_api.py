@@ -112,3 +112,21 @@ def test_a_job_records_its_team_and_a_submit_outside_the_teams_rules_is_a_422(ca
     # Raising the priority above the ceiling later is refused the same way
     patched = call.route("PATCH", "/jobs/{job_id}", {"job_id": ok.body["job_id"]}, caller=ALICE_CALLER, body={"priority": 8})
     assert patched.status == 422 and patched.body["errors"][0]["field"] == "priority", patched.body
+
+
+def test_an_emulated_gpu_the_machine_never_has_is_a_422_at_submit(aws: Any) -> None:
+    settings = fresh_resources(aws, admin_arns=(ADMIN,), local_gpu_inventory="H100=4,A100=8")
+    composition.configure(settings=settings, clients=aws, workflow=RecordingWorkflow())
+    try:
+        call = Api(aws, RecordingWorkflow(), settings)
+        for resources, field in (
+            ({"gpu_count": 1, "gpu_type": "L4"}, "resource_config.gpu_type"),
+            ({"gpu_count": 1}, "resource_config.gpu_type"),
+            ({"gpu_count": 8, "gpu_type": "H100"}, "resource_config.gpu_count"),
+        ):
+            reply = call.route("POST", "/jobs", caller=ALICE_CALLER, body=request_body(resource_config=resources))
+            assert reply.status == 422 and reply.body["errors"][0]["field"] == field, (resources, reply.body)
+        fits = call.route("POST", "/jobs", caller=ALICE_CALLER, body=request_body(resource_config={"gpu_count": 4, "gpu_type": "H100"}))
+        assert fits.status == 201, fits.body
+    finally:
+        composition.reset()
