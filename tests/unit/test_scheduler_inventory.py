@@ -9,6 +9,7 @@ import pytest
 
 from functions.service.scheduler import LocalCapacity, NeverFits, capacity_model
 from functions.settings import Settings
+from schemas.teams import WaitReason
 from tests.helpers.teams import team
 from tests.unit.test_scheduler import World
 from tests.unit.test_scheduler_teams import A, B, TeamWorld
@@ -60,7 +61,7 @@ def test_a_team_borrows_all_of_an_idle_teams_emulated_h100s() -> None:
     # a's own job now waits for its lent GPUs (reclaim, issue 24.3, is not built: it waits on COHORT_FULL)
     mine = w.gpu_job(A, gpus=1)
     w.scheduler.run_pass()
-    assert w.explain(mine).value == "COHORT_FULL"
+    assert w.explain(mine) == WaitReason.COHORT_FULL
 
 
 def test_trainplane_up_refuses_a_bad_gpus_before_it_starts(tmp_path: Path) -> None:
