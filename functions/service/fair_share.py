@@ -150,3 +150,51 @@ def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> l
         held[(ask.team, ask.gpu_type)] += ask.units
         order.append((job, ask))
     return order
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A running job holding capacity in a pool, as reclaim weighs it."""
+
+    job: Job
+    ask: Ask
+    units: int
+    work_lost: float  # units x seconds since its last checkpoint (or its start)
+
+
+def work_lost(job: Job, units: int, now: datetime) -> float:
+    """GPU-seconds a stop now would throw away: since the newest checkpoint of this attempt, else since the run started."""
+    started = job.run_started_at or now
+    saved = [c.created_at for c in job.checkpoints if c.created_at is not None and c.created_at >= started]
+    return units * max((now - max(saved, default=started)).total_seconds(), 0.0)
+
+
+def reclaim_victims(waiting: Ask, holders: Iterable[Holder], needed: int, cohort: Cohort) -> list[Holder]:
+    """Borrowers to pause so that `waiting`, within its team's nominal quota, gets its quota back: jobs of other
+    teams over their nominal quota of the type, by weighted share (usage/weight, highest first), then priority
+    (lowest first), then work lost (least first); none at all if they cannot free `needed` units. Only a team
+    within nominal reclaims, only from a borrower: a reclaimed job's team can never reclaim back in turn (it is
+    over nominal while it holds what it borrowed), so A-reclaims-B-reclaims-A cannot happen."""
+    if cohort.borrowing(waiting):
+        return []
+    shares = {t: cohort.usage.get(t, 0.0) / team.weight for t, team in cohort.teams.items()}
+    room: dict[str, int] = {}
+    candidates: list[Holder] = []
+    for holder in holders:
+        team = holder.ask.team
+        if team == waiting.team or holder.ask.gpu_type != waiting.gpu_type:
+            continue
+        room.setdefault(team, cohort.borrowed(team, waiting.gpu_type))
+        if room[team] > 0:
+            candidates.append(holder)
+    candidates.sort(key=lambda h: (-shares.get(h.ask.team, 0.0), h.job.priority, h.work_lost, h.job.job_id))
+    chosen: list[Holder] = []
+    for holder in candidates:
+        if needed <= 0:
+            break
+        if room[holder.ask.team] <= 0:
+            continue  # the team is back within its nominal quota: the rest of its jobs are its own
+        chosen.append(holder)
+        room[holder.ask.team] -= holder.units
+        needed -= holder.units
+    return chosen if needed <= 0 else []

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from functions.catalog.gpu_types import gpu_type_of, inventory_problem
 from functions.catalog.quotas import parse_gpu_inventory, parse_quotas
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
+from functions.service.fair_share import Ask, Cohort, Holder, admission_order, reclaim_victims, work_lost
 from functions.service.ports import CapacityLedger, CapacityModel, Demand, JobRepository, RunStopper, TokenAnswerer, Transition
 from schemas.job import Actor, Job, PendingAction
 from schemas.lifecycle import Next, WaitKind
@@ -37,7 +38,6 @@ from schemas.status import PAUSABLE, JobStatus
 from schemas.teams import DEFAULT_TEAM, WaitReason
 
 if TYPE_CHECKING:
-    from functions.service.fair_share import Cohort
     from functions.service.teams import TeamDirectory
 
 logger = logging.getLogger(__name__)
@@ -251,8 +251,6 @@ class Scheduler:
                 self.ledger.release(pool, job.job_id)
 
     def _serve_pool_fairly(self, pool: str, jobs: list[Job], cohort: Cohort, result: PassResult) -> None:
-        from functions.service.fair_share import admission_order
-
         capacity = self.capacity.capacity(pool)
         order = admission_order(jobs, cohort, DEFAULT_TEAM)
         refused: set[tuple[str, str]] = set()  # FIFO inside a team: behind its refused job, its later ones wait too
@@ -265,7 +263,8 @@ class Scheduler:
             if not self.ledger.claim(pool, job.job_id, demand.units, capacity):
                 if job.job_id in self.ledger.holders(pool):
                     continue
-                self._make_room(pool, job, demand, capacity, result)
+                if not self._reclaim(pool, job, ask, demand, capacity, cohort, result):
+                    self._make_room(pool, job, demand, capacity, result)
                 result.waiting += len(order) - index
                 return
             if self._start(job, pool):
@@ -273,6 +272,48 @@ class Scheduler:
                 cohort.hold(ask)
             else:
                 self.ledger.release(pool, job.job_id)
+
+    def _reclaim(self, pool: str, waiting: Job, ask: Ask, demand: Demand, capacity: int, cohort: Cohort, result: PassResult) -> bool:
+        """A job within its team's nominal quota takes lent GPUs back: borrowers of other teams that have run
+        at least reclaim_min_run_seconds are paused through the checkpointed pause path (pending_action
+        "preempt": CHECKPOINTING -> QUEUED, same job id, resumed from that checkpoint). True when some are
+        on their way out (or already were): then no priority preemption is asked for as well."""
+        assert self.teams is not None
+        now = self.clock()
+        min_run = self.teams.settings.reclaim_min_run_seconds
+        holders = self.ledger.holders(pool)
+        free = capacity - sum(holders.values())
+        incoming = 0
+        eligible: list[Holder] = []
+        for job_id, units in holders.items():
+            try:
+                holder = self.repository.get(job_id)
+            except JobNotFound:
+                continue
+            held = Ask.of(holder, DEFAULT_TEAM)
+            if held.team == ask.team or held.team not in cohort.teams or cohort.borrowed(held.team, held.gpu_type) <= 0:
+                continue
+            if holder.pending_action == PendingAction.PREEMPT:
+                incoming += units  # already being reclaimed (or preempted): its units are on the way back
+            elif (
+                holder.pending_action is None
+                and holder.status in PAUSABLE
+                and holder.run_started_at is not None
+                and (now - holder.run_started_at).total_seconds() >= min_run
+            ):
+                eligible.append(Holder(holder, held, units, work_lost(holder, units, now)))
+        needed = demand.units - free - incoming
+        if needed <= 0:
+            return incoming > 0
+        victims = reclaim_victims(ask, eligible, needed, cohort)
+        for victim in victims:
+            reason = (
+                f"reclaimed by team {ask.team} for job {waiting.job_id}: team {victim.ask.team} borrowed beyond its nominal "
+                f"{victim.ask.gpu_type} quota (work lost {victim.work_lost:.0f} GPU-s since its last checkpoint)"
+            )
+            if self._preempt(victim.job, waiting, reason=reason):
+                result.preempting.append(victim.job.job_id)
+        return bool(victims)
 
     def _start(self, job: Job, pool: str) -> bool:
         try:
@@ -320,8 +361,8 @@ class Scheduler:
                 result.preempting.append(job.job_id)
                 needed -= units
 
-    def _preempt(self, victim: Job, waiting: Job) -> bool:
-        reason = f"preempted by higher-priority job {waiting.job_id} (priority {waiting.priority} > {victim.priority})"
+    def _preempt(self, victim: Job, waiting: Job, *, reason: str | None = None) -> bool:
+        reason = reason or f"preempted by higher-priority job {waiting.job_id} (priority {waiting.priority} > {victim.priority})"
         try:
             job = self.repository.update(
                 victim.job_id,
@@ -351,8 +392,6 @@ class Scheduler:
         cohort = self._cohort()
         reason: WaitReason | None = None
         if cohort is not None:
-            from functions.service.fair_share import Ask, admission_order
-
             reason = cohort.refusal(Ask.of(job, DEFAULT_TEAM))
             waiting = [j for j, _ in admission_order(waiting, cohort, DEFAULT_TEAM)]
         ahead = 0
