@@ -76,6 +76,7 @@ class Settings(BaseModel):
     fair_share_half_life_seconds: float = Field(default=7 * 24 * 3600.0, ge=60)
     # Reclaim: a borrowed job runs at least this long before its lender may take the GPUs back.
     reclaim_min_run_seconds: int = Field(default=600, ge=0, le=7 * 24 * 3600)
+    max_reclaims: int = Field(default=3, ge=0, le=100)  # then the job keeps its borrowed GPUs until it ends
     max_preemptions: int = Field(default=3, ge=0, le=100)  # automatic resumes after preemption, per job
     run_heartbeat_seconds: int = Field(default=900, ge=10, le=86_400)  # a run silent this long is checked
     stop_grace_seconds: int = Field(default=120, ge=1, le=3600)  # SIGTERM -> SIGKILL (SageMaker's is 120 s)

@@ -368,6 +368,7 @@ class Job(BaseModel):
     attempt: int = 0
     retries_used: int = 0
     preemptions: int = 0
+    reclaims: int = 0  # times the scheduler took borrowed GPUs back from it (docs/TEAMS.md)
     pending_action: PendingAction | None = None
     pending_reason: str | None = None
     resume_checkpoint_id: str | None = None

@@ -39,10 +39,12 @@ class Ask:
     gpu_type: str
     units: int
     owner: str
+    reclaimable: bool = True  # False: opted out of checkpointed reclaim, so it never borrows
 
     @classmethod
     def of(cls, job: Job, default_team: str) -> Ask:
-        return cls(job.team or default_team, gpu_type_of(job.resource_config), units_of(job.resource_config), job.owner)
+        rc = job.resource_config
+        return cls(job.team or default_team, gpu_type_of(rc), units_of(rc), job.owner, job.scheduling_config.reclaimable)
 
 
 @dataclass
@@ -102,7 +104,7 @@ class Cohort:
         if not self.borrowing(ask):
             return None
         limit = self.borrow_limit(ask.team, ask.gpu_type)
-        if limit == 0:
+        if limit == 0 or not ask.reclaimable:
             return WaitReason.QUOTA
         after = self.in_use[(ask.team, ask.gpu_type)] + ask.units - self.nominal(ask.team, ask.gpu_type)
         if after > limit:

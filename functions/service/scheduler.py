@@ -300,6 +300,7 @@ class Scheduler:
                 and holder.status in PAUSABLE
                 and holder.run_started_at is not None
                 and (now - holder.run_started_at).total_seconds() >= min_run
+                and holder.reclaims < self.teams.settings.max_reclaims
             ):
                 eligible.append(Holder(holder, held, units, work_lost(holder, units, now)))
         needed = demand.units - free - incoming
@@ -311,7 +312,7 @@ class Scheduler:
                 f"reclaimed by team {ask.team} for job {waiting.job_id}: team {victim.ask.team} borrowed beyond its nominal "
                 f"{victim.ask.gpu_type} quota (work lost {victim.work_lost:.0f} GPU-s since its last checkpoint)"
             )
-            if self._preempt(victim.job, waiting, reason=reason):
+            if self._preempt(victim.job, waiting, reason=reason, changes={"reclaims": victim.job.reclaims + 1}):
                 result.preempting.append(victim.job.job_id)
         return bool(victims)
 
@@ -361,13 +362,13 @@ class Scheduler:
                 result.preempting.append(job.job_id)
                 needed -= units
 
-    def _preempt(self, victim: Job, waiting: Job, *, reason: str | None = None) -> bool:
+    def _preempt(self, victim: Job, waiting: Job, *, reason: str | None = None, changes: Mapping[str, Any] | None = None) -> bool:
         reason = reason or f"preempted by higher-priority job {waiting.job_id} (priority {waiting.priority} > {victim.priority})"
         try:
             job = self.repository.update(
                 victim.job_id,
                 victim.version,
-                {"pending_action": PendingAction.PREEMPT, "pending_reason": reason},
+                {"pending_action": PendingAction.PREEMPT, "pending_reason": reason, **(changes or {})},
                 allowed=PAUSABLE,
                 action="preempt",
             )

@@ -54,6 +54,7 @@ def test_a_lender_takes_its_gpus_back_from_the_borrower_that_loses_least_after_i
     assert result.preempting == [borrowed[1].job_id]
     victim = w.repo.get(borrowed[1].job_id)
     assert victim.pending_action == PendingAction.PREEMPT and "reclaimed by team a" in (victim.pending_reason or "")
+    assert victim.reclaims == 1
     assert w.rec.stops == [(victim.job_id, True)]
     # and a pass while it checkpoints asks nothing more of anyone
     assert w.scheduler.run_pass().preempting == []
@@ -115,3 +116,27 @@ def test_reclaim_takes_only_from_borrowers_and_never_back(
     for v in victims:
         back = reclaim_victims(v.ask, [*remaining, beneficiary], v.units, after)
         assert all(h.ask.team != ask.team for h in back)
+
+
+def test_a_job_that_opted_out_of_reclaim_never_borrows_and_a_job_reclaimed_n_times_keeps_its_place() -> None:
+    w = _world()
+    # An opted-out job of the borrowing team waits on QUOTA: it would run on reclaimable capacity
+    request_job = w.gpu_job(B, gpus=1)
+    opted_out = w.repo.update(
+        request_job.job_id,
+        request_job.version,
+        {"scheduling_config": request_job.scheduling_config.model_copy(update={"reclaimable": False})},
+    )
+    w.scheduler.run_pass()
+    assert w.scheduled() == [] and w.explain(opted_out) == WaitReason.QUOTA
+
+    # A borrower reclaimed max_reclaims times already is not reclaimed again
+    spent = w.gpu_job(B, gpus=4)
+    w.repo.update(opted_out.job_id, w.repo.get(opted_out.job_id).version, {"task_token": None, "task_token_kind": None})
+    w.scheduler.run_pass()
+    running = _training(w, spent)
+    w.repo.update(running.job_id, running.version, {"reclaims": w.directory.settings.max_reclaims})
+    w.gpu_job(A, gpus=2)
+    w.clock.now += timedelta(hours=1)
+    assert w.scheduler.run_pass().preempting == []
+    assert w.repo.get(spent.job_id).pending_action is None
