@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from functions.service.sweeps import SweepService
     from functions.service.sweeps_controller import SweepController
     from functions.service.sweeps_hooks import SweepHooks
+    from functions.service.teams import TeamDirectory, TeamService
     from functions.service.trainer_reports import TrainerLogReports
     from functions.settings import Settings
 
@@ -208,9 +209,37 @@ class Composition:
 
             # The cloud engines' trainers log to CloudWatch; local runs write the S3 files.
             extra["log_source"] = log_source_for(self.settings, self.clients)
-            return JobService(self.repository, self.artifacts, self.workflow, self.settings, paths=self.path_rules, **extra)
+            return JobService(
+                self.repository, self.artifacts, self.workflow, self.settings, paths=self.path_rules, teams=self.team_directory, **extra
+            )
 
         return self._once("_jobs", build)
+
+    @property
+    def team_directory(self) -> TeamDirectory:
+        """Teams as submit and the scheduler read them (functions/service/teams.py), stored in the jobs table."""
+
+        def build() -> TeamDirectory:
+            from functions.adapters.teams import DynamoTeamRepository
+            from functions.service.teams import TeamDirectory
+
+            repository = DynamoTeamRepository(self.clients, self.settings.jobs_table)
+            if self._clock is not None:
+                return TeamDirectory(repository, self.settings, self._clock)
+            return TeamDirectory(repository, self.settings)
+
+        return self._once("_team_directory", build)
+
+    @property
+    def teams(self) -> TeamService:
+        """/teams: admins define teams; each caller sees its own."""
+
+        def build() -> TeamService:
+            from functions.service.teams import TeamService
+
+            return TeamService(self.team_directory, self.capacity_ledger, self.repository)
+
+        return self._once("_teams", build)
 
     @property
     def path_rules(self) -> PathRules:
@@ -256,7 +285,9 @@ class Composition:
 
             settings = self.settings
             workflow = self.engine
-            scheduler = Scheduler(self.repository, self.capacity_ledger, capacity_model(settings), workflow, workflow)
+            scheduler = Scheduler(
+                self.repository, self.capacity_ledger, capacity_model(settings), workflow, workflow, teams=self.team_directory
+            )
             config = LifecycleConfig(
                 bucket=settings.artifacts_bucket,
                 launcher=settings.compute,
@@ -380,7 +411,7 @@ class Composition:
             from functions.service.queues import QueueView
             from functions.service.scheduler import capacity_model
 
-            return QueueView(self.repository, self.capacity_ledger, capacity_model(self.settings))
+            return QueueView(self.repository, self.capacity_ledger, capacity_model(self.settings), teams=self.team_directory)
 
         return self._once("_queue_view", build)
 
@@ -447,6 +478,10 @@ def job_service() -> JobService:
 
 def retraining_service() -> RetrainingService:
     return current().retraining
+
+
+def team_service() -> TeamService:
+    return current().teams
 
 
 def sweep_service() -> SweepService:

@@ -123,3 +123,23 @@ class TooLarge(DomainError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
+
+
+class TeamNotFound(DomainError):
+    """No such team, or one the (non-admin) caller is not a member of (404: team names are not disclosed)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"team {name!r} not found")
+        self.name = name
+
+
+class AdminOnly(DomainError):
+    """An action only the deployment's admins may take (403), e.g. defining teams."""
+
+
+class TeamChanged(ConcurrentModification):
+    """A team's conditional write lost a race (409)."""
+
+    def __init__(self, name: str, detail: str = "another request changed it first") -> None:
+        DomainError.__init__(self, f"team {name!r}: {detail}; read it again and retry")
+        self.job_id = ""

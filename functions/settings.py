@@ -69,6 +69,18 @@ class Settings(BaseModel):
     local_cpu_slots: int = Field(default=1, ge=1, le=256)
     local_gpu_slots: int | None = Field(default=None, ge=0, le=1024)
     gpu_quotas: str = ""
+    # Local mode's emulated GPU inventory, "H100=4,A100=8" (`trainplane up --gpus`): a job asking gpu_count n of
+    # gpu_type H100 holds n of those while its trainer runs on the CPU. "" = the machine's own GPUs (local_gpu_slots).
+    local_gpu_inventory: str = ""
+    # Teams (issue 24, docs/TEAMS.md): what a principal in no team gets, "gpu_type=count,..." nominal per type
+    # ("" = no limit of its own; "cpu=0" = nothing: admins may also PUT /teams/default), its fair-share weight,
+    # and the half-life usage decays with.
+    default_team_quotas: str = ""
+    default_team_weight: float = Field(default=1.0, gt=0, le=1000)
+    fair_share_half_life_seconds: float = Field(default=7 * 24 * 3600.0, ge=60)
+    # Reclaim: a borrowed job runs at least this long before its lender may take the GPUs back.
+    reclaim_min_run_seconds: int = Field(default=600, ge=0, le=7 * 24 * 3600)
+    max_reclaims: int = Field(default=3, ge=0, le=100)  # then the job keeps its borrowed GPUs until it ends
     max_preemptions: int = Field(default=3, ge=0, le=100)  # automatic resumes after preemption, per job
     run_heartbeat_seconds: int = Field(default=900, ge=10, le=86_400)  # a run silent this long is checked
     stop_grace_seconds: int = Field(default=120, ge=1, le=3600)  # SIGTERM -> SIGKILL (SageMaker's is 120 s)

@@ -108,6 +108,8 @@ class StageConfig(BaseModel):
     reconcile_every_minutes: int = Field(default=5, ge=1, le=60)
     # Per-queue GPU quotas by type for the scheduler: "queue:gpu_type=count,..." (Settings.gpu_quotas).
     gpu_quotas: str = ""
+    # Teams (docs/TEAMS.md): what a principal in no team gets, "gpu_type=count,..." ("" = no limit of its own).
+    default_team_quotas: str = ""
     # The deployment's training shapes beside the defaults (schemas/shapes.py TrainingShapeProfile
     # objects; `-c training_shapes='[...]'` takes the same list as JSON). Settings.training_shapes.
     training_shapes: list[dict[str, Any]] = Field(default_factory=list)
@@ -204,6 +206,14 @@ class StageConfig(BaseModel):
         from functions.catalog.quotas import parse_quotas  # the scheduler's own parser: one grammar
 
         parse_quotas(value)
+        return value
+
+    @field_validator("default_team_quotas")
+    @classmethod
+    def _team_quotas(cls, value: str) -> str:
+        from functions.catalog.quotas import parse_team_quotas  # the server's own parser: one grammar
+
+        parse_team_quotas(value)
         return value
 
     @field_validator("training_shapes")

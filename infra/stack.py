@@ -82,6 +82,7 @@ class TrainplaneStack(Stack):
                 "ec2_root_device_name": ROOT_DEVICE,
                 "trainer_log_group": compute.trainer_log_group.log_group_name,
                 "gpu_quotas": config.gpu_quotas or None,
+                "default_team_quotas": config.default_team_quotas or None,
                 "cors_origin": cors_origin,
                 "training_shapes": json.dumps(config.training_shapes) if config.training_shapes else None,
                 "bucket_grants": _grants_json(config),

@@ -32,6 +32,7 @@ from typing import IO, Any
 
 from functions import constants
 from functions.adapters import aws as aws_clients
+from functions.catalog.quotas import parse_gpu_inventory
 from functions.settings import PREFIX
 from localmode import iam_calls, moto_hooks
 from localmode.credentials import ADMIN, Principal, load_or_create
@@ -65,6 +66,7 @@ def run_up(
     api_handler: str = DEFAULT_API_HANDLER,
     exit_process: bool = True,
     allow_dirs: Sequence[Path] = (),
+    gpus: str = "",
 ) -> None:
     """Serve until SIGINT/SIGTERM. `port=0` picks a free port (endpoint.json tells which).
 
@@ -80,7 +82,7 @@ def run_up(
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    plane = LocalPlane(host, port, Path(state_dir), compute=compute, api_handler=api_handler, allow_dirs=allow_dirs)
+    plane = LocalPlane(host, port, Path(state_dir), compute=compute, api_handler=api_handler, allow_dirs=allow_dirs, gpus=gpus)
     try:
         plane.start()
         print(f"trainplane local mode: API {plane.api_url}  AWS {plane.aws_endpoint_url}  state {plane.state_dir}", flush=True)
@@ -113,9 +115,12 @@ class LocalPlane:
         compute: str = "local",
         api_handler: str = DEFAULT_API_HANDLER,
         allow_dirs: Sequence[Path] = (),
+        gpus: str = "",
     ) -> None:
         if compute not in COMPUTE_CHOICES:
             raise ValueError(f"compute: must be one of {', '.join(COMPUTE_CHOICES)}, not {compute!r}")
+        parse_gpu_inventory(gpus)  # a bad --gpus fails now, not in the first pass
+        self.gpus = gpus
         self.host = host
         self.port = port
         self.state_dir = state_dir.resolve()
@@ -196,6 +201,8 @@ class LocalPlane:
         admins = [a for a in self.ctx.env.get(PREFIX + "ADMIN_ARNS", "").split(",") if a]
         self.ctx.env[PREFIX + "ADMIN_ARNS"] = ",".join(dict.fromkeys([admin.arn, *admins]))
         self.ctx.env.setdefault(PREFIX + "COMPUTE", self.compute)
+        if self.gpus:  # --gpus: the scheduler's emulated inventory (functions/service/scheduler.py LocalCapacity)
+            self.ctx.env[PREFIX + "LOCAL_GPU_INVENTORY"] = self.gpus
         # Path confinement: local files only under the allowed directories, never the state directory.
         self.ctx.env[PREFIX + "LOCAL_STATE_DIR"] = str(self.state_dir)
         self.ctx.env[ALLOWED_DIRS_ENV] = os.pathsep.join(str(d) for d in self.allowed_dirs)

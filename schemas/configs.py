@@ -595,6 +595,13 @@ class SchedulingConfig(Strict):
     queue: str = Field(default="default", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     priority: Priority = 5
     preemptible: bool = False
+    reclaimable: bool = Field(
+        default=True,
+        description=(
+            "May the job borrow idle GPUs of other teams, to be paused with a checkpoint when they are reclaimed? "
+            "False: it runs only within its team's nominal quota (docs/TEAMS.md)."
+        ),
+    )
     max_runtime_seconds: int | None = Field(default=None, ge=1, le=28 * 24 * 3600)
     required_capabilities: list[str] = Field(default_factory=list)
     max_cost_usd: float | None = Field(

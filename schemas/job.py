@@ -391,11 +391,15 @@ class Job(BaseModel):
     attempt: int = 0
     retries_used: int = 0
     preemptions: int = 0
+    reclaims: int = 0  # times the scheduler took borrowed GPUs back from it (docs/TEAMS.md)
     pending_action: PendingAction | None = None
     pending_reason: str | None = None
     resume_checkpoint_id: str | None = None
+    # The team the owner belonged to at submit (schemas/teams.py); None for jobs from before teams.
+    team: str | None = None
     queue_position: int | None = None
     estimated_wait_seconds: float | None = None
+    wait_reason: str | None = Field(default=None, description="Why a QUEUED job waits: QUOTA, BORROW_LIMIT, COHORT_FULL or PRIORITY.")
     execution_arn: str | None = None
     run_handle: dict[str, str] | None = None
     # Lifecycle engine bookkeeping (additive): the Step Functions task token the job's execution waits

@@ -37,6 +37,7 @@ from trainplane.cli_output import (
 )
 from trainplane.cli_policies import policies_app
 from trainplane.cli_shapes import shape_text, shapes_app
+from trainplane.cli_teams import teams_app
 from trainplane.dashboard_signin import CODE_TTL_SECONDS, issue_code
 from trainplane.endpoint import resolve, state_dir_of
 from trainplane.errors import EndpointNotConfigured
@@ -93,6 +94,7 @@ def up(
             help="A directory whose files jobs may name (repeatable; also $TRAINPLANE_LOCAL_ALLOWED_DIRS). Never the state dir.",
         ),
     ] = None,
+    gpus: Annotated[str | None, typer.Option(help="Emulated GPUs (H100=4,A100=8): a job holds its units, trains on the CPU.")] = None,
 ) -> None:
     """Serve the whole control plane on this machine (emulated AWS, no account needed) until Ctrl-C.
 
@@ -104,7 +106,7 @@ def up(
         install = escape("pip install 'trainplane[local]'")  # escaped: rich would read [local] as markup
         err.print(f"[red]error[/red] local mode is not available: {escape(str(exc))} (install with: {install})")
         raise typer.Exit(1) from exc
-    run_up(host, port, directory, compute.value, allow_dirs=allow_dir or [])
+    run_up(host, port, directory, compute.value, allow_dirs=allow_dir or [], gpus=gpus or "")
 
 
 @app.command()
@@ -581,6 +583,7 @@ def _fmt(value: Any) -> str:
 
 app.add_typer(policies_app, name="policies")
 app.add_typer(shapes_app, name="shapes")
+app.add_typer(teams_app, name="teams")
 from trainplane.cli_sweeps import sweeps_app  # noqa: E402 (it builds on the helpers above)
 
 app.add_typer(sweeps_app, name="sweeps")

@@ -10,9 +10,11 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from schemas.job import Job, SubmitJobRequest
+from schemas.teams import Team, TeamList, TeamSpec, TeamView
 from trainplane.transport import IDEMPOTENCY_HEADER, Requester, Steps
 
 JobRequest = SubmitJobRequest | Mapping[str, Any]
+TeamRequest = TeamSpec | Mapping[str, Any]
 
 
 def submit_job(api: Requester, request: JobRequest, idempotency_key: str | None = None) -> Steps[Job]:
@@ -40,6 +42,33 @@ def existing_child(api: Requester, parent: Job) -> Steps[Job | None]:
     body = yield from api._request("GET", "/jobs", params={"name": parent.name, "limit": 50})
     jobs = [Job.model_validate(j) for j in body.get("jobs", [])]
     return next((j for j in jobs if j.parent_job_id == parent.job_id and j.created_at >= parent.updated_at), None)
+
+
+def list_teams(api: Requester) -> Steps[list[Team]]:
+    """Every team for admins; the caller's own (without its member list) for anyone else."""
+    return TeamList.model_validate((yield from api._request("GET", "/teams"))).teams
+
+
+def get_team(api: Requester, name: str) -> Steps[TeamView]:
+    """The team's quotas and live use per GPU type (nominal, in use, borrowed, lent, queued) and fair share."""
+    return TeamView.model_validate((yield from api._request("GET", team_path(name))))
+
+
+def put_team(api: Requester, name: str, spec: TeamRequest) -> Steps[Team]:
+    """Define or replace a team (admins only)."""
+    body = spec.model_dump(mode="json", exclude_unset=True) if isinstance(spec, TeamSpec) else dict(spec)
+    return Team.model_validate((yield from api._request("PUT", team_path(name), body=body)))
+
+
+def delete_team(api: Requester, name: str) -> Steps[None]:
+    """Delete a team (admins only); its members fall back to the default team."""
+    yield from api._request("DELETE", team_path(name))
+
+
+def team_path(name: str) -> str:
+    if not name or "/" in name:
+        raise ValueError(f"not a team name: {name!r}")
+    return f"/teams/{quote(name, safe='')}"
 
 
 def job_path(job_id: str, action: str = "") -> str:

@@ -25,6 +25,7 @@ from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
 
 from functions.errors import (
+    AdminOnly,
     CheckpointNotFound,
     ConcurrentModification,
     DomainError,
@@ -36,6 +37,7 @@ from functions.errors import (
     RunNotFound,
     ShapeNotFound,
     SweepNotFound,
+    TeamNotFound,
     TooLarge,
     Unsupported,
 )
@@ -212,11 +214,11 @@ def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None
     def _too_large(exc: TooLarge) -> Response:
         return _error(413, str(exc), [{"field": exc.field, "message": str(exc), "type": "too_large"}])
 
-    @app.exception_handler(Forbidden)
-    def _forbidden(exc: Forbidden) -> Response:
+    @app.exception_handler([Forbidden, AdminOnly])
+    def _forbidden(exc: DomainError) -> Response:
         return _error(403, str(exc))
 
-    @app.exception_handler([JobNotFound, PolicyNotFound, ShapeNotFound, RunNotFound, SweepNotFound])
+    @app.exception_handler([JobNotFound, PolicyNotFound, ShapeNotFound, RunNotFound, SweepNotFound, TeamNotFound])
     def _not_found(exc: DomainError) -> Response:
         return _error(404, str(exc))
 

@@ -13,11 +13,13 @@ import re
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from functions import constants
 from functions.catalog import page_tokens
+from functions.catalog.gpu_types import gpu_type_of, inventory_problem
 from functions.catalog.images import check_custom_image
+from functions.catalog.quotas import parse_gpu_inventory
 from functions.catalog.shapes import ShapeCatalog, catalog_from_json
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.compat.ome import apply_ome_trainer
@@ -33,6 +35,9 @@ from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest, wi
 from schemas.shapes import parse_shape_ref
 from schemas.status import EDITABLE, RUNNING, TERMINAL, JobStatus
 from schemas.trainer import EVENT_PREFIX
+
+if TYPE_CHECKING:
+    from functions.service.teams import TeamDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +67,10 @@ class JobService(LifecycleControls):
         ids: Callable[[], str] = new_job_id,
         log_source: LogSource | None = None,
         paths: PathRules | None = None,
+        teams: TeamDirectory | None = None,
     ) -> None:
         self.log_source = log_source
+        self.teams = teams  # None: no team rules (tests that build a JobService alone)
         self.repo = repo
         self.store = store
         self.workflow = workflow
@@ -94,6 +101,7 @@ class JobService(LifecycleControls):
         `claim`, the job is created only as the claimed name's new holder (NameTaken otherwise). `labels` are
         set by the control plane on top of the request's (a sweep's reserved labels, which no request carries)."""
         request, shape = self.validate_submit(request, principal, owner=owner)
+        team = self.teams.team_of(owner or principal.arn).name if self.teams is not None else None
         now = self.clock()
         priority = request.effective_priority
         job = Job(
@@ -112,6 +120,7 @@ class JobService(LifecycleControls):
             created_at=now,
             updated_at=now,
             training_shape=shape,
+            team=team,
         )
         first = StatusEvent(at=now, from_status=None, to_status=JobStatus.PENDING, reason=reason, actor=Actor.USER.value)
         if claim is None:
@@ -142,6 +151,8 @@ class JobService(LifecycleControls):
             check_custom_image(image_field, request.training_config.image, s.custom_image_repositories, s.compute, local_mode=s.local_mode)
         self._check_compute(request)
         self.check_paths(request, principal, owner=owner)
+        if self.teams is not None:
+            self.teams.check_submit(request, owner or principal.arn)  # the team of the job's owner, from its identity
         return request, shape
 
     def shape_catalog(self) -> ShapeCatalog:
@@ -158,6 +169,16 @@ class JobService(LifecycleControls):
     def owner_principal(self, principal: Principal, owner: str | None) -> Principal:
         return principal if owner is None or owner == principal.arn else self.principal(owner)
 
+    def _check_emulated_gpus(self, request: SubmitJobRequest) -> None:
+        """Local mode with an emulated GPU inventory (`trainplane up --gpus`): a type or count it never has is a 422."""
+        rc = request.resource_config
+        inventory = parse_gpu_inventory(self.settings.local_gpu_inventory)
+        if not inventory or rc.gpu_count == 0:
+            return
+        problem = inventory_problem(inventory, gpu_type_of(rc), rc.gpu_count * rc.node_count)
+        if problem is not None:
+            raise InvalidRequest(*problem)
+
     def _check_compute(self, request: SubmitJobRequest) -> None:
         """What the configured compute cannot run is refused now (422 naming the field), not at launch."""
         if self.settings.compute == "local":
@@ -167,6 +188,7 @@ class JobService(LifecycleControls):
                     "(in local mode: `trainplane up --compute ec2` runs the nodes as processes on loopback)"
                 )
                 raise InvalidRequest("resource_config.node_count", why)
+            self._check_emulated_gpus(request)
             return
         from functions.catalog.cloud_rules import validate_cloud_job
 
@@ -338,6 +360,8 @@ class JobService(LifecycleControls):
         if "hyperparameters" in given and request.hyperparameters is not None:
             training = training.model_copy(update={"hyperparameters": {**training.hyperparameters, **request.hyperparameters}})
         if "priority" in given and request.priority is not None:
+            if self.teams is not None:
+                self.teams.check_priority(job.owner, request.priority, "priority")
             # scheduling_config.priority is the one the scheduler reads; the repository re-keys the
             # queue index from it. training_config.priority follows so the two never disagree.
             training = training.model_copy(update={"priority": request.priority})

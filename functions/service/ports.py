@@ -22,6 +22,7 @@ from schemas.lifecycle import Decision
 from schemas.retraining import FireOutcome, RetrainingPolicy
 from schemas.status import JobStatus
 from schemas.sweeps import Sweep, Trial
+from schemas.teams import Team
 from schemas.trainer import RunSpec, TrainerEvent
 
 
@@ -509,3 +510,26 @@ class SweepRepository(Protocol):
 
     def record_value(self, sweep_id: str, number: int, step: int, value: float) -> bool:
         """The metric at `step` of trial `number` (overwrites: a resumed attempt reporting it again counts once)."""
+
+
+class TeamRepository(Protocol):
+    """Teams and their decayed usage (functions/adapters/teams.py, in the jobs table)."""
+
+    def get(self, name: str) -> Team:
+        """The stored team; TeamNotFound when there is none."""
+
+    def list(self) -> list[Team]:
+        """Every stored team, by name."""
+
+    def put(self, team: Team, expected_version: int | None) -> Team:
+        """Store `team` as version expected_version + 1 (1 when None: it must not exist yet);
+        ConcurrentModification when the stored version is another."""
+
+    def delete(self, name: str) -> bool:
+        """Remove the team; False if there was none."""
+
+    def usage(self) -> dict[str, tuple[float, datetime]]:
+        """Each team's recorded usage and when it was last decayed to."""
+
+    def add_usage(self, name: str, amount: float, now: datetime, half_life_seconds: float) -> None:
+        """Decay the team's usage to `now` and add `amount` (a conditional write, retried on a race)."""

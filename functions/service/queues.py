@@ -14,9 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.job import Job
 from schemas.status import JobStatus
+from schemas.teams import WaitReason
 
 if TYPE_CHECKING:  # annotations only: the queues route is imported at the API's cold start
     from functions.service.ports import CapacityLedger, CapacityModel, JobRepository
+    from functions.service.teams import TeamDirectory
 
 
 class PoolUsage(BaseModel):
@@ -26,12 +28,21 @@ class PoolUsage(BaseModel):
     in_use: int
 
 
+class QueuedWait(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
+    job_id: str
+    position: int | None
+    estimated_wait_seconds: float | None
+    wait_reason: WaitReason | None
+
+
 class QueueInfo(BaseModel):
     model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     queue: str
     queued: int = Field(description="Jobs waiting in the queue (counted up to `counted_up_to`).")
     counted_up_to: int
     head: list[str] = Field(default_factory=list, description="The caller's own jobs among the first waiting ones, in order.")
+    waits: list[QueuedWait] = Field(default_factory=list, description="Why each of `head` waits, its position and estimated wait.")
     oldest_queued_at: datetime | None = None
     pools: list[PoolUsage] = Field(default_factory=list)
     estimated_wait_seconds: float | None = Field(default=None, description="For a job submitted now at default priority.")
@@ -48,21 +59,34 @@ class QueueView:
     COUNT_LIMIT = 1000
 
     def __init__(
-        self, repository: JobRepository, ledger: CapacityLedger, capacity: CapacityModel, *, default_runtime_seconds: float = 3600.0
+        self,
+        repository: JobRepository,
+        ledger: CapacityLedger,
+        capacity: CapacityModel,
+        *,
+        default_runtime_seconds: float = 3600.0,
+        teams: TeamDirectory | None = None,
     ) -> None:
         self.repository = repository
         self.ledger = ledger
         self.capacity = capacity
         self.default_runtime_seconds = default_runtime_seconds
+        self.teams = teams
 
     def with_position(self, job: Job) -> Job:
         if job.status != JobStatus.QUEUED:
             return job
+        wait = self._wait(job)
+        return job.model_copy(
+            update={"queue_position": wait.position, "estimated_wait_seconds": wait.estimated_wait_seconds, "wait_reason": wait.wait_reason}
+        )
+
+    def _wait(self, job: Job) -> QueuedWait:
         from functions.service.scheduler import Scheduler  # on first use: not in the API Lambda's cold start
 
-        scheduler = Scheduler(self.repository, self.ledger, self.capacity, _NoTokens(), _NoStops())
-        position, eta = scheduler.position(job, default_runtime_seconds=self.default_runtime_seconds)
-        return job.model_copy(update={"queue_position": position, "estimated_wait_seconds": eta})
+        scheduler = Scheduler(self.repository, self.ledger, self.capacity, _NoTokens(), _NoStops(), teams=self.teams)
+        position, eta, reason = scheduler.explain(job, default_runtime_seconds=self.default_runtime_seconds)
+        return QueuedWait(job_id=job.job_id, position=position, estimated_wait_seconds=eta, wait_reason=reason)
 
     def list(self, can_see: Callable[[Job], bool]) -> QueueList:
         pools = {pool: self.ledger.holders(pool) for pool in self.ledger.pools()}
@@ -74,12 +98,14 @@ class QueueView:
             slots = sum(u.capacity or 0 for u in usage) or 1
             runtimes = [float(j.scheduling_config.max_runtime_seconds or self.default_runtime_seconds) for j in waiting]
             eta = math.ceil(len(waiting) / slots) * (sum(runtimes) / len(runtimes)) if waiting else 0.0
+            head = [j for j in waiting[:50] if can_see(j)]
             infos.append(
                 QueueInfo(
                     queue=queue,
                     queued=len(waiting),
                     counted_up_to=self.COUNT_LIMIT,
-                    head=[j.job_id for j in waiting[:50] if can_see(j)],
+                    head=[j.job_id for j in head],
+                    waits=[self._wait(j) for j in head[:10]],
                     oldest_queued_at=min((j.created_at for j in waiting), default=None),
                     pools=usage,
                     estimated_wait_seconds=eta,

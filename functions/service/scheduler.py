@@ -9,6 +9,11 @@ conditional write undoes the claim, so two passes racing never book one slot twi
 Within a pool the order is strict (no backfill): a big job at the head is not starved by small ones
 behind it. When the head cannot fit, running `preemptible` jobs of lower priority in that pool are
 asked to stop gracefully with a checkpoint (pending_action "preempt"); they go back to the queue.
+
+With teams (functions/service/teams.py, fair_share.py) a pool's jobs are offered capacity in fair-share
+order instead: priority class, then jobs within their team's nominal quota before borrowers, then the
+team's decayed usage against its weight, then FIFO inside the team; a job its team's quota refuses
+(QUOTA, BORROW_LIMIT, COHORT_FULL) waits without holding up other teams' jobs.
 """
 
 from __future__ import annotations
@@ -17,16 +22,23 @@ import logging
 import math
 import shutil
 import subprocess
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
-from functions.catalog.quotas import parse_quotas
+from functions.catalog.gpu_types import gpu_type_of, inventory_problem
+from functions.catalog.quotas import parse_gpu_inventory, parse_quotas
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
+from functions.service.fair_share import Ask, Cohort, Holder, admission_order, reclaim_victims, work_lost
 from functions.service.ports import CapacityLedger, CapacityModel, Demand, JobRepository, RunStopper, TokenAnswerer, Transition
 from schemas.job import Actor, Job, PendingAction
 from schemas.lifecycle import Next, WaitKind
 from schemas.status import PAUSABLE, JobStatus
+from schemas.teams import DEFAULT_TEAM, WaitReason
+
+if TYPE_CHECKING:
+    from functions.service.teams import TeamDirectory
 
 logger = logging.getLogger(__name__)
 
@@ -55,16 +67,25 @@ def detect_local_gpus() -> int:
 
 @dataclass(frozen=True)
 class LocalCapacity:
-    """One machine: its GPUs as one pool, and CPU slots for gpu_count = 0 jobs, shared by every queue."""
+    """One machine: its GPUs as one pool, and CPU slots for gpu_count = 0 jobs, shared by every queue.
+
+    With an emulated inventory (`trainplane up --gpus H100=4,A100=8`) each GPU type is a pool of its own
+    (`local/H100`) and a job holds its units of its type while its trainer runs on the CPU."""
 
     gpu_slots: int
     cpu_slots: int = 1
+    inventory: Mapping[str, int] = field(default_factory=dict)
 
     def demand(self, job: Job) -> Demand:
         rc = job.resource_config
         if rc.gpu_count == 0:
             return Demand("local/cpu", rc.node_count)
         units = rc.gpu_count * rc.node_count
+        if self.inventory:
+            problem = inventory_problem(self.inventory, gpu_type_of(rc), units)
+            if problem is not None:
+                raise NeverFits(problem[1])
+            return Demand(f"local/{self.emulated_type(gpu_type_of(rc))}", units)
         if units > self.gpu_slots:
             raise NeverFits(
                 f"resource_config asks for {units} GPU(s) but this machine has {self.gpu_slots}; "
@@ -73,7 +94,14 @@ class LocalCapacity:
         return Demand("local/gpu", units)
 
     def capacity(self, pool: str) -> int:
-        return self.cpu_slots if pool == "local/cpu" else self.gpu_slots
+        if pool == "local/cpu":
+            return self.cpu_slots
+        kind = pool.removeprefix("local/")
+        return self.inventory.get(kind, 0) if self.inventory else self.gpu_slots
+
+    def emulated_type(self, gpu_type: str) -> str:
+        """A job that named no GPU type runs on the inventory's only type (inventory_problem refuses it otherwise)."""
+        return next(iter(self.inventory)) if gpu_type == "any" and len(self.inventory) == 1 else gpu_type
 
 
 @dataclass(frozen=True)
@@ -109,13 +137,32 @@ class PassResult:
 
 class Scheduler:
     def __init__(
-        self, repository: JobRepository, ledger: CapacityLedger, capacity: CapacityModel, tokens: TokenAnswerer, stopper: RunStopper
+        self,
+        repository: JobRepository,
+        ledger: CapacityLedger,
+        capacity: CapacityModel,
+        tokens: TokenAnswerer,
+        stopper: RunStopper,
+        *,
+        teams: TeamDirectory | None = None,
+        clock: Callable[[], datetime] | None = None,
     ) -> None:
         self.repository = repository
         self.ledger = ledger
         self.capacity = capacity
         self.tokens = tokens
         self.stopper = stopper
+        self.teams = teams
+        self.clock = clock or (teams.clock if teams is not None else (lambda: datetime.now(UTC)))
+
+    def _cohort(self) -> Cohort | None:
+        """Every team's quotas and holdings now; None while teams change nothing (today's order)."""
+        if self.teams is None:
+            return None
+        teams = self.teams.teams()
+        if not self.teams.active(teams):
+            return None
+        return self.teams.cohort(teams, self.ledger, self.repository, self.clock())
 
     # --- claims -------------------------------------------------------------------------------
     def release(self, job: Job) -> bool:
@@ -125,6 +172,8 @@ class Scheduler:
         released = self.ledger.release(pool, job.job_id)
         if released:
             logger.info("released capacity", extra={"job_id": job.job_id, "pool": pool})
+            if self.teams is not None:
+                self.teams.record(job, self.clock())
         return released
 
     # --- the pass -----------------------------------------------------------------------------
@@ -143,8 +192,12 @@ class Scheduler:
                 except NeverFits:
                     continue  # its own WaitForCapacity task fails it with the reason
                 by_pool.setdefault(demand.pool, []).append(job)
+        cohort = self._cohort() if by_pool else None
         for pool, jobs in by_pool.items():
             # Several queues may share a pool (local mode): one order over all of them.
+            if cohort is not None:
+                self._serve_pool_fairly(pool, jobs, cohort, result)
+                continue
             jobs.sort(key=lambda j: (-j.priority, j.created_at, j.job_id))
             self._serve_pool(pool, jobs, result)
         return result
@@ -197,6 +250,72 @@ class Scheduler:
             else:
                 self.ledger.release(pool, job.job_id)
 
+    def _serve_pool_fairly(self, pool: str, jobs: list[Job], cohort: Cohort, result: PassResult) -> None:
+        capacity = self.capacity.capacity(pool)
+        order = admission_order(jobs, cohort, DEFAULT_TEAM)
+        refused: set[tuple[str, str]] = set()  # FIFO inside a team: behind its refused job, its later ones wait too
+        for index, (job, ask) in enumerate(order):
+            if (ask.team, ask.gpu_type) in refused or cohort.refusal(ask) is not None:
+                refused.add((ask.team, ask.gpu_type))
+                result.waiting += 1
+                continue
+            demand = self.capacity.demand(job)
+            if not self.ledger.claim(pool, job.job_id, demand.units, capacity):
+                if job.job_id in self.ledger.holders(pool):
+                    continue
+                if not self._reclaim(pool, job, ask, demand, capacity, cohort, result):
+                    self._make_room(pool, job, demand, capacity, result)
+                result.waiting += len(order) - index
+                return
+            if self._start(job, pool):
+                result.started.append(job.job_id)
+                cohort.hold(ask)
+            else:
+                self.ledger.release(pool, job.job_id)
+
+    def _reclaim(self, pool: str, waiting: Job, ask: Ask, demand: Demand, capacity: int, cohort: Cohort, result: PassResult) -> bool:
+        """A job within its team's nominal quota takes lent GPUs back: borrowers of other teams that have run
+        at least reclaim_min_run_seconds are paused through the checkpointed pause path (pending_action
+        "preempt": CHECKPOINTING -> QUEUED, same job id, resumed from that checkpoint). True when some are
+        on their way out (or already were): then no priority preemption is asked for as well."""
+        assert self.teams is not None
+        now = self.clock()
+        min_run = self.teams.settings.reclaim_min_run_seconds
+        holders = self.ledger.holders(pool)
+        free = capacity - sum(holders.values())
+        incoming = 0
+        eligible: list[Holder] = []
+        for job_id, units in holders.items():
+            try:
+                holder = self.repository.get(job_id)
+            except JobNotFound:
+                continue
+            held = Ask.of(holder, DEFAULT_TEAM)
+            if held.team == ask.team or held.team not in cohort.teams or cohort.borrowed(held.team, held.gpu_type) <= 0:
+                continue
+            if holder.pending_action == PendingAction.PREEMPT:
+                incoming += units  # already being reclaimed (or preempted): its units are on the way back
+            elif (
+                holder.pending_action is None
+                and holder.status in PAUSABLE
+                and holder.run_started_at is not None
+                and (now - holder.run_started_at).total_seconds() >= min_run
+                and holder.reclaims < self.teams.settings.max_reclaims
+            ):
+                eligible.append(Holder(holder, held, units, work_lost(holder, units, now)))
+        needed = demand.units - free - incoming
+        if needed <= 0:
+            return incoming > 0
+        victims = reclaim_victims(ask, eligible, needed, cohort)
+        for victim in victims:
+            reason = (
+                f"reclaimed by team {ask.team} for job {waiting.job_id}: team {victim.ask.team} borrowed beyond its nominal "
+                f"{victim.ask.gpu_type} quota (work lost {victim.work_lost:.0f} GPU-s since its last checkpoint)"
+            )
+            if self._preempt(victim.job, waiting, reason=reason, changes={"reclaims": victim.job.reclaims + 1}):
+                result.preempting.append(victim.job.job_id)
+        return bool(victims)
+
     def _start(self, job: Job, pool: str) -> bool:
         try:
             moved = self.repository.transition(
@@ -243,13 +362,13 @@ class Scheduler:
                 result.preempting.append(job.job_id)
                 needed -= units
 
-    def _preempt(self, victim: Job, waiting: Job) -> bool:
-        reason = f"preempted by higher-priority job {waiting.job_id} (priority {waiting.priority} > {victim.priority})"
+    def _preempt(self, victim: Job, waiting: Job, *, reason: str | None = None, changes: Mapping[str, Any] | None = None) -> bool:
+        reason = reason or f"preempted by higher-priority job {waiting.job_id} (priority {waiting.priority} > {victim.priority})"
         try:
             job = self.repository.update(
                 victim.job_id,
                 victim.version,
-                {"pending_action": PendingAction.PREEMPT, "pending_reason": reason},
+                {"pending_action": PendingAction.PREEMPT, "pending_reason": reason, **(changes or {})},
                 allowed=PAUSABLE,
                 action="preempt",
             )
@@ -261,28 +380,47 @@ class Scheduler:
     # --- queue position -----------------------------------------------------------------------
     def position(self, job: Job, *, default_runtime_seconds: float = 3600.0) -> tuple[int | None, float | None]:
         """(jobs ahead of this one in its queue, estimated seconds until it starts); None when not queued."""
+        position, eta, _ = self.explain(job, default_runtime_seconds=default_runtime_seconds)
+        return position, eta
+
+    def explain(self, job: Job, *, default_runtime_seconds: float = 3600.0) -> tuple[int | None, float | None, WaitReason | None]:
+        """Position, estimated wait and why a QUEUED job waits: its team's quota (QUOTA), borrow limit
+        (BORROW_LIMIT) or no idle capacity to borrow (COHORT_FULL); a higher priority class ahead of it
+        (PRIORITY); else no room in its pool (COHORT_FULL). None for a job not queued."""
         if job.status != JobStatus.QUEUED:
-            return None, None
+            return None, None, None
+        waiting = self.repository.queued(job.queue, limit=1000)
+        cohort = self._cohort()
+        reason: WaitReason | None = None
+        if cohort is not None:
+            reason = cohort.refusal(Ask.of(job, DEFAULT_TEAM))
+            waiting = [j for j, _ in admission_order(waiting, cohort, DEFAULT_TEAM)]
         ahead = 0
         runtimes: list[float] = []
-        for other in self.repository.queued(job.queue, limit=1000):
+        for other in waiting:
             if other.job_id == job.job_id:
                 break
             ahead += 1
+            if reason is None and other.priority > job.priority:
+                reason = WaitReason.PRIORITY
             runtimes.append(float(other.scheduling_config.max_runtime_seconds or default_runtime_seconds))
+        reason = reason or WaitReason.COHORT_FULL
         try:
             pool = self.capacity.demand(job).pool
         except NeverFits:
-            return ahead, None
+            return ahead, None, reason
         slots = max(1, min(self.capacity.capacity(pool), 64))
         # Each wave of `slots` jobs ahead takes about one (mean) runtime; a rough, honest upper-ish bound.
         mean = sum(runtimes) / len(runtimes) if runtimes else 0.0
-        return ahead, math.ceil(ahead / slots) * mean if ahead else 0.0
+        return ahead, math.ceil(ahead / slots) * mean if ahead else 0.0, reason
 
 
 def capacity_model(settings: Any) -> CapacityModel:
     """The capacity model a deployment uses: this machine's slots (local) or per-queue quotas (cloud)."""
     if settings.compute == "local":
+        inventory = parse_gpu_inventory(settings.local_gpu_inventory)
+        if inventory:  # emulated GPUs: the machine's own are not counted
+            return LocalCapacity(gpu_slots=0, cpu_slots=settings.local_cpu_slots, inventory=inventory)
         gpus = settings.local_gpu_slots if settings.local_gpu_slots is not None else detect_local_gpus()
-        return LocalCapacity(gpu_slots=gpus, cpu_slots=settings.local_cpu_slots)
+        return LocalCapacity(gpu_slots=gpus, cpu_slots=settings.local_cpu_slots, inventory=inventory)
     return CloudCapacity(parse_quotas(settings.gpu_quotas))

@@ -48,7 +48,12 @@ ANA = dashboard_user("ana", "us-east-1:11111111-2222-3333-4444-555555555555")
 BEN = dashboard_user("ben", "us-east-1:99999999-8888-7777-6666-555555555555")
 CALLERS = (ANA, BEN, Caller("alice", ALICE, unique_id="AIDAEXAMPLEALICE"), Caller("bob", BOB, unique_id="AIDAEXAMPLEBOB"))
 RUN_ID = "walk-run"  # every caller's /train run has the same id: one principal's must not be another's
-SHARED_PARAMETERS = {"name"}  # a training shape: the deployment's, read by any signed caller
+# The deployment's, named by no caller: a training shape (read by any signed caller); a team (each caller reads
+# its own, the default team here, and only admins define one).
+SHARED_PARAMETERS = {"name", "team"}
+# Routes only the deployment's admins may call (none of the four callers is one): each answers them 403, and
+# they change nothing. tests/integration/test_teams_api.py walks them as an admin.
+ADMIN_ONLY = {("PUT", "/teams/{team}"), ("DELETE", "/teams/{team}")}
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,8 @@ class World:
             self.owned[caller]["job_id"] |= trials_of(self.call, caller, sweep_id)
 
     def shared(self, name: str) -> str:
+        if name == "team":
+            return "default"  # every caller's team: none of them is in a team an admin defined
         shapes = self.call.route("GET", "/training-shapes", caller=CALLERS[0]).body["shapes"]
         assert name == "name" and shapes, "the deployment has training shapes to read"
         return str(shapes[0]["name"])
@@ -241,6 +248,14 @@ def test_every_route_shows_each_caller_its_own_and_nothing_of_anyone_elses(call:
         else:
             # Then: another's resource does not exist for it
             assert reply.status == 404, where
+
+    # And: a route only admins may call is 403 for every one of them
+    admin_only = [r for r in routes if (r.method, r.resource) in ADMIN_ONLY]
+    assert len(admin_only) == len(ADMIN_ONLY), "every admin-only route is registered"
+    for route, caller in itertools.product(admin_only, CALLERS):
+        parameters = world.filling(route, caller)
+        reply = call.route(route.method, route.resource, parameters, caller=caller, body=body_for(route, caller, call))
+        assert reply.status == 403, f"{route} as {caller.name}: {reply.status} {reply.body}"
 
     # Then: nothing of anyone's changed
     assert {caller: world.listings(caller) for caller in CALLERS} == before

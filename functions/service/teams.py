@@ -1,0 +1,200 @@
+"""Teams (issue 24): admins define them; the server decides a caller's team from its identity.
+
+A caller belongs to the first team (by name) one of whose member patterns (fnmatch, `*`) matches its ARN or
+its role's ARN (principal.role_arn_of: every session of a role); a caller in no team belongs to `default`,
+which the deployment's settings define (default_team_quotas, default_team_weight) until an admin PUTs
+/teams/default. A submit above the team's max_priority, or to a queue it may not use, is a 422 naming the
+field. Only admins PUT or DELETE teams (403); a non-admin sees only its own team, without its member list.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
+from functions.catalog.gpu_types import GPU_TYPES, decayed, unit_hourly_usd
+from functions.catalog.quotas import parse_team_quotas
+from functions.errors import AdminOnly, InvalidRequest, JobNotFound, TeamNotFound
+from functions.service.fair_share import Ask, Cohort
+from functions.service.ports import CapacityLedger, JobRepository, TeamRepository
+from functions.service.principal import Principal, role_arn_of
+from functions.settings import Settings
+from schemas.job import Job, SubmitJobRequest
+from schemas.teams import DEFAULT_TEAM, UNLIMITED_UNITS, Team, TeamList, TeamMembers, TeamSpec, TeamView, TypeQuota, TypeUsage
+
+_QUEUED_READ = 1000  # queued jobs a team view counts per queue
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def settings_default_team(settings: Settings) -> Team:
+    """The default team as the settings define it: no limit of its own unless default_team_quotas says one."""
+    given = parse_team_quotas(settings.default_team_quotas)
+    unlimited = {t: UNLIMITED_UNITS for t in GPU_TYPES}
+    quotas = {t: TypeQuota(nominal=n) for t, n in (given or unlimited).items()}
+    return Team(name=DEFAULT_TEAM, quotas=quotas, weight=settings.default_team_weight, configured=False)
+
+
+def is_member(arn: str, members: TeamMembers) -> bool:
+    names = (arn, role_arn_of(arn))
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in (*members.arns, *members.cognito_groups) for name in names)
+
+
+class TeamDirectory:
+    """Teams as the scheduler and submit see them: stored teams and the default one, and who is in which."""
+
+    def __init__(self, repository: TeamRepository, settings: Settings, clock: Callable[[], datetime] = _utcnow) -> None:
+        self.repository = repository
+        self.settings = settings
+        self.clock = clock
+
+    @property
+    def half_life_seconds(self) -> float:
+        return self.settings.fair_share_half_life_seconds
+
+    def teams(self) -> dict[str, Team]:
+        stored = {t.name: t for t in self.repository.list()}
+        stored.setdefault(DEFAULT_TEAM, settings_default_team(self.settings))
+        return dict(sorted(stored.items()))
+
+    def active(self, teams: dict[str, Team]) -> bool:
+        """Do teams change anything? Not while the default team, without limits, is the only one."""
+        return len(teams) > 1 or teams[DEFAULT_TEAM].configured or bool(self.settings.default_team_quotas)
+
+    def team_of(self, arn: str, teams: dict[str, Team] | None = None) -> Team:
+        teams = self.teams() if teams is None else teams
+        for name in sorted(teams):
+            if name != DEFAULT_TEAM and is_member(arn, teams[name].members):
+                return teams[name]
+        return teams[DEFAULT_TEAM]
+
+    def check_submit(self, request: SubmitJobRequest, owner: str) -> str:
+        """The team a job of `owner` is recorded under; 422 naming the field it may not use."""
+        team = self.check_priority(owner, request.effective_priority, "scheduling_config.priority")
+        queue = request.scheduling_config.queue
+        if team.queues is not None and queue not in team.queues:
+            allowed = ", ".join(team.queues) or "none"
+            raise InvalidRequest("scheduling_config.queue", f"team {team.name!r} may not use queue {queue!r}; its queues: {allowed}")
+        return team.name
+
+    def check_priority(self, owner: str, priority: int, field: str) -> Team:
+        """`owner`'s team, if it may use `priority`; 422 naming `field` if the team's ceiling is lower."""
+        team = self.team_of(owner)
+        if priority > team.max_priority:
+            raise InvalidRequest(field, f"team {team.name!r} may use priority {team.max_priority} at most, not {priority}")
+        return team
+
+    def usage(self, teams: Iterable[str], now: datetime) -> dict[str, float]:
+        recorded = self.repository.usage()
+        out = {}
+        for name in teams:
+            amount, at = recorded.get(name, (0.0, now))
+            out[name] = decayed(amount, at, now, self.half_life_seconds)
+        return out
+
+    def record(self, job: Job, now: datetime) -> None:
+        """Add a run's price-weighted unit-hours to its team's usage (when the job gives its capacity back)."""
+        if job.run_started_at is None:
+            return
+        ask = Ask.of(job, DEFAULT_TEAM)
+        hours = max((now - job.run_started_at).total_seconds(), 0.0) / 3600.0
+        if hours > 0:
+            self.repository.add_usage(ask.team, ask.units * hours * unit_hourly_usd(ask.gpu_type), now, self.half_life_seconds)
+
+    def cohort(self, teams: dict[str, Team], ledger: CapacityLedger, repository: JobRepository, now: datetime) -> Cohort:
+        """Every team's quotas, what its jobs hold now (the ledger's claims) and its usage (with running time)."""
+        usage = self.usage(teams, now)
+        cohort = Cohort(teams=teams, usage=usage)
+        for pool in ledger.pools():
+            for job_id in ledger.holders(pool):
+                try:
+                    job = repository.get(job_id)
+                except JobNotFound:
+                    continue
+                ask = Ask.of(job, DEFAULT_TEAM)
+                if ask.team not in teams:
+                    ask = Ask(DEFAULT_TEAM, ask.gpu_type, ask.units, ask.owner)
+                cohort.hold(ask)
+                if job.run_started_at is not None:
+                    hours = max((now - job.run_started_at).total_seconds(), 0.0) / 3600.0
+                    usage[ask.team] = usage.get(ask.team, 0.0) + ask.units * hours * unit_hourly_usd(ask.gpu_type)
+        return cohort
+
+
+class TeamService:
+    """PUT/GET/DELETE /teams/{team}, GET /teams."""
+
+    def __init__(self, directory: TeamDirectory, ledger: CapacityLedger, jobs: JobRepository) -> None:
+        self.directory = directory
+        self.ledger = ledger
+        self.jobs = jobs
+
+    @property
+    def repository(self) -> TeamRepository:
+        return self.directory.repository
+
+    def put(self, name: str, spec: TeamSpec, principal: Principal) -> Team:
+        _admin(principal, "define teams")
+        try:
+            version: int | None = self.repository.get(name).version
+        except TeamNotFound:
+            version = None
+        team = Team(name=name, **spec.model_dump(), updated_at=self.directory.clock(), updated_by=principal.arn)
+        return self.repository.put(team, version)
+
+    def delete(self, name: str, principal: Principal) -> None:
+        _admin(principal, "delete teams")
+        if not self.repository.delete(name):
+            raise TeamNotFound(name)
+
+    def list(self, principal: Principal) -> TeamList:
+        teams = self.directory.teams()
+        if principal.is_admin:
+            return TeamList(teams=list(teams.values()))
+        return TeamList(teams=[_redacted(self.directory.team_of(principal.arn, teams))])
+
+    def get(self, name: str, principal: Principal) -> TeamView:
+        teams = self.directory.teams()
+        if name not in teams or not (principal.is_admin or self.directory.team_of(principal.arn, teams).name == name):
+            raise TeamNotFound(name)
+        now = self.directory.clock()
+        cohort = self.directory.cohort(teams, self.ledger, self.jobs, now)
+        queued: dict[str, int] = {}
+        for queue in self.ledger.queues():
+            for job in self.jobs.queued(queue, limit=_QUEUED_READ):
+                ask = Ask.of(job, DEFAULT_TEAM)
+                if ask.team == name:
+                    queued[ask.gpu_type] = queued.get(ask.gpu_type, 0) + ask.units
+        team = teams[name]
+        types = sorted(set(team.quotas) | {t for (n, t) in cohort.in_use if n == name} | set(queued), key=GPU_TYPES.index)
+        recorded = self.directory.usage([name], now)[name]
+        rows = [
+            TypeUsage(
+                gpu_type=t,
+                nominal=cohort.nominal(name, t),
+                in_use=cohort.in_use[(name, t)],
+                borrowed=cohort.borrowed(name, t),
+                lent=cohort.lent(name, t),
+                queued=queued.get(t, 0),
+            )
+            for t in types
+        ]
+        return TeamView(
+            team=team if principal.is_admin else _redacted(team),
+            fair_share=cohort.factors()[name],
+            usage=recorded,
+            types=rows,
+        )
+
+
+def _admin(principal: Principal, what: str) -> None:
+    if not principal.is_admin:
+        raise AdminOnly(f"only the deployment's admins may {what} (settings admin_arns)")
+
+
+def _redacted(team: Team) -> Team:
+    """A team as a member sees it: its rules, not who else is in it."""
+    return team.model_copy(update={"members": TeamMembers(), "updated_by": None})

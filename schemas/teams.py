@@ -1,0 +1,159 @@
+"""Teams (issue 24): who may use how many GPUs of each type, at what priority, in which queues.
+
+Admins define teams (PUT /teams/{team}); a caller's team is decided on the server from its identity (the
+first team, by name, one of whose member patterns matches the caller's ARN or its role's), never from a
+request body; a caller in no team belongs to the deployment's `default` team. A quota limit is a count of
+units (GPUs; CPU slots for `cpu`) or a percentage of the type's nominal quota ("50%").
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from schemas.configs import Priority, Strict
+
+DEFAULT_TEAM = "default"
+TEAM_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+# The types a team quota names (functions/catalog/gpu_types.py prices them): resource_config.gpu_type's canonical
+# names, `any` (a GPU job that named no type) and `cpu` (gpu_count 0).
+GPU_TYPE_KEYS: tuple[str, ...] = ("H100", "A100-80GB", "A100", "L40S", "L4", "A10G", "T4", "any", "cpu")
+UNLIMITED_UNITS = 1_000_000  # the default team without a limit of its own (functions/service/scheduler.py UNLIMITED)
+_PERCENT = re.compile(r"^(\d{1,3})%$")
+
+Limit = int | str
+
+
+def limit_units(limit: Limit, nominal: int) -> int:
+    """A limit as units: a count as it is, "N%" as that share of `nominal` (rounded down)."""
+    if isinstance(limit, int):
+        return limit
+    match = _PERCENT.match(limit)
+    assert match is not None  # validated by TypeQuota
+    return nominal * int(match.group(1)) // 100
+
+
+class TypeQuota(Strict):
+    """One GPU type's quota of a team."""
+
+    nominal: int = Field(ge=0, le=UNLIMITED_UNITS, description="Units the team is guaranteed (and may lend while idle).")
+    borrow_limit: Limit = Field(default=0, description="Units (or % of nominal) the team may borrow beyond nominal from idle teams.")
+    lend_limit: Limit = Field(default="100%", description="Units (or % of nominal) of its idle quota others may borrow.")
+
+    @field_validator("borrow_limit", "lend_limit")
+    @classmethod
+    def _limit(cls, value: Limit) -> Limit:
+        if isinstance(value, int):
+            if not 0 <= value <= 100_000:
+                raise ValueError("must be between 0 and 100000 units")
+            return value
+        match = _PERCENT.match(value)
+        if match is None or int(match.group(1)) > 100:
+            raise ValueError('must be a count of units or a percentage of nominal up to "100%" (e.g. "50%")')
+        return value
+
+
+class TeamMembers(Strict):
+    arns: list[str] = Field(
+        default_factory=list,
+        max_length=200,
+        description=(
+            "IAM ARNs or patterns with * (arn:aws:iam::123:role/Research matches every session of that role; "
+            "arn:aws:sts::123:assumed-role/Dashboard/* every dashboard user)."
+        ),
+    )
+    cognito_groups: list[str] = Field(
+        default_factory=list,
+        max_length=50,
+        description="Dashboard users by Cognito group: the group's IAM role ARN patterns (a group's users sign in as its role).",
+    )
+
+    @field_validator("arns", "cognito_groups")
+    @classmethod
+    def _arns(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if not value.startswith("arn:") or len(value) > 2048:
+                raise ValueError(f"{value!r} is not an ARN or ARN pattern (arn:...)")
+        return values
+
+
+class MemberCaps(Strict):
+    max_gpus: int | None = Field(default=None, ge=0, le=100_000, description="Units one member may hold at once (null: no cap).")
+    max_running_jobs: int | None = Field(default=None, ge=0, le=10_000, description="Jobs one member may run at once (null: no cap).")
+
+
+class TeamSpec(Strict):
+    """PUT /teams/{team}: the whole team, replacing what was there."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "members": {"arns": ["arn:aws:iam::123456789012:role/Research"]},
+                    "quotas": {"H100": {"nominal": 8, "borrow_limit": "50%", "lend_limit": 4}, "cpu": {"nominal": 16}},
+                    "weight": 2.0,
+                    "max_priority": 8,
+                    "queues": ["default", "research"],
+                    "member_caps": {"max_gpus": 8, "max_running_jobs": 4},
+                }
+            ]
+        },
+    )
+    members: TeamMembers = Field(default_factory=TeamMembers)
+    quotas: dict[str, TypeQuota] = Field(
+        default_factory=dict, description=f"Per GPU type ({', '.join(GPU_TYPE_KEYS)}); a type not listed: nominal 0, no borrowing."
+    )
+    weight: float = Field(default=1.0, gt=0, le=1000, description="Fair-share weight: the team's share is weight / all weights.")
+    max_priority: Priority = Field(default=10, description="The highest scheduling_config.priority the team's members may submit at.")
+    queues: list[str] | None = Field(default=None, max_length=100, description="Queues the members may submit to (null: any).")
+    member_caps: MemberCaps = Field(default_factory=MemberCaps)
+
+    @field_validator("quotas")
+    @classmethod
+    def _types(cls, quotas: dict[str, TypeQuota]) -> dict[str, TypeQuota]:
+        unknown = sorted(set(quotas) - set(GPU_TYPE_KEYS))
+        if unknown:
+            raise ValueError(f"unknown GPU type(s) {', '.join(unknown)}; known: {', '.join(GPU_TYPE_KEYS)}")
+        return quotas
+
+
+class Team(TeamSpec):
+    model_config = ConfigDict(extra="ignore")
+    name: str = Field(pattern=TEAM_NAME_PATTERN)
+    version: int = 1
+    updated_at: datetime | None = None
+    updated_by: str | None = None
+    configured: bool = Field(default=True, description="False for the default team as the deployment's settings define it.")
+
+
+class TeamList(BaseModel):
+    teams: list[Team]
+
+
+class WaitReason(StrEnum):
+    """Why a queued job waits (GET /jobs/{id}, GET /teams/{team})."""
+
+    QUOTA = "QUOTA"  # its team (or the member) is at its quota and may not borrow
+    BORROW_LIMIT = "BORROW_LIMIT"  # its team is borrowing as much as it may
+    COHORT_FULL = "COHORT_FULL"  # no idle capacity to take, in the pool or from other teams
+    PRIORITY = "PRIORITY"  # jobs of a higher priority class are served first
+
+
+class TypeUsage(BaseModel):
+    gpu_type: str
+    nominal: int
+    in_use: int
+    borrowed: int = Field(description="Units in use beyond nominal (taken from idle teams).")
+    lent: int = Field(description="Units of the team's idle nominal other teams are using.")
+    queued: int = Field(description="Units its queued jobs ask for.")
+
+
+class TeamView(BaseModel):
+    team: Team
+    fair_share: float = Field(description="Slurm's factor 2^(-usage/share): 1 unused, 0.5 at its share, towards 0 above it.")
+    usage: float = Field(description="Recorded usage decayed over the half-life, in price-weighted unit-hours (USD), all types together.")
+    types: list[TypeUsage]

@@ -1,0 +1,174 @@
+"""Teams simulator (issue 24): the real scheduler (functions/service/scheduler.py, fair_share.py) on a fake
+clock, an in-memory store and ledger, and a fake launcher whose checkpointed stop takes a scripted time.
+Prints figures, asserts nothing but the invariants it counts (goals in brackets).
+
+3 teams (weights 1, 2, 3; nominal quotas in proportion) x 2 GPU types (H100, A100), every team kept
+backlogged, jobs of 1-3 GPUs running 5-45 simulated minutes, a scheduler pass every simulated 5 minutes for
+7 simulated days. Team c goes quiet on days 3-4, so a and b borrow its idle quota and c reclaims it.
+
+    .venv/bin/python scripts/sim_teams.py [--days 7] [--seed 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from functions.catalog.gpu_types import unit_hourly_usd
+from functions.service.ports import Transition
+from functions.service.scheduler import LocalCapacity, Scheduler
+from functions.service.teams import TeamDirectory
+from functions.settings import Settings
+from schemas.job import Job, PendingAction, StatusEvent
+from schemas.status import JobStatus as S
+from tests.fakes import InMemoryJobRepository
+from tests.helpers.teams import InMemoryTeamRepository, team
+from tests.lifecycle_support import InMemoryLedger, make_job, make_request
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+TICK = timedelta(minutes=5)
+CHECKPOINT = timedelta(minutes=2)  # the fake launcher's checkpointed stop
+INVENTORY = {"H100": 12, "A100": 24}
+WEIGHTS = {"a": 1.0, "b": 2.0, "c": 3.0}
+BACKLOG = 6  # queued jobs each active team keeps per GPU type
+
+
+class Clock:
+    now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class Launcher:
+    """Answers tokens (a start) and stop requests (a checkpointed stop that ends CHECKPOINT later)."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.stops: list[str] = []
+
+    def send_success(self, token: str, output: Any) -> bool:
+        self.started.append(token.removeprefix("tok-"))
+        return True
+
+    def stop_run(self, job: Job, *, graceful: bool, reason: str) -> None:
+        self.stops.append(job.job_id)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--days", type=float, default=7.0)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    clock = Clock()
+    repo, ledger, launcher, teams = InMemoryJobRepository(), InMemoryLedger(), Launcher(), InMemoryTeamRepository()
+    total = sum(WEIGHTS.values())
+    for name, weight in WEIGHTS.items():
+        quotas = {t: {"nominal": round(n * weight / total), "borrow_limit": n} for t, n in INVENTORY.items()}
+        teams.put(team(name, f"arn:aws:iam::1:user/{name}", weight=weight, **quotas), None)
+    settings = Settings(default_team_quotas="H100=0,A100=0")
+    directory = TeamDirectory(teams, settings, clock)
+    scheduler = Scheduler(repo, ledger, LocalCapacity(gpu_slots=0, inventory=INVENTORY), launcher, launcher, teams=directory)
+
+    ends: dict[str, datetime] = {}  # running job -> when it completes
+    stopping: dict[str, datetime] = {}  # reclaimed job -> when its checkpointed stop ends
+    remaining: dict[str, timedelta] = {}
+    n = 0
+    hourly: dict[int, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    reclaims = early = without_checkpoint = 0
+    pass_ms: list[float] = []
+    steps = int(args.days * 24 * 3600 / TICK.total_seconds())
+    started = time.perf_counter()
+    for _ in range(steps):
+        now = clock.now
+        active = [t for t in WEIGHTS if not (t == "c" and 3 <= (now - T0).days < 5)]
+        # Submit: keep each active team backlogged
+        for name in active:
+            for gpu_type in INVENTORY:
+                waiting = sum(
+                    1 for j in repo.jobs.values() if j.status == S.QUEUED and j.team == name and j.resource_config.gpu_type == gpu_type
+                )
+                for _ in range(BACKLOG - waiting):
+                    n += 1
+                    request = make_request(f"s{n}", resource_config={"gpu_count": rng.randint(1, 3), "gpu_type": gpu_type})
+                    job = make_job(request, owner=f"arn:aws:iam::1:user/{name}", created_at=now + timedelta(microseconds=n))
+                    job = job.model_copy(update={"team": name})
+                    repo.create(job, StatusEvent(at=now, to_status=S.PENDING))
+                    job = repo.transition(Transition(job.job_id, 1, S.PENDING, S.QUEUED, "admitted"))
+                    repo.update(job.job_id, job.version, {"task_token": f"tok-{job.job_id}", "task_token_kind": "capacity"})
+                    ledger.register_queue(job.queue)
+                    remaining[job.job_id] = timedelta(minutes=rng.randint(5, 45))
+        # Ends: completions and checkpointed stops
+        for job_id, at in list(ends.items()):
+            if at <= now:
+                job = repo.get(job_id)
+                done = repo.transition(Transition(job_id, job.version, job.status, S.COMPLETED, "done"))
+                scheduler.release(done)
+                del ends[job_id]
+        for job_id, at in list(stopping.items()):
+            if at <= now:
+                job = repo.get(job_id)
+                if job.pending_action != PendingAction.PREEMPT:
+                    without_checkpoint += 1  # stopped some other way than the checkpointed pause path
+                scheduler.release(job)
+                back = repo.transition(Transition(job_id, job.version, job.status, S.QUEUED, job.pending_reason or "reclaimed"))
+                repo.update(job_id, back.version, {"pending_action": None, "task_token": f"tok-{job_id}", "task_token_kind": "capacity"})
+                remaining[job_id] -= at - CHECKPOINT - (job.run_started_at or at)  # resumed exactly from its checkpoint
+                del stopping[job_id]
+        # The pass
+        before = len(launcher.started)
+        tick_start = time.perf_counter()
+        result = scheduler.run_pass()
+        pass_ms.append((time.perf_counter() - tick_start) * 1000)
+        for job_id in launcher.started[before:]:
+            job = repo.get(job_id)
+            for to in (S.PREPARING, S.TRAINING):
+                job = repo.transition(Transition(job_id, job.version, job.status, to, "run"))
+            repo.update(job_id, job.version, {"run_started_at": now})
+            ends[job_id] = now + remaining[job_id]
+        for job_id in result.preempting:
+            job = repo.get(job_id)
+            reclaims += 1
+            if job.run_started_at is not None and (now - job.run_started_at).total_seconds() < settings.reclaim_min_run_seconds:
+                early += 1
+            ends.pop(job_id, None)
+            stopping[job_id] = now + CHECKPOINT
+        # Allocation this tick, price-weighted, per team
+        for pool in ledger.pools():
+            for job_id, units in ledger.holders(pool).items():
+                job = repo.get(job_id)
+                hourly[int((now - T0).total_seconds() // 3600)][job.team or "default"] += units * unit_hourly_usd(
+                    pool.removeprefix("local/")
+                )
+        clock.now += TICK
+    elapsed = time.perf_counter() - started
+
+    def jain(values: list[float]) -> float:
+        return sum(values) ** 2 / (len(values) * sum(v * v for v in values)) if any(values) else 1.0
+
+    full = [h for h in hourly if not 3 * 24 <= h < 5 * 24]  # hours when every team is backlogged
+    indices = [jain([hourly[h][t] / WEIGHTS[t] for t in WEIGHTS]) for h in full]
+    totals = {t: sum(hourly[h][t] for h in full) for t in WEIGHTS}
+    everything = sum(totals.values())
+    print(f"simulated {args.days:g} days, {n} jobs, {steps} passes in {elapsed:.1f} s")
+    print(f"scheduler pass: median {sorted(pass_ms)[len(pass_ms) // 2]:.2f} ms, max {max(pass_ms):.1f} ms")
+    for t in WEIGHTS:
+        share, goal = totals[t] / everything, WEIGHTS[t] / total
+        off = 100 * (share - goal) / goal
+        print(f"team {t}: {share:.3f} of the allocation while all are backlogged (weighted share {goal:.3f}, {off:+.1f}%) [+-5%]")
+    mean = sum(indices) / len(indices)
+    print(f"Jain's index over weight-normalised allocations per hour: min {min(indices):.3f}, mean {mean:.3f} [>= 0.95]")
+    print(f"reclaims: {reclaims}, before the minimum run time: {early} [0], not through the checkpointed stop: {without_checkpoint} [0]")
+
+
+if __name__ == "__main__":
+    main()

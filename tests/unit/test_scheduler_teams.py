@@ -1,0 +1,134 @@
+"""The scheduler with teams (issue 24.2): fair-share admission on a fake clock, wait reasons, and no change
+while the default team is the only one."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from functions.service.ports import Transition
+from functions.service.queues import QueueView
+from functions.service.scheduler import LocalCapacity, Scheduler
+from functions.service.teams import TeamDirectory
+from functions.settings import Settings
+from schemas.job import Job, StatusEvent
+from schemas.status import JobStatus
+from schemas.teams import WaitReason
+from tests.helpers.teams import InMemoryTeamRepository, team
+from tests.lifecycle_support import make_job, make_request
+from tests.unit.test_scheduler import World
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+A, B, C = (f"arn:aws:iam::123456789012:user/{n}" for n in ("ann", "ben", "cat"))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> datetime:
+        return self.now
+
+
+class TeamWorld(World):
+    def __init__(self, gpus: int, *teams: Any, default_team_quotas: str = "") -> None:
+        super().__init__(LocalCapacity(gpu_slots=gpus, cpu_slots=1))
+        self.clock = Clock()
+        self.teams = InMemoryTeamRepository()
+        for t in teams:
+            self.teams.put(t, None)
+        self.directory = TeamDirectory(self.teams, Settings(default_team_quotas=default_team_quotas), self.clock)
+        self.scheduler = Scheduler(
+            self.repo, self.ledger, LocalCapacity(gpu_slots=gpus, cpu_slots=1), self.rec, self.rec, teams=self.directory
+        )
+
+    def gpu_job(self, owner: str, gpus: int = 1, priority: int = 5) -> Job:
+        """A QUEUED job of `owner`'s team (as submit records it) waiting for `gpus` H100s."""
+        self.n += 1
+        request = make_request(
+            f"j{self.n}", scheduling_config={"priority": priority}, resource_config={"gpu_count": gpus, "gpu_type": "H100"}
+        )
+        job = make_job(request, owner=owner, created_at=T0 + timedelta(seconds=self.n))
+        job = job.model_copy(update={"team": self.directory.team_of(owner).name})
+        self.repo.create(job, StatusEvent(at=job.created_at, to_status=JobStatus.PENDING))
+        job = self.repo.transition(Transition(job.job_id, 1, JobStatus.PENDING, JobStatus.QUEUED, "admitted"))
+        self.ledger.register_queue(job.queue)
+        return self.repo.update(job.job_id, job.version, {"task_token": f"tok-{job.job_id}", "task_token_kind": "capacity"})
+
+    def started(self) -> list[str]:
+        return [t.removeprefix("tok-") for t in self.scheduled()]
+
+    def explain(self, job: Job) -> WaitReason | None:
+        return self.scheduler.explain(self.repo.get(job.job_id))[2]
+
+
+def test_a_team_under_its_nominal_quota_is_admitted_before_an_older_borrower() -> None:
+    w = TeamWorld(3, team("a", A, H100={"nominal": 2, "borrow_limit": 2}), team("b", B, H100=2), default_team_quotas="H100=0")
+    held = [w.gpu_job(A), w.gpu_job(A)]
+    w.scheduler.run_pass()
+    assert w.started() == [j.job_id for j in held]
+    borrower = w.gpu_job(A)  # older, but a is at its nominal 2: it would borrow
+    owner = w.gpu_job(B)  # b is within its nominal
+    w.scheduler.run_pass()
+    assert w.started()[2:] == [owner.job_id]
+    assert w.explain(borrower) == WaitReason.COHORT_FULL  # b lends what is idle, but the machine has no GPU left
+
+
+def test_a_job_its_team_refuses_waits_without_holding_up_other_teams() -> None:
+    w = TeamWorld(4, team("a", A, H100=1), team("b", B, H100={"nominal": 1, "borrow_limit": 1}), default_team_quotas="H100=0")
+    first = w.gpu_job(A)
+    over_quota = w.gpu_job(A)  # a may not borrow at all
+    within = w.gpu_job(B)
+    too_much = w.gpu_job(B, gpus=2)  # b would borrow 2 > its limit 1
+    w.scheduler.run_pass()
+    assert w.started() == [first.job_id, within.job_id]
+    assert w.explain(over_quota) == WaitReason.QUOTA
+    assert w.explain(too_much) == WaitReason.BORROW_LIMIT
+
+
+def test_within_a_priority_class_the_team_with_less_decayed_usage_goes_first() -> None:
+    w = TeamWorld(1, team("a", A, H100={"nominal": 1}), team("b", B, H100={"nominal": 1}))
+    ran = w.gpu_job(A)
+    w.scheduler.run_pass()
+    # a's job runs ten hours on the fake clock and gives its GPU back: its usage is recorded
+    ran = w.repo.update(ran.job_id, w.repo.get(ran.job_id).version, {"run_started_at": w.clock.now, "capacity_pool": "local/gpu"})
+    w.clock.now += timedelta(hours=10)
+    assert w.scheduler.release(w.repo.get(ran.job_id))
+    usage, _ = w.teams.recorded["a"]
+    assert usage > 10 * 2  # ten H100 hours, weighted by the H100's price
+    older = w.gpu_job(A)
+    newer = w.gpu_job(B)
+    w.scheduler.run_pass()
+    assert w.started()[1:] == [newer.job_id]
+    # A higher priority class goes first whatever the usage; the other waits on PRIORITY
+    urgent = w.gpu_job(A, priority=9)
+    assert w.explain(older) == WaitReason.PRIORITY
+    assert w.repo.get(urgent.job_id).status == JobStatus.QUEUED
+
+
+def test_usage_decays_with_the_half_life_on_the_fake_clock() -> None:
+    w = TeamWorld(1, team("a", A, H100=1))
+    w.teams.add_usage("a", 64.0, T0, w.directory.half_life_seconds)
+    w.clock.now = T0 + timedelta(days=14)
+    assert w.directory.usage(["a"], w.clock.now) == {"a": 16.0}
+
+
+def test_with_only_the_default_team_nothing_changes() -> None:
+    w = TeamWorld(2)
+    assert w.scheduler._cohort() is None  # today's order: priority, then FIFO over every principal
+    jobs = [w.gpu_job(A), w.gpu_job(B), w.gpu_job(C)]
+    w.scheduler.run_pass()
+    assert w.started() == [j.job_id for j in jobs[:2]]
+    assert w.explain(jobs[2]) == WaitReason.COHORT_FULL
+
+
+def test_the_queue_view_shows_why_each_job_waits() -> None:
+    w = TeamWorld(4, team("a", A, H100=1), default_team_quotas="H100=0")
+    w.gpu_job(A)
+    waiting = w.gpu_job(A)
+    w.scheduler.run_pass()
+    view = QueueView(w.repo, w.ledger, LocalCapacity(gpu_slots=4, cpu_slots=1), teams=w.directory)
+    shown = view.with_position(w.repo.get(waiting.job_id))
+    assert (shown.wait_reason, shown.queue_position) == (WaitReason.QUOTA, 0)
+    listed = view.list(lambda job: True).queues[0]
+    assert [(x.job_id, x.wait_reason) for x in listed.waits] == [(waiting.job_id, WaitReason.QUOTA)]
