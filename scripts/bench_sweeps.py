@@ -146,7 +146,7 @@ def _bench_decide_on_moto(runs: int, tuning: Any, trials: list[Any]) -> dict[str
             repo.create(sweep)
             for trial in trials:
                 # As the controller stores them: claimed in flight, then ended (moved into its block)
-                unsubmitted = {"state": TrialState.SUBMITTING, "value": None, "intermediate_values": {}, "job_id": None}
+                unsubmitted: dict[str, object] = {"state": TrialState.SUBMITTING, "value": None, "intermediate_values": {}, "job_id": None}
                 claimed = trial.model_copy(update=unsubmitted)
                 repo.claim_trial("swp-bench", claimed)
                 running = claimed.model_copy(update={"state": TrialState.RUNNING, "job_id": trial.job_id})

@@ -508,8 +508,10 @@ class SweepRepository(Protocol):
         """Move an ended trial into its block if its version is still `expected_version` and it holds
         exactly the steps `trial` holds; False when either condition failed."""
 
-    def record_value(self, sweep_id: str, number: int, step: int, value: float) -> bool:
-        """The metric at `step` of trial `number` (overwrites: a resumed attempt reporting it again counts once)."""
+    def record_value(self, sweep_id: str, number: int, job_id: str, step: int, value: float) -> bool:
+        """The metric at `step` of trial `number`, reported by `job_id` (overwrites: a resumed attempt reporting it
+        again counts once). False, and nothing written, unless `job_id` is the trial's recorded job: a condition of
+        the write, never a read before it."""
 
 
 class TeamRepository(Protocol):

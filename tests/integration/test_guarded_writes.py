@@ -56,7 +56,7 @@ def test_two_transitions_decided_on_one_read_exactly_one_wins(repo: DynamoJobRep
     # Given a QUEUED job that two writers read before either moved it
     job = _queued(repo)
     # When both move it (the second's read is the one from before the first wrote)
-    outcomes = StaleRead(repo, "get").run(_move(repo, job, S.SCHEDULING), _move(repo, job, second))
+    outcomes = StaleRead(repo, "_get_item").run(_move(repo, job, S.SCHEDULING), _move(repo, job, second))
     # Then the first wins and the second is refused as a lost race (409), not applied
     assert winners(outcomes) == [0] and isinstance(outcomes[1].error, LOST), outcomes
     stored = repo.get(job.job_id)
@@ -71,7 +71,7 @@ def test_an_edit_and_a_transition_on_one_read_exactly_one_wins(repo: DynamoJobRe
     job = _queued(repo)
     edit = lambda: repo.update(job.job_id, job.version, {"name": "renamed"}, EDITABLE, action="edit")  # noqa: E731
     # When the scheduler moves it first, then the edit writes on its read
-    outcomes = StaleRead(repo, "get").run(_move(repo, job, S.SCHEDULING), edit)
+    outcomes = StaleRead(repo, "_get_item").run(_move(repo, job, S.SCHEDULING), edit)
     # Then the edit is refused: a job that left QUEUED is not edited behind the scheduler's back
     assert winners(outcomes) == [0] and isinstance(outcomes[1].error, LOST), outcomes
     assert repo.get(job.job_id).name == job.name
@@ -83,7 +83,7 @@ def test_two_edits_on_one_read_exactly_one_wins(repo: DynamoJobRepository) -> No
     def edit(name: str) -> Any:
         return lambda: repo.update(job.job_id, job.version, {"name": name}, EDITABLE, action="edit")
 
-    outcomes = StaleRead(repo, "get").run(edit("first"), edit("second"))
+    outcomes = StaleRead(repo, "_get_item").run(edit("first"), edit("second"))
     assert winners(outcomes) == [0] and isinstance(outcomes[1].error, ConcurrentModification), outcomes
     stored = repo.get(job.job_id)
     assert (stored.name, stored.version) == ("first", job.version + 1)
@@ -94,7 +94,7 @@ def test_a_transition_decided_before_an_edit_is_refused(repo: DynamoJobRepositor
     job = _queued(repo)
     edit = lambda: repo.update(job.job_id, job.version, {"resource_config": job.resource_config.model_copy(update={"gpu_count": 0})})  # noqa: E731
     # When the scheduler moves it on its read
-    outcomes = StaleRead(repo, "get").run(edit, _move(repo, job, S.SCHEDULING))
+    outcomes = StaleRead(repo, "_get_item").run(edit, _move(repo, job, S.SCHEDULING))
     # Then the move is refused: it was decided on the job before the edit
     assert winners(outcomes) == [0] and isinstance(outcomes[1].error, ConcurrentModification), outcomes
     assert repo.get(job.job_id).status == S.QUEUED
@@ -107,7 +107,7 @@ def test_a_delete_decided_before_a_change_deletes_nothing(repo: DynamoJobReposit
     change = lambda: repo.update(job.job_id, job.version, {"name": "still here"})  # noqa: E731
     delete = lambda: repo.delete(job.job_id, expected_version=job.version)  # noqa: E731
     # When the delete writes on its read
-    outcomes = StaleRead(repo, "get").run(change, delete)
+    outcomes = StaleRead(repo, "_get_item").run(change, delete)
     # Then it is refused and the job is all there
     assert winners(outcomes) == [0] and isinstance(outcomes[1].error, ConcurrentModification), outcomes
     assert repo.get(job.job_id).name == "still here" and len(repo.history(job.job_id)) == 3
@@ -115,7 +115,7 @@ def test_a_delete_decided_before_a_change_deletes_nothing(repo: DynamoJobReposit
 
 def test_a_write_to_a_deleted_job_is_not_found_not_a_new_item(repo: DynamoJobRepository) -> None:
     job = _queued(repo)
-    outcomes = StaleRead(repo, "get").run(lambda: _delete_after_cancel(repo, job), _move(repo, job, S.SCHEDULING))
+    outcomes = StaleRead(repo, "_get_item").run(lambda: _delete_after_cancel(repo, job), _move(repo, job, S.SCHEDULING))
     assert winners(outcomes) == [0] and isinstance(outcomes[1].error, JobNotFound | ConcurrentModification | IllegalTransition)
     with pytest.raises(JobNotFound):
         repo.get(job.job_id)
