@@ -1,0 +1,214 @@
+"""`make mutation`: mutmut over the modules that guard data, one module at a time, each with only its tests.
+
+For each module below, a scratch folder (.mutation/<name>/, ignored by git) gets links to the packages and
+tests and a pyproject.toml with a [tool.mutmut] block that mutates that one file (only the guard functions
+listed, where the whole module is too slow for the shared 2-core machine) and collects which of the
+module's fast tests reach each function; mutmut then runs every mutant against only the tests that reach
+it, one mutant at a time (`--max-children 1`). The run prints killed / survived / timeout per module, the
+score over the mutants that are not listed as equivalent in docs/TESTING.md, and each survivor's diff.
+
+    python scripts/mutation.py                # every module
+    python scripts/mutation.py sigv4 paths    # some of them
+    MUTATION_BUDGET_S=1800 python scripts/mutation.py   # stop starting modules after 30 minutes
+
+Exit status 1 when a module scores under 90% (equivalents left out), or a survivor is neither killed nor
+listed as equivalent; 2 when the budget ran out before every module ran.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRATCH = ROOT / ".mutation"
+PYTHON = sys.executable
+GOAL = 0.90
+# Top-level import name -> where it lives in the repository (the trainer is imported as `trainer`).
+PACKAGES = {
+    "schemas": "schemas",
+    "functions": "functions",
+    "localmode": "localmode",
+    "trainplane": "trainplane",
+    "trainer": "trainer_image/trainer",
+}
+# What the tests read besides the packages (linked, not mutated).
+ALSO = ["tests", "examples", "dashboard_assets", "docs"]
+
+
+@dataclass(frozen=True)
+class Module:
+    name: str
+    path: str  # as imported: trainer/storage.py for trainer_image/trainer/storage.py
+    tests: tuple[str, ...]
+    functions: tuple[str, ...] = ()  # mutant-name globs after the module ("x_enforce*", "xǁClassǁmethod*"); () = all
+    notes: list[str] = field(default_factory=list)
+
+
+MODULES = [
+    Module(
+        "paths",
+        "functions/service/paths.py",
+        ("tests/unit/test_paths.py", "tests/integration/test_path_confinement.py"),
+    ),
+    Module("access", "trainer/access.py", ("tests/trainer/test_access.py",)),
+    Module(
+        "dynamodb",
+        "functions/adapters/dynamodb.py",
+        ("tests/integration/test_dynamodb_repository.py", "tests/unit/test_dynamodb_items.py"),
+        # The conditional writes: transitions, the capacity ledger, dedup and idempotency claims.
+        ("*transition*", "*_update*", "*claim*", "*put_new*", "*reserve*", "*release*", "*idempot*", "*_condition*", "*dedup*"),
+    ),
+    Module("sweeps", "functions/adapters/sweeps.py", ("tests/integration/test_sweeps_controller.py",)),
+    Module("sweeps_hooks", "functions/service/sweeps_hooks.py", ("tests/integration/test_sweeps_controller.py",)),
+    Module(
+        "storage",
+        "trainer/storage.py",
+        ("tests/trainer/test_storage.py", "tests/trainer/test_checkpoint.py", "tests/trainer/test_s3_run.py"),
+    ),
+    Module(
+        "checkpoint",
+        "schemas/checkpoint.py",
+        ("tests/unit/test_checkpoint_retention.py", "tests/unit/test_schemas.py", "tests/trainer/test_retention_agrees.py"),
+    ),
+    Module("sigv4", "localmode/sigv4.py", ("tests/unit/test_sigv4.py", "tests/unit/test_sigv4_frontdoor.py")),
+    Module(
+        "frontdoor",
+        "localmode/frontdoor.py",
+        ("tests/unit/test_sigv4_frontdoor.py", "tests/unit/test_frontdoor.py"),
+        # Its use of SigV4 and the event it builds (not the HTTP/1.1 parser's byte handling).
+        ("*handle*", "*build_event*", "*_decoded_path*", "*_event_body*", "*_error*", "*_proxy_response*"),
+    ),
+    Module("trainer_reports", "functions/service/trainer_reports.py", ("tests/unit/test_trainer_reports.py",)),
+]
+
+STATUSES = ("killed", "survived", "timeout", "no tests", "suspicious", "segfault", "skipped", "not checked", "caught by type check")
+
+
+def equivalents() -> dict[str, str]:
+    """Mutants listed in docs/TESTING.md's table of equivalent mutants: name -> reason."""
+    text = (ROOT / "docs" / "TESTING.md").read_text()
+    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\| `([\w.ǁ]+__mutmut_\d+)` \| (.+?) \|$", text, re.M)}
+
+
+def prepare(module: Module) -> Path:
+    work = SCRATCH / module.name
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    for name, where in PACKAGES.items():
+        (work / name).symlink_to(ROOT / where, target_is_directory=True)
+    for name in ALSO:
+        if (ROOT / name).exists():
+            (work / name).symlink_to(ROOT / name, target_is_directory=True)
+    tests = [t for t in module.tests if (ROOT / t).exists()]
+    block = "\n".join(
+        [
+            "",
+            "[tool.mutmut]",
+            f"source_paths = {list(PACKAGES)!r}",
+            f"only_mutate = [{module.path!r}]",
+            f"pytest_add_cli_args_test_selection = {tests!r}",
+            'pytest_add_cli_args = ["--no-cov", "-p", "no:cacheprovider", "-q", "-x", "-m", "not gpu", "--durations=0"]',
+            "use_git_change_detection = false",
+            "",
+        ]
+    )
+    # Not the repository's pytest addopts (coverage, durations): each mutant runs as lean as it can.
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    pyproject = re.sub(r'^addopts = ".*"$', 'addopts = "--strict-markers"', pyproject, flags=re.M)
+    (work / "pyproject.toml").write_text(pyproject + block)
+    return work
+
+
+def mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run(
+        [PYTHON, "-m", "mutmut", *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+def run_module(module: Module, known: dict[str, str], budget_left: float) -> tuple[bool, str]:
+    work = prepare(module)
+    dotted = module.path[:-3].replace("/", ".")
+    patterns = [f"{dotted}.{f}" for f in module.functions] or [f"{dotted}.*"]
+    started = time.monotonic()
+    try:
+        ran = mutmut(work, "run", "--max-children", "1", *patterns, timeout=budget_left)
+    except subprocess.TimeoutExpired:
+        return False, f"{module.name}: the time budget ran out during its run"
+    if ran.returncode != 0:
+        tail = (ran.stdout + ran.stderr)[-3000:]
+        return False, f"{module.name}: mutmut failed (exit {ran.returncode})\n{tail}"
+    listing = mutmut(work, "results", "--all", "true").stdout
+    by_status: dict[str, list[str]] = {}
+    for line in listing.splitlines():
+        name, _, status = line.strip().rpartition(": ")
+        if not name.startswith(dotted + "."):
+            continue
+        if module.functions and not any(Path(name).match(p) or re.fullmatch(_glob(p), name) for p in patterns):
+            continue
+        by_status.setdefault(status, []).append(name)
+    survived = by_status.get("survived", []) + by_status.get("no tests", [])
+    equivalent = [n for n in survived if n in known]
+    open_ = [n for n in survived if n not in known]
+    killed = len(by_status.get("killed", [])) + len(by_status.get("caught by type check", []))
+    timeout = len(by_status.get("timeout", []))
+    total = sum(len(v) for v in by_status.values())
+    counted = total - len(equivalent)
+    score = (killed + timeout) / counted if counted else 1.0
+    line = (
+        f"{module.name:16} {module.path:38} mutants {total:4}  killed {killed:4}  survived {len(survived):3} "
+        f"(equivalent {len(equivalent)}, open {len(open_)})  timeout {timeout:3}  "
+        f"other {total - killed - timeout - len(survived):3}  score {score:6.1%}  {time.monotonic() - started:5.0f} s"
+    )
+    detail = [line]
+    for name in open_:
+        shown = mutmut(work, "show", name).stdout.strip()
+        detail.append(f"  SURVIVED {name}\n" + "\n".join("    " + s for s in shown.splitlines()[1:]))
+    other = [n for s, names in by_status.items() if s not in ("killed", "survived", "timeout", "no tests") for n in names]
+    for name in other:
+        detail.append(f"  OTHER {name}")
+    ok = score >= GOAL and not open_
+    return ok, "\n".join(detail)
+
+
+def _glob(pattern: str) -> str:
+    return ".*".join(re.escape(part) for part in pattern.split("*"))
+
+
+def main(argv: list[str]) -> int:
+    chosen = [m for m in MODULES if not argv or m.name in argv]
+    unknown = set(argv) - {m.name for m in MODULES}
+    if unknown:
+        print(f"unknown module(s): {', '.join(sorted(unknown))}; known: {', '.join(m.name for m in MODULES)}")
+        return 2
+    budget = float(os.environ.get("MUTATION_BUDGET_S", "5400"))
+    deadline = time.monotonic() + budget
+    known = equivalents()
+    results: list[tuple[bool, str]] = []
+    for module in chosen:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            results.append((False, f"{module.name}: not run, the time budget ({budget:.0f} s) is spent"))
+            continue
+        print(f"--- {module.name}: {module.path}, tests {' '.join(module.tests)}", flush=True)
+        ok, text = run_module(module, known, left)
+        print(text, flush=True)
+        results.append((ok, text))
+    print("\n=== mutation scores (goal >= 90% of non-equivalent mutants killed) ===")
+    for ok, text in results:
+        print(("ok   " if ok else "FAIL ") + text.splitlines()[0])
+    if any("budget" in text.splitlines()[0] for _, text in results):
+        return 2
+    return 0 if all(ok for ok, _ in results) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
