@@ -56,6 +56,12 @@ browser:
 test-fast: install
 	$(BIN)/python -m pytest -m "not e2e and not slow"
 
+# The gpu-marked tests on a CUDA host, with what the GPU paths need (the `gpu` extra: bitsandbytes for QLoRA).
+# On a host without CUDA this fails (tests/conftest.py), it does not skip its way to green.
+test-gpu: install
+	$(BIN)/python -m pip install --quiet bitsandbytes==$(shell sed -n 's/^gpu = \["bitsandbytes==\(.*\)"\]/\1/p' pyproject.toml)
+	TRAINPLANE_GPU_TESTS=1 $(BIN)/python -m pytest --no-cov -rA -m gpu
+
 # mutmut over the modules that guard data, one module at a time with only the tests that cover it; prints
 # killed / survived / timeout per module (docs/TESTING.md). Not part of `make test`. MUTATION_MODULES picks
 # some (names in scripts/mutation.py); MUTATION_BUDGET_S stops starting modules after that many seconds.
