@@ -142,9 +142,7 @@ def prepare(module: Module) -> Path:
 
 def mutmut(work: Path, *args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run(
-        [PYTHON, "-m", "mutmut", *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return subprocess.run([PYTHON, "-m", "mutmut", *args], cwd=work, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def run_module(module: Module, known: dict[str, str], budget_left: float) -> tuple[bool, str]:

@@ -99,11 +99,31 @@ def test_another_principals_sweep_is_404_for_every_verb(call: Any) -> None:
             "hyperParameterTuningConfig.parameters.learning_rate",
             "min (1) is greater than max (0.1)",
         ),
-        ({"parameters": {"lr": {"type": "double", "min": 0.1, "max": 1}}}, "hyperParameterTuningConfig.parameters.lr.target", "'lr' is not a hyperparameter"),
-        ({"parameters": {"x": {"type": "int", "min": 1, "max": 2, "target": NOPE}}}, "hyperParameterTuningConfig.parameters.x.target", "no field 'nope' there in a SubmitJobRequest"),
-        ({"parameters": {"g": {"type": "int", "values": [-1, 1], "target": GPUS}}}, "job_template.resource_config.gpu_count", "a trial's job is invalid with {'g': -1}: Input should be greater than or equal to 0"),
-        ({"method": "grid", "maxTrials": 2, "parameters": {"n": {"type": "int", "min": 1, "max": 3}}}, "hyperParameterTuningConfig", "the grid has 3 points, more than maxTrials=2"),
-        ({"earlyStopping": {"type": "hyperband", "minResource": 4, "maxResource": 2}}, "hyperParameterTuningConfig.earlyStopping.maxResource", "maxResource (2) is smaller than minResource (4)"),
+        (
+            {"parameters": {"lr": {"type": "double", "min": 0.1, "max": 1}}},
+            "hyperParameterTuningConfig.parameters.lr.target",
+            "'lr' is not a hyperparameter",
+        ),
+        (
+            {"parameters": {"x": {"type": "int", "min": 1, "max": 2, "target": NOPE}}},
+            "hyperParameterTuningConfig.parameters.x.target",
+            "no field 'nope' there in a SubmitJobRequest",
+        ),
+        (
+            {"parameters": {"g": {"type": "int", "values": [-1, 1], "target": GPUS}}},
+            "job_template.resource_config.gpu_count",
+            "a trial's job is invalid with {'g': -1}: Input should be greater than or equal to 0",
+        ),
+        (
+            {"method": "grid", "maxTrials": 2, "parameters": {"n": {"type": "int", "min": 1, "max": 3}}},
+            "hyperParameterTuningConfig",
+            "the grid has 3 points, more than maxTrials=2",
+        ),
+        (
+            {"earlyStopping": {"type": "hyperband", "minResource": 4, "maxResource": 2}},
+            "hyperParameterTuningConfig.earlyStopping.maxResource",
+            "maxResource (2) is smaller than minResource (4)",
+        ),
     ],
 )
 def test_invalid_sweeps_are_422_naming_the_field(call: Any, change: dict[str, Any], field: str, message: str) -> None:
