@@ -63,11 +63,11 @@ MODULES = [
         "functions/adapters/dynamodb.py",
         ("tests/integration/test_dynamodb_repository.py", "tests/unit/test_dynamodb_items.py"),
         # The conditional writes: creation with its name claim, transitions, updates, progress, checkpoints, delete.
-        tuple(
-            f"*ǁ{m}__*"
-            for m in ("create", "transition", "update", "record_progress", "add_checkpoint", "delete", "_transact", "_update_existing")
-        )
-        + ("*.x__claim_put__*",),
+        (
+            *(f"*ǁ{m}__*" for m in ("create", "transition", "update", "record_progress", "add_checkpoint", "delete", "_transact")),
+            "*ǁ_update_existing__*",
+            "*.x__claim_put__*",
+        ),
     ),
     Module(
         "sweeps",
