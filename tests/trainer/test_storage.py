@@ -1,0 +1,125 @@
+"""trainer/storage.py, the one storage API over local paths and s3:// (moto): each call's contract, the same
+on both sides (what checkpoints, retention and exports stand on)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trainer import storage
+
+
+@pytest.fixture(params=["local", "s3"])
+def base(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A prefix to work under: a local directory, or a key prefix in a moto bucket."""
+    if request.param == "local":
+        yield str(tmp_path / "area")
+        return
+    _client, bucket = request.getfixturevalue("s3_bucket")
+    yield f"s3://{bucket}/jobs/j1"
+
+
+def test_join_puts_exactly_one_slash_between_segments() -> None:
+    assert storage.join("s3://b/jobs/", "/j1/", "checkpoints") == "s3://b/jobs/j1/checkpoints"
+    assert storage.join("/tmp/x", "", "/a/b/") == "/tmp/x/a/b"
+    assert storage.join("s3://b/p") == "s3://b/p"
+
+
+def test_split_s3_and_local_path() -> None:
+    assert storage.split_s3("s3://bucket/a/b.json") == ("bucket", "a/b.json")
+    assert storage.split_s3("s3://bucket") == ("bucket", "")
+    for bad in ("/tmp/x", "s3:///key", "https://bucket/key"):
+        with pytest.raises(ValueError, match="not an s3:// URI"):
+            storage.split_s3(bad)
+    assert storage.local_path("file:///tmp/x/y") == Path("/tmp/x/y")
+    assert storage.local_path("/tmp/x/y") == Path("/tmp/x/y")
+    assert storage.is_s3("s3://b/k") and not storage.is_s3("/s3://b") and not storage.is_s3("file:///x")
+
+
+def test_write_read_exists_and_delete_one_file(base: str) -> None:
+    uri = storage.join(base, "deep/dir/a.txt")
+    assert not storage.exists(uri)
+    storage.write_text(uri, "héllo")
+    assert storage.exists(uri) and storage.read_text(uri) == "héllo"
+    storage.write_bytes(uri, b"\x00\x01")
+    assert storage.read_bytes(uri) == b"\x00\x01"
+    storage.delete_file(uri)
+    assert not storage.exists(uri)
+    storage.delete_file(uri)  # nothing there: still fine
+
+
+def test_create_text_writes_once_and_never_replaces(base: str) -> None:
+    uri = storage.join(base, "marker/owner.json")
+    assert storage.create_text(uri, "first") is True
+    assert storage.create_text(uri, "second") is False
+    assert storage.read_text(uri) == "first"
+    if not storage.is_s3(uri):
+        # No temp file is left beside it, either way
+        assert sorted(p.name for p in storage.local_path(uri).parent.iterdir()) == ["owner.json"]
+
+
+def test_list_files_and_children_relative_to_the_prefix(base: str) -> None:
+    for rel in ("checkpoints/step-000100/manifest.json", "checkpoints/step-000100/w.bin", "checkpoints/step-000200/w.bin", "metrics.jsonl"):
+        storage.write_text(storage.join(base, rel), rel)
+    assert sorted(storage.list_files(base)) == [
+        "checkpoints/step-000100/manifest.json",
+        "checkpoints/step-000100/w.bin",
+        "checkpoints/step-000200/w.bin",
+        "metrics.jsonl",
+    ]
+    assert sorted(storage.list_files(storage.join(base, "checkpoints/step-000100"))) == ["manifest.json", "w.bin"]
+    assert storage.list_children(storage.join(base, "checkpoints")) == ["step-000100", "step-000200"]
+    assert storage.list_children(base) == ["checkpoints"]
+    # A prefix is a directory, not a string prefix: checkpoints/step-0001 lists nothing of step-000100
+    assert list(storage.list_files(storage.join(base, "checkpoints/step-0001"))) == []
+    assert storage.list_children(storage.join(base, "nothing-here")) == []
+
+
+def test_delete_prefix_removes_everything_under_it_and_nothing_beside(base: str) -> None:
+    for rel in ("ck/step-000100/manifest.json", "ck/step-000100/w.bin", "ck/step-000100/sub/x.bin", "ck/step-0001000/w.bin"):
+        storage.write_text(storage.join(base, rel), rel)
+    storage.delete_prefix(storage.join(base, "ck/step-000100"), first="manifest.json")
+    assert sorted(storage.list_files(base)) == ["ck/step-0001000/w.bin"]
+    storage.delete_prefix(storage.join(base, "ck/none"), first="manifest.json")  # nothing there: fine
+    assert sorted(storage.list_files(base)) == ["ck/step-0001000/w.bin"]
+
+
+def test_delete_prefix_of_more_than_a_thousand_objects(s3_bucket: tuple[Any, str]) -> None:
+    client, bucket = s3_bucket
+    for i in range(1003):
+        client.put_object(Bucket=bucket, Key=f"jobs/j1/ck/{i:05d}", Body=b"x")
+    client.put_object(Bucket=bucket, Key="jobs/j1/keep", Body=b"x")
+    storage.delete_prefix(f"s3://{bucket}/jobs/j1/ck")
+    assert list(storage.list_files(f"s3://{bucket}/jobs/j1")) == ["keep"]
+
+
+def test_upload_dir_puts_the_last_file_after_every_other_and_download_dir_reads_it_back(
+    base: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "src"
+    for rel in ("a.bin", "manifest.json", "z/inner.bin"):
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(rel)
+    order: list[str] = []
+    real = storage.upload_file
+    monkeypatch.setattr(storage, "upload_file", lambda path, uri: (order.append(uri), real(path, uri)))
+    storage.upload_dir(src, storage.join(base, "ck"), last="manifest.json")
+    assert order[-1] == storage.join(base, "ck/manifest.json")
+    assert sorted(order) == sorted(storage.join(base, "ck", r) for r in ("a.bin", "manifest.json", "z/inner.bin"))
+    dest = tmp_path / "dest"
+    storage.download_dir(storage.join(base, "ck"), dest)
+    assert sorted(p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file()) == ["a.bin", "manifest.json", "z/inner.bin"]
+    assert (dest / "z/inner.bin").read_text() == "z/inner.bin"
+
+
+def test_upload_and_download_a_file_onto_itself_locally_is_a_no_op(tmp_path: Path) -> None:
+    path = tmp_path / "same.bin"
+    path.write_bytes(b"data")
+    storage.upload_file(path, str(path))
+    storage.download_file(str(path), path)
+    assert path.read_bytes() == b"data"
+    storage.upload_file(path, str(tmp_path / "copy/other.bin"))
+    assert (tmp_path / "copy/other.bin").read_bytes() == b"data"
+    assert [p.name for p in (tmp_path / "copy").iterdir()] == ["other.bin"]
