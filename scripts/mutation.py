@@ -103,7 +103,11 @@ MODULES = [
         "schemas/checkpoint.py",
         ("tests/unit/test_checkpoint_retention.py", "tests/trainer/test_retention_agrees.py"),
     ),
-    Module("sigv4", "localmode/sigv4.py", ("tests/unit/test_sigv4.py", "tests/unit/test_sigv4_frontdoor.py")),
+    Module(
+        "sigv4",
+        "localmode/sigv4.py",
+        ("tests/unit/test_sigv4.py", "tests/unit/test_sigv4_details.py", "tests/unit/test_sigv4_frontdoor.py"),
+    ),
     Module(
         "frontdoor",
         "localmode/frontdoor.py",
@@ -111,7 +115,11 @@ MODULES = [
         # Its use of SigV4 and the event it builds (not the HTTP/1.1 parser's byte handling).
         ("*ǁFrontDoorǁhandle__*", "*.x_build_event__*", "*.x__decoded_path__*", "*.x__event_body__*", "*.x__proxy_response__*"),
     ),
-    Module("trainer_reports", "functions/service/trainer_reports.py", ("tests/unit/test_trainer_reports.py",)),
+    Module(
+        "trainer_reports",
+        "functions/service/trainer_reports.py",
+        ("tests/unit/test_trainer_reports.py", "tests/unit/test_trainer_reports_outcome.py"),
+    ),
 ]
 
 STATUSES = ("killed", "survived", "timeout", "no tests", "suspicious", "segfault", "skipped", "not checked", "caught by type check")
