@@ -96,7 +96,7 @@ MODULES = [
     Module(
         "storage",
         "trainer/storage.py",
-        ("tests/trainer/test_storage.py", "tests/trainer/test_checkpoint.py"),
+        ("tests/trainer/test_storage.py",),
     ),
     Module(
         "checkpoint",
