@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore import exceptions as botocore_exceptions
 from trainer import storage
 
 
@@ -123,3 +124,69 @@ def test_upload_and_download_a_file_onto_itself_locally_is_a_no_op(tmp_path: Pat
     storage.upload_file(path, str(tmp_path / "copy/other.bin"))
     assert (tmp_path / "copy/other.bin").read_bytes() == b"data"
     assert [p.name for p in (tmp_path / "copy").iterdir()] == ["other.bin"]
+
+
+def test_join_and_prefixes_strip_only_slashes() -> None:
+    # Segments ending or starting with other characters keep them (an 'X' is not a separator)
+    assert storage.join("s3://b/pX/", "/Xa/") == "s3://b/pX/Xa"
+
+
+def test_listing_and_deleting_take_a_prefix_with_or_without_its_slash(s3_bucket: tuple[Any, str]) -> None:
+    client, bucket = s3_bucket
+    for key in ("ckX/step-1/w.bin", "ckX/stepX/w.bin", "ckX/stepX/sub/v.bin", "top.bin"):
+        client.put_object(Bucket=bucket, Key=key, Body=b"x")
+    assert storage.list_children(f"s3://{bucket}/ckX/") == ["step-1", "stepX"]
+    assert storage.list_children(f"s3://{bucket}/ckX") == ["step-1", "stepX"]
+    assert storage.list_children(f"s3://{bucket}") == ["ckX"]  # the bucket's root
+    assert sorted(storage.list_files(f"s3://{bucket}/ckX/stepX/")) == ["sub/v.bin", "w.bin"]
+    storage.delete_prefix(f"s3://{bucket}/ckX/stepX/")
+    assert sorted(storage.list_files(f"s3://{bucket}")) == ["ckX/step-1/w.bin", "top.bin"]
+
+
+def test_download_file_makes_the_missing_directories(base: str, tmp_path: Path) -> None:
+    uri = storage.join(base, "one.bin")
+    storage.write_bytes(uri, b"1")
+    dest = tmp_path / "a" / "b" / "c" / "one.bin"
+    storage.download_file(uri, dest)
+    assert dest.read_bytes() == b"1"
+
+
+def test_reset_client_forgets_the_client(s3_bucket: tuple[Any, str]) -> None:
+    storage.s3_client()
+    storage.reset_client()
+    assert storage._client is None
+
+
+class _Refusing:
+    """An S3 client whose conditional put / head answer with one error code (what moto does not produce)."""
+
+    exceptions = botocore_exceptions  # what code reads as client.exceptions.ClientError
+
+    def __init__(self, response: dict[str, Any]) -> None:
+        self.response = response
+
+    def _raise(self, **_: Any) -> None:
+        raise self.exceptions.ClientError(self.response, "PutObject")
+
+    put_object = head_object = _raise
+
+
+@pytest.mark.parametrize("code", ["PreconditionFailed", "ConditionalRequestConflict", "412", "409"])
+def test_create_text_reads_every_conflict_code_as_already_there(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    monkeypatch.setattr(storage, "_client", _Refusing({"Error": {"Code": code}}))
+    assert storage.create_text("s3://b/k", "x") is False
+
+
+@pytest.mark.parametrize("code", ["404", "NoSuchKey", "NotFound"])
+def test_exists_reads_every_not_found_code_as_absent(monkeypatch: pytest.MonkeyPatch, code: str) -> None:
+    monkeypatch.setattr(storage, "_client", _Refusing({"Error": {"Code": code}}))
+    assert storage.exists("s3://b/k") is False
+
+
+@pytest.mark.parametrize("response", [{"Error": {"Code": "AccessDenied"}}, {}])
+def test_other_errors_are_raised_not_read_as_an_answer(monkeypatch: pytest.MonkeyPatch, response: dict[str, Any]) -> None:
+    monkeypatch.setattr(storage, "_client", _Refusing(response))
+    with pytest.raises(botocore_exceptions.ClientError):
+        storage.create_text("s3://b/k", "x")
+    with pytest.raises(botocore_exceptions.ClientError):
+        storage.exists("s3://b/k")
