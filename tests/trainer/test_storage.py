@@ -87,13 +87,30 @@ def test_delete_prefix_removes_everything_under_it_and_nothing_beside(base: str)
     assert sorted(storage.list_files(base)) == ["ck/step-0001000/w.bin"]
 
 
-def test_delete_prefix_of_more_than_a_thousand_objects(s3_bucket: tuple[Any, str]) -> None:
-    client, bucket = s3_bucket
-    for i in range(1003):
-        client.put_object(Bucket=bucket, Key=f"jobs/j1/ck/{i:05d}", Body=b"x")
-    client.put_object(Bucket=bucket, Key="jobs/j1/keep", Body=b"x")
-    storage.delete_prefix(f"s3://{bucket}/jobs/j1/ck")
-    assert list(storage.list_files(f"s3://{bucket}/jobs/j1")) == ["keep"]
+class _Deleting:
+    """An S3 client that records deletions (DeleteObjects' 1000-key limit, without 1000 uploads)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    def delete_object(self, *, Bucket: str, Key: str) -> None:
+        self.calls.append(("one", Key))
+
+    def delete_objects(self, *, Bucket: str, Delete: dict[str, Any]) -> None:
+        assert Delete["Quiet"] is True
+        self.calls.append(("many", [o["Key"] for o in Delete["Objects"]]))
+
+
+def test_delete_prefix_deletes_in_chunks_of_at_most_a_thousand(monkeypatch: pytest.MonkeyPatch) -> None:
+    client = _Deleting()
+    monkeypatch.setattr(storage, "_client", client)
+    names = [f"{i:05d}" for i in range(2003)]
+    monkeypatch.setattr(storage, "list_files", lambda prefix: iter(names))
+    storage.delete_prefix("s3://b/jobs/j1/ck/", first="manifest.json")
+    assert client.calls[0] == ("one", "jobs/j1/ck/manifest.json")
+    chunks = [keys for kind, keys in client.calls[1:]]
+    assert [len(c) for c in chunks] == [1000, 1000, 3]
+    assert [k for c in chunks for k in c] == [f"jobs/j1/ck/{n}" for n in names]
 
 
 def test_upload_dir_puts_the_last_file_after_every_other_and_download_dir_reads_it_back(
