@@ -207,3 +207,53 @@ def test_other_errors_are_raised_not_read_as_an_answer(monkeypatch: pytest.Monke
         storage.create_text("s3://b/k", "x")
     with pytest.raises(botocore_exceptions.ClientError):
         storage.exists("s3://b/k")
+
+
+def test_split_s3_keeps_a_keys_first_character() -> None:
+    assert storage.split_s3("s3://bucket/Xkey/a") == ("bucket", "Xkey/a")
+
+
+def test_download_dir_reads_each_file_under_the_prefix_not_beside_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "f.txt").write_text("under the prefix")
+    elsewhere = tmp_path / "cwd"
+    (elsewhere / "d").mkdir(parents=True)
+    (elsewhere / "d" / "f.txt").write_text("beside the working directory")
+    monkeypatch.chdir(elsewhere)
+    storage.download_dir(str(src), tmp_path / "dest")
+    assert (tmp_path / "dest" / "d" / "f.txt").read_text() == "under the prefix"
+
+
+@pytest.mark.parametrize("variable", ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"])
+def test_the_client_is_pointed_at_the_endpoint_even_by_a_boto3_that_ignores_the_environment(
+    monkeypatch: pytest.MonkeyPatch, variable: str
+) -> None:
+    # Given a boto3 that does not read endpoint variables itself (an older one in a custom base image; here
+    # AWS_IGNORE_CONFIGURED_ENDPOINT_URLS makes the pinned one behave so), and one endpoint variable set
+    monkeypatch.setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "true")
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv(variable, "http://127.0.0.1:9")
+    storage.reset_client()
+    try:
+        client = storage.s3_client()
+        # Then the client uses it, and retries adaptively up to 8 attempts
+        assert client.meta.endpoint_url == "http://127.0.0.1:9"
+        assert client.meta.config.retries == {"mode": "adaptive", "total_max_attempts": 9}
+        assert storage.s3_client() is client
+    finally:
+        storage.reset_client()
+
+
+def test_without_an_endpoint_variable_the_client_is_aws_s3(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    storage.reset_client()
+    try:
+        assert storage.s3_client().meta.endpoint_url == "https://s3.amazonaws.com"
+    finally:
+        storage.reset_client()
