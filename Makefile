@@ -11,7 +11,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install iam-tools iam-check test test-fast fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types bench-sweeps synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
+.PHONY: install iam-tools iam-check test test-fast test-gpu mutation fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types bench-sweeps synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
 
 install: $(STAMP) dashboard browser iam-tools
 
@@ -65,6 +65,20 @@ browser:
 
 test-fast: install
 	$(BIN)/python -m pytest -m "not e2e and not slow"
+
+# The gpu-marked tests on a CUDA host, with what the GPU paths need (the `gpu` extra: bitsandbytes for QLoRA).
+# On a host without CUDA this fails (tests/conftest.py), it does not skip its way to green.
+test-gpu: install
+	$(BIN)/python -m pip install --quiet bitsandbytes==$(shell sed -n 's/^gpu = \["bitsandbytes==\(.*\)"\]/\1/p' pyproject.toml)
+	TRAINPLANE_GPU_TESTS=1 $(BIN)/python -m pytest --no-cov -rA -m gpu
+
+# mutmut over the modules that guard data, one module at a time with only the tests that cover it; prints
+# killed / survived / timeout per module (docs/TESTING.md). Not part of `make test`. MUTATION_MODULES picks
+# some (names in scripts/mutation.py); MUTATION_BUDGET_S stops starting modules after that many seconds.
+MUTATION_MODULES ?=
+MUTATION_BUDGET_S ?= 5400
+mutation: install
+	MUTATION_BUDGET_S=$(MUTATION_BUDGET_S) $(BIN)/python scripts/mutation.py $(MUTATION_MODULES)
 
 # Schemathesis over every operation of schemas/openapi.json against `trainplane up` (docs/TESTING.md).
 # `make test` runs it with a small budget and a fixed seed; this is the long run: FUZZ_EXAMPLES cases per

@@ -34,3 +34,43 @@ def pytest_configure(config: pytest.Config) -> None:
     path.write_bytes(b"")
     os.environ[iam_calls.CALLS_FILE_ENV] = str(path)
     iam_calls.install(str(path))
+
+
+# --- the GPU tests (marker `gpu`; `make test-gpu`) -------------------------------------------------
+
+
+def _selects_gpu(markexpr: str) -> bool:
+    """Whether a -m expression asks for the gpu-marked tests (`-m gpu`, `-m "gpu and slow"`), rather
+    than admitting them among others (`-m "not e2e"`) or leaving them out (`-m "not gpu"`)."""
+    if not markexpr:
+        return False
+    from _pytest.mark.expression import Expression
+
+    expression = Expression.compile(markexpr)
+    return expression.evaluate(lambda name: name == "gpu") and not expression.evaluate(lambda name: False)
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu_items = [item for item in items if item.get_closest_marker("gpu") is not None]
+    selected = _selects_gpu(config.option.markexpr or "") or os.environ.get("TRAINPLANE_GPU_TESTS") == "1"
+    if not gpu_items and not selected:
+        return
+    if _cuda_available():
+        return
+    if selected:
+        # Asked for the GPU tests on a host without CUDA: an error, never a run of skips that reads as a pass.
+        raise pytest.UsageError(
+            f"the gpu-marked tests were selected ({len(gpu_items)} collected) but torch sees no CUDA device here: "
+            "run them on a GPU host (`make test-gpu`)"
+        )
+    skip = pytest.mark.skip(reason="needs a CUDA device: `make test-gpu` runs it on a GPU host")
+    for item in gpu_items:
+        item.add_marker(skip)

@@ -281,6 +281,93 @@ def test_every_resource_is_this_stacks_or_this_accounts(synth: Synth, stage: str
             assert scoped or in_account or aws_owned_ami or configured_data, f"{policy}: {text}"
 
 
+def _arn_text(resource: Any) -> str:
+    """A policy resource as one string: references as {LogicalId} (or {AWS::AccountId}), literals as they are."""
+    if isinstance(resource, str):
+        return resource
+    if "Ref" in resource:
+        return "{" + resource["Ref"] + "}"
+    if "Fn::GetAtt" in resource:
+        return "{" + ".".join(resource["Fn::GetAtt"]) + "}"
+    if "Fn::Join" in resource:
+        separator, parts = resource["Fn::Join"]
+        return separator.join(_arn_text(p) for p in parts)
+    return json.dumps(resource)
+
+
+# Wildcards after a name that is not this stack's, each with why it cannot be narrower.
+NAMED_WILDCARDS = {
+    ":secret:trainplane/*": "the deployment's W&B key secrets: Secrets Manager appends a random suffix to each name",
+    ":log-group:/aws/sagemaker/TrainingJobs:log-stream:*": "SageMaker's own log group; one stream per training job and host",
+    ":repository/ml-team/*": "the prod stage's configured custom image repositories (custom_image_repositories)",
+    "team-datasets/llm/*": "the prod stage's configured training data location (training_data_uris)",
+    "team-models/out/*": "the prod stage's configured read-write bucket grant (bucket_grants)",
+    "::image/*": "AWS-owned AMIs (no account): the launch template's image, resolved at launch",
+    # Too broad, known: every training job of the account and region whose name starts with tp, not only this
+    # stage's (job names carry no stage: functions/adapters/launchers/sagemaker.py training_job_name).
+    ":training-job/tp*": "the launcher's training job names, tp-<job id>-a<attempt>; not stage-scoped (known)",
+    # API Gateway's logging role is account-wide (AWS::ApiGateway::Account): it writes every API's execution logs.
+    ":log-group:API-Gateway-Execution-Logs_*": "API Gateway's account-wide logging role, for every API of the account",
+}
+# Resource types RunInstances creates (unnamed until it runs); the instance itself is pinned by its launch template.
+RUN_INSTANCES_CREATES = {"network-interface", "spot-instances-request", "volume", "instance"}
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_no_wildcard_resource_inside_the_account_unless_pinned(synth: Synth, stage: str) -> None:
+    # Given every resource of every identity policy that holds a wildcard, in this account or not
+    template = synth.templates[stage]
+    own = set(template["Resources"])
+    for policy, statement in _statements(template):
+        actions = set(_as_list(statement["Action"]))
+        for resource in _as_list(statement["Resource"]):
+            text = _arn_text(resource)
+            if "*" not in text or text == "*":
+                continue
+            head = text.split("*", 1)[0]
+            # Then the part before the wildcard names one of this stack's resources (a bucket's prefix, a
+            # function's versions, the API's stages) or carries the stack's own name (its executions, its
+            # schedule group) ...
+            refs = set(re.findall(r"\{([A-Za-z0-9]+)(?:\.[A-Za-z]+)?\}", head))
+            if refs & own or f"trainplane-{stage}-" in head:
+                continue
+            # ... or it is one of the named exceptions above ...
+            if any(text.endswith(named) for named in NAMED_WILDCARDS):
+                continue
+            # ... or it is a bare EC2 resource type (":instance/*") whose statement a condition pins to this
+            # stack's launch template / instance profile, or to the tags of RunInstances' own launch
+            kind = re.fullmatch(
+                r"arn:aws:ec2:[a-z0-9-]+:(?:\d{12}|\{AWS::AccountId\}):([a-z-]+)/\*",
+                text.replace("{AWS::Partition}", "aws").replace("{AWS::Region}", "r"),
+            )
+            assert kind and kind.group(1) in RUN_INSTANCES_CREATES, f"{policy}: {actions} on {text}"
+            condition = json.dumps(statement.get("Condition"))
+            pinned = any(k in condition for k in ("ec2:LaunchTemplate", "ec2:InstanceProfile", '"ec2:CreateAction": "RunInstances"'))
+            assert pinned or actions == {"ec2:RunInstances"}, f"{policy}: {actions} on {text} with no pinning condition"
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_dynamodb_grants_name_only_the_stacks_tables_and_their_indexes(synth: Synth, stage: str) -> None:
+    template = synth.templates[stage]
+    tables = synth.resources(stage, "AWS::DynamoDB::Table")
+    allowed = set()
+    for logical_id, table in tables.items():
+        allowed.add("{" + logical_id + ".Arn}")
+        for index in table["Properties"].get("GlobalSecondaryIndexes", []) + table["Properties"].get("LocalSecondaryIndexes", []):
+            allowed.add("{" + logical_id + ".Arn}/index/" + index["IndexName"])
+    granted = set()
+    for policy, statement in _statements(template):
+        if not any(a.startswith("dynamodb:") for a in _as_list(statement["Action"])):
+            continue
+        # Then every resource is one of the stack's tables or one of their named indexes: no "index/*",
+        # no table named by a pattern, no other account's or stack's table
+        resources = {_arn_text(r) for r in _as_list(statement["Resource"])}
+        assert resources <= allowed, f"{policy}: {sorted(resources - allowed)}"
+        granted |= resources
+    # And the grants reach both tables (the jobs table with its indexes, the idempotency table)
+    assert {"{" + t + ".Arn}" for t in tables} <= granted
+
+
 COMMON = {"logs:CreateLogStream", "logs:PutLogEvents", "xray:PutTraceSegments", "xray:PutTelemetryRecords"}
 JOBS = {
     "dynamodb:GetItem",

@@ -96,29 +96,52 @@ def test_another_principals_sweep_is_404_for_every_verb(call: Any) -> None:
     [
         (
             {"parameters": {"learning_rate": {"type": "double", "min": 1, "max": 0.1}}},
-            "TuningConfig.parameters.learning_rate",
-            "greater than",
+            "hyperParameterTuningConfig.parameters.learning_rate",
+            "min (1) is greater than max (0.1)",
         ),
-        ({"parameters": {"lr": {"type": "double", "min": 0.1, "max": 1}}}, "parameters.lr.target", "not a hyperparameter"),
-        ({"parameters": {"x": {"type": "int", "min": 1, "max": 2, "target": NOPE}}}, "parameters.x.target", "no field 'nope'"),
-        ({"parameters": {"g": {"type": "int", "values": [-1, 1], "target": GPUS}}}, "job_template.resource_config.gpu_count", ""),
-        ({"method": "grid", "maxTrials": 2, "parameters": {"n": {"type": "int", "min": 1, "max": 3}}}, "TuningConfig", "maxTrials"),
-        ({"earlyStopping": {"type": "hyperband", "minResource": 4, "maxResource": 2}}, "earlyStopping.maxResource", "smaller than"),
+        (
+            {"parameters": {"lr": {"type": "double", "min": 0.1, "max": 1}}},
+            "hyperParameterTuningConfig.parameters.lr.target",
+            "'lr' is not a hyperparameter",
+        ),
+        (
+            {"parameters": {"x": {"type": "int", "min": 1, "max": 2, "target": NOPE}}},
+            "hyperParameterTuningConfig.parameters.x.target",
+            "no field 'nope' there in a SubmitJobRequest",
+        ),
+        (
+            {"parameters": {"g": {"type": "int", "values": [-1, 1], "target": GPUS}}},
+            "job_template.resource_config.gpu_count",
+            "a trial's job is invalid with {'g': -1}: Input should be greater than or equal to 0",
+        ),
+        (
+            {"method": "grid", "maxTrials": 2, "parameters": {"n": {"type": "int", "min": 1, "max": 3}}},
+            "hyperParameterTuningConfig",
+            "the grid has 3 points, more than maxTrials=2",
+        ),
+        (
+            {"earlyStopping": {"type": "hyperband", "minResource": 4, "maxResource": 2}},
+            "hyperParameterTuningConfig.earlyStopping.maxResource",
+            "maxResource (2) is smaller than minResource (4)",
+        ),
     ],
 )
 def test_invalid_sweeps_are_422_naming_the_field(call: Any, change: dict[str, Any], field: str, message: str) -> None:
     reply = call("POST", body=sweep_body(**change))
     assert reply.status == 422, reply.body
-    fields = " ".join(e["field"] for e in reply.body["errors"])
-    assert field in fields, reply.body
-    assert message in reply.body["message"]
+    # The field named exactly (not a prefix or a piece of another), with the message saying what is wrong
+    errors = {e["field"]: e["message"] for e in reply.body["errors"]}
+    assert field in errors, reply.body
+    assert message in errors[field] and message in reply.body["message"], reply.body
 
 
 def test_a_template_post_jobs_would_refuse_is_refused(call: Any) -> None:
     body = sweep_body()
     body["job_template"]["resource_config"] = {"gpu_count": -3}
     reply = call("POST", body=body)
-    assert reply.status == 422 and any(e["field"].startswith("job_template.resource_config") for e in reply.body["errors"])
+    assert reply.status == 422, reply.body
+    errors = {e["field"]: e["message"] for e in reply.body["errors"]}
+    assert "greater than or equal to 0" in errors["job_template.resource_config.gpu_count"], reply.body
 
 
 def test_without_a_sweep_controller_sweeps_are_refused_not_left_waiting(aws: AwsClients) -> None:

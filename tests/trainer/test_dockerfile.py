@@ -44,7 +44,7 @@ def _pyproject_pins() -> dict[str, str]:
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     pins = {}
     extras = project["optional-dependencies"]
-    for spec in project["dependencies"] + extras["trainer"] + extras["deepspeed"]:
+    for spec in project["dependencies"] + extras["trainer"] + extras["deepspeed"] + extras["gpu"]:  # gpu: bitsandbytes
         name, _, version = spec.partition("==")
         pins[_norm(name.split("[")[0])] = version
     return pins

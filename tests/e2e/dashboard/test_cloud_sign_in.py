@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import mimetypes
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
+from botocore.utils import normalize_url_path
 
 from dashboard_assets import STATIC_DIR
+from localmode.sigv4 import canonical_query
 from tests.e2e.dashboard.support import DESKTOP
 
 pytestmark = [pytest.mark.e2e]
@@ -32,8 +35,35 @@ CONFIG = {
 }
 
 
+ACCESS_KEY_ID, SECRET_KEY, SESSION_TOKEN = "ASIAANA", "s" * 40, "session-token-ana"
+
+
 def b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+
+def signature_problem(method: str, url: str, headers: dict[str, str], body: bytes) -> str | None:
+    """What is wrong with a request's SigV4 signature by the temporary keys, or None: the canonical request
+    rebuilt from what arrived (the headers the client says it signed, the session token among them) and
+    signed with the secret key, as API Gateway's AWS_IAM authorization checks it."""
+    fields = dict(part.strip().split("=", 1) for part in headers.get("authorization", "").partition(" ")[2].split(","))
+    key_id, day, region, service, terminator = fields["Credential"].split("/")
+    signed = fields["SignedHeaders"].split(";")
+    if key_id != ACCESS_KEY_ID or "x-amz-security-token" not in signed or "host" not in signed:
+        return f"credential {fields['Credential']}, signed headers {signed}"
+    parts = urlsplit(url)
+    values = {**headers, "host": parts.netloc}
+    canonical_headers = "".join(f"{name}:{' '.join(values[name].split())}\n" for name in signed)
+    payload = headers.get("x-amz-content-sha256") or hashlib.sha256(body).hexdigest()
+    path = quote(normalize_url_path(parts.path), safe="/~")
+    canonical = f"{method}\n{path}\n{canonical_query(parts.query)}\n{canonical_headers}\n{';'.join(signed)}\n{payload}"
+    scope = f"{day}/{region}/{service}/{terminator}"
+    to_sign = f"AWS4-HMAC-SHA256\n{headers['x-amz-date']}\n{scope}\n{hashlib.sha256(canonical.encode()).hexdigest()}"
+    key = ("AWS4" + SECRET_KEY).encode()
+    for part in (day, region, service, terminator):
+        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
+    expected = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
+    return None if hmac.compare_digest(expected, fields["Signature"]) else f"signature mismatch over {canonical!r}"
 
 
 @pytest.fixture
@@ -87,7 +117,7 @@ def test_hosted_ui_sign_in_then_every_api_call_signed_with_the_identity_pools_cr
         if target == "GetId":
             route.fulfill(status=200, body=json.dumps({"IdentityId": "eu-west-1:ana"}), headers=cors)
         else:
-            credentials = {"AccessKeyId": "ASIAANA", "SecretKey": "s" * 40, "SessionToken": "session-token-ana", "Expiration": 4102444800}
+            credentials = {"AccessKeyId": ACCESS_KEY_ID, "SecretKey": SECRET_KEY, "SessionToken": SESSION_TOKEN, "Expiration": 4102444800}
             route.fulfill(status=200, body=json.dumps({"IdentityId": "eu-west-1:ana", "Credentials": credentials}), headers=cors)
 
     def api(route: Any) -> None:
@@ -98,6 +128,12 @@ def test_hosted_ui_sign_in_then_every_api_call_signed_with_the_identity_pools_cr
             return
         seen["api"].append((urlsplit(route.request.url).path, headers.get("authorization", ""), headers.get("x-amz-security-token")))
         path = urlsplit(route.request.url).path
+        # The stand-in refuses what API Gateway would: a signature the temporary keys did not make
+        problem = signature_problem(route.request.method, route.request.url, headers, route.request.post_data_buffer or b"")
+        if problem is not None:
+            seen.setdefault("refused", []).append((path, problem))
+            route.fulfill(status=403, body=json.dumps({"message": "The request signature we calculated does not match"}), headers=cors)
+            return
         body: Any = {"total": 0, "running": 0, "completed": 0, "failed": 0, "queued": 0, "paused": 0, "counts": {}}
         if path.endswith("/jobs"):
             body = {"jobs": [], "next_token": None}
@@ -128,7 +164,9 @@ def test_hosted_ui_sign_in_then_every_api_call_signed_with_the_identity_pools_cr
     login = {"cognito-idp.eu-west-1.amazonaws.com/eu-west-1_Pool": id_token}
     assert seen["GetId"] == {"IdentityPoolId": "eu-west-1:pool-id", "Logins": login}
     assert seen["GetCredentialsForIdentity"] == {"IdentityId": "eu-west-1:ana", "Logins": login}
-    # Every API call is SigV4 with the temporary keys and their session token; the code left the address bar
+    # Every API call is SigV4 with the temporary keys and their session token (each signature verified by
+    # the stand-in, the token among the signed headers); the code left the address bar
+    assert seen.get("refused", []) == []
     assert seen["api"] and all(
         auth.startswith("AWS4-HMAC-SHA256 Credential=ASIAANA/")
         and "/eu-west-1/execute-api/aws4_request" in auth

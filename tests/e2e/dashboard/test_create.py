@@ -112,3 +112,14 @@ def test_the_servers_422_is_shown_at_the_field_it_names(fake_plane: LocalPlane, 
     page.fill("textarea.editor", "{ not json")
     page.click('button[type="submit"]:has-text("Create job")')
     page.wait_for_selector(".form-errors:has-text('does not parse')")
+    assert fake_plane.request("GET", "/jobs", params={"name": "will-be-refused"}).json()["jobs"] == before
+    # Both fields fixed, the same request is created: the page moves to the new job, which has the fixed values
+    request["data_config"]["batch_size"] = 2
+    page.fill("textarea.editor", json.dumps(request))
+    page.click('button[type="submit"]:has-text("Create job")')
+    page.wait_for_selector("#h-overview")
+    job_id = page.url.split("#/jobs/")[1]
+    created = fake_plane.request("GET", "/jobs", params={"name": "will-be-refused"}).json()["jobs"]
+    assert [j["job_id"] for j in created if j not in before] == [job_id]
+    job = Api(fake_plane).job(job_id)
+    assert job["resource_config"]["cpu_cores"] == 1 and job["data_config"]["batch_size"] == 2
