@@ -49,6 +49,7 @@ HANDLER_ROLES = {
     "functions.handlers.events.lambda_handler": "Events",
     "functions.handlers.retraining.lambda_handler": "Retraining",
     "functions.handlers.sweeps_controller.handler": "Sweeps",
+    "functions.handlers.event_publisher.lambda_handler": "EventPublisher",
 }
 # Local mode's own names of the deployed functions (localmode/deploy) -> the token tools/iam resolves.
 _LOCAL_FUNCTIONS = {
@@ -248,6 +249,7 @@ class DeploymentNames:
         for name, token in _LOCAL_FUNCTIONS.items():
             self._tokens.setdefault(("function", name), "${" + token + "}")
         self._tokens.setdefault(("event-bus", settings.event_bus_name), "${EventBus}")
+        self._tokens.setdefault(("event-bus", settings.trainplane_bus_name), "${TrainplaneBus}")
 
     def of(self, kind: str, name: str) -> str:
         if kind == "instance-profile-of":

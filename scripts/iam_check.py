@@ -60,6 +60,7 @@ TOKENS = {
     "EventsFunction": ("EventsHandlerFunction", "name"),
     "RetrainingFunction": ("RetrainingDispatcherFunction", "name"),
     "SweepsFunction": ("SweepsControllerFunction", "name"),
+    "TrainplaneBus": ("EventBusBus", "name"),
 }
 _NAME_PROPERTIES = ("TableName", "BucketName", "FunctionName", "StateMachineName", "LogGroupName", "QueueName", "Name", "RoleName")
 _LOGICAL = re.compile(r"^(?P<prefix>[A-Za-z0-9]+?)[0-9A-F]{8}$")

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from functions import constants
 from functions.catalog import own_events as et
 from functions.settings import PREFIX
+from localmode import iam_calls
 
 if TYPE_CHECKING:
     from localmode.deploy import LocalContext
@@ -49,7 +50,8 @@ def _serve(stop: threading.Event) -> None:
     publisher = composition.current().event_publisher
     while not stop.is_set():
         try:
-            result = publisher.drain()
+            with iam_calls.acting_as("EventPublisher"):  # the publisher Lambda's role (make iam-check)
+                result = publisher.drain()
         except Exception:
             logger.exception("event publisher: drain failed; the outbox keeps the events, retrying")
             stop.wait(ERROR_BACKOFF_SECONDS)
