@@ -39,6 +39,8 @@ def limit_units(limit: Limit, nominal: int) -> int:
 class TypeQuota(Strict):
     """One GPU type's quota of a team."""
 
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
+
     nominal: int = Field(ge=0, le=UNLIMITED_UNITS, description="Units the team is guaranteed (and may lend while idle).")
     borrow_limit: Limit = Field(default=0, description="Units (or % of nominal) the team may borrow beyond nominal from idle teams.")
     lend_limit: Limit = Field(default="100%", description="Units (or % of nominal) of its idle quota others may borrow.")
@@ -57,6 +59,7 @@ class TypeQuota(Strict):
 
 
 class TeamMembers(Strict):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     arns: list[str] = Field(
         default_factory=list,
         max_length=200,
@@ -81,6 +84,8 @@ class TeamMembers(Strict):
 
 
 class MemberCaps(Strict):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
+
     max_gpus: int | None = Field(default=None, ge=0, le=100_000, description="Units one member may hold at once (null: no cap).")
     max_running_jobs: int | None = Field(default=None, ge=0, le=10_000, description="Jobs one member may run at once (null: no cap).")
 
@@ -89,6 +94,7 @@ class TeamSpec(Strict):
     """PUT /teams/{team}: the whole team, replacing what was there."""
 
     model_config = ConfigDict(
+        defer_build=True,
         extra="forbid",
         json_schema_extra={
             "examples": [
@@ -122,7 +128,7 @@ class TeamSpec(Strict):
 
 
 class Team(TeamSpec):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(defer_build=True, extra="ignore")
     name: str = Field(pattern=TEAM_NAME_PATTERN)
     version: int = 1
     updated_at: datetime | None = None
@@ -131,6 +137,7 @@ class Team(TeamSpec):
 
 
 class TeamList(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     teams: list[Team]
 
 
@@ -144,6 +151,7 @@ class WaitReason(StrEnum):
 
 
 class TypeUsage(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     gpu_type: str
     nominal: int
     in_use: int
@@ -153,6 +161,7 @@ class TypeUsage(BaseModel):
 
 
 class TeamView(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     team: Team
     fair_share: float = Field(description="Slurm's factor 2^(-usage/share): 1 unused, 0.5 at its share, towards 0 above it.")
     usage: float = Field(description="Recorded usage decayed over the half-life, in price-weighted unit-hours (USD), all types together.")
