@@ -11,7 +11,8 @@ Everything that exists only to run the control plane on one machine lives here (
 - journal.py        the durable state: append-only JSON lines (fsync per record) + S3 bodies as files
 - frontdoor.py      the HTTP server in front of the API handler, as API Gateway (REST, AWS_IAM) would be
 - sigv4.py          SigV4 verification of what arrived at the front door
-- credentials.py    the local principals ("admin", "alice"), stable across restarts
+- credentials.py    the local principals ("admin", "alice"; dashboard users of one Cognito role when the file
+                    holds them), stable across restarts
 - deploy/           the cloud stack's resources created in the emulated AWS (tables, buckets, the state
                     machine from infra/statemachine, the emulated SageMaker/EC2 compute, the retraining pump)
 

@@ -2,6 +2,11 @@
 
 They are generated once per state directory and persisted there (0600), so a client configured from
 endpoint.json keeps working across restarts, and a job's owner ARN stays the same principal.
+
+A principal may also stand for a person signed in to the cloud dashboard (`new_dashboard_user`): keys of
+the Cognito identity pool's role, whose session name is the same for everyone (CognitoIdentityCredentials),
+and the person's identity id, which the front door reports as API Gateway does (requestContext.identity
+cognitoIdentityId), so local mode serves what the cloud serves to two dashboard users of one role.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ import json
 import os
 import secrets
 import string
+import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -31,6 +37,8 @@ class Principal:
     arn: str
     # IAM's unique id of the user (AIDA...): API Gateway reports it as identity.user and identity.caller.
     user_id: str
+    # Set for a dashboard user: the Cognito identity pool's id of the person (region:uuid).
+    cognito_identity_id: str | None = None
 
     def public(self) -> dict[str, str]:
         """The endpoint.json entry (docs/CONTRACTS.md): name, keys and ARN, nothing else."""
@@ -45,6 +53,22 @@ def new_principal(name: str, account_id: str = constants.LOCAL_ACCOUNT_ID) -> Pr
         secret_access_key="".join(secrets.choice(_SECRET_ALPHABET) for _ in range(40)),
         arn=f"arn:aws:iam::{account_id}:user/{name}",
         user_id="AIDA" + "".join(secrets.choice(_UPPER_DIGITS) for _ in range(17)),
+    )
+
+
+DASHBOARD_ROLE = "trainplane-local-dashboard-users"
+COGNITO_SESSION = "CognitoIdentityCredentials"  # the identity pool's session name, the same for every person
+
+
+def new_dashboard_user(name: str, account_id: str = constants.LOCAL_ACCOUNT_ID, region: str = constants.LOCAL_REGION) -> Principal:
+    """A person signed in through the dashboard's identity pool: the pool role's one session, their own id."""
+    return Principal(
+        name=name,
+        access_key_id="ASIA" + "".join(secrets.choice(_UPPER_DIGITS) for _ in range(16)),
+        secret_access_key="".join(secrets.choice(_SECRET_ALPHABET) for _ in range(40)),
+        arn=f"arn:aws:sts::{account_id}:assumed-role/{DASHBOARD_ROLE}/{COGNITO_SESSION}",
+        user_id="AROA" + "".join(secrets.choice(_UPPER_DIGITS) for _ in range(17)) + ":" + COGNITO_SESSION,
+        cognito_identity_id=f"{region}:{uuid.uuid4()}",
     )
 
 

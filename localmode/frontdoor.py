@@ -118,9 +118,11 @@ def build_event(
             "requestId": request_id,
             "apiId": API_ID,
             "identity": {
-                "cognitoIdentityPoolId": None,
-                "cognitoIdentityId": None,
-                "cognitoAuthenticationType": None,
+                # A dashboard user (localmode/credentials.py new_dashboard_user): as API Gateway reports a
+                # request signed with an identity pool's credentials.
+                "cognitoIdentityPoolId": _pool_of(principal.cognito_identity_id),
+                "cognitoIdentityId": principal.cognito_identity_id,
+                "cognitoAuthenticationType": "authenticated" if principal.cognito_identity_id else None,
                 "cognitoAuthenticationProvider": None,
                 "principalOrgId": None,
                 "apiKey": None,
@@ -137,6 +139,10 @@ def build_event(
         "body": body,
         "isBase64Encoded": is_base64,
     }
+
+
+def _pool_of(identity_id: str | None) -> str | None:
+    return None if identity_id is None else identity_id.split(":", 1)[0] + ":local-dashboard"
 
 
 def _decoded_path(raw_path: str) -> str:

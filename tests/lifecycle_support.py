@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from schemas.lifecycle import Decision
 from schemas.status import JobStatus
 from tests.fake_trainer import knobs_apart
 from tests.fakes import InMemoryJobRepository
+from tests.helpers.waits import wait_until  # also what the lifecycle tests import from here
 
 FAKE_TRAINER = (sys.executable, "-m", "tests.fake_trainer")
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -185,17 +186,6 @@ class Clients:
 
     def s3(self) -> Any:
         return self.client("s3")
-
-
-def wait_until(predicate: Callable[[], Any], timeout: float = 30.0, interval: float = 0.05, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 class Controls:

@@ -2,13 +2,15 @@
 
 Thin routes: the resolver validates input against the pydantic models (unknown fields rejected),
 each route calls one service method and returns a typed model; errors become HTTP in errors.py only.
-The caller is requestContext.identity.userArn. Import time is kept small on purpose (a cold start
-pays it): boto3, the adapters and the idempotency layer load on first use, through the composition.
+Every route's caller is errors.principal_of (the IAM ARN, or the dashboard user's Cognito identity).
+Import time is kept small on purpose (a cold start pays it): boto3, the adapters and the idempotency
+layer load on first use, through the composition.
 """
 
 from __future__ import annotations
 
 import json
+from functools import cache
 from typing import TYPE_CHECKING, Annotated, Any
 
 from aws_lambda_powertools import Logger, Metrics
@@ -22,7 +24,14 @@ from aws_lambda_powertools.metrics import MetricUnit
 from functions import composition, constants
 from functions.handlers import errors, policies, queues, shapes, sweeps, train
 from functions.handlers.edge import EdgeResolver
-from functions.handlers.errors import BODY_ERRORS, IdempotencyInProgress, IdempotencyKeyReused, caller_of, responses
+from functions.handlers.errors import (
+    BODY_ERRORS,
+    IdempotencyInProgress,
+    IdempotencyKeyReused,
+    principal_of,
+    reject_unknown_params,
+    responses,
+)
 from functions.handlers.tracing import LazyTracer
 from schemas.api import (
     CancelRequest,
@@ -64,24 +73,9 @@ reports = Router()
 JobId = Annotated[str, Path(min_length=1, max_length=128, description="The job's id")]
 
 
-def _principal(router: Router) -> Principal:
-    return composition.job_service().principal(caller_of(router))
-
-
 def _for_job(router: Router, job_id: str) -> Principal:
     logger.append_keys(job_id=job_id)
-    return _principal(router)
-
-
-def _reject_unknown_params(router: Router, known: frozenset[str], prefix: str | None = None) -> None:
-    # A misspelt filter (?staus=QUEUED) would silently list everything; name it instead.
-    from functions.errors import InvalidRequest
-
-    for name in router.current_event.query_string_parameters or {}:
-        if name not in known and not (prefix and name.startswith(prefix) and len(name) > len(prefix)):
-            raise InvalidRequest(
-                name, f"unknown query parameter; known: {', '.join(sorted(known))}" + (f", {prefix}<key>" if prefix else "")
-            )
+    return principal_of(router)
 
 
 # --- /jobs ---------------------------------------------------------------------------------------
@@ -99,7 +93,7 @@ def submit_job(
     body: Annotated[SubmitJobRequest, Body()],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=256)] = None,
 ) -> Job:
-    principal = _principal(jobs)
+    principal = principal_of(jobs)
     job = _submit_once(principal, idempotency_key, body) if idempotency_key else composition.job_service().submit(body, principal)
     logger.append_keys(job_id=job.job_id)
     logger.info("job submitted", extra={"training_type": str(job.training_config.training_type), "queue": job.queue})
@@ -165,8 +159,8 @@ def list_jobs(
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     next_token: Annotated[str | None, Query(max_length=2048)] = None,
 ) -> JobList:
-    principal = _principal(jobs)
-    _reject_unknown_params(jobs, LIST_PARAMS, LABEL_PREFIX)
+    principal = principal_of(jobs)
+    reject_unknown_params(jobs, LIST_PARAMS, LABEL_PREFIX)
     params = jobs.current_event.query_string_parameters or {}
     labels = {k[len(LABEL_PREFIX) :]: v for k, v in params.items() if k.startswith(LABEL_PREFIX)}
     return composition.job_service().list_jobs(
@@ -295,7 +289,7 @@ def job_metrics(
     max_points: Annotated[int | None, Query(ge=10, le=1_000_000, description="At most this many points, the curve's shape kept")] = None,
 ) -> MetricsResponse:
     principal = _for_job(reports, job_id)
-    _reject_unknown_params(reports, METRICS_PARAMS)
+    reject_unknown_params(reports, METRICS_PARAMS)
     return composition.job_service().metrics(job_id, principal, max_points=max_points)
 
 
@@ -318,7 +312,7 @@ def job_logs(
     stream: Annotated[LogStream | None, Query(description="Only the lines of this stream")] = None,
 ) -> LogsResponse:
     principal = _for_job(reports, job_id)
-    _reject_unknown_params(reports, LOGS_PARAMS)
+    reject_unknown_params(reports, LOGS_PARAMS)
     return composition.job_service().logs(job_id, principal, since=since, next_token=next_token, limit=limit, stream=stream)
 
 
@@ -329,19 +323,21 @@ def job_logs(
     tags=["reports"],
 )
 def summary() -> Summary:
-    return composition.job_service().summary(_principal(reports))
+    return composition.job_service().summary(principal_of(reports))
 
 
-@app.get(
+@reports.get(
     "/openapi.json",
     summary="This API's OpenAPI document (generated from the code; schemas/openapi.json is a copy)",
     responses=responses(200, "The OpenAPI 3 document"),
     tags=["reports"],
 )
 def openapi_document() -> dict[str, Any]:
+    principal_of(reports)  # any signed caller; as every route, it asks the one gate
     return json.loads(openapi_json())
 
 
+@cache  # the routes and models are fixed once the module is loaded; generating it costs ~0.3 s
 def openapi_json() -> str:
     """The OpenAPI document generated from the routes and models (schemas/openapi.json is a copy).
 

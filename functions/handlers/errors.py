@@ -6,6 +6,10 @@ status that does not allow the action, or a lost race; 413 a job too large to st
 not JSON; 422 schema or domain validation naming the field; 503 the lifecycle engine could not be
 reached; 500 anything else, without internals (never an input's fault: edge.py screens what arrives).
 Each route's OpenAPI entry declares exactly the codes it returns (`responses()` below).
+
+The rules every router follows live here too, once: `principal_of` (who the caller is, through
+`caller_of`, the only reader of the request's identity), `reject_unknown_params` (422 naming a query
+parameter the route does not know) and `responses` (the documented codes, worded per router).
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler.api_gateway import Router
     from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
+    from functions.service.principal import Principal
+
 logger = logging.getLogger(__name__)
 
 # Where pydantic's error location starts with where the value came from; the field path follows.
@@ -52,7 +58,13 @@ class Forbidden(DomainError):
 
 
 def caller_of(router: Router) -> str:
-    """The IAM caller of the request a route is serving; 403 when there is none (every route asks here)."""
+    """The caller of the request a route is serving: THE one place a route's identity is read.
+
+    An IAM user's or role's ARN; for the dashboard's Cognito sign-ins (one role, one session name for
+    everyone) the role session named by the person's identity id (functions/service/principal.py
+    caller_arn). 403 when there is none. tests/unit/test_route_rules.py fails on any other reader, and
+    tests/integration/test_every_route_principals.py walks every route as four callers.
+    """
     from functions.service.principal import caller_arn  # IAM user/role ARN, or the Cognito identity's (dashboard)
 
     identity = cast("APIGatewayProxyEvent", router.current_event).request_context.identity
@@ -60,6 +72,23 @@ def caller_of(router: Router) -> str:
     if not arn:
         raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
     return arn
+
+
+def principal_of(router: Router) -> Principal:
+    """The principal every route acts as (its caller, and whether it is an admin); 403 without a caller."""
+    from functions import composition  # the composition loads adapters lazily; errors.py stays import-light
+
+    return composition.job_service().principal(caller_of(router))
+
+
+def reject_unknown_params(router: Router, known: frozenset[str], prefix: str | None = None) -> None:
+    """422 naming a query parameter the route does not know (a misspelt ?staus=QUEUED would silently list
+    everything); `prefix` admits a family of names (`labels.<key>`)."""
+    for name in router.current_event.query_string_parameters or {}:
+        if name not in known and not (prefix and name.startswith(prefix) and len(name) > len(prefix)):
+            raise InvalidRequest(
+                name, f"unknown query parameter; known: {', '.join(sorted(known))}" + (f", {prefix}<key>" if prefix else "")
+            )
 
 
 class BadRequest(DomainError):
@@ -234,13 +263,20 @@ ERROR_DOCS: dict[int, dict[str, Any]] = {
 BODY_ERRORS = (400, 413, 415)
 
 
-def responses(status: int, description: str, *errors: int, content: bool = True) -> dict[int, Any]:
+def responses(
+    status: int, description: str, *errors: int, content: bool = True, wording: Mapping[int, str] | None = None
+) -> dict[int, Any]:
     """A route's OpenAPI `responses`: its success and exactly the error codes it can return.
 
     403 and 500 always; 405 always too: a method the path does not have is answered 405 with `Allow`,
-    and OpenAPI can only say so on the operations the path does have.
+    and OpenAPI can only say so on the operations the path does have. `wording` rewords an error's
+    description for a router whose resource is not a job (a policy, a sweep, a run).
     """
     success: dict[str, Any] = {"description": description}
     if not content:
         success["content"] = {}  # e.g. 204: no body
-    return {status: success, **{code: ERROR_DOCS[code] for code in sorted({403, 405, 500, *errors})}}
+    documented = {status: success, **{code: ERROR_DOCS[code] for code in sorted({403, 405, 500, *errors})}}
+    for code, text in (wording or {}).items():
+        if code in documented and code != status:
+            documented[code] = _doc(text)
+    return documented

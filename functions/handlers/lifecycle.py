@@ -8,7 +8,7 @@ exists ends its execution quietly.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aws_lambda_powertools import Logger
@@ -29,31 +29,30 @@ def service() -> LifecycleService:
     return composition.lifecycle_service()
 
 
+# One entry per Action: what the task's payload becomes as a LifecycleService call. The state machine's
+# Tasks name exactly these keys (tests/unit/test_lifecycle_protocol.py).
+_Task = Callable[[LifecycleService, str, Any, Mapping[str, Any]], dict[str, Any]]
+TASKS: Mapping[Action, _Task] = {
+    Action.ADMIT: lambda svc, job_id, execution, event: svc.admit(job_id, execution),
+    Action.WAIT_CAPACITY: lambda svc, job_id, execution, event: svc.wait_capacity(job_id, execution, str(event.get("token"))),
+    Action.PREPARE: lambda svc, job_id, execution, event: svc.prepare(job_id, execution),
+    Action.LAUNCH: lambda svc, job_id, execution, event: svc.launch(job_id, execution),
+    Action.WAIT_RUN: lambda svc, job_id, execution, event: svc.wait_run(job_id, execution, str(event.get("token"))),
+    Action.WAIT_RESUME: lambda svc, job_id, execution, event: svc.wait_resume(job_id, execution, str(event.get("token"))),
+    Action.RUN_TIMEOUT: lambda svc, job_id, execution, event: svc.run_timeout(job_id, execution),
+    Action.CRASH: lambda svc, job_id, execution, event: svc.crash(job_id, execution, event.get("error")),
+}
+ACTIONS = frozenset(TASKS)
+
+
 def _dispatch(svc: LifecycleService, event: Mapping[str, Any]) -> dict[str, Any]:
     action = event.get("action")
     job_id = str(event["job_id"])
-    execution = event.get("execution")
-    token = event.get("token")
-    if action == Action.ADMIT:
-        return svc.admit(job_id, execution)
-    if action == Action.WAIT_CAPACITY:
-        return svc.wait_capacity(job_id, execution, str(token))
-    if action == Action.PREPARE:
-        return svc.prepare(job_id, execution)
-    if action == Action.LAUNCH:
-        return svc.launch(job_id, execution)
-    if action == Action.WAIT_RUN:
-        return svc.wait_run(job_id, execution, str(token))
-    if action == Action.WAIT_RESUME:
-        return svc.wait_resume(job_id, execution, str(token))
-    if action == Action.RUN_TIMEOUT:
-        return svc.run_timeout(job_id, execution)
-    if action == Action.CRASH:
-        return svc.crash(job_id, execution, event.get("error"))
-    raise ValueError(f"unknown lifecycle action {action!r}")
-
-
-ACTIONS = frozenset(Action)
+    try:
+        task = TASKS[Action(str(action))]
+    except ValueError:
+        raise ValueError(f"unknown lifecycle action {action!r}") from None
+    return task(svc, job_id, event.get("execution"), event)
 
 
 def handler(event: Mapping[str, Any], context: Any = None) -> dict[str, Any]:

@@ -8,21 +8,20 @@ policy is 404, as for jobs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from functools import partial
+from typing import TYPE_CHECKING, Annotated
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from functions import composition, constants
-from functions.handlers.errors import BODY_ERRORS, caller_of, responses
-from functions.service.principal import Principal
-from schemas.api import ErrorResponse
+from functions.handlers.errors import BODY_ERRORS, principal_of, reject_unknown_params, responses
 from schemas.retraining import PolicyList, RetrainingPolicy, RetrainingPolicyPatch, RetrainingPolicyRequest
 
 if TYPE_CHECKING:
-    pass
+    from functions.service.principal import Principal
 
 router = Router()
 logger = Logger(service=constants.SERVICE_NAME, child=True)
@@ -39,28 +38,14 @@ _POLICY_ERRORS = {
 }
 
 
-def _responses(status: int, description: str, *codes: int, content: bool = True) -> dict[int, Any]:
-    """errors.responses() with the job-worded error descriptions reworded for policies."""
-    documented = responses(status, description, *codes, content=content)
-    for code, text in _POLICY_ERRORS.items():
-        if code in documented:
-            documented[code] = {"description": text, "content": {content_types.APPLICATION_JSON: {"model": ErrorResponse}}}
-    return documented
+# errors.responses() with the job-worded error descriptions reworded for policies
+_responses = partial(responses, wording=_POLICY_ERRORS)
 
 
 def _principal(policy_id: str | None = None) -> Principal:
-    arn = caller_of(router)
     if policy_id is not None:
         logger.append_keys(policy_id=policy_id)
-    return composition.retraining_service().principal(arn)
-
-
-def _reject_unknown_params(known: frozenset[str]) -> None:
-    from functions.errors import InvalidRequest
-
-    for name in router.current_event.query_string_parameters or {}:
-        if name not in known:
-            raise InvalidRequest(name, f"unknown query parameter; known: {', '.join(sorted(known))}")
+    return principal_of(router)
 
 
 @router.post(
@@ -90,7 +75,7 @@ def list_policies(
     next_token: Annotated[str | None, Query(max_length=2048)] = None,
 ) -> PolicyList:
     principal = _principal()
-    _reject_unknown_params(LIST_PARAMS)
+    reject_unknown_params(router, LIST_PARAMS)
     return composition.retraining_service().list_policies(principal, limit=limit, next_token=next_token)
 
 

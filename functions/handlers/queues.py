@@ -7,17 +7,12 @@ per scheduler pass, no Scan).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions import composition
-from functions.handlers.errors import caller_of, responses
+from functions.handlers.errors import principal_of, responses
 from functions.service.queues import QueueList, QueueView
 from schemas.job import Job
-
-if TYPE_CHECKING:
-    pass
 
 router = Router()
 
@@ -37,5 +32,5 @@ def with_position(job: Job) -> Job:
     tags=["reports"],
 )
 def list_queues() -> QueueList:
-    principal = composition.job_service().principal(caller_of(router))
+    principal = principal_of(router)
     return queue_view().list(principal.can_see)

@@ -6,38 +6,21 @@ resource_config.training_shape (functions/service/shapes.py resolves it at submi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 
 from functions import composition
-from functions.handlers.errors import Forbidden, responses
-from functions.service.principal import caller_arn
+from functions.handlers.errors import principal_of, reject_unknown_params, responses
 from schemas.shapes import TrainingShapeList, TrainingShapeProfile
-
-if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
 router = Router()
 
 ShapeName = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$", description="The shape's name")]
 
 
-def _signed() -> None:
-    event = cast("APIGatewayProxyEvent", router.current_event)
-    identity = event.request_context.identity
-    if not caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type):
-        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
-
-
-def _reject_unknown_params(known: frozenset[str]) -> None:
-    # A misspelt ?verison=2 would silently give the latest version; name it instead (as the other routes do).
-    from functions.errors import InvalidRequest
-
-    for name in router.current_event.query_string_parameters or {}:
-        if name not in known:
-            raise InvalidRequest(name, f"unknown query parameter; known: {', '.join(sorted(known))}")
+_SHAPE_ERRORS = {404: "No such training shape (or no such version of it)"}
 
 
 @router.get(
@@ -47,17 +30,18 @@ def _reject_unknown_params(known: frozenset[str]) -> None:
     tags=["shapes"],
 )
 def list_training_shapes() -> TrainingShapeList:
-    _signed()
+    principal_of(router)  # any signed caller; 403 without one
     return TrainingShapeList(shapes=composition.job_service().shape_catalog().profiles())
 
 
 @router.get(
     "/training-shapes/<name>",
     summary="One training shape: its latest version, or the one given",
-    responses=responses(200, "The training shape profile", 404, 422),
+    responses=responses(200, "The training shape profile", 404, 422, wording=_SHAPE_ERRORS),
     tags=["shapes"],
 )
 def get_training_shape(name: ShapeName, version: Annotated[int | None, Query(ge=1, le=999_999)] = None) -> TrainingShapeProfile:
-    _signed()
-    _reject_unknown_params(frozenset({"version"}))
+    principal_of(router)
+    # A misspelt ?verison=2 would silently give the latest version; name it instead.
+    reject_unknown_params(router, frozenset({"version"}))
     return composition.job_service().shape_catalog().get(name, version)

@@ -8,21 +8,20 @@ target; one service call each. Another principal's sweep is 404, as for jobs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, cast
+from functools import partial
+from typing import TYPE_CHECKING, Annotated
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.event_handler import Response, content_types
+from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from functions import composition, constants
-from functions.handlers.errors import BODY_ERRORS, Forbidden, responses
-from functions.service.principal import Principal
-from schemas.api import ErrorResponse
+from functions.handlers.errors import BODY_ERRORS, principal_of, reject_unknown_params, responses
 from schemas.sweeps import Sweep, SweepAction, SweepList, SweepRequest
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
+    from functions.service.principal import Principal
 
 router = Router()
 logger = Logger(service=constants.SERVICE_NAME, child=True)
@@ -37,29 +36,13 @@ _SWEEP_ERRORS = {
 }
 
 
-def _responses(status: int, description: str, *codes: int, content: bool = True) -> dict[int, Any]:
-    documented = responses(status, description, *codes, content=content)
-    for code, text in _SWEEP_ERRORS.items():
-        if code in documented:
-            documented[code] = {"description": text, "content": {content_types.APPLICATION_JSON: {"model": ErrorResponse}}}
-    return documented
+_responses = partial(responses, wording=_SWEEP_ERRORS)
 
 
 def _principal(sweep_id: str | None = None) -> Principal:
-    arn = cast("APIGatewayProxyEvent", router.current_event).request_context.identity.user_arn
-    if not arn:
-        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
     if sweep_id is not None:
         logger.append_keys(sweep_id=sweep_id)
-    return composition.sweep_service().principal(arn)
-
-
-def _reject_unknown_params(known: frozenset[str]) -> None:
-    from functions.errors import InvalidRequest
-
-    for name in router.current_event.query_string_parameters or {}:
-        if name not in known:
-            raise InvalidRequest(name, f"unknown query parameter; known: {', '.join(sorted(known))}")
+    return principal_of(router)
 
 
 @router.post(
@@ -90,7 +73,7 @@ def list_sweeps(
     next_token: Annotated[str | None, Query(max_length=2048)] = None,
 ) -> SweepList:
     principal = _principal()
-    _reject_unknown_params(LIST_PARAMS)
+    reject_unknown_params(router, LIST_PARAMS)
     return composition.sweep_service().list_sweeps(principal, limit=limit, next_token=next_token)
 
 

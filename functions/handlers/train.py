@@ -6,20 +6,16 @@ needed nor read. functions/service/train_api.py maps the payload onto an ordinar
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, cast
+from typing import TYPE_CHECKING, Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
 from functions import composition
-from functions.handlers.errors import BODY_ERRORS, Forbidden, responses
-from functions.service.principal import caller_arn
+from functions.handlers.errors import BODY_ERRORS, principal_of, responses
 from schemas.train import TrainRequest, TrainStatus
 
 if TYPE_CHECKING:
-    from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
-
-    from functions.service.principal import Principal
     from functions.service.train_api import TrainApi
 
 router = Router()
@@ -27,13 +23,10 @@ router = Router()
 RunIdPath = Annotated[str, Path(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", description="The run's run_id")]
 
 
-def _principal() -> Principal:
-    event = cast("APIGatewayProxyEvent", router.current_event)
-    identity = event.request_context.identity
-    arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
-    if not arn:
-        raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
-    return composition.job_service().principal(arn)
+_RUN_ERRORS = {
+    404: "No such run (or it belongs to another principal)",
+    409: "The run's newest job has not finished yet: one job per run at a time",
+}
 
 
 def _train_api() -> TrainApi:
@@ -47,18 +40,18 @@ def _train_api() -> TrainApi:
     status_code=201,
     summary="Submit a training run with DeepFinery's unified payload (seeds/004)",
     description="Becomes an ordinary job (validated as POST /jobs validates) named after run_id; IAM auth, no X-TRAINER-TOKEN.",
-    responses=responses(201, "The run, submitted (status and the job's id)", *BODY_ERRORS, 409, 422, 503),
+    responses=responses(201, "The run, submitted (status and the job's id)", *BODY_ERRORS, 409, 422, 503, wording=_RUN_ERRORS),
     tags=["train"],
 )
 def submit_train(body: Annotated[TrainRequest, Body()]) -> TrainStatus:
-    return _train_api().submit(body, _principal())
+    return _train_api().submit(body, principal_of(router))
 
 
 @router.get(
     "/train/<run_id>",
     summary="The status of a /train run: submitted, running, failed or succeeded",
-    responses=responses(200, "The newest job of the run, in the seed's words", 404, 422),
+    responses=responses(200, "The newest job of the run, in the seed's words", 404, 422, wording=_RUN_ERRORS),
     tags=["train"],
 )
 def train_status(run_id: RunIdPath) -> TrainStatus:
-    return _train_api().status(run_id, _principal())
+    return _train_api().status(run_id, principal_of(router))

@@ -119,13 +119,12 @@ def test_after_kill_9_a_stale_endpoint_json_is_detected_and_replaced_by_the_next
     old = plane.endpoint
     plane.kill()
     assert plane.endpoint_path.exists()
-    # Then the SDK and the CLI say it is stale, at once, instead of retrying a dead port
-    began = time.monotonic()
+    # Then the SDK and the CLI say it is stale instead of retrying a dead port: the client refuses to be
+    # built at all (no request is ever sent), the CLI exits 1 naming the fix
     with pytest.raises(StaleEndpoint, match=f"pid {old['pid']}"):
         Client(state_dir=state)
     result = CliRunner().invoke(app, ["--state-dir", str(state), "jobs", "list"], env={"COLUMNS": "250"})
     assert result.exit_code == 1 and "is stale" in result.output and "trainplane up --state-dir" in result.output, result.output
-    assert time.monotonic() - began < 5
     # When `up` runs again on that state dir
     plane.start()
     # Then it replaced the stale file with its own (its pid, its ports), and clients work again

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from localmode.credentials import CREDENTIALS_FILE, new_dashboard_user, new_principal
 from tests.e2e.conftest import LocalPlane
 from tests.helpers.jobs import request_body
 
@@ -33,19 +36,21 @@ def _xy(**specs: dict[str, Any]) -> dict[str, Any]:
     return {name: {**spec, "target": f"training_config.environment.{name.upper()}"} for name, spec in specs.items()}
 
 
-def _sweep(plane: LocalPlane, template: dict[str, Any] | None = None, **tuning: Any) -> dict[str, Any]:
+def _sweep(plane: LocalPlane, template: dict[str, Any] | None = None, principal: str = "alice", **tuning: Any) -> dict[str, Any]:
     config = {"metric": {"name": "score", "goal": "maximize"}, "seed": 3}
     config.update(tuning)
     body = {"name": "quadratic", "job_template": template or _template(), "hyperParameterTuningConfig": config}
-    reply = plane.request("POST", "/sweeps", json=body)
+    reply = plane.request("POST", "/sweeps", json=body, principal=principal)
     assert reply.status_code == 201, reply.text
     return reply.json()  # type: ignore[no-any-return]
 
 
-def _wait(plane: LocalPlane, sweep_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 240.0) -> dict[str, Any]:
+def _wait(
+    plane: LocalPlane, sweep_id: str, done: Callable[[dict[str, Any]], bool], timeout: float = 240.0, principal: str = "alice"
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while True:
-        sweep = plane.request("GET", f"/sweeps/{sweep_id}").json()
+        sweep = plane.request("GET", f"/sweeps/{sweep_id}", principal=principal).json()
         if done(sweep):
             return sweep  # type: ignore[no-any-return]
         assert time.monotonic() < deadline, f"sweep {sweep_id} did not get there: {sweep['status']} {sweep['counts']}"
@@ -57,8 +62,41 @@ def _ended(sweep: dict[str, Any]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def plane(local_plane_factory: Any) -> LocalPlane:
-    return local_plane_factory(env=TWO_SLOTS)  # type: ignore[no-any-return]
+def plane(local_plane_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> LocalPlane:
+    """Local mode with alice (an IAM user) and two people signed in to the dashboard, ana and ben: keys of
+    the dashboard role's one Cognito session, each with an identity id of their own."""
+    state = tmp_path_factory.mktemp("sweeps") / "state"
+    state.mkdir(mode=0o700)
+    people = [new_principal("admin"), new_principal("alice"), new_dashboard_user("ana"), new_dashboard_user("ben")]
+    (state / CREDENTIALS_FILE).write_text(json.dumps({"principals": [asdict(p) for p in people]}))
+    return local_plane_factory(env=TWO_SLOTS, state_dir=state)  # type: ignore[no-any-return]
+
+
+def _dashboard_principal(plane: LocalPlane, name: str) -> str:
+    """The principal the API must make of a dashboard user: the role session named by their identity id."""
+    entry = next(p for p in json.loads((plane.state_dir / CREDENTIALS_FILE).read_text())["principals"] if p["name"] == name)
+    return f"{entry['arn'].rpartition('/')[0]}/{entry['cognito_identity_id']}"
+
+
+def test_a_dashboard_users_sweep_and_its_trials_are_not_found_for_another_dashboard_user(plane: LocalPlane) -> None:
+    # Given: ana, signed in to the dashboard, creates a sweep
+    space = _xy(x={"type": "double", "values": [0.0, 0.3]}, y={"type": "double", "values": [0.7]})
+    sweep = _sweep(plane, method="grid", maxTrials=2, maxParallelTrials=1, parameters=space, principal="ana")
+    sweep_id, ana = sweep["sweep_id"], _dashboard_principal(plane, "ana")
+    assert sweep["owner"] == ana != plane.principal("ben")["arn"]
+
+    # Then: ben, the same dashboard role's same session name, gets 404 for it, and cannot cancel it
+    assert plane.request("GET", f"/sweeps/{sweep_id}", principal="ben").status_code == 404
+    assert plane.request("POST", f"/sweeps/{sweep_id}/cancel", principal="ben").status_code == 404
+    assert sweep_id not in plane.request("GET", "/sweeps", principal="ben").text
+
+    # And: the trials run as ana's jobs, which ben does not see either
+    sweep = _wait(plane, sweep_id, _ended, principal="ana")
+    assert sweep["status"] == "COMPLETED" and sweep["owner"] == ana, sweep
+    trials = plane.request("GET", "/jobs", params={"labels.sweep_id": sweep_id}, principal="ana").json()["jobs"]
+    assert len(trials) == 2 and {j["owner"] for j in trials} == {ana}
+    assert plane.request("GET", "/jobs", params={"labels.sweep_id": sweep_id}, principal="ben").json()["jobs"] == []
+    assert plane.request("GET", f"/jobs/{trials[0]['job_id']}", principal="ben").status_code == 404
 
 
 def test_a_grid_sweep_visits_every_point_once_and_records_the_best(plane: LocalPlane) -> None:
@@ -205,7 +243,6 @@ def test_kill_9_mid_sweep_then_restart_completes_with_exactly_max_trials(local_p
 
 
 def test_the_cli_creates_and_waits_and_the_sdk_reads_the_sweep(plane: LocalPlane, tmp_path: Path) -> None:
-    import json
     import re
 
     from typer.testing import CliRunner

@@ -15,7 +15,7 @@ from functions.handlers.openapi import COMMITTED
 from functions.settings import Settings
 from schemas.status import JobStatus
 from tests.fakes import RecordingWorkflow
-from tests.helpers.events import FakeLambdaContext, api_event
+from tests.helpers.events import Caller, FakeLambdaContext, api_event, route_event
 from tests.helpers.jobs import ALICE, request_body
 
 DOCUMENT = json.loads(COMMITTED.read_text())
@@ -35,7 +35,22 @@ class Api:
     settings: Settings
 
     def __call__(self, name: str, **changes: Any) -> Reply:
-        event = api_event(name, **changes)
+        return self.send(api_event(name, **changes))
+
+    def route(
+        self,
+        method: str,
+        resource: str,
+        path_parameters: dict[str, str] | None = None,
+        *,
+        caller: Caller | None = None,
+        body: Any = None,
+        query: dict[str, str] | None = None,
+    ) -> Reply:
+        """Any route by its method and OpenAPI path (tests/helpers/events.py route_event)."""
+        return self.send(route_event(method, resource, path_parameters, caller=caller, body=body, query=query))
+
+    def send(self, event: dict[str, Any]) -> Reply:
         raw = api.lambda_handler(event, FakeLambdaContext())
         resource, method = event["resource"], event["httpMethod"].lower()
         documented = DOCUMENT["paths"].get(resource, {}).get(method, {}).get("responses", {})

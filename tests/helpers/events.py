@@ -53,6 +53,70 @@ def api_event(
     return event
 
 
+@dataclass(frozen=True)
+class Caller:
+    """Who signs a request, as API Gateway's IAM authorizer puts it in requestContext.identity.
+
+    An IAM user (`user_arn` alone), or a dashboard user signed in through the Cognito identity pool: a
+    session of the pool's role whose session name is the same for everyone (CognitoIdentityCredentials),
+    told apart only by `cognito_identity_id`.
+    """
+
+    name: str
+    user_arn: str
+    cognito_identity_id: str | None = None
+    unique_id: str = "AIDAEXAMPLE"  # identity.caller / identity.user: the key's principal id
+
+    @property
+    def principal(self) -> str:
+        """The principal the API must treat this caller as (the owner of what it creates)."""
+        if self.cognito_identity_id is None:
+            return self.user_arn
+        return f"{self.user_arn.rpartition('/')[0]}/{self.cognito_identity_id}"
+
+    def sign(self, event: dict[str, Any]) -> dict[str, Any]:
+        identity = event["requestContext"]["identity"]
+        identity.update(userArn=self.user_arn, caller=self.unique_id, user=self.unique_id)
+        if self.cognito_identity_id is not None:
+            identity.update(
+                cognitoIdentityId=self.cognito_identity_id,
+                cognitoAuthenticationType="authenticated",
+                cognitoIdentityPoolId="us-east-1:00000000-0000-0000-0000-000000000000",
+            )
+        return event
+
+
+DASHBOARD_SESSION = "arn:aws:sts::123456789012:assumed-role/trainplane-dev-dashboard-users/CognitoIdentityCredentials"
+
+
+def dashboard_user(name: str, identity_id: str) -> Caller:
+    """A person signed in to the dashboard: the pool role's one shared session, their own identity id."""
+    return Caller(name, DASHBOARD_SESSION, identity_id, unique_id="AROAEXAMPLEDASHBOARD:CognitoIdentityCredentials")
+
+
+def route_event(
+    method: str,
+    resource: str,
+    path_parameters: dict[str, str] | None = None,
+    *,
+    caller: Caller | None = None,
+    body: Any = None,
+    query: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """An API Gateway event for any route (`resource` as OpenAPI spells it, e.g. /sweeps/{sweep_id}),
+    built from the recorded GET /jobs event with the path, method, body and query replaced."""
+    event = copy.deepcopy(_load("api_list_jobs"))
+    path = resource
+    for name, value in (path_parameters or {}).items():
+        path = path.replace("{" + name + "}", value)
+    event.update(resource=resource, path=path, httpMethod=method, pathParameters=dict(path_parameters) if path_parameters else None)
+    event["requestContext"].update(resourcePath=resource, httpMethod=method, path=f"/prod{path}")
+    event["body"] = None if body is None else json.dumps(body)
+    event["queryStringParameters"] = dict(query) if query else None
+    event["multiValueQueryStringParameters"] = {k: [v] for k, v in query.items()} if query else None
+    return caller.sign(event) if caller is not None else event
+
+
 @dataclass
 class FakeLambdaContext:
     function_name: str = "trainplane-api"

@@ -14,7 +14,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from tests.lifecycle_support import make_job, make_request, wait_until
 FAKE_TRAINER = (sys.executable, "-m", "tests.fake_trainer")
 REPO_ROOT = Path(__file__).resolve().parents[2]
 TRAINER_ENV = {"PYTHONPATH": str(REPO_ROOT)}  # the trainer runs in its own directory
+TRAINER_LOG_GROUP = "/trainplane/trainer"
 
 
 class Recorder:
@@ -105,7 +105,7 @@ def _emulator(server: Clients, tmp_path: Path, compute: str) -> tuple[EmulatedCo
         server.client,
         runner,
         bucket=BUCKET,
-        trainer_log_group="/trainplane/trainer",
+        trainer_log_group=TRAINER_LOG_GROUP,
         sink=recorder,
     )
     emulator.start()
@@ -123,6 +123,13 @@ def _launch_request(server: Clients, job_id: str, *, preemptible: bool = False, 
 def _ended(recorder: Recorder, detail_type: str, run_id: str, field: str, value: str) -> dict[str, Any] | None:
     key = "TrainingJobName" if detail_type == SAGEMAKER_STATE_CHANGE else "instance-id"
     return next((e for e in recorder.of(detail_type) if e["detail"].get(key) == run_id and e["detail"].get(field) == value), None)
+
+
+def _reporting(server: Clients, compute: str, job_id: str) -> bool:
+    """The job's trainer has a report in the compute's CloudWatch log group (as the control plane reads it)."""
+    job = make_job(make_request()).model_copy(update={"job_id": job_id, "attempt": 1})
+    source = CloudWatchLogSource(cloud_settings(compute=compute, trainer_log_group=TRAINER_LOG_GROUP), server)
+    return any("TRAINPLANE_EVENT" in line.message for line in source.read(job).lines)
 
 
 def test_sagemaker_jobs_run_stop_fail_and_are_interrupted_as_in_aws(server: Clients, tmp_path: Path) -> None:
@@ -188,7 +195,8 @@ def test_ec2_instances_run_the_trainer_stop_by_tag_and_end_themselves(server: Cl
         stopped = launcher.launch(_launch_request(server, "job-ec2-stop", max_steps="100000"))
         spot = launcher.launch(_launch_request(server, "job-ec2-spot", preemptible=True, max_steps="100000"))
         wait_until(lambda: {stopped.run_id, spot.run_id} <= {r[0] for r in emulator.runs()}, what="trainers started")
-        time.sleep(0.5)
+        # A trainer's first report comes after it has installed its SIGTERM handler: only then is a stop graceful
+        wait_until(lambda: _reporting(server, "ec2", "job-ec2-stop") and _reporting(server, "ec2", "job-ec2-spot"), what="both reporting")
         # When one gets the stop tag and the other the (emulated) spot reclaim
         launcher.stop(stopped)
         server.client("ec2").create_tags(Resources=[spot.run_id], Tags=[{"Key": INTERRUPT_TAG, "Value": "now"}])

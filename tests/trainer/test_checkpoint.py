@@ -214,8 +214,9 @@ def test_background_save_returns_at_once_and_reports_its_error_later(tmp_path: P
     # When it saves
     manager.save(_snapshot(1))
 
-    # Then training is not held up: the save is still running, and completes once released
-    assert manager.busy and manager.last_stall_seconds < 1.0
+    # Then training is not held up: save() has returned while the write is still held back (a synchronous
+    # save could only return after it), and the write completes once released
+    assert manager.busy
     release.set()
     manager.wait()
     assert _ids(manager) == ["step-000001"]

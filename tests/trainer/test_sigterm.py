@@ -20,11 +20,10 @@ def test_sigterm_mid_run_leaves_a_complete_checkpoint_and_exits_75(tmp_path: Pat
     )
     # When it has trained a few steps and gets SIGTERM
     stopped = run_until_sigterm(tmp_path, spec, after_step=3)
-    events, err, took = stopped.events, stopped.stderr, stopped.seconds_to_exit
+    events, err = stopped.events, stopped.stderr
 
-    # Then it exits "stopped with checkpoint" well inside SageMaker's 120 s grace
+    # Then it exits by itself, "stopped with checkpoint" (how soon is a benchmark's figure, not an assertion)
     assert stopped.returncode == ExitCode.STOPPED_WITH_CHECKPOINT, err[-3000:]
-    assert took < 60
     done = [e for e in events if e.kind == TrainerEventKind.DONE]
     assert len(done) == 1 and done[0].data["stopped"] is True and done[0].data["exit_code"] == 75
     # and the checkpoint it names is the last step it trained, complete: every file matches the manifest

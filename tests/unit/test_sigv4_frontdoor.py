@@ -13,7 +13,7 @@ import pytest
 import requests
 from requests_aws4auth import AWS4Auth
 
-from localmode.credentials import new_principal
+from localmode.credentials import COGNITO_SESSION, new_dashboard_user, new_principal
 from localmode.frontdoor import FrontDoor
 
 REGION = "us-east-1"
@@ -73,6 +73,26 @@ def test_signed_request_is_handed_over_and_the_result_returned(door) -> None:
     assert event["requestContext"]["identity"]["userArn"] == ALICE.arn
     assert event["queryStringParameters"] == {"a": "1"}
     assert event["headers"]["X-Forwarded-Proto"] == "http"
+
+
+def test_a_dashboard_user_is_reported_as_api_gateway_reports_an_identity_pool_session() -> None:
+    # Given two people signed in to the dashboard: one role session name, two identity ids
+    ana, ben = new_dashboard_user("ana"), new_dashboard_user("ben")
+    recorder = Recorder()
+    front = FrontDoor("127.0.0.1", 0, principals=[ALICE, ana, ben], handler=recorder, region=REGION, account_id="123456789012")
+    front.start()
+    try:
+        for person in (ana, ben, ALICE):
+            auth = AWS4Auth(person.access_key_id, person.secret_access_key, REGION, "execute-api")
+            assert requests.get(url(front, "/jobs"), auth=auth, timeout=10).status_code == 201
+    finally:
+        front.stop()
+    # Then each request carries the shared session ARN and the person's own identity id; alice has none
+    identities = [e["requestContext"]["identity"] for e in recorder.events]
+    assert [i["userArn"] for i in identities[:2]] == [ana.arn, ben.arn] and ana.arn == ben.arn and ana.arn.endswith("/" + COGNITO_SESSION)
+    assert [i["cognitoIdentityId"] for i in identities] == [ana.cognito_identity_id, ben.cognito_identity_id, None]
+    assert [i["cognitoAuthenticationType"] for i in identities] == ["authenticated", "authenticated", None]
+    assert identities[0]["cognitoIdentityPoolId"].startswith(REGION + ":") and identities[2]["cognitoIdentityPoolId"] is None
 
 
 def test_root_path_has_no_proxy_parameter(door) -> None:
