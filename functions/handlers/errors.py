@@ -37,6 +37,7 @@ from functions.errors import (
     SweepNotFound,
     TooLarge,
     Unsupported,
+    WebhookNotFound,
 )
 from functions.service.controls import WorkflowUnavailable
 from schemas.api import ErrorResponse
@@ -198,7 +199,7 @@ def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None
     def _forbidden(exc: Forbidden) -> Response:
         return _error(403, str(exc))
 
-    @app.exception_handler([JobNotFound, PolicyNotFound, ShapeNotFound, RunNotFound, SweepNotFound])
+    @app.exception_handler([JobNotFound, PolicyNotFound, ShapeNotFound, RunNotFound, SweepNotFound, WebhookNotFound])
     def _not_found(exc: DomainError) -> Response:
         return _error(404, str(exc))
 
