@@ -130,7 +130,7 @@ class DynamoWebhookRepository:
             query["FilterExpression"] = "#owner = :owner"
             query["ExpressionAttributeNames"]["#owner"] = "owner"
             query["ExpressionAttributeValues"][":owner"] = {"S": owner}
-        found = []
+        found: list[StoredWebhook] = []
         for page in self._ddb.get_paginator("query").paginate(**query):
             found.extend(_stored(i) for i in page.get("Items", []))
         return found
