@@ -172,3 +172,30 @@ def test_410_disables_the_webhook(plane: LocalPlane, receiver: tuple[Receiver, s
     wait_until(disabled, timeout=60, what="the webhook disabled")
     assert "410" in plane.request("GET", f"/webhooks/{hook['webhook_id']}", principal="alice").json()["disabled_reason"]
     assert json.loads(rx.at(path)[0].body)["type"] == "webhook.test"
+
+
+def test_a_queued_retry_survives_kill_9_of_trainplane_up(
+    local_plane_factory: Callable[..., LocalPlane], receiver: tuple[Receiver, str]
+) -> None:
+    # Given: a plane of its own retrying every second, and a receiver that fails until told otherwise
+    rx, base = receiver
+    own = local_plane_factory(env={"TRAINPLANE_WEBHOOK_RETRY_DELAYS": ",".join(["0"] + ["1"] * 9)})
+    path = f"/down-{uuid.uuid4().hex[:8]}"
+    rx.script[path] = [500] * 1000
+    hook = create(own, "alice", base + path)
+    event_id = own.request("POST", f"/webhooks/{hook['webhook_id']}/test", principal="alice").json()["event_id"]
+    wait_until(lambda: rx.at(path), timeout=60, what="the first (failed) attempt")
+
+    # When: `trainplane up` is killed with -9 while the retry waits, the receiver recovers, and it restarts
+    own.kill()
+    with rx.lock:
+        rx.script[path] = []
+    own.start()
+
+    # Then: the queued retry is made after the restart and delivered, with the same webhook-id
+    def delivered() -> bool:
+        reply = own.request("GET", f"/webhooks/{hook['webhook_id']}/deliveries", principal="alice").json()["deliveries"]
+        return any(d["outcome"] == "delivered" and d["event_id"] == event_id for d in reply)
+
+    wait_until(delivered, timeout=60, what="the retry delivered after the restart")
+    assert {a.headers["webhook-id"] for a in rx.at(path)} == {event_id}
