@@ -584,6 +584,9 @@ app.add_typer(shapes_app, name="shapes")
 from trainplane.cli_sweeps import sweeps_app  # noqa: E402 (it builds on the helpers above)
 
 app.add_typer(sweeps_app, name="sweeps")
+from trainplane.cli_webhooks import webhooks_app  # noqa: E402 (it builds on the helpers above)
+
+app.add_typer(webhooks_app, name="webhooks")
 
 
 def main() -> None:

@@ -78,7 +78,7 @@ def loopback_receiver() -> Iterator[tuple[str, list[bytes]]]:
     received: list[bytes] = []
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             received.append(self.rfile.read(int(self.headers["Content-Length"])))
             self.send_response(503)
             self.send_header("Retry-After", "7")
