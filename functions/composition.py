@@ -326,8 +326,13 @@ class Composition:
             from functions.service.event_publisher import EventPublisher
             from functions.service.webhooks import WebhookFanoutBus
 
-            # Each batch is queued for the webhooks it goes to before it goes on the bus (webhooks.py).
-            bus = WebhookFanoutBus(EventBridgeBus(self.clients, self.settings.trainplane_bus_name), self.webhooks)
+            bus: Any = EventBridgeBus(self.clients, self.settings.trainplane_bus_name)
+            if self.settings.local_mode:
+                # Local mode queues each batch for the webhooks before it goes on the bus (the journaled
+                # table is the durable queue; moto's SQS is not journaled). In the cloud a rule on the bus
+                # feeds an SQS queue the delivery Lambda fans out from, and the publisher stays confined to
+                # the outbox (functions/handlers/webhook_delivery.py).
+                bus = WebhookFanoutBus(bus, self.webhooks)
             return EventPublisher(bus, DynamoOutbox(self.clients, self.settings.jobs_table))
 
         return self._given_or("event_publisher", build)

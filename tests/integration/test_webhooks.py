@@ -22,6 +22,7 @@ from functions import event_types as et
 from functions.adapters.aws import AwsClients
 from functions.adapters.outbox import DynamoOutbox
 from functions.adapters.webhooks import DynamoWebhookRepository
+from functions.handlers.webhook_delivery import fan_out
 from functions.service.webhook_delivery import SCHEDULE, DeliveryWorker, Schedule
 from schemas.webhooks import SendResult
 from tests.fakes import RecordingWorkflow
@@ -66,14 +67,38 @@ class Receiver:
 
 @pytest.fixture
 def call(aws: AwsClients) -> Iterator[Api]:
+    """The API on fresh tables, and the cloud's path of events to webhooks: the own bus, a rule sending every
+    trainplane event to an SQS queue, which `publish` hands to the delivery Lambda's fan-out."""
     settings = fresh_resources(aws, admin_arns=(ADMIN,))
-    aws.client("events").create_event_bus(Name=settings.trainplane_bus_name)
+    events, sqs = aws.client("events"), aws.client("sqs")
+    bus = settings.trainplane_bus_name
+    events.create_event_bus(Name=bus)
+    queue_url = sqs.create_queue(QueueName=f"webhook-fanout-{settings.jobs_table}")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events.put_rule(Name="webhooks", EventBusName=bus, EventPattern=json.dumps({"source": [et.SOURCE]}))
+    events.put_targets(Rule="webhooks", EventBusName=bus, Targets=[{"Id": "fanout", "Arn": queue_arn}])
     composition.configure(settings=settings, clients=aws, workflow=RecordingWorkflow())
     try:
         yield Api(aws, RecordingWorkflow(), settings)
     finally:
-        aws.client("events").delete_event_bus(Name=settings.trainplane_bus_name)
+        events.remove_targets(Rule="webhooks", EventBusName=bus, Ids=["fanout"])
+        events.delete_rule(Name="webhooks", EventBusName=bus)
+        events.delete_event_bus(Name=bus)
+        sqs.delete_queue(QueueUrl=queue_url)
         composition.reset()
+
+
+def publish(call: Api) -> int:
+    """The publisher drains the outbox onto the bus; the rule's queue goes through the delivery Lambda's fan-out."""
+    sent = composition.current().event_publisher.drain().sent
+    sqs = call.clients.client("sqs")
+    queue_url = sqs.get_queue_url(QueueName=f"webhook-fanout-{call.settings.jobs_table}")["QueueUrl"]
+    while messages := sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages", []):
+        records = [{"messageId": m["MessageId"], "body": m["Body"]} for m in messages]
+        assert fan_out(records) == []
+        for m in messages:
+            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
+    return sent
 
 
 def create(call: Api, caller: Caller, **body: Any) -> dict[str, Any]:
@@ -136,7 +161,7 @@ def test_a_principals_webhook_gets_only_its_own_events_and_each_verifies(call: A
     # When: Alice and the admin each submit a job and the publisher runs
     mine = call.submit(user=ALICE)["job_id"]
     theirs = call.submit(user=ADMIN, **{"name": "admins-job"})["job_id"]
-    assert composition.current().event_publisher.drain().sent == 2
+    assert publish(call) == 2
     receiver, clock = Receiver(), Clock()
     assert worker(call, receiver, clock).deliver_due() == 3
 
@@ -175,7 +200,7 @@ def test_a_republished_batch_queues_nothing_twice(call: Api) -> None:
 def test_the_schedule_over_75_hours_with_jitter_then_failed(call: Api) -> None:
     hook = create(call, ALICE_CALLER)
     call.submit(user=ALICE)
-    composition.current().event_publisher.drain()
+    publish(call)
     clock = Clock()
     receiver = Receiver(answers=[(500, None)] * 10)
     work = worker(call, receiver, clock)
@@ -202,7 +227,7 @@ def test_the_schedule_over_75_hours_with_jitter_then_failed(call: Api) -> None:
 def test_retry_after_is_honoured_on_503_and_429(call: Api) -> None:
     create(call, ALICE_CALLER)
     call.submit(user=ALICE)
-    composition.current().event_publisher.drain()
+    publish(call)
     clock = Clock()
     work = worker(call, Receiver(answers=[(503, "3600"), (429, "120")]), clock)
     start = clock.now
@@ -220,7 +245,7 @@ def test_retry_after_is_honoured_on_503_and_429(call: Api) -> None:
 def test_410_disables_the_webhook_and_says_so_with_an_event(call: Api) -> None:
     hook = create(call, ALICE_CALLER)
     call.submit(user=ALICE)
-    composition.current().event_publisher.drain()
+    publish(call)
     worker(call, Receiver(answers=[(410, None)]), Clock()).deliver_due()
 
     got = call.route("GET", "/webhooks/{webhook_id}", {"webhook_id": hook["webhook_id"]}, caller=ALICE_CALLER).body
@@ -239,7 +264,7 @@ def test_failing_for_five_days_disables_the_webhook(call: Api) -> None:
     for day in range(6):
         clock.now = start + timedelta(days=day, seconds=60)
         call.submit(user=ALICE, name=f"day-{day}")
-        composition.current().event_publisher.drain()
+        publish(call)
         work.deliver_due()
         enabled = call.route("GET", "/webhooks/{webhook_id}", {"webhook_id": hook["webhook_id"]}, caller=ALICE_CALLER).body["enabled"]
         assert enabled is (day < 5), day
@@ -272,7 +297,7 @@ def test_redeliver_sends_the_same_id_re_signed_and_an_unknown_event_is_422(call:
     hook = create(call, ALICE_CALLER)
     path = {"webhook_id": hook["webhook_id"]}
     call.submit(user=ALICE)
-    composition.current().event_publisher.drain()
+    publish(call)
     receiver, clock = Receiver(), Clock()
     work = worker(call, receiver, clock)
     work.deliver_due()
@@ -291,7 +316,7 @@ def test_redeliver_sends_the_same_id_re_signed_and_an_unknown_event_is_422(call:
 def test_a_leased_delivery_is_not_attempted_by_a_second_worker(call: Api) -> None:
     create(call, ALICE_CALLER)
     call.submit(user=ALICE)
-    composition.current().event_publisher.drain()
+    publish(call)
     repo = DynamoWebhookRepository(call.clients, call.settings.jobs_table)
     now = datetime.now(UTC)
     (item,) = repo.due(now, 10)
