@@ -37,13 +37,13 @@ from functions.address_guard import AddressRefused, check_address
 from schemas.events import WebhookDisabled, event_id
 from schemas.webhooks import DeliveryAttempt, HeldEvent, QueuedDelivery, SendResult, SigningSecret, StoredWebhook, Webhook
 
-WEBHOOKS_PK = "WEBHOOKS"
-QUEUE_PK = "WEBHOOK_QUEUE"
+WEBHOOKS_PK = c.WEBHOOKS_PK
+QUEUE_PK = c.WEBHOOK_QUEUE_PK
 ENTITY = "WEBHOOK"
 
 
 def _webhook_pk(webhook_id: str) -> str:
-    return f"WEBHOOK#{webhook_id}"
+    return f"{c.WEBHOOK_PK_PREFIX}{webhook_id}"
 
 
 def _key(pk: str, sk: str) -> dict[str, Any]:
