@@ -96,20 +96,49 @@ def retry_after(value: str | None, now: datetime) -> timedelta | None:
     return min(max(when - now, timedelta(0)), MAX_RETRY_AFTER)
 
 
+def slack_message(stored: StoredWebhook, held: HeldEvent) -> str:
+    """A Slack incoming-webhook message for one event: what happened to which job, why, and a link."""
+    data = json.loads(held.body).get("data", {})
+    name = data.get("job_name") or data.get("sweep_name") or data.get("policy_name") or data.get("webhook_id") or ""
+    subject = data.get("job_id") or data.get("sweep_id") or data.get("policy_id") or data.get("webhook_id") or ""
+    if held.event_type == "job.checkpoint_saved":
+        what = f"saved checkpoint {data.get('checkpoint_id')} at step {data.get('step')}"
+    elif held.event_type == "webhook.test":
+        what = "test delivery from trainplane"
+    else:
+        previous = data.get("previous_state")
+        what = f"{previous} -> {data.get('state')}" if previous else str(data.get("state") or held.event_type)
+    reason = data.get("error_message") or data.get("reason") or ""
+    link = data.get("dashboard_url")
+    label = f"<{link}|{_slack_escape(name)}>" if link else _slack_escape(name)
+    text = f"*{label}* `{subject}`: {_slack_escape(what)}" + (f"\n> {_slack_escape(reason)}" if reason else "")
+    return json.dumps({"text": text.strip()}, separators=(",", ":"))
+
+
+def _slack_escape(text: str) -> str:
+    # Slack's mrkdwn: &, < and > are the only characters to escape
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def render(stored: StoredWebhook, held: HeldEvent) -> str:
+    """The body a webhook receives: the Standard Webhooks payload, or a Slack message (format `slack`)."""
+    return slack_message(stored, held) if stored.webhook.format == "slack" else held.body
+
+
 class DeliveryWorker:
     def __init__(
         self,
         repository: WebhookRepository,
         sender: WebhookSender,
         *,
-        render: Callable[[StoredWebhook, HeldEvent], str] | None = None,
+        render: Callable[[StoredWebhook, HeldEvent], str] = render,
         schedule: Schedule = Schedule(),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: random.Random | None = None,
     ) -> None:
         self.repository = repository
         self.sender = sender
-        self.render = render or (lambda _stored, held: held.body)
+        self.render = render
         self.schedule = schedule
         self.clock = clock
         self.rng = rng or random.Random()

@@ -325,3 +325,15 @@ def test_a_leased_delivery_is_not_attempted_by_a_second_worker(call: Api) -> Non
     assert repo.due(now, 10) == []
     # a worker that died mid-attempt: the item comes due again when its lease ends
     assert [d.event_id for d in repo.due(now + timedelta(seconds=61), 10)] == [item.event_id]
+
+
+def test_a_slack_webhook_gets_a_readable_message(call: Api) -> None:
+    hook = create(call, ALICE_CALLER, format="slack", event_types=["job.status_changed"])
+    job_id = call.submit(user=ALICE, name="slack-job")["job_id"]
+    publish(call)
+    receiver = Receiver()
+    worker(call, receiver, Clock()).deliver_due()
+    (sent,) = receiver.sent
+    message = verified(sent, hook["secret"])  # signed all the same; Slack ignores the headers
+    assert set(message) == {"text"} and "slack-job" in message["text"] and job_id in message["text"]
+    assert message["text"] == f"*slack-job* `{job_id}`: PENDING\n> submitted"
