@@ -29,7 +29,7 @@ def resolve(host: str, port: int) -> list[str]:
     """Every address `host` resolves to (A and AAAA)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
+    except (OSError, ValueError) as exc:  # gaierror; UnicodeError (a label over 63), an embedded NUL
         raise AddressRefused(f"the host {host!r} does not resolve ({exc})") from exc
     return sorted({str(info[4][0]) for info in infos})
 
@@ -68,10 +68,14 @@ def check_url(url: str, *, allow_loopback: bool = False, resolver: Resolver = re
 
     HTTPS only, except a loopback receiver where `allow_loopback` (local mode). No user info in the URL
     (it would be sent, and logged, as credentials)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError as exc:  # e.g. an unclosed IPv6 bracket
+        raise AddressRefused(f"not a URL: {exc}") from exc
     if parts.scheme not in ("https", "http"):
         raise AddressRefused(f"the URL must be https://, not {parts.scheme or 'schemeless'}")
-    if not parts.hostname:
+    if not hostname:
         raise AddressRefused("the URL names no host")
     if parts.username or parts.password:
         raise AddressRefused("the URL may not carry a user name or password")
@@ -79,9 +83,9 @@ def check_url(url: str, *, allow_loopback: bool = False, resolver: Resolver = re
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError as exc:
         raise AddressRefused(f"the URL's port is not a number in 1-65535 ({exc})") from exc
-    addresses = list(resolver(parts.hostname, port))
+    addresses = list(resolver(hostname, port))
     if not addresses:
-        raise AddressRefused(f"the host {parts.hostname!r} resolves to no address")
+        raise AddressRefused(f"the host {hostname!r} resolves to no address")
     for address in addresses:
         check_address(address, allow_loopback=allow_loopback)
     if parts.scheme == "http" and not (allow_loopback and all(ipaddress.ip_address(a.split("%", 1)[0]).is_loopback for a in addresses)):

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.configs import Strict
-from schemas.job import MAX_LABELS
+from schemas.job import Labels
 
 WebhookFormat = Literal["standard", "slack"]
 DeliveryOutcome = Literal["delivered", "failed", "retrying", "gone", "dropped"]
@@ -43,7 +43,7 @@ class WebhookRequest(Strict):
         max_length=32,
         description="Globs over event types: `job.*`, `sweep.status_changed`, `*`.",
     )
-    labels: dict[str, str] = Field(default_factory=dict, description="Only events whose subject carries all these labels.")
+    labels: Labels = Field(default_factory=dict, description="Only events whose subject carries all these labels.")
     job_ids: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list, max_length=MAX_IDS)
     sweep_ids: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list, max_length=MAX_IDS)
     format: WebhookFormat = "standard"
@@ -57,12 +57,6 @@ class WebhookRequest(Strict):
             if not _TYPE_GLOB.match(glob):
                 raise ValueError(f"{glob!r} is not an event type glob (lowercase names, dots, * and ?)")
         return globs
-
-    @model_validator(mode="after")
-    def _label_count(self) -> WebhookRequest:
-        if len(self.labels) > MAX_LABELS:
-            raise ValueError(f"labels: at most {MAX_LABELS} labels")
-        return self
 
 
 class Webhook(BaseModel):

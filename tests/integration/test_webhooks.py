@@ -141,6 +141,9 @@ def test_create_answers_the_secret_once_and_the_routes_are_the_owners(call: Api)
         "https://[fd00::1]/hook",
         "http://93.184.215.14/hook",
         "https://user:pw@93.184.215.14/hook",
+        "https://[::1/hook",
+        "https://" + "a" * 70 + ".example.com/hook",
+        "https://93.184.215.14:99999/hook",
     ],
 )
 def test_a_url_that_is_not_https_to_a_public_address_is_422_naming_url(call: Api, url: str) -> None:
