@@ -162,7 +162,11 @@ class DeliveryWorker:
         started = self.clock()
         body = self.render(stored, held)
         headers = signature_headers(held.event_id, started, body, stored.signing_secrets(started))
-        result = self.sender.send(stored.webhook.url, body.encode(), headers, TIMEOUT_SECONDS)
+        try:
+            result = self.sender.send(stored.webhook.url, body.encode(), headers, TIMEOUT_SECONDS)
+        except Exception as exc:  # a sender's bug must not stall the queue: a failed attempt, retried on schedule
+            logger.exception("webhook sender failed", extra={"webhook_id": item.webhook_id})
+            result = SendResult(None, 0, f"{type(exc).__name__}: {exc}")
         self._record(item, stored, held, result, started)
         return 1
 
