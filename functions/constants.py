@@ -124,3 +124,5 @@ LOG_KEY = re.compile(rf"^{JOBS_PREFIX}/(?P<job_id>.+)/logs/attempt-(?P<attempt>\
 WEBHOOKS_PK = "WEBHOOKS"
 WEBHOOK_PK_PREFIX = "WEBHOOK#"
 WEBHOOK_QUEUE_PK = "WEBHOOK_QUEUE"
+# The jobs table's TTL attribute (epoch seconds): only webhooks' held events and attempts carry it (30 days).
+JOBS_TTL_ATTR = "expires_at_epoch"

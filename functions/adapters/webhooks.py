@@ -40,6 +40,11 @@ from schemas.webhooks import DeliveryAttempt, HeldEvent, QueuedDelivery, SendRes
 WEBHOOKS_PK = c.WEBHOOKS_PK
 QUEUE_PK = c.WEBHOOK_QUEUE_PK
 ENTITY = "WEBHOOK"
+KEEP_SECONDS = 30 * 24 * 3600  # held events and attempts: GET .../deliveries and redeliver look back 30 days
+
+
+def _expires(at: datetime) -> dict[str, str]:
+    return {"N": str(int(at.timestamp()) + KEEP_SECONDS)}
 
 
 def _webhook_pk(webhook_id: str) -> str:
@@ -173,6 +178,7 @@ class DynamoWebhookRepository:
             "at_key": {"S": items.time_key(event.at)},
             "order": {"N": str(event.order)},
             "body": {"S": event.body},
+            c.JOBS_TTL_ATTR: _expires(event.at),
         }
         try:
             self._ddb.transact_write_items(
@@ -263,7 +269,11 @@ class DynamoWebhookRepository:
         writes: list[dict[str, Any]] = [{"Delete": {"TableName": self.table, "Key": _key(QUEUE_PK, item.key)}}]
         if attempt is not None:
             sk = f"ATTEMPT#{items.time_key(attempt.at)}#{attempt.event_id}#{attempt.attempt:02d}"
-            record = {**_key(_webhook_pk(item.webhook_id), sk), "doc": {"S": attempt.model_dump_json()}}
+            record = {
+                **_key(_webhook_pk(item.webhook_id), sk),
+                "doc": {"S": attempt.model_dump_json()},
+                c.JOBS_TTL_ATTR: _expires(attempt.at),
+            }
             writes.append({"Put": {"TableName": self.table, "Item": record}})
         if next_due is not None and attempt is not None:
             held = self.held(item.webhook_id, item.event_id)

@@ -73,3 +73,9 @@ def test_the_delivery_functions_table_access_is_the_webhook_and_outbox_partition
         }
     }
     assert "dynamodb:Scan" not in json.dumps(dynamo) and "dynamodb:BatchWriteItem" not in json.dumps(dynamo)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_held_events_and_attempts_expire_by_the_jobs_tables_ttl(synth: Synth, stage: str) -> None:
+    table = next(t for t in synth.resources(stage, "AWS::DynamoDB::Table").values() if "StreamSpecification" in t["Properties"])
+    assert table["Properties"]["TimeToLiveSpecification"] == {"AttributeName": constants.JOBS_TTL_ATTR, "Enabled": True}

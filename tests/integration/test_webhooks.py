@@ -340,3 +340,19 @@ def test_a_slack_webhook_gets_a_readable_message(call: Api) -> None:
     message = verified(sent, hook["secret"])  # signed all the same; Slack ignores the headers
     assert set(message) == {"text"} and "slack-job" in message["text"] and job_id in message["text"]
     assert message["text"] == f"*slack-job* `{job_id}`: PENDING\n> submitted"
+
+
+def test_held_events_and_attempts_carry_their_30_day_expiry(call: Api) -> None:
+    hook = create(call, ALICE_CALLER)
+    call.submit(user=ALICE)
+    publish(call)
+    worker(call, Receiver(), Clock()).deliver_due()
+    items = call.clients.dynamodb().query(
+        TableName=call.settings.jobs_table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"WEBHOOK#{hook['webhook_id']}"}},
+    )["Items"]
+    assert {i["sk"]["S"].split("#")[0] for i in items} == {"EVENT", "ATTEMPT"}
+    for item in items:
+        remaining = int(item["expires_at_epoch"]["N"]) - datetime.now(UTC).timestamp()
+        assert 29 * 86400 < remaining <= 30 * 86400
