@@ -29,6 +29,7 @@ from typing import Protocol
 
 from standardwebhooks import Webhook as Signer
 
+from functions.service import webhook_slack as slack
 from functions.service.webhooks import WebhookRepository
 from schemas.webhooks import DeliveryAttempt, DeliveryOutcome, HeldEvent, QueuedDelivery, SendResult, StoredWebhook
 
@@ -96,33 +97,10 @@ def retry_after(value: str | None, now: datetime) -> timedelta | None:
     return min(max(when - now, timedelta(0)), MAX_RETRY_AFTER)
 
 
-def slack_message(stored: StoredWebhook, held: HeldEvent) -> str:
-    """A Slack incoming-webhook message for one event: what happened to which job, why, and a link."""
-    data = json.loads(held.body).get("data", {})
-    name = data.get("job_name") or data.get("sweep_name") or data.get("policy_name") or data.get("webhook_id") or ""
-    subject = data.get("job_id") or data.get("sweep_id") or data.get("policy_id") or data.get("webhook_id") or ""
-    if held.event_type == "job.checkpoint_saved":
-        what = f"saved checkpoint {data.get('checkpoint_id')} at step {data.get('step')}"
-    elif held.event_type == "webhook.test":
-        what = "test delivery from trainplane"
-    else:
-        previous = data.get("previous_state")
-        what = f"{previous} -> {data.get('state')}" if previous else str(data.get("state") or held.event_type)
-    reason = data.get("error_message") or data.get("reason") or ""
-    link = data.get("dashboard_url")
-    label = f"<{link}|{_slack_escape(name)}>" if link else _slack_escape(name)
-    text = f"*{label}* `{subject}`: {_slack_escape(what)}" + (f"\n> {_slack_escape(reason)}" if reason else "")
-    return json.dumps({"text": text.strip()}, separators=(",", ":"))
-
-
-def _slack_escape(text: str) -> str:
-    # Slack's mrkdwn: &, < and > are the only characters to escape
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
-def render(stored: StoredWebhook, held: HeldEvent) -> str:
-    """The body a webhook receives: the Standard Webhooks payload, or a Slack message (format `slack`)."""
-    return slack_message(stored, held) if stored.webhook.format == "slack" else held.body
+def render(stored: StoredWebhook, events: Sequence[HeldEvent]) -> str:
+    """The body a webhook receives: the Standard Webhooks payload of its one event, or a Slack message
+    (format `slack`) for one event or a burst."""
+    return slack.message(events) if stored.webhook.format == "slack" else events[0].body
 
 
 class DeliveryWorker:
@@ -131,7 +109,7 @@ class DeliveryWorker:
         repository: WebhookRepository,
         sender: WebhookSender,
         *,
-        render: Callable[[StoredWebhook, HeldEvent], str] = render,
+        render: Callable[[StoredWebhook, Sequence[HeldEvent]], str] = render,
         schedule: Schedule = Schedule(),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         rng: random.Random | None = None,
@@ -142,33 +120,58 @@ class DeliveryWorker:
         self.schedule = schedule
         self.clock = clock
         self.rng = rng or random.Random()
+        self._posted: dict[str, datetime] = {}  # a Slack webhook's last post (this worker's)
 
     def deliver_due(self, limit: int = 50) -> int:
-        """Make one attempt of each delivery due now (oldest first); returns how many were attempted."""
+        """Make one attempt of each delivery due now (oldest first); a Slack webhook's due deliveries go
+        as one message, at most one per second. Returns how many deliveries were attempted."""
         attempted = 0
+        webhooks: dict[str, StoredWebhook | None] = {}
+        slack_due: dict[str, list[QueuedDelivery]] = {}
         for item in self.repository.due(self.clock(), limit):
-            now = self.clock()
-            if not self.repository.lease(item, now, now + LEASE):
-                continue  # another worker has it
-            attempted += self.attempt(item)
+            if item.webhook_id not in webhooks:
+                webhooks[item.webhook_id] = self.repository.find(item.webhook_id)
+            stored = webhooks[item.webhook_id]
+            if stored is not None and stored.webhook.format == "slack":
+                slack_due.setdefault(item.webhook_id, []).append(item)
+                continue
+            attempted += self._attempt(self._leased([item]), stored)
+        for webhook_id, items in slack_due.items():
+            last = self._posted.get(webhook_id)
+            if last is not None and self.clock() - last < slack.MIN_INTERVAL:
+                continue  # due again on the next pass, a second after the last post
+            attempted += self._attempt(self._leased(items), webhooks[webhook_id])
         return attempted
 
-    def attempt(self, item: QueuedDelivery) -> int:
-        stored = self.repository.find(item.webhook_id)
-        held = self.repository.held(item.webhook_id, item.event_id)
-        if stored is None or held is None or not stored.webhook.enabled:
-            self.repository.finish(item, None, None)  # deleted or disabled since: nothing to send
+    def _leased(self, items: Sequence[QueuedDelivery]) -> list[QueuedDelivery]:
+        now = self.clock()
+        return [i for i in items if self.repository.lease(i, now, now + LEASE)]  # others: another worker has them
+
+    def _attempt(self, items: Sequence[QueuedDelivery], stored: StoredWebhook | None) -> int:
+        """One POST for the items (one, or a Slack webhook's burst); each finished with its outcome."""
+        pairs: list[tuple[QueuedDelivery, HeldEvent]] = []
+        for item in items:
+            held = self.repository.held(item.webhook_id, item.event_id)
+            if stored is None or held is None or not stored.webhook.enabled:
+                self.repository.finish(item, None, None)  # deleted or disabled since: nothing to send
+                continue
+            pairs.append((item, held))
+        if not pairs or stored is None:
             return 0
         started = self.clock()
-        body = self.render(stored, held)
-        headers = signature_headers(held.event_id, started, body, stored.signing_secrets(started))
+        events = [held for _, held in pairs]
+        body = self.render(stored, events)
+        headers = signature_headers(slack.message_id(events), started, body, stored.signing_secrets(started))
         try:
             result = self.sender.send(stored.webhook.url, body.encode(), headers, TIMEOUT_SECONDS)
         except Exception as exc:  # a sender's bug must not stall the queue: a failed attempt, retried on schedule
-            logger.exception("webhook sender failed", extra={"webhook_id": item.webhook_id})
+            logger.exception("webhook sender failed", extra={"webhook_id": stored.webhook.webhook_id})
             result = SendResult(None, 0, f"{type(exc).__name__}: {exc}")
-        self._record(item, stored, held, result, started)
-        return 1
+        if stored.webhook.format == "slack":
+            self._posted[stored.webhook.webhook_id] = started
+        for item, held in pairs:
+            self._record(item, stored, held, result, started)
+        return len(pairs)
 
     def _record(self, item: QueuedDelivery, stored: StoredWebhook, held: HeldEvent, result: SendResult, at: datetime) -> None:
         number = item.attempts + 1

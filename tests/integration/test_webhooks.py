@@ -356,3 +356,27 @@ def test_held_events_and_attempts_carry_their_30_day_expiry(call: Api) -> None:
     for item in items:
         remaining = int(item["expires_at_epoch"]["N"]) - datetime.now(UTC).timestamp()
         assert 29 * 86400 < remaining <= 30 * 86400
+
+
+def test_a_slack_burst_is_one_message_and_posts_are_a_second_apart(call: Api) -> None:
+    hook = create(call, ALICE_CALLER, format="slack", event_types=["job.status_changed"])
+    for n in range(3):
+        call.submit(user=ALICE, name=f"burst-{n}")
+    publish(call)
+    receiver, clock = Receiver(), Clock(datetime.now(UTC) + timedelta(hours=1))  # every event below is due
+    work = worker(call, receiver, clock)
+    assert work.deliver_due() == 3
+    (burst,) = receiver.sent
+    text = json.loads(burst.body)["text"]  # (signed as every delivery; the clock here is an hour ahead of the verifier's)
+    assert text.startswith("*3 trainplane events*: 3 PENDING") and all(f"burst-{n}" in text for n in range(3))
+
+    # a new event (due) within the second waits; a second later it is posted, once
+    call.submit(user=ALICE, name="later")
+    publish(call)
+    clock.now = burst_time = clock.now + timedelta(milliseconds=500)
+    assert work.deliver_due() == 0
+    clock.now = burst_time + timedelta(seconds=1)
+    assert work.deliver_due() == 1 and len(receiver.sent) == 2 and "later" in json.loads(receiver.sent[1].body)["text"]
+    assert work.deliver_due() == 0
+    outcomes = call.route("GET", "/webhooks/{webhook_id}/deliveries", {"webhook_id": hook["webhook_id"]}, caller=ALICE_CALLER).body
+    assert sorted(d["outcome"] for d in outcomes["deliveries"]) == ["delivered"] * 4
