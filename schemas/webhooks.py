@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -123,6 +123,17 @@ class RedeliverRequest(Strict):
     event_id: str | None = Field(default=None, min_length=1, max_length=64)
     since: datetime | None = None
     until: datetime | None = None
+
+    @field_validator("since", "until")
+    @classmethod
+    def _utc(cls, value: datetime | None) -> datetime | None:
+        # A time without an offset is UTC; every time is compared in UTC (one far off the calendar is refused).
+        if value is None:
+            return None
+        try:
+            return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        except OverflowError as exc:
+            raise ValueError("out of the range of dates") from exc
 
     @model_validator(mode="after")
     def _one_way(self) -> RedeliverRequest:

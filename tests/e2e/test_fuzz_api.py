@@ -294,6 +294,7 @@ _BY_ID = tuple(
         ("/jobs/{job_id}", ("GET", "PATCH", "DELETE", "POST")),
         ("/retraining-policies/{policy_id}", ("GET", "PATCH", "DELETE")),
         ("/sweeps/{sweep_id}", ("GET", "DELETE", "POST")),
+        ("/webhooks/{webhook_id}", ("GET", "DELETE", "POST")),
     )
     for m in ms
 )
@@ -355,6 +356,20 @@ LEGITIMATE_REFUSALS = (
     Refusal("next_token is opaque: only a token the API returned is one", 422, ("GET ",), r"next_token", r"not a token this API returned"),
     Refusal(
         "a priority band's bounds across fields: priority_min <= priority_max", 422, ("GET /jobs",), r"priority_min", r"above priority_max"
+    ),
+    Refusal(
+        "a webhook URL must be HTTPS and resolve to public addresses (docs/SECURITY.md): what a host resolves to is"
+        " DNS's answer, not its spelling",
+        422,
+        ("POST /webhooks",),
+        r"url",
+    ),
+    Refusal("a webhook's event_types glob must match an event type the deployment has", 422, ("POST /webhooks",), r"event_types"),
+    Refusal(
+        "redeliver names an event sent to this webhook in the last 30 days, and until after since",
+        422,
+        ("POST /webhooks/{webhook_id}/redeliver",),
+        r"event_id|until",
     ),
     Refusal(
         "checkpoint_id names no checkpoint of this job", 422, ("POST /jobs/{job_id}/resume", "POST /jobs/{job_id}/retry"), r"checkpoint_id"

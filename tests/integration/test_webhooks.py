@@ -380,3 +380,20 @@ def test_a_slack_burst_is_one_message_and_posts_are_a_second_apart(call: Api) ->
     assert work.deliver_due() == 0
     outcomes = call.route("GET", "/webhooks/{webhook_id}/deliveries", {"webhook_id": hook["webhook_id"]}, caller=ALICE_CALLER).body
     assert sorted(d["outcome"] for d in outcomes["deliveries"]) == ["delivered"] * 4
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"since": "2026-01-01T00:00:00", "until": "2026-01-02T00:00:00+00:00"}, None),  # no offset: UTC
+        ({"since": "0001-01-01T00:00:00+23:59"}, "since"),
+        ({"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "until"),
+    ],
+)
+def test_redeliver_time_ranges_are_utc_and_bounded(call: Api, body: dict[str, Any], field: str | None) -> None:
+    hook = create(call, ALICE_CALLER)
+    reply = call.route("POST", "/webhooks/{webhook_id}/redeliver", {"webhook_id": hook["webhook_id"]}, caller=ALICE_CALLER, body=body)
+    if field is None:
+        assert reply.status == 202 and reply.body["event_ids"] == []
+    else:
+        assert reply.status == 422 and reply.body["errors"][0]["field"] == field, reply.body
