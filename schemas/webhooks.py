@@ -118,7 +118,9 @@ class DeliveryList(BaseModel):
 class RedeliverRequest(Strict):
     """Send again one event (`event_id`) or every event in a time range, re-signed with a new timestamp."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"event_id": "evt_0123456789abcdef0123456789"}]})
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"since": "2026-01-01T00:00:00Z"}, {"event_id": "evt_0123456789abcdef0123456789"}]}
+    )
 
     event_id: str | None = Field(default=None, min_length=1, max_length=64)
     since: datetime | None = None
