@@ -215,3 +215,29 @@ def test_a_lost_race_writes_no_event_and_a_repeated_checkpoint_report_writes_non
     assert change.dashboard_url == f"https://dash.example.com/#/jobs/{job.job_id}"
     assert change.owner == job.owner and change.schema_version == "1"
     assert all(len(r.detail.encode()) < 4096 for r in records)  # a few KB at most
+
+
+def test_a_policys_creation_enabling_disabling_and_deletion_are_its_events_1_to_4(aws: AwsClients) -> None:
+    from functions.adapters.policies import DynamoPolicyRepository
+    from schemas.events import RetrainingPolicyStateChange
+    from tests.integration.test_policies_repository import make_policy, routes_of
+
+    table = fresh_resources(aws).jobs_table
+    repo = DynamoPolicyRepository(aws, table)
+    policy = make_policy()
+    routes = routes_of(policy)
+    repo.create(policy, routes)
+    disabled = repo.update(policy.model_copy(update={"enabled": False}), policy.version, routes, routes)
+    renamed = repo.update(disabled.model_copy(update={"daily_cap": 3}), disabled.version, routes, routes)  # no state change
+    enabled = repo.update(renamed.model_copy(update={"enabled": True}), renamed.version, routes, routes)
+    repo.delete(policy.policy_id, enabled.version, routes)
+
+    details = sorted(
+        (RetrainingPolicyStateChange.model_validate_json(r.detail) for r in DynamoOutbox(aws, table).pending()), key=lambda d: d.sequence
+    )
+    assert [(d.sequence, d.previous_state, d.state) for d in details] == [
+        (1, None, "ENABLED"),
+        (2, "ENABLED", "DISABLED"),
+        (3, "DISABLED", "ENABLED"),
+        (4, "ENABLED", "DELETED"),
+    ]

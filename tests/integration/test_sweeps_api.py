@@ -131,3 +131,23 @@ def test_without_a_sweep_controller_sweeps_are_refused_not_left_waiting(aws: Aws
         assert raw["statusCode"] == 422 and "sweep controller" in json.loads(raw["body"])["message"]
     finally:
         composition.reset()
+
+
+def test_each_status_change_of_a_sweep_is_an_event_numbered_without_gap(call: Any, aws: AwsClients) -> None:
+    # Given a sweep created, paused, resumed and cancelled through the API
+    from functions.adapters.outbox import DynamoOutbox
+    from schemas.events import SweepStateChange
+
+    sweep_id = call("POST", body=sweep_body()).body["sweep_id"]
+    for verb in ("pause", "resume", "cancel"):
+        call("POST", sweep_id, verb, body={"reason": "enough"} if verb == "cancel" else None)
+    # Then the outbox holds its four state changes, 1..4, each with the state before and after
+    records = [r for r in DynamoOutbox(aws, composition.current().settings.jobs_table).pending() if r.subject_id == sweep_id]
+    details = sorted((SweepStateChange.model_validate_json(r.detail) for r in records), key=lambda d: d.sequence)
+    assert [(d.sequence, d.previous_state, d.state) for d in details] == [
+        (1, None, "RUNNING"),
+        (2, "RUNNING", "PAUSED"),
+        (3, "PAUSED", "RUNNING"),
+        (4, "RUNNING", "CANCELLED"),
+    ]
+    assert details[-1].reason == "enough" and details[0].owner == ALICE
