@@ -45,6 +45,8 @@ if TYPE_CHECKING:
     from functions.service.sweeps_hooks import SweepHooks
     from functions.service.teams import TeamDirectory, TeamService
     from functions.service.trainer_reports import TrainerLogReports
+    from functions.service.webhook_delivery import DeliveryWorker
+    from functions.service.webhooks import WebhookService
     from functions.settings import Settings
 
 # The cloud launchers, by the `launcher` name stored in a job's run_handle (cloud_launchers below).
@@ -351,11 +353,53 @@ class Composition:
         def build() -> EventPublisher:
             from functions.adapters.outbox import DynamoOutbox, EventBridgeBus
             from functions.service.event_publisher import EventPublisher
+            from functions.service.webhooks import WebhookFanoutBus
 
-            bus = EventBridgeBus(self.clients, self.settings.trainplane_bus_name)
+            bus: Any = EventBridgeBus(self.clients, self.settings.trainplane_bus_name)
+            if self.settings.local_mode:
+                # Local mode queues each batch for the webhooks before it goes on the bus (the journaled
+                # table is the durable queue; moto's SQS is not journaled). In the cloud a rule on the bus
+                # feeds an SQS queue the delivery Lambda fans out from, and the publisher stays confined to
+                # the outbox (functions/handlers/webhook_delivery.py).
+                bus = WebhookFanoutBus(bus, self.webhooks)
             return EventPublisher(bus, DynamoOutbox(self.clients, self.settings.jobs_table))
 
         return self._given_or("event_publisher", build)
+
+    def _webhook_repository(self) -> Any:
+        from functions.adapters.webhooks import DynamoWebhookRepository
+
+        return self._once("_webhook_repository", lambda: DynamoWebhookRepository(self.clients, self.settings.jobs_table))
+
+    @property
+    def webhooks(self) -> WebhookService:
+        """Webhooks: the routes' service and the publisher's fan-out (functions/service/webhooks.py)."""
+
+        def build() -> WebhookService:
+            from functions.service.webhooks import WebhookService
+
+            extra: dict[str, Any] = {"clock": self._clock} if self._clock is not None else {}
+            settings = self.settings
+            # Loopback receivers in local mode only (functions/catalog/address_guard.py).
+            return WebhookService(self._webhook_repository(), admin_arns=settings.admin_arns, allow_loopback=settings.local_mode, **extra)
+
+        return self._once("_webhooks", build)
+
+    @property
+    def webhook_delivery(self) -> DeliveryWorker:
+        """The worker that makes due webhook attempts (the delivery Lambda's, and local mode's loop)."""
+
+        def build() -> DeliveryWorker:
+            from functions.adapters.webhooks import HttpWebhookSender
+            from functions.service.webhook_delivery import DeliveryWorker, Schedule
+
+            settings = self.settings
+            schedule = Schedule(settings.webhook_retry_delays) if settings.webhook_retry_delays else Schedule()
+            sender = HttpWebhookSender(allow_loopback=settings.local_mode)
+            extra: dict[str, Any] = {"clock": self._clock} if self._clock is not None else {}
+            return DeliveryWorker(self._webhook_repository(), sender, schedule=schedule, **extra)
+
+        return self._once("_webhook_delivery", build)
 
     @property
     def retraining(self) -> RetrainingService:
@@ -487,6 +531,10 @@ def team_service() -> TeamService:
 def sweep_service() -> SweepService:
     """Sweeps' API side (functions/service/sweeps.py; no Optuna)."""
     return current().sweeps
+
+
+def webhook_service() -> WebhookService:
+    return current().webhooks
 
 
 def lifecycle_service() -> LifecycleService:

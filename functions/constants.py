@@ -124,3 +124,11 @@ def untag_log_line(stored: str) -> tuple[str, str]:
 
 # A log_key, parsed back: job id and attempt.
 LOG_KEY = re.compile(rf"^{JOBS_PREFIX}/(?P<job_id>.+)/logs/attempt-(?P<attempt>\d+)\.log$")
+
+# Webhooks' items in the jobs table (functions/adapters/webhooks.py): the webhooks' partition, one per
+# webhook (its held events and attempts), and the delivery queue's; the delivery function's IAM names them.
+WEBHOOKS_PK = "WEBHOOKS"
+WEBHOOK_PK_PREFIX = "WEBHOOK#"
+WEBHOOK_QUEUE_PK = "WEBHOOK_QUEUE"
+# The jobs table's TTL attribute (epoch seconds): only webhooks' held events and attempts carry it (30 days).
+JOBS_TTL_ATTR = "expires_at_epoch"

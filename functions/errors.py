@@ -74,6 +74,14 @@ class PolicyConflict(ConcurrentModification):
         self.policy_id = policy_id
 
 
+class WebhookNotFound(DomainError):
+    """No such webhook, or another principal's (404: webhook ids are not disclosed either)."""
+
+    def __init__(self, webhook_id: str) -> None:
+        super().__init__(f"webhook {webhook_id} not found")
+        self.webhook_id = webhook_id
+
+
 class SweepNotFound(DomainError):
     """No such sweep, or another principal's (404: sweep ids are not disclosed either)."""
 

@@ -28,6 +28,10 @@ class Settings(BaseModel):
     trainplane_bus_name: str = constants.TRAINPLANE_BUS_NAME
     # The dashboard's address (events link to a job's page there); None: events carry no link.
     dashboard_url: str | None = None
+    # Webhook delivery (functions/service/webhook_delivery.py): the seconds before each attempt after the
+    # previous one, comma-separated in TRAINPLANE_WEBHOOK_RETRY_DELAYS; empty: the documented schedule
+    # (at once, 5 s, 5 min ... 24 h). Tests shorten it; a deployment has no reason to.
+    webhook_retry_delays: tuple[float, ...] = ()
     # Principals (IAM ARNs) that see and act on every job.
     admin_arns: tuple[str, ...] = ()
     compute: Literal["local", "sagemaker", "ec2"] = "local"
@@ -126,6 +130,8 @@ class Settings(BaseModel):
                 values[name] = json.loads(raw) if raw.strip() else ()
             elif name == "local_allowed_dirs":
                 values[name] = tuple(a for a in raw.split(os.pathsep) if a)
+            elif field.annotation == tuple[float, ...]:
+                values[name] = tuple(float(a) for a in raw.split(",") if a.strip())
             elif field.annotation == tuple[str, ...]:
                 values[name] = tuple(a for a in raw.split(",") if a)
             else:

@@ -45,6 +45,7 @@ class ReservedConcurrency(BaseModel):
     retraining: int = Field(default=5, ge=0, le=1000)
     sweeps: int = Field(default=5, ge=0, le=1000)
     event_publisher: int = Field(default=5, ge=0, le=1000)  # one invocation per stream shard at a time
+    webhook_delivery: int = Field(default=5, ge=0, le=1000)
 
 
 class StageConfig(BaseModel):

@@ -23,6 +23,7 @@ from infra.constructs.observability import Observability
 from infra.constructs.retraining import RETRAINING, Retraining
 from infra.constructs.storage import Storage
 from infra.constructs.sweeps import SWEEPS, Sweeps
+from infra.constructs.webhooks import WEBHOOK_DELIVERY, WebhookDelivery
 
 
 class TrainplaneStack(Stack):
@@ -110,6 +111,18 @@ class TrainplaneStack(Stack):
             functions.append(
                 event_bus.add_publisher(storage=storage, dead_letter_queue=events.dead_letter_queue, code=code, environment=environment)
             )
+        if WEBHOOK_DELIVERY.defined_in(bundle.path):
+            webhooks = WebhookDelivery(
+                self,
+                "Webhooks",
+                config=config,
+                bus=event_bus.bus,
+                storage=storage,
+                dead_letter_queue=events.dead_letter_queue,
+                code=code,
+                environment=environment,
+            )
+            functions.append(webhooks.function)
         if retraining:
             functions.append(
                 retraining.add_dispatcher(

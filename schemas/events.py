@@ -104,8 +104,16 @@ class RetrainingPolicyStateChange(EventDetail):
     state: PolicyState
 
 
+class WebhookDisabled(EventDetail):
+    """A webhook was disabled: its receiver answered 410 Gone, or every delivery failed for 5 days."""
+
+    webhook_id: str
+    url: str
+    failing_since: datetime | None = None
+
+
 MODELS: dict[str, type[EventDetail]] = {
-    m.__name__: m for m in (JobStateChange, CheckpointSaved, SweepStateChange, RetrainingPolicyStateChange)
+    m.__name__: m for m in (JobStateChange, CheckpointSaved, SweepStateChange, RetrainingPolicyStateChange, WebhookDisabled)
 }
 
 

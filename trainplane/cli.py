@@ -591,6 +591,10 @@ from trainplane.cli_doctor import doctor  # noqa: E402 (it builds on the helpers
 
 app.command()(doctor)
 
+from trainplane.cli_webhooks import webhooks_app  # noqa: E402 (it builds on the helpers above)
+
+app.add_typer(webhooks_app, name="webhooks")
+
 
 def main() -> None:
     app()

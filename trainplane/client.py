@@ -31,6 +31,7 @@ from trainplane import endpoint as endpoint_mod
 from trainplane.client_policies import PolicyMethods
 from trainplane.client_sweeps import SweepMethods
 from trainplane.client_teams import TeamMethods
+from trainplane.client_webhooks import WebhookMethods
 from trainplane.errors import ConnectionFailed, WaitTimeout
 from trainplane.operations import JobRequest
 from trainplane.operations import job_of as _job_of
@@ -48,11 +49,12 @@ DEFAULT_MAX_RETRIES = 2
 _Params = Mapping[str, str | int | float | None]
 
 
-class Client(WaitMethods, PolicyMethods, SweepMethods, TeamMethods):
+class Client(WaitMethods, PolicyMethods, SweepMethods, TeamMethods, WebhookMethods):
     """create_and_wait, wait_for_existing, resume_and_wait, reconnect_and_wait: trainplane/waits.py;
     create_policy, list_policies, ..., put_event: trainplane/client_policies.py;
     create_sweep, get_sweep, wait_sweep, ...: trainplane/client_sweeps.py;
-    list_teams, get_team, put_team, delete_team: trainplane/client_teams.py."""
+    list_teams, get_team, put_team, delete_team: trainplane/client_teams.py;
+    create_webhook, test_webhook, webhook_deliveries, ...: trainplane/client_webhooks.py."""
 
     def __init__(
         self,

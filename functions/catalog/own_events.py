@@ -27,14 +27,21 @@ JOB_STATE_CHANGE = EventType("Trainplane Job State Change", "job.status_changed"
 CHECKPOINT_SAVED = EventType("Trainplane Checkpoint Saved", "job.checkpoint_saved", "CheckpointSaved")
 SWEEP_STATE_CHANGE = EventType("Trainplane Sweep State Change", "sweep.status_changed", "SweepStateChange")
 POLICY_STATE_CHANGE = EventType("Trainplane Retraining Policy State Change", "policy.status_changed", "RetrainingPolicyStateChange")
+WEBHOOK_DISABLED = EventType("Trainplane Webhook Disabled", "webhook.disabled", "WebhookDisabled")
 
-ALL: tuple[EventType, ...] = (JOB_STATE_CHANGE, CHECKPOINT_SAVED, SWEEP_STATE_CHANGE, POLICY_STATE_CHANGE)
+ALL: tuple[EventType, ...] = (JOB_STATE_CHANGE, CHECKPOINT_SAVED, SWEEP_STATE_CHANGE, POLICY_STATE_CHANGE, WEBHOOK_DISABLED)
 BY_DETAIL_TYPE: dict[str, EventType] = {t.detail_type: t for t in ALL}
 
 # What an event is about: the `subject` attribute of outbox items and the event id's namespace.
 SUBJECT_JOB = "job"
 SUBJECT_SWEEP = "sweep"
 SUBJECT_POLICY = "policy"
+SUBJECT_WEBHOOK = "webhook"
+
+# What `POST /webhooks/{id}/test` sends: delivered to that one webhook only, never put on the bus.
+WEBHOOK_TEST_TYPE = "webhook.test"
+# The short types a webhook's `event_types` globs may match.
+WEBHOOK_TYPES: tuple[str, ...] = (*(t.type for t in ALL), WEBHOOK_TEST_TYPE)
 
 # The outbox's items in the jobs table (functions/adapters/outbox.py): their partition and `entity`,
 # which the stack's stream filter and the publisher's IAM condition (infra/constructs/event_bus.py) name.

@@ -22,7 +22,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 
 from functions import composition, constants
-from functions.handlers import deployment, errors, policies, queues, shapes, sweeps, teams, train
+from functions.handlers import deployment, errors, policies, queues, shapes, sweeps, teams, train, webhooks
 from functions.handlers.edge import EdgeResolver
 from functions.handlers.errors import (
     BODY_ERRORS,
@@ -387,6 +387,7 @@ app.include_router(train.router)
 app.include_router(sweeps.router)
 app.include_router(deployment.router)
 app.include_router(teams.router)
+app.include_router(webhooks.router)
 errors.register(app, on_error=_count_error)
 
 

@@ -40,6 +40,7 @@ from functions.errors import (
     TeamNotFound,
     TooLarge,
     Unsupported,
+    WebhookNotFound,
 )
 from functions.service.controls import WorkflowUnavailable
 from schemas.api import ErrorResponse
@@ -218,7 +219,7 @@ def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None
     def _forbidden(exc: DomainError) -> Response:
         return _error(403, str(exc))
 
-    @app.exception_handler([JobNotFound, PolicyNotFound, ShapeNotFound, RunNotFound, SweepNotFound, TeamNotFound])
+    @app.exception_handler([JobNotFound, PolicyNotFound, ShapeNotFound, RunNotFound, SweepNotFound, TeamNotFound, WebhookNotFound])
     def _not_found(exc: DomainError) -> Response:
         return _error(404, str(exc))
 

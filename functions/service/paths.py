@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from functions import constants
+from functions.catalog.address_guard import url_problem
 from functions.catalog.areas import DATA_PREFIX, SHARED_PREFIXES
 from functions.errors import InvalidRequest, JobNotFound
-from functions.service.address_guard import url_problem
 from functions.service.ports import ArtifactStore, JobRepository
 from functions.service.principal import Principal, role_arn_of
 from functions.service.tracker_secrets import check_tracking_secrets
@@ -176,7 +176,7 @@ class PathRules:
         return reads
 
     def _check_tracker_addresses(self, request: SubmitJobRequest) -> None:
-        """A tracker server's host is public (loopback and private in local mode): functions/service/address_guard.py."""
+        """A tracker server's host is public (loopback and private in local mode): functions/catalog/address_guard.py."""
         tracking = request.output_config.tracking
         if tracking is None:
             return

@@ -67,6 +67,8 @@ class Storage(Construct):
             encryption_key=self.key,
             deletion_protection=not config.is_dev,
             removal_policy=removal_policy(config),
+            # Webhooks' held events and delivery attempts expire after 30 days (functions/adapters/webhooks.py).
+            time_to_live_attribute=constants.JOBS_TTL_ATTR,
             # The event outbox's items reach the publisher through it (infra/constructs/event_bus.py).
             stream=dynamodb.StreamViewType.NEW_IMAGE,
         )

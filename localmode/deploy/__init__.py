@@ -29,7 +29,7 @@ from typing import Any
 
 from functions import constants
 from functions.settings import PREFIX, Settings
-from localmode.deploy import emulated_compute, event_bus, lifecycle, retraining, storage, sweeps, trainer_reports
+from localmode.deploy import emulated_compute, event_bus, lifecycle, retraining, storage, sweeps, trainer_reports, webhooks
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ DEPLOYERS: list[Deployer] = [
     retraining.deploy,  # the dispatcher, its rules on the local bus, and the schedule ticker
     sweeps.deploy,  # the sweep controller's worker thread
     event_bus.deploy,  # the deployment's own bus and the outbox's publisher loop
+    webhooks.deploy,  # the webhook delivery loop (the publisher queues the deliveries)
 ]
 
 

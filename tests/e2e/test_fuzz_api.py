@@ -95,6 +95,8 @@ class Ids:
     others_policies: list[str] = field(default_factory=list)
     sweeps: list[str] = field(default_factory=list)
     others_sweeps: list[str] = field(default_factory=list)
+    webhooks: list[str] = field(default_factory=list)
+    others_webhooks: list[str] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)  # /train run ids (a job labelled train_run_id)
     others_runs: list[str] = field(default_factory=list)
     shapes: list[str] = field(default_factory=list)  # training shape names: the deployment's, for everyone
@@ -106,6 +108,8 @@ class Ids:
             return self.jobs, self.others_jobs
         if kind == "sweep_id":
             return self.sweeps, self.others_sweeps
+        if kind == "webhook_id":
+            return self.webhooks, self.others_webhooks
         if kind == "run_id":
             return self.runs, self.others_runs
         if kind == "name":
@@ -192,6 +196,12 @@ def seed(plane: LocalPlane) -> Ids:
             assert plane.request("POST", f"/sweeps/{sweep_id}/cancel", principal=principal).status_code == 200
         return sweep_id
 
+    def create_webhook(principal: str) -> str:
+        # a loopback receiver (local mode allows one) where nothing listens: deliveries fail, the routes work
+        reply = plane.request("POST", "/webhooks", json={"url": "http://127.0.0.1:9/fuzz"}, principal=principal)
+        assert reply.status_code == 201, reply.text
+        return str(reply.json()["webhook_id"])
+
     completed = submit(job_body("fuzz-seed-completed"))
     queued = submit(job_body("fuzz-seed-queued", gpu_count=1))
     cancelled, expendable = submit(job_body("fuzz-seed-cancelled", gpu_count=1)), submit(job_body("fuzz-seed-expendable", gpu_count=1))
@@ -203,11 +213,14 @@ def seed(plane: LocalPlane) -> Ids:
     ids.others_policies.append(create_policy("admin"))
     ids.sweeps.append(create_sweep("alice"))
     ids.others_sweeps.append(create_sweep("admin"))
-    ids.seeded.update(ids.jobs + ids.policies + ids.sweeps)
+    ids.webhooks.append(create_webhook("alice"))
+    ids.others_webhooks.append(create_webhook("admin"))
+    ids.seeded.update(ids.jobs + ids.policies + ids.sweeps + ids.webhooks)
     # One job, one policy and one (finished) sweep a DELETE may take even when the fuzzer created none of its own
     ids.jobs.append(expendable)
     ids.policies.append(create_policy("alice"))
     ids.sweeps.append(create_sweep("alice", cancelled=True))
+    ids.webhooks.append(create_webhook("alice"))
     # A /train run of each principal's (GET /train/{run_id} finds the newest job labelled with it), and the shapes
     for principal, pool in (("alice", ids.runs), ("admin", ids.others_runs)):
         body = job_body(f"fuzz-run-{principal}", gpu_count=1)
@@ -261,7 +274,7 @@ schema = schemathesis.openapi.from_dict(json.loads(OPENAPI.read_text(encoding="u
 
 # --- what a schema-valid request may be refused for ----------------------------------------------
 
-PATH_IDS = ("job_id", "policy_id", "sweep_id", "run_id", "name")
+PATH_IDS = ("job_id", "policy_id", "sweep_id", "webhook_id", "run_id", "name")
 
 
 @dataclass(frozen=True)
@@ -294,6 +307,7 @@ _BY_ID = tuple(
         ("/jobs/{job_id}", ("GET", "PATCH", "DELETE", "POST")),
         ("/retraining-policies/{policy_id}", ("GET", "PATCH", "DELETE")),
         ("/sweeps/{sweep_id}", ("GET", "DELETE", "POST")),
+        ("/webhooks/{webhook_id}", ("GET", "DELETE", "POST")),
     )
     for m in ms
 )
@@ -355,6 +369,27 @@ LEGITIMATE_REFUSALS = (
     Refusal("next_token is opaque: only a token the API returned is one", 422, ("GET ",), r"next_token", r"not a token this API returned"),
     Refusal(
         "a priority band's bounds across fields: priority_min <= priority_max", 422, ("GET /jobs",), r"priority_min", r"above priority_max"
+    ),
+    Refusal(
+        "a webhook URL must be HTTPS and resolve to public addresses (docs/SECURITY.md): what a host resolves to is"
+        " DNS's answer, not its spelling",
+        422,
+        ("POST /webhooks",),
+        r"url",
+    ),
+    Refusal("a webhook's event_types glob must match an event type the deployment has", 422, ("POST /webhooks",), r"event_types"),
+    Refusal(
+        "redeliver names an event sent to this webhook in the last 30 days, and until after since",
+        422,
+        ("POST /webhooks/{webhook_id}/redeliver",),
+        r"event_id|until",
+    ),
+    Refusal(
+        "redeliver takes one event or a time range: event_id or since (with an optional until), a rule across fields",
+        422,
+        ("POST /webhooks/{webhook_id}/redeliver",),
+        r"body",
+        r"give either event_id or since|until needs since",
     ),
     Refusal(
         "checkpoint_id names no checkpoint of this job", 422, ("POST /jobs/{job_id}/resume", "POST /jobs/{job_id}/retry"), r"checkpoint_id"
@@ -664,6 +699,8 @@ def remember_created(case: Any, response: Any, ids: Ids) -> None:
         ids.add("policy_id", body["policy_id"])
     elif case.path == "/sweeps" and "sweep_id" in body:
         ids.add("sweep_id", body["sweep_id"])
+    elif case.path == "/webhooks" and "webhook_id" in body:
+        ids.add("webhook_id", body["webhook_id"])
     elif "job_id" in body:
         ids.add("job_id", body["job_id"])
 

@@ -427,6 +427,12 @@ def expected_actions(stage: str, retraining: bool) -> dict[str, set[str]]:
     # The event publisher: the jobs table's stream, the outbox partition (Query, BatchWriteItem), its own bus
     expected["event_publisher"] = COMMON | KEY | {"sqs:SendMessage", "events:PutEvents", "dynamodb:Query", "dynamodb:BatchWriteItem"}
     expected["event_publisher"] |= {"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator", "dynamodb:ListStreams"}
+    # Webhook delivery: the fan-out queue (consumed), the dead-letter queue, the webhook and outbox partitions
+    expected["webhook_delivery"] = COMMON | KEY | {"sqs:SendMessage", "sqs:ReceiveMessage", "sqs:ChangeMessageVisibility"}
+    expected["webhook_delivery"] |= {"sqs:GetQueueUrl", "sqs:DeleteMessage", "sqs:GetQueueAttributes"}
+    expected["webhook_delivery"] |= {
+        f"dynamodb:{a}" for a in ("GetItem", "Query", "PutItem", "UpdateItem", "DeleteItem", "ConditionCheckItem")
+    }
     for waker in ("api", "lifecycle", "events"):
         expected[waker] |= {"lambda:InvokeFunction"}
     expected["sweeps_controller"] = (

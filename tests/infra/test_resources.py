@@ -21,6 +21,7 @@ CORE_HANDLERS = {
     "functions.handlers.lifecycle.handler",
     "functions.handlers.events.lambda_handler",
     "functions.handlers.event_publisher.lambda_handler",
+    "functions.handlers.webhook_delivery.lambda_handler",
 }
 RETRAINING_HANDLER = "functions.handlers.retraining.lambda_handler"
 SWEEPS_HANDLER = "functions.handlers.sweeps_controller.handler"  # the session's synth builds its bundle
@@ -235,6 +236,7 @@ def test_functions_have_bounded_concurrency_in_prod(synth: Synth) -> None:
         "lifecycle": 20,
         "events": 10,
         "event_publisher": 5,
+        "webhook_delivery": 5,
         "sweeps_controller": 5,
         **({"retraining": 5} if synth.retraining else {}),
     }
@@ -394,7 +396,8 @@ def _rules(synth: Synth, stage: str) -> dict[str, dict[str, Any]]:
 def test_engine_events_reach_the_events_function_with_a_dead_letter_queue(synth: Synth, stage: str) -> None:
     functions = {f["Properties"]["Handler"]: k for k, f in synth.resources(stage, "AWS::Lambda::Function").items()}
     events_fn = functions["functions.handlers.events.lambda_handler"]
-    (dlq,) = synth.resources(stage, "AWS::SQS::Queue")
+    # the dead-letter queue (the webhooks' fan-out queue is the other, and redrives into it)
+    (dlq,) = [k for k, q in synth.resources(stage, "AWS::SQS::Queue").items() if "RedrivePolicy" not in q["Properties"]]
     patterns = []
     for props in _rules(synth, stage).values():
         for target in props["Targets"]:

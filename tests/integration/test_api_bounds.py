@@ -132,7 +132,7 @@ def test_a_400000_key_map_is_refused_by_its_key_count(call: Api, monkeypatch: py
     assert looked_at == []  # no key reached the per-key rules
 
 
-# --- a tracker server's address (functions/service/address_guard.py) ------------------------------
+# --- a tracker server's address (functions/catalog/address_guard.py) ------------------------------
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,7 @@ from schemas.job import SubmitJobRequest
 from schemas.retraining import RetrainingPolicyRequest
 from schemas.sweeps import SweepRequest
 from schemas.train import TrainRequest
+from schemas.webhooks import WebhookRequest
 from tests.fakes import RecordingWorkflow
 from tests.helpers.api_lambda import Api, Reply
 from tests.helpers.aws import fresh_resources
@@ -111,6 +112,8 @@ def body_for(route: Route, caller: Caller, call: Api) -> Any:
         SubmitJobRequest: lambda: request_body(name="walk-job"),
         RetrainingPolicyRequest: lambda: policy_body(name="walk-policy"),
         SweepRequest: lambda: sweep_body(maxTrials=2, maxParallelTrials=1),
+        # a public address literal: the URL guard resolves nothing (no DNS in tests)
+        WebhookRequest: lambda: {"url": "https://93.184.215.14/walk", "event_types": ["job.*"]},
         TrainRequest: lambda: {
             "framework": "hf",
             "model_id": "tiny-llama",

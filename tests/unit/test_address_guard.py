@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from functions.service import address_guard
-from functions.service.address_guard import address_problem, host_problem, url_problem
+from functions.catalog import address_guard
+from functions.catalog.address_guard import address_problem, host_problem, url_problem
 
 REFUSED_EVERYWHERE = ["169.254.169.254", "169.254.1.1", "fe80::1", "::ffff:169.254.169.254", "224.0.0.1", "240.0.0.1"]
 LOOPBACK = ["127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1", "0.0.0.0", "::"]
