@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from functions.catalog import own_events as et
-from functions.catalog.address_guard import AddressRefused, Resolver, check_url, resolve
+from functions.catalog.address_guard import AddressRefused, PortResolver, check_url, resolve
 from functions.errors import InvalidRequest, WebhookNotFound
 from functions.service.event_publisher import EventBus
 from functions.service.principal import Principal
@@ -131,7 +131,7 @@ class WebhookService:
         *,
         admin_arns: Sequence[str] = (),
         allow_loopback: bool = False,
-        resolver: Resolver = resolve,
+        resolver: PortResolver = resolve,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         ids: Callable[[], str] = lambda: "wh-" + uuid.uuid4().hex[:20],
     ) -> None:
