@@ -40,9 +40,9 @@ if TYPE_CHECKING:
     from functions.service.queues import QueueView
     from functions.service.reconciler import Reconciler
     from functions.service.retraining.policies import RetrainingService
-    from functions.service.sweeps import SweepService
-    from functions.service.sweeps_controller import SweepController
-    from functions.service.sweeps_hooks import SweepHooks
+    from functions.service.sweeps.controller import SweepController
+    from functions.service.sweeps.hooks import SweepHooks
+    from functions.service.sweeps.service import SweepService
     from functions.service.teams import TeamDirectory, TeamService
     from functions.service.trainer_reports import TrainerLogReports
     from functions.service.webhook_delivery import DeliveryWorker
@@ -307,11 +307,11 @@ class Composition:
 
     @property
     def sweeps(self) -> SweepService:
-        """Sweeps' API side (functions/service/sweeps.py; no Optuna): the sweep items in the jobs table."""
+        """Sweeps' API side (functions/service/sweeps/service.py; no Optuna): the sweep items in the jobs table."""
 
         def build() -> SweepService:
             from functions.adapters.sweeps_wake import waker_for
-            from functions.service.sweeps import SweepService
+            from functions.service.sweeps.service import SweepService
 
             repository = self._sweep_repository()
             return SweepService(repository, self.jobs, waker_for(self.settings, self.clients))
@@ -329,7 +329,7 @@ class Composition:
 
         def build() -> SweepHooks:
             from functions.adapters.sweeps_wake import waker_for
-            from functions.service.sweeps_hooks import SweepHooks
+            from functions.service.sweeps.hooks import SweepHooks
 
             return SweepHooks(self._sweep_repository(), waker_for(self.settings, self.clients))
 
@@ -340,7 +340,7 @@ class Composition:
         """The sweep controller (imports Optuna: only its own Lambda and local mode's worker, never the API)."""
 
         def build() -> SweepController:
-            from functions.service.sweeps_controller import SweepController
+            from functions.service.sweeps.controller import SweepController
 
             return SweepController(self._sweep_repository(), self.jobs)
 
@@ -529,7 +529,7 @@ def team_service() -> TeamService:
 
 
 def sweep_service() -> SweepService:
-    """Sweeps' API side (functions/service/sweeps.py; no Optuna)."""
+    """Sweeps' API side (functions/service/sweeps/service.py; no Optuna)."""
     return current().sweeps
 
 

@@ -89,7 +89,7 @@ def _stored_trials(n: int) -> tuple[Any, list[Any]]:
 
 
 def bench_decision(runs: int, n: int) -> dict[str, list[float]]:
-    from functions.service.sweeps_controller import distributions, rebuild_study
+    from functions.service.sweeps.controller import distributions, rebuild_study
 
     tuning, trials = _stored_trials(n)
     figures: dict[str, list[float]] = {"optuna": [], "decide": [], "query": []}
@@ -110,7 +110,7 @@ def _bench_decide_on_moto(runs: int, tuning: Any, trials: list[Any]) -> dict[str
     from functions.adapters.dynamodb_items import create_tables
     from functions.adapters.sweeps import DynamoSweepRepository
     from functions.service.jobs import JobService
-    from functions.service.sweeps_controller import SweepController
+    from functions.service.sweeps.controller import SweepController
     from functions.settings import Settings
     from schemas.sweeps import Sweep, SweepStatus, TrialState
     from tests.fakes import InMemoryArtifactStore, RecordingWorkflow

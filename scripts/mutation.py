@@ -92,7 +92,7 @@ MODULES = [
         # The conditional writes: a sweep's create/update/delete, a trial's claim, update, end and value.
         tuple(f"*ǁ{m}__*" for m in ("create", "update", "delete", "claim_trial", "update_trial", "end_trial", "record_value")),
     ),
-    Module("sweeps_hooks", "functions/service/sweeps_hooks.py", ("tests/integration/test_sweeps_controller.py",)),
+    Module("sweeps_hooks", "functions/service/sweeps/hooks.py", ("tests/integration/test_sweeps_controller.py",)),
     Module(
         "storage",
         "trainer/storage.py",

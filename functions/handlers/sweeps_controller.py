@@ -1,7 +1,7 @@
 """The sweep controller Lambda: {"sweep_id"} (a wake from the API or the lifecycle) decides for one sweep;
 an EventBridge schedule's event (no sweep_id) decides for every active sweep (the reconciler).
 
-The only handler that imports Optuna (functions/service/sweeps_controller.py), in its own bundle.
+The only handler that imports Optuna (functions/service/sweeps/controller.py), in its own bundle.
 """
 
 from __future__ import annotations

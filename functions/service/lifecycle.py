@@ -108,7 +108,7 @@ class LifecycleService:
         self._last_progress: dict[tuple[str, int], float] = {}
         self._last_budget_check: dict[tuple[str, int], float] = {}
         self._heartbeat_lock = threading.Lock()
-        # Sweeps (functions/service/sweeps_hooks.py): a trial's reports and run end wake its sweep.
+        # Sweeps (functions/service/sweeps/hooks.py): a trial's reports and run end wake its sweep.
         self.sweep_hooks: Any = None
 
     # ================================================================ state-machine tasks

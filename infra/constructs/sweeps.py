@@ -3,7 +3,7 @@
 The controller (functions/handlers/sweeps_controller.py) is the only function with Optuna: its code is
 a bundle of its own (infra/bundling.py, `build_bundle(sweeps=True)`), never the API's. It is woken by an
 asynchronous Invoke from the API (a sweep created, paused, resumed, cancelled) and from the functions
-that record trainer reports and run ends (functions/service/sweeps_hooks.py), and by a schedule every
+that record trainer reports and run ends (functions/service/sweeps/hooks.py), and by a schedule every
 minute that decides for every active sweep (the reconciler: a lost wake-up changes nothing).
 """
 

@@ -10,9 +10,9 @@ from functions.adapters.dynamodb import DynamoJobRepository
 from functions.adapters.sweeps import DynamoSweepRepository
 from functions.service.jobs import JobService
 from functions.service.ports import JobRepository, Transition
-from functions.service.sweeps import SweepService
-from functions.service.sweeps_controller import SweepController
-from functions.service.sweeps_hooks import SweepHooks
+from functions.service.sweeps.controller import SweepController
+from functions.service.sweeps.hooks import SweepHooks
+from functions.service.sweeps.service import SweepService
 from functions.settings import Settings
 from schemas.status import JobStatus
 from schemas.sweeps import SweepRequest, TrialState

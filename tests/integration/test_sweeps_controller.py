@@ -11,7 +11,7 @@ import pytest
 
 from functions.adapters.aws import AwsClients
 from functions.service.ports import JobQuery
-from functions.service.sweeps_controller import SweepController
+from functions.service.sweeps.controller import SweepController
 from schemas.status import JobStatus
 from schemas.sweeps import SweepStatus, TrialState
 from tests.helpers.aws import emulated_aws, fresh_resources
@@ -132,7 +132,7 @@ def test_a_trial_claimed_by_a_decision_that_died_is_submitted_once_by_the_next(p
     sweep_id = plane.create(maxTrials=1)
     sweep, _ = plane.repo.load(sweep_id)
     # Given a decision that claimed trial 0 and died before submitting it
-    from functions.service.sweeps_controller import distributions, rebuild_study
+    from functions.service.sweeps.controller import distributions, rebuild_study
     from schemas.sweeps import Trial
 
     tuning = sweep.hyperparameter_tuning_config
@@ -179,7 +179,7 @@ def test_pause_stops_new_trials_and_pauses_running_ones_resume_goes_on_cancel_en
 
 def test_another_principals_sweep_is_not_found_and_only_finished_sweeps_are_deleted(plane: Plane) -> None:
     from functions.errors import SweepNotFound
-    from functions.service.sweeps import SweepConflict
+    from functions.service.sweeps.service import SweepConflict
 
     sweep_id = plane.create()
     with pytest.raises(SweepNotFound):

@@ -12,8 +12,8 @@ import pytest
 
 from functions.adapters import sweeps as layout
 from functions.adapters.aws import AwsClients
-from functions.service.sweeps import trial_labels
-from functions.service.sweeps_controller import SweepController, distributions, rebuild_study
+from functions.service.sweeps.controller import SweepController, distributions, rebuild_study
+from functions.service.sweeps.service import trial_labels
 from schemas.job import SubmitJobRequest
 from schemas.status import JobStatus
 from schemas.sweeps import SweepStatus, Trial, TrialState

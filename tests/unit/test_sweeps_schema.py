@@ -135,7 +135,8 @@ def test_the_template_may_not_set_the_sweeps_labels() -> None:
 
 
 def test_importing_the_api_handler_does_not_import_optuna() -> None:
-    code = "import sys, functions.handlers.api, functions.service.sweeps, functions.service.sweeps_hooks; print('optuna' in sys.modules)"
+    modules = "functions.handlers.api, functions.service.sweeps.service, functions.service.sweeps.hooks"
+    code = f"import sys, {modules}; print('optuna' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

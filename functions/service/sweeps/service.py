@@ -1,9 +1,9 @@
 """Hyperparameter sweeps: create, read, list, pause, resume, cancel, delete (docs/SWEEPS.md).
 
 This module never imports Optuna: it runs in the API Lambda. What a sweep does next (which trial to
-start, which to prune, when it is done) is decided by the sweep controller (sweeps_controller.py, its
+start, which to prune, when it is done) is decided by the sweep controller (controller.py, its
 own Lambda), woken through a `SweepWaker` after every change made here and by the trainer-event hook
-(sweeps_hooks.py). A sweep's trials are ordinary jobs of its owner, labelled sweep_id and trial,
+(hooks.py). A sweep's trials are ordinary jobs of its owner, labelled sweep_id and trial,
 submitted through the same JobService.submit as POST /jobs.
 """
 

@@ -16,7 +16,7 @@ import threading
 
 from functions.errors import DomainError
 from functions.service.ports import SweepRepository, SweepWaker
-from functions.service.sweeps import NoWaker
+from functions.service.sweeps.service import NoWaker
 from schemas.job import Job
 from schemas.sweeps import SWEEP_LABEL, TRIAL_LABEL
 from schemas.trainer import TrainerEvent, TrainerEventKind
