@@ -28,6 +28,9 @@ from functions.handlers.errors import (
     BODY_ERRORS,
     IdempotencyInProgress,
     IdempotencyKeyReused,
+    PageLimit,
+    PageToken,
+    no_content,
     principal_of,
     reject_unknown_params,
     responses,
@@ -156,8 +159,8 @@ def list_jobs(
     name: Annotated[str | None, Query(max_length=128)] = None,
     priority_min: Annotated[int | None, Query(ge=0, le=10, description="Only jobs of this priority or higher")] = None,
     priority_max: Annotated[int | None, Query(ge=0, le=10, description="Only jobs of this priority or lower")] = None,
-    limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    next_token: Annotated[str | None, Query(max_length=2048)] = None,
+    limit: PageLimit = 50,
+    next_token: PageToken = None,
 ) -> JobList:
     principal = principal_of(jobs)
     reject_unknown_params(jobs, LIST_PARAMS, LABEL_PREFIX)
@@ -207,7 +210,7 @@ def patch_job(job_id: JobId, body: Annotated[PatchJobRequest, Body()]) -> Job:
 def delete_job(job_id: JobId):  # no return annotation: no response model, a 204 has no body
     composition.job_service().delete(job_id, _for_job(jobs, job_id))
     metrics.add_metric(name="JobsDeleted", unit=MetricUnit.Count, value=1)
-    return Response(status_code=204, body="")
+    return no_content()
 
 
 # --- lifecycle verbs -----------------------------------------------------------------------------

@@ -9,7 +9,9 @@ Each route's OpenAPI entry declares exactly the codes it returns (`responses()` 
 
 The rules every router follows live here too, once: `principal_of` (who the caller is, through
 `caller_of`, the only reader of the request's identity), `reject_unknown_params` (422 naming a query
-parameter the route does not know) and `responses` (the documented codes, worded per router).
+parameter the route does not know), `responses` (the documented codes, worded per router), a listing's
+page parameters (`PageLimit`, `PageToken`), and `ResourceRules`, which binds them for the router of one
+kind of resource (a policy, a sweep, a webhook) so that its routes say only what is theirs.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ import itertools
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
 from aws_lambda_powertools.event_handler.openapi.exceptions import RequestUnsupportedContentType, RequestValidationError
+from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from functions.errors import (
     AdminOnly,
@@ -46,6 +50,7 @@ from functions.service.controls import WorkflowUnavailable
 from schemas.api import ErrorResponse
 
 if TYPE_CHECKING:
+    from aws_lambda_powertools import Logger
     from aws_lambda_powertools.event_handler.api_gateway import Router
     from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
@@ -301,3 +306,44 @@ def responses(
         if code in documented and code != status:
             documented[code] = _doc(text)
     return documented
+
+
+# A listing's page, the same on every paged list route (jobs, policies, sweeps): at most `limit` items,
+# then `next_token` (functions/catalog/page_tokens.py) for the next page.
+PageLimit = Annotated[int, Query(ge=1, le=200)]
+PageToken = Annotated[str | None, Query(max_length=2048)]
+PAGE_PARAMS = frozenset({"limit", "next_token"})
+
+
+def no_content() -> Response:
+    """A 204's answer: no body (its route has no return annotation, so no response model)."""
+    return Response(status_code=204, body="")
+
+
+@dataclass(frozen=True)
+class ResourceRules:
+    """The rules above, bound once for the router of one kind of resource (a policy, a sweep, a webhook).
+
+    `principal` is how each of its routes gets its caller (through `principal_of`), with the resource's id
+    appended to the logs under `id_key` and unknown query parameters refused: those a route names in
+    `params`, else the router's `params` (None: not checked). `responses` documents a route's codes in the
+    router's `wording`. functions/handlers/collection.py declares the routes every such router has.
+    """
+
+    router: Router
+    logger: Logger
+    id_key: str
+    wording: Mapping[int, str]
+    params: frozenset[str] | None = None
+
+    def principal(self, resource_id: str | None = None, *, params: frozenset[str] | None = None) -> Principal:
+        if resource_id is not None:
+            self.logger.append_keys(**{self.id_key: resource_id})
+        principal = principal_of(self.router)
+        known = self.params if params is None else params
+        if known is not None:
+            reject_unknown_params(self.router, known)
+        return principal
+
+    def responses(self, status: int, description: str, *errors: int, content: bool = True) -> dict[int, Any]:
+        return responses(status, description, *errors, content=content, wording=self.wording)

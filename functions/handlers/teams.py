@@ -10,12 +10,11 @@ from __future__ import annotations
 from functools import partial
 from typing import Annotated
 
-from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
 from functions import composition
-from functions.handlers.errors import BODY_ERRORS, principal_of, reject_unknown_params, responses
+from functions.handlers.errors import BODY_ERRORS, no_content, principal_of, reject_unknown_params, responses
 from schemas.teams import TEAM_NAME_PATTERN, Team, TeamList, TeamSpec, TeamView
 
 router = Router()
@@ -83,4 +82,4 @@ def delete_team(team: TeamName):  # no return annotation: a 204 has no body
     principal = principal_of(router)
     reject_unknown_params(router, NO_PARAMS)
     composition.team_service().delete(team, principal)
-    return Response(status_code=204, body="")
+    return no_content()

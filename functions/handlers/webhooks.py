@@ -7,16 +7,15 @@ is not HTTPS or reaches a private address is a 422 naming `url` (functions/catal
 
 from __future__ import annotations
 
-from functools import partial
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from aws_lambda_powertools import Logger
-from aws_lambda_powertools.event_handler import Response
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 
 from functions import composition, constants
-from functions.handlers.errors import BODY_ERRORS, principal_of, reject_unknown_params, responses
+from functions.handlers.collection import add_collection
+from functions.handlers.errors import BODY_ERRORS, ResourceRules
 from schemas.webhooks import (
     DeliveryList,
     Redelivered,
@@ -29,22 +28,14 @@ from schemas.webhooks import (
     WebhookRequest,
 )
 
-if TYPE_CHECKING:
-    from functions.service.principal import Principal
-
 router = Router()
 logger = Logger(service=constants.SERVICE_NAME, child=True)
 WebhookId = Annotated[str, Path(min_length=1, max_length=64, description="The webhook's id")]
 TAGS = ["webhooks"]
-_responses = partial(responses, wording={404: "No such webhook (or it belongs to another principal)"})
-
-
-def _principal(webhook_id: str | None = None) -> Principal:
-    if webhook_id is not None:
-        logger.append_keys(webhook_id=webhook_id)
-    principal = principal_of(router)
-    reject_unknown_params(router, frozenset({"limit"}) if router.current_event.path.endswith("/deliveries") else frozenset())
-    return principal
+# The router rules (errors.py): no route takes a query parameter but the deliveries' `limit`.
+rules = ResourceRules(
+    router, logger, id_key="webhook_id", wording={404: "No such webhook (or it belongs to another principal)"}, params=frozenset()
+)
 
 
 @router.post(
@@ -55,76 +46,71 @@ def _principal(webhook_id: str | None = None) -> Principal:
         "`event_types` are globs over the event types (`job.*`); `labels`, `job_ids` and `sweep_ids` narrow them. "
         "The answer carries the signing secret (`whsec_...`) this once."
     ),
-    responses=_responses(201, "The webhook and its secret", *BODY_ERRORS, 422),
+    responses=rules.responses(201, "The webhook and its secret", *BODY_ERRORS, 422),
     tags=TAGS,
 )
 def create_webhook(body: Annotated[WebhookRequest, Body()]) -> WebhookCreated:
-    return composition.webhook_service().create(body, _principal())
+    return composition.webhook_service().create(body, rules.principal())
 
 
 @router.get(
-    "/webhooks", summary="List your webhooks (every principal's for admins)", responses=_responses(200, "The webhooks", 422), tags=TAGS
+    "/webhooks", summary="List your webhooks (every principal's for admins)", responses=rules.responses(200, "The webhooks", 422), tags=TAGS
 )
 def list_webhooks() -> WebhookList:
-    return composition.webhook_service().list_webhooks(_principal())
-
-
-@router.get(
-    "/webhooks/<webhook_id>", summary="Get a webhook (never its secret)", responses=_responses(200, "The webhook", 404, 422), tags=TAGS
-)
-def get_webhook(webhook_id: WebhookId) -> Webhook:
-    return composition.webhook_service().get(webhook_id, _principal(webhook_id))
-
-
-@router.delete(
-    "/webhooks/<webhook_id>",
-    status_code=204,
-    summary="Delete a webhook (its queued deliveries are dropped)",
-    responses=_responses(204, "Deleted", 404, 422, content=False),
-    tags=TAGS,
-)
-def delete_webhook(webhook_id: WebhookId):  # no return annotation: a 204 has no body
-    composition.webhook_service().delete(webhook_id, _principal(webhook_id))
-    return Response(status_code=204, body="")
+    return composition.webhook_service().list_webhooks(rules.principal())
 
 
 @router.get(
     "/webhooks/<webhook_id>/deliveries",
     summary="The webhook's delivery attempts of the last 30 days, newest first",
-    responses=_responses(200, "Each attempt's time, outcome, status, latency and response excerpt", 404, 422),
+    responses=rules.responses(200, "Each attempt's time, outcome, status, latency and response excerpt", 404, 422),
     tags=TAGS,
 )
 def list_deliveries(webhook_id: WebhookId, limit: Annotated[int, Query(ge=1, le=500)] = 100) -> DeliveryList:
-    return composition.webhook_service().deliveries(webhook_id, _principal(webhook_id), limit=limit)
+    return composition.webhook_service().deliveries(webhook_id, rules.principal(webhook_id, params=frozenset({"limit"})), limit=limit)
 
 
 @router.post(
     "/webhooks/<webhook_id>/test",
     status_code=202,
     summary="Queue a signed `webhook.test` delivery to this webhook",
-    responses=_responses(202, "Queued; its attempts show in the deliveries", 404, 422),
+    responses=rules.responses(202, "Queued; its attempts show in the deliveries", 404, 422),
     tags=TAGS,
 )
 def test_webhook(webhook_id: WebhookId) -> TestSent:
-    return composition.webhook_service().send_test(webhook_id, _principal(webhook_id))
+    return composition.webhook_service().send_test(webhook_id, rules.principal(webhook_id))
 
 
 @router.post(
     "/webhooks/<webhook_id>/redeliver",
     status_code=202,
     summary="Send again one event, or every event of a time range, re-signed (same webhook-id, new timestamp)",
-    responses=_responses(202, "The events queued again", *BODY_ERRORS, 404, 422),
+    responses=rules.responses(202, "The events queued again", *BODY_ERRORS, 404, 422),
     tags=TAGS,
 )
 def redeliver(webhook_id: WebhookId, body: Annotated[RedeliverRequest, Body()]) -> Redelivered:
-    return composition.webhook_service().redeliver(webhook_id, _principal(webhook_id), body)
+    return composition.webhook_service().redeliver(webhook_id, rules.principal(webhook_id), body)
 
 
 @router.post(
     "/webhooks/<webhook_id>/rotate-secret",
     summary="Rotate the signing secret: deliveries carry both signatures for 24 hours",
-    responses=_responses(200, "The new secret (shown this once)", 404, 422),
+    responses=rules.responses(200, "The new secret (shown this once)", 404, 422),
     tags=TAGS,
 )
 def rotate_secret(webhook_id: WebhookId) -> SecretRotated:
-    return composition.webhook_service().rotate_secret(webhook_id, _principal(webhook_id))
+    return composition.webhook_service().rotate_secret(webhook_id, rules.principal(webhook_id))
+
+
+# The collection's own routes (one webhook, delete; the list is above, not paged): functions/handlers/collection.py.
+add_collection(
+    rules,
+    "/webhooks",
+    service=composition.webhook_service,
+    names=("webhook", "webhooks"),
+    models=(Webhook, None),
+    id_type=WebhookId,
+    summaries={"get": "Get a webhook (never its secret)", "delete": "Delete a webhook (its queued deliveries are dropped)"},
+    tags=TAGS,
+    delete_errors=(404, 422),
+)
