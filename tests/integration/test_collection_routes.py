@@ -10,34 +10,16 @@ names and signatures Powertools documents.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
-from typing import Any
 
-import pytest
-
-from functions import composition
 from functions.handlers import api
-from tests.fakes import RecordingWorkflow
 from tests.helpers.api_lambda import Api
-from tests.helpers.aws import fresh_resources
 from tests.helpers.events import Caller
-from tests.helpers.jobs import ADMIN, ALICE, BOB
+from tests.helpers.jobs import ALICE, BOB
 from tests.helpers.retraining import policy_body
 
 ALICE_CALLER = Caller("alice", ALICE, unique_id="AIDAEXAMPLEALICE")
 BOB_CALLER = Caller("bob", BOB, unique_id="AIDAEXAMPLEBOB")
 WEBHOOK = {"url": "https://93.184.215.14/hook", "event_types": ["job.*"]}  # an address literal: no DNS in tests
-
-
-@pytest.fixture
-def call(aws: Any) -> Iterator[Api]:
-    settings = fresh_resources(aws, admin_arns=(ADMIN,), sweep_controller_function="local")
-    workflow = RecordingWorkflow()
-    composition.configure(settings=settings, clients=aws, workflow=workflow)
-    try:
-        yield Api(aws, workflow, settings)
-    finally:
-        composition.reset()
 
 
 def test_a_page_of_policies_follows_limit_and_next_token_and_refuses_a_misspelt_parameter(call: Api) -> None:
