@@ -112,8 +112,30 @@ class WebhookDisabled(EventDetail):
     failing_since: datetime | None = None
 
 
+class JobReclaimed(EventDetail):
+    """A borrowing job is being paused through its checkpointed path so that the team that lent the GPUs
+    gets them back (issue 24.3). Its status changes (CHECKPOINTING -> QUEUED) follow as their own events;
+    this one says why: the victim, the beneficiary, the rule and the work lost."""
+
+    job_id: str = Field(description="The victim: the borrowing job being paused.")
+    job_name: str
+    state: JobStatus = Field(description="The victim's status when it was picked.")
+    attempt: int = 0
+    team: str = Field(description="The victim's team (the borrower).")
+    gpu_type: str
+    gpus: int = Field(description="The GPUs the victim holds, on their way back.")
+    beneficiary_job_id: str = Field(description="The waiting job the GPUs go to.")
+    beneficiary_team: str = Field(description="The lender taking its nominal quota back.")
+    rule: str = Field(
+        description="Why this victim: `borrowed_beyond_nominal` (highest weighted share, then lowest priority, then least work lost)."
+    )
+    work_lost_gpu_seconds: float = Field(description="GPUs x seconds since the victim's last verified checkpoint.")
+    checkpoint_id: str | None = Field(default=None, description="The checkpoint the victim resumes from unless it saves a newer one.")
+    reclaims: int = Field(description="How many times this job has been reclaimed, this one included.")
+
+
 MODELS: dict[str, type[EventDetail]] = {
-    m.__name__: m for m in (JobStateChange, CheckpointSaved, SweepStateChange, RetrainingPolicyStateChange, WebhookDisabled)
+    m.__name__: m for m in (JobStateChange, CheckpointSaved, SweepStateChange, RetrainingPolicyStateChange, WebhookDisabled, JobReclaimed)
 }
 
 

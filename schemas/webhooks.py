@@ -48,6 +48,10 @@ class WebhookRequest(Strict):
     sweep_ids: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(default_factory=list, max_length=MAX_IDS)
     format: WebhookFormat = "standard"
     description: str = Field(default="", max_length=256)
+    ordered: bool = Field(
+        default=False,
+        description="Deliver each job's events in order: a job's later event waits while an earlier one is queued or retrying.",
+    )
 
     @field_validator("event_types")
     @classmethod
@@ -73,6 +77,7 @@ class Webhook(BaseModel):
     sweep_ids: list[str] = Field(default_factory=list)
     format: WebhookFormat = "standard"
     description: str = ""
+    ordered: bool = False
     enabled: bool = True
     disabled_reason: str | None = None
     created_at: datetime
@@ -184,6 +189,7 @@ class HeldEvent:
     at: datetime
     order: int  # the subject's sequence: ties in the queue go in commit order
     body: str
+    subject: str = ""  # an ordered webhook's job id: the job's later events wait for this one; "" for no order
 
 
 @dataclass(frozen=True)
@@ -193,6 +199,17 @@ class QueuedDelivery:
     event_id: str
     attempts: int  # made so far
     due: datetime
+    subject: str = ""  # HeldEvent.subject
+    order: int = 0
+
+
+@dataclass(frozen=True)
+class PendingEvent:
+    """An ordered webhook's event of one job not yet finished (queued, retrying, or parked behind an earlier one)."""
+
+    event_id: str
+    order: int
+    parked: bool  # off the queue, waiting for the earlier events to finish
 
 
 @dataclass(frozen=True)

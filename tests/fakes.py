@@ -19,7 +19,7 @@ from typing import Any
 
 from functions import constants
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken
-from functions.service.ports import JobQuery, NameClaim, Transition
+from functions.service.ports import JobQuery, NameClaim, Reclaim, Transition
 from schemas.checkpoint import CHECKPOINT_PREFIX, MANIFEST_NAME, CheckpointManifest
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of
@@ -55,6 +55,7 @@ class InMemoryJobRepository:
     def __init__(self, clock: Callable[[], datetime] = _now) -> None:
         self.jobs: dict[str, Job] = {}
         self.events: dict[str, list[StatusEvent]] = {}
+        self.reclaims: list[tuple[str, Reclaim]] = []  # each update that carried a Trainplane Job Reclaimed event
         self._counts: dict[str, dict[JobStatus, int]] = {}
         self.claims: dict[str, str] = {}  # NameClaim key -> the job holding it
         self._clock = clock
@@ -164,6 +165,7 @@ class InMemoryJobRepository:
         *,
         event: StatusEvent | None = None,
         action: str = "update",
+        reclaim: Reclaim | None = None,
     ) -> Job:
         _check(changes)
         with self._lock:
@@ -176,6 +178,8 @@ class InMemoryJobRepository:
             self.jobs[job_id] = new
             if event is not None:
                 self.events[job_id].append(event)
+            if reclaim is not None:
+                self.reclaims.append((job_id, reclaim))
             self.writes += 1
             return new.model_copy(deep=True)
 

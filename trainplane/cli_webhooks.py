@@ -1,6 +1,6 @@
 """`trainplane webhooks ...`: signed webhooks over the SDK (registered in trainplane/cli.py; docs/EVENTS.md).
 
-trainplane webhooks create https://ci.example.com/hook --event-type 'job.*' [--label team=nlp] [--job JOB] [--sweep SWP]
+trainplane webhooks create https://ci.example.com/hook --event-type 'job.*' [--label team=nlp] [--job JOB] [--sweep SWP] [--ordered]
 trainplane webhooks list
 trainplane webhooks get wh-...
 trainplane webhooks test wh-...                 # a signed `webhook.test` delivery
@@ -47,11 +47,12 @@ def create(
     sweep: Annotated[list[str] | None, typer.Option("--sweep", help="Only this sweep's (and its trials') events; repeatable.")] = None,
     fmt: Annotated[str, typer.Option("--format", help="standard or slack.")] = "standard",
     description: Annotated[str, typer.Option(help="A note for people.")] = "",
+    ordered: Annotated[bool, typer.Option("--ordered", help="A job's later events wait until its earlier ones are delivered.")] = False,
 ) -> None:
     """Create a webhook; prints its signing secret (whsec_...), which is shown this once."""
     o = _opts(ctx)
     body: dict[str, object] = {"url": url, "labels": _labels(label or []), "job_ids": job or [], "sweep_ids": sweep or []}
-    body.update(format=fmt, description=description, **({"event_types": event_type} if event_type else {}))
+    body.update(format=fmt, description=description, ordered=ordered, **({"event_types": event_type} if event_type else {}))
     hook = o.client().create_webhook(body)
     if o.json:
         typer.echo(hook.model_dump_json(indent=2))

@@ -20,7 +20,7 @@ from functions.adapters import outbox
 from functions.adapters.aws import AwsClients
 from functions.catalog import own_events as et
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken, TooLarge
-from functions.service.ports import JobQuery, NameClaim, Transition
+from functions.service.ports import JobQuery, NameClaim, Reclaim, Transition
 from schemas.configs import STORED
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of
@@ -267,9 +267,13 @@ class DynamoJobRepository:
         *,
         event: StatusEvent | None = None,
         action: str = "update",
+        reclaim: Reclaim | None = None,
     ) -> Job:
         _check_changes(changes)
-        current = self.get(job_id)
+        stored_item = self._get_item(job_id)
+        if stored_item is None:
+            raise JobNotFound(job_id)
+        current = items.job_from_item(stored_item)
         if allowed is not None and current.status not in allowed:
             raise IllegalTransition(job_id, current.status, action, allowed)
         if current.version != expected_version:
@@ -282,14 +286,20 @@ class DynamoJobRepository:
         update.update(TableName=self.table, Key=_meta_key(job_id), ConditionExpression="#version = :expected")
         update["ExpressionAttributeNames"]["#version"] = "version"
         update["ExpressionAttributeValues"][":expected"] = {"N": str(expected_version)}
-        if event is None:
+        if event is None and reclaim is None:
             try:
                 self._ddb.update_item(**update)
             except self._ddb.exceptions.ConditionalCheckFailedException as exc:
                 raise ConcurrentModification(job_id, "changed while being edited") from exc
             return new
         update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
-        writes = [{"Update": update}, {"Put": {"TableName": self.table, "Item": items.event_item(job_id, event, new.version)}}]
+        writes: list[dict[str, Any]] = [{"Update": update}]
+        if event is not None:
+            writes.append({"Put": {"TableName": self.table, "Item": items.event_item(job_id, event, new.version)}})
+        if reclaim is not None:  # its event goes with the decision, or not at all
+            sequence = outbox.take_sequence(update, outbox.stored_seq(stored_item))
+            detail = outbox.reclaim_detail(new, reclaim, sequence=sequence, at=now, dashboard_url=self._dashboard_url)
+            writes.append({"Put": {"TableName": self.table, "Item": outbox.outbox_item(et.JOB_RECLAIMED, et.SUBJECT_JOB, job_id, detail)}})
         reasons = self._transact(writes)
         if reasons is not None:
             stored = reasons[0].get("Item")

@@ -29,9 +29,11 @@ from functions import constants as c
 from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
 from functions.catalog import own_events as et
+from functions.service.ports import Reclaim
 from schemas.events import (
     CheckpointSaved,
     EventDetail,
+    JobReclaimed,
     JobStateChange,
     OutboxRecord,
     PolicyState,
@@ -133,6 +135,32 @@ def job_state_detail(
         parent_job_id=job.parent_job_id,
         cost_usd=job.cost.estimated_cost_usd,
         checkpoint_id=job.latest_checkpoint_id,
+    )
+
+
+def reclaim_detail(job: Job, reclaim: Reclaim, *, sequence: int, at: datetime, dashboard_url: str | None) -> EventDetail:
+    return JobReclaimed(
+        event_id=event_id(et.SUBJECT_JOB, job.job_id, sequence),
+        sequence=sequence,
+        at=at,
+        owner=job.owner,
+        labels=job.labels,
+        actor="scheduler",
+        reason=clip(job.pending_reason) or "",
+        dashboard_url=job_link(dashboard_url, job.job_id),
+        job_id=job.job_id,
+        job_name=job.name,
+        state=job.status,
+        attempt=job.attempt,
+        team=reclaim.team,
+        gpu_type=reclaim.gpu_type,
+        gpus=reclaim.gpus,
+        beneficiary_job_id=reclaim.beneficiary_job_id,
+        beneficiary_team=reclaim.beneficiary_team,
+        rule=reclaim.rule,
+        work_lost_gpu_seconds=reclaim.work_lost_gpu_seconds,
+        checkpoint_id=job.latest_checkpoint_id,
+        reclaims=job.reclaims,
     )
 
 

@@ -5,7 +5,8 @@
 | Webhook | `WEBHOOKS` | `<webhook_id>` | `entity=WEBHOOK`, `doc` (the Webhook), `secrets`, `event_seq` |
 | Held event | `WEBHOOK#<id>` | `EVENT#<event_id>` | `event_type`, `at`, `order`, `body` (the signed bytes) |
 | Attempt | `WEBHOOK#<id>` | `ATTEMPT#<at>#<event_id>#<n:02>` | the DeliveryAttempt |
-| Queued delivery | `WEBHOOK_QUEUE` | `<due>#<order:09>#<webhook_id>#<event_id>` | `attempts`, `lease_until` |
+| Queued delivery | `WEBHOOK_QUEUE` | `<due>#<order:09>#<webhook_id>#<event_id>` | `attempts`, `lease_until`, `subject`, `order` |
+| Pending event (ordered webhooks) | `WEBHOOK#<id>` | `PENDING#<job_id>#<order:09>#<event_id>` | `parked` (off the queue, waiting) |
 
 One partition for the webhooks (a deployment has tens, the fan-out reads them all per batch) and one
 for the queue, ordered by due time (then the subject's sequence: a job's events queue in commit
@@ -13,6 +14,11 @@ order). The queue is DynamoDB rather than SQS because the schedule waits up to 2
 and SQS delays stop at 15 minutes; a due item is leased by a conditional update, so two workers never
 make the same attempt at once. Holding an event is conditional on it not being held yet, in the same
 transaction as its first queue item: a re-published duplicate queues nothing.
+
+An ordered webhook's event also gets a pending item in that transaction, removed with its queue item
+when it leaves the queue for good; the job's earliest pending item is the one query that says whether
+a later event must wait. Parking a waiting event is conditional on the earlier one's pending item still
+existing, so an event is never parked behind one that has already finished (and never left stranded).
 """
 
 from __future__ import annotations
@@ -35,7 +41,16 @@ from functions.adapters.aws import AwsClients
 from functions.catalog import own_events as et
 from functions.catalog.address_guard import AddressRefused, check_address
 from schemas.events import WebhookDisabled, event_id
-from schemas.webhooks import DeliveryAttempt, HeldEvent, QueuedDelivery, SendResult, SigningSecret, StoredWebhook, Webhook
+from schemas.webhooks import (
+    DeliveryAttempt,
+    HeldEvent,
+    PendingEvent,
+    QueuedDelivery,
+    SendResult,
+    SigningSecret,
+    StoredWebhook,
+    Webhook,
+)
 
 WEBHOOKS_PK = c.WEBHOOKS_PK
 QUEUE_PK = c.WEBHOOK_QUEUE_PK
@@ -77,6 +92,21 @@ def _queue_item(event: HeldEvent, due: datetime, attempts: int) -> dict[str, Any
         "order": {"N": str(event.order)},
         "attempts": {"N": str(attempts)},
         "due": {"S": items.time_key(due)},
+        "subject": {"S": event.subject},
+    }
+
+
+def _pending_sk(subject: str, order: int, event_id: str) -> str:
+    return f"PENDING#{subject}#{order:09d}#{event_id}"
+
+
+def _pending_item(event: HeldEvent) -> dict[str, Any]:
+    return {
+        **_key(_webhook_pk(event.webhook_id), _pending_sk(event.subject, event.order, event.event_id)),
+        "event_id": {"S": event.event_id},
+        "order": {"N": str(event.order)},
+        "parked": {"BOOL": False},
+        c.JOBS_TTL_ATTR: _expires(event.at),
     }
 
 
@@ -88,6 +118,7 @@ def _held(item: Mapping[str, Any]) -> HeldEvent:
         at=datetime.fromisoformat(item["at"]["S"]),
         order=int(item["order"]["N"]),
         body=item["body"]["S"],
+        subject=item.get("subject", {}).get("S", ""),
     )
 
 
@@ -178,11 +209,14 @@ class DynamoWebhookRepository:
             "at_key": {"S": items.time_key(event.at)},
             "order": {"N": str(event.order)},
             "body": {"S": event.body},
+            "subject": {"S": event.subject},
             c.JOBS_TTL_ATTR: _expires(event.at),
         }
+        pending = [{"Put": {"TableName": self.table, "Item": _pending_item(event)}}] if event.subject else []
         try:
             self._ddb.transact_write_items(
                 TransactItems=[
+                    *pending,
                     {
                         "Put": {
                             "TableName": self.table,
@@ -196,13 +230,16 @@ class DynamoWebhookRepository:
             )
         except self._ddb.exceptions.TransactionCanceledException as exc:
             reasons = [r.get("Code") for r in exc.response.get("CancellationReasons", [])]
-            if reasons and reasons[0] == "ConditionalCheckFailed":
+            if len(reasons) > len(pending) and reasons[len(pending)] == "ConditionalCheckFailed":
                 return False  # held already: a duplicate of a published event
             raise
         return True
 
     def requeue(self, event: HeldEvent, due: datetime) -> None:
-        self._ddb.put_item(TableName=self.table, Item=_queue_item(event, due, 0))
+        writes = [{"Put": {"TableName": self.table, "Item": _queue_item(event, due, 0)}}]
+        if event.subject:
+            writes.append({"Put": {"TableName": self.table, "Item": _pending_item(event)}})
+        self._ddb.transact_write_items(TransactItems=writes)
 
     def held(self, webhook_id: str, event_id: str) -> HeldEvent | None:
         item = self._ddb.get_item(TableName=self.table, Key=_key(_webhook_pk(webhook_id), f"EVENT#{event_id}"), ConsistentRead=True).get(
@@ -246,6 +283,8 @@ class DynamoWebhookRepository:
                 event_id=i["event_id"]["S"],
                 attempts=int(i["attempts"]["N"]),
                 due=datetime.strptime(i["due"]["S"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC),
+                subject=i.get("subject", {}).get("S", ""),
+                order=int(i["order"]["N"]),
             )
             for i in response.get("Items", [])
             if "lease_until" not in i or i["lease_until"]["S"] <= now_key
@@ -267,6 +306,9 @@ class DynamoWebhookRepository:
 
     def finish(self, item: QueuedDelivery, attempt: DeliveryAttempt | None, next_due: datetime | None) -> None:
         writes: list[dict[str, Any]] = [{"Delete": {"TableName": self.table, "Key": _key(QUEUE_PK, item.key)}}]
+        if item.subject and not (next_due is not None and attempt is not None):  # off the queue for good
+            pending = _key(_webhook_pk(item.webhook_id), _pending_sk(item.subject, item.order, item.event_id))
+            writes.append({"Delete": {"TableName": self.table, "Key": pending}})
         if attempt is not None:
             sk = f"ATTEMPT#{items.time_key(attempt.at)}#{attempt.event_id}#{attempt.attempt:02d}"
             record = {
@@ -280,6 +322,77 @@ class DynamoWebhookRepository:
             if held is not None:
                 writes.append({"Put": {"TableName": self.table, "Item": _queue_item(held, next_due, attempt.attempt)}})
         self._ddb.transact_write_items(TransactItems=writes)
+
+    def first_pending(self, webhook_id: str, subject: str) -> PendingEvent | None:
+        found = self._ddb.query(
+            TableName=self.table,
+            KeyConditionExpression="#pk = :pk AND begins_with(#sk, :prefix)",
+            ExpressionAttributeNames={"#pk": c.PK, "#sk": c.SK},
+            ExpressionAttributeValues={":pk": {"S": _webhook_pk(webhook_id)}, ":prefix": {"S": f"PENDING#{subject}#"}},
+            ConsistentRead=True,
+            Limit=1,
+        ).get("Items", [])
+        if not found:
+            return None
+        return PendingEvent(found[0]["event_id"]["S"], int(found[0]["order"]["N"]), found[0]["parked"]["BOOL"])
+
+    def park(self, item: QueuedDelivery, behind: PendingEvent) -> bool:
+        pk = _webhook_pk(item.webhook_id)
+        try:
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "ConditionCheck": {
+                            "TableName": self.table,
+                            "Key": _key(pk, _pending_sk(item.subject, behind.order, behind.event_id)),
+                            "ConditionExpression": "attribute_exists(#pk)",
+                            "ExpressionAttributeNames": {"#pk": c.PK},
+                        }
+                    },
+                    {
+                        "Update": {
+                            "TableName": self.table,
+                            "Key": _key(pk, _pending_sk(item.subject, item.order, item.event_id)),
+                            "UpdateExpression": "SET parked = :yes",
+                            "ConditionExpression": "attribute_exists(#pk)",
+                            "ExpressionAttributeNames": {"#pk": c.PK},
+                            "ExpressionAttributeValues": {":yes": {"BOOL": True}},
+                        }
+                    },
+                    {"Delete": {"TableName": self.table, "Key": _key(QUEUE_PK, item.key)}},
+                ]
+            )
+        except self._ddb.exceptions.TransactionCanceledException:
+            return False
+        return True
+
+    def release(self, webhook_id: str, subject: str, due: datetime) -> None:
+        head = self.first_pending(webhook_id, subject)
+        if head is None or not head.parked:
+            return
+        held = self.held(webhook_id, head.event_id)
+        key = _key(_webhook_pk(webhook_id), _pending_sk(subject, head.order, head.event_id))
+        if held is None:  # expired: nothing to send, and nothing more to wait for
+            self._ddb.delete_item(TableName=self.table, Key=key)
+            self.release(webhook_id, subject, due)
+            return
+        try:
+            self._ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": self.table,
+                            "Key": key,
+                            "UpdateExpression": "SET parked = :no",
+                            "ConditionExpression": "parked = :yes",
+                            "ExpressionAttributeValues": {":no": {"BOOL": False}, ":yes": {"BOOL": True}},
+                        }
+                    },
+                    {"Put": {"TableName": self.table, "Item": _queue_item(held, due, 0)}},
+                ]
+            )
+        except self._ddb.exceptions.TransactionCanceledException:
+            return  # another worker released it
 
     def attempts(self, webhook_id: str, since: datetime, limit: int) -> list[DeliveryAttempt]:
         response = self._ddb.query(

@@ -58,6 +58,20 @@ class Transition:
 
 
 @dataclass(frozen=True)
+class Reclaim:
+    """Why a borrowing job is being paused (issue 24.3): written as its `Trainplane Job Reclaimed` event in
+    the same transaction as the update that marks it for the checkpointed pause."""
+
+    team: str  # the victim's (the borrower)
+    gpu_type: str
+    gpus: int
+    beneficiary_job_id: str
+    beneficiary_team: str  # the lender
+    rule: str
+    work_lost_gpu_seconds: float
+
+
+@dataclass(frozen=True)
 class NameClaim:
     """A name at most one job holds at a time (POST /train's run_id, per owner), taken in the very write
     that creates the job: the claim item names its holder, and the job is created only if the claim is
@@ -99,12 +113,14 @@ class JobRepository(Protocol):
         *,
         event: StatusEvent | None = None,
         action: str = "update",
+        reclaim: Reclaim | None = None,
     ) -> Job:
         """Conditional edit of non-status fields (PATCH, pending_action...); version + 1.
 
         ConcurrentModification on a version mismatch; IllegalTransition (naming `action`) if `allowed`
         is given and the job's status is not in it. `event`, when given, is appended to the history in
-        the same transaction (a verb that records a request without changing the status).
+        the same transaction (a verb that records a request without changing the status); `reclaim`,
+        when given, is the job's `Trainplane Job Reclaimed` event, written to the outbox in it too.
         """
 
     def annotate(self, job_id: str, changes: Mapping[str, Any]) -> None:

@@ -31,7 +31,7 @@ from functions.catalog.gpu_types import gpu_type_of, inventory_problem
 from functions.catalog.quotas import parse_gpu_inventory, parse_quotas
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
 from functions.service.fair_share import Ask, Cohort, Holder, admission_order, reclaim_victims, work_lost
-from functions.service.ports import CapacityLedger, CapacityModel, Demand, JobRepository, RunStopper, TokenAnswerer, Transition
+from functions.service.ports import CapacityLedger, CapacityModel, Demand, JobRepository, Reclaim, RunStopper, TokenAnswerer, Transition
 from schemas.job import Actor, Job, PendingAction
 from schemas.lifecycle import Next, WaitKind
 from schemas.status import PAUSABLE, JobStatus
@@ -47,6 +47,9 @@ _QUEUE_READ_LIMIT = 100  # the most one pass reads of a queue
 _FIRST_READ_DEPTH = 10
 _LOOKAHEAD = 2
 _HOLDERS_CHECKED = 64  # beyond this many running jobs in a pool, just run the pass
+# The rule a reclaim's event names: a borrower beyond its team's nominal quota, picked by weighted share
+# (highest first), then priority (lowest), then work lost (least) (functions/service/fair_share.py).
+RECLAIM_RULE = "borrowed_beyond_nominal"
 
 
 class NeverFits(DomainError):
@@ -312,7 +315,16 @@ class Scheduler:
                 f"reclaimed by team {ask.team} for job {waiting.job_id}: team {victim.ask.team} borrowed beyond its nominal "
                 f"{victim.ask.gpu_type} quota (work lost {victim.work_lost:.0f} GPU-s since its last checkpoint)"
             )
-            if self._preempt(victim.job, waiting, reason=reason, changes={"reclaims": victim.job.reclaims + 1}):
+            why = Reclaim(
+                team=victim.ask.team,
+                gpu_type=victim.ask.gpu_type,
+                gpus=victim.units,
+                beneficiary_job_id=waiting.job_id,
+                beneficiary_team=ask.team,
+                rule=RECLAIM_RULE,
+                work_lost_gpu_seconds=round(victim.work_lost, 1),
+            )
+            if self._preempt(victim.job, waiting, reason=reason, changes={"reclaims": victim.job.reclaims + 1}, reclaim=why):
                 result.preempting.append(victim.job.job_id)
         return bool(victims)
 
@@ -362,7 +374,15 @@ class Scheduler:
                 result.preempting.append(job.job_id)
                 needed -= units
 
-    def _preempt(self, victim: Job, waiting: Job, *, reason: str | None = None, changes: Mapping[str, Any] | None = None) -> bool:
+    def _preempt(
+        self,
+        victim: Job,
+        waiting: Job,
+        *,
+        reason: str | None = None,
+        changes: Mapping[str, Any] | None = None,
+        reclaim: Reclaim | None = None,
+    ) -> bool:
         reason = reason or f"preempted by higher-priority job {waiting.job_id} (priority {waiting.priority} > {victim.priority})"
         try:
             job = self.repository.update(
@@ -371,6 +391,7 @@ class Scheduler:
                 {"pending_action": PendingAction.PREEMPT, "pending_reason": reason, **(changes or {})},
                 allowed=PAUSABLE,
                 action="preempt",
+                reclaim=reclaim,
             )
         except (ConcurrentModification, IllegalTransition, JobNotFound):
             return False

@@ -132,6 +132,8 @@ class DeliveryWorker:
             if item.webhook_id not in webhooks:
                 webhooks[item.webhook_id] = self.repository.find(item.webhook_id)
             stored = webhooks[item.webhook_id]
+            if stored is not None and stored.webhook.enabled and item.subject and self._waits(item):
+                continue  # an ordered webhook's later event: parked until the job's earlier ones finish
             if stored is not None and stored.webhook.format == "slack":
                 slack_due.setdefault(item.webhook_id, []).append(item)
                 continue
@@ -143,6 +145,19 @@ class DeliveryWorker:
             attempted += self._attempt(self._leased(items), webhooks[webhook_id])
         return attempted
 
+    def _waits(self, item: QueuedDelivery) -> bool:
+        """Whether an earlier event of the item's job is still pending for its (ordered) webhook; if so the
+        item is parked off the queue, to be released when that one finishes."""
+        head = self.repository.first_pending(item.webhook_id, item.subject)
+        if head is None or head.event_id == item.event_id or head.order >= item.order:
+            return False
+        return self.repository.park(item, head)  # False: the earlier one just finished, so this one goes now
+
+    def _finish(self, item: QueuedDelivery, attempt: DeliveryAttempt | None, next_due: datetime | None) -> None:
+        self.repository.finish(item, attempt, next_due)
+        if item.subject and next_due is None:  # off the queue for good: the job's next event may go
+            self.repository.release(item.webhook_id, item.subject, self.clock())
+
     def _leased(self, items: Sequence[QueuedDelivery]) -> list[QueuedDelivery]:
         now = self.clock()
         return [i for i in items if self.repository.lease(i, now, now + LEASE)]  # others: another worker has them
@@ -153,7 +168,7 @@ class DeliveryWorker:
         for item in items:
             held = self.repository.held(item.webhook_id, item.event_id)
             if stored is None or held is None or not stored.webhook.enabled:
-                self.repository.finish(item, None, None)  # deleted or disabled since: nothing to send
+                self._finish(item, None, None)  # deleted or disabled since: nothing to send
                 continue
             pairs.append((item, held))
         if not pairs or stored is None:
@@ -212,4 +227,4 @@ class DeliveryWorker:
             next_attempt_at=next_due,
         )
         logger.info("webhook attempt", extra={"webhook_id": webhook_id, **json.loads(record.model_dump_json(exclude={"response"}))})
-        self.repository.finish(item, record, next_due)
+        self._finish(item, record, next_due)

@@ -35,6 +35,7 @@ from schemas.webhooks import (
     DeliveryAttempt,
     DeliveryList,
     HeldEvent,
+    PendingEvent,
     QueuedDelivery,
     Redelivered,
     RedeliverRequest,
@@ -95,6 +96,20 @@ class WebhookRepository(Protocol):
         """Mark the webhook failing since `at` unless it already is; returns since when."""
 
     def succeeding(self, webhook_id: str) -> None: ...
+
+    # An ordered webhook's events of one job (HeldEvent.subject): each is pending from its hold (or requeue)
+    # until its item leaves the queue for good; a later one that comes due while an earlier one is pending
+    # is parked off the queue, and released when the earlier ones have finished.
+
+    def first_pending(self, webhook_id: str, subject: str) -> PendingEvent | None:
+        """The job's earliest pending event for the webhook (lowest sequence)."""
+
+    def park(self, item: QueuedDelivery, behind: PendingEvent) -> bool:
+        """Take the item off the queue while `behind` is still pending (one transaction, conditional on
+        it); False when `behind` finished meanwhile (the item stays queued)."""
+
+    def release(self, webhook_id: str, subject: str, due: datetime) -> None:
+        """Queue the job's earliest pending event at `due` if it is parked."""
 
     def disable(self, webhook_id: str, reason: str, at: datetime) -> bool:
         """Disable the webhook and write its `webhook.disabled` event in the same transaction; False when
@@ -240,7 +255,9 @@ class WebhookService:
             at = datetime.fromisoformat(detail["at"])
             for webhook in webhooks:
                 if matches(webhook, kind.type, detail, sees_everything=admins[webhook.owner]):
-                    held = HeldEvent(webhook.webhook_id, record.event_id, kind.type, at, record.sequence, payload(kind.type, at, detail))
+                    subject = str(detail.get("job_id") or "") if webhook.ordered else ""
+                    body = payload(kind.type, at, detail)
+                    held = HeldEvent(webhook.webhook_id, record.event_id, kind.type, at, record.sequence, body, subject)
                     # first attempt due at the commit time: the queue then holds a job's events in commit order
                     queued += self.repository.hold(held, at)
         return queued

@@ -55,8 +55,8 @@ def client(url: str, who: Any = ALICE) -> Client:
 
 def test_the_sdk_creates_tests_lists_redelivers_and_deletes_a_webhook(url: str) -> None:
     alice, bob = client(url), client(url, BOB)
-    created = alice.create_webhook({"url": URL, "event_types": ["job.*"]})
-    assert created.secret.startswith("whsec_") and created.owner == ALICE.arn
+    created = alice.create_webhook({"url": URL, "event_types": ["job.*"], "ordered": True})
+    assert created.secret.startswith("whsec_") and created.owner == ALICE.arn and created.ordered
     assert [h.webhook_id for h in alice.list_webhooks()] == [created.webhook_id]
     assert bob.list_webhooks() == []
     with pytest.raises(NotFound):
@@ -81,6 +81,7 @@ def test_the_async_client_has_the_same_calls(url: str) -> None:
     async def run() -> list[str]:
         async with AsyncClient(url, credentials=Credentials(ALICE.access_key_id, ALICE.secret_access_key), region="us-east-1") as c:
             created = await c.create_webhook({"url": URL})
+            assert created.ordered is False  # by default
             got = await c.get_webhook(created.webhook_id)
             return [created.webhook_id, got.webhook_id]
 
@@ -112,10 +113,10 @@ def cli(url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
 
 
 def test_the_cli_creates_lists_tests_redelivers_and_deletes(cli: Any) -> None:
-    created = cli("--output", "json", "webhooks", "create", URL, "-e", "job.*", "--label", "team=nlp")
+    created = cli("--output", "json", "webhooks", "create", URL, "-e", "job.*", "--label", "team=nlp", "--ordered")
     assert created.exit_code == 0, created.stderr
     hook = json.loads(created.stdout)
-    assert hook["secret"].startswith("whsec_") and hook["labels"] == {"team": "nlp"}
+    assert hook["secret"].startswith("whsec_") and hook["labels"] == {"team": "nlp"} and hook["ordered"] is True
     listed = cli("webhooks", "list")
     assert listed.exit_code == 0 and hook["webhook_id"] in listed.stdout
     assert json.loads(cli("webhooks", "get", hook["webhook_id"]).stdout)["event_types"] == ["job.*"]
