@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING
 from functions import constants
 from functions.catalog import own_events as et
 from functions.settings import PREFIX
-from localmode import iam_calls
+from localmode import iam_calls, moto_hooks
 
 if TYPE_CHECKING:
     from localmode.deploy import LocalContext
 
 logger = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.05  # an idle outbox is one Query per poll, in-process: commit -> bus stays ~tens of ms
+IDLE_SECONDS = 2.0  # idle: woken by any DynamoDB write in-process (moto_hooks.write_signal); a pass at least this often
 ERROR_BACKOFF_SECONDS = 1.0
 
 
@@ -48,7 +48,9 @@ def _serve(stop: threading.Event) -> None:
     while not stop.is_set() and not os.environ.get(PREFIX + "TRAINPLANE_BUS_NAME"):
         stop.wait(0.05)
     publisher = composition.current().event_publisher
+    written = moto_hooks.write_signal()
     while not stop.is_set():
+        written.clear()  # before the pass: a write during it makes the next pass start at once
         try:
             with iam_calls.acting_as("EventPublisher"):  # the publisher Lambda's role (make iam-check)
                 result = publisher.drain()
@@ -59,4 +61,4 @@ def _serve(stop: threading.Event) -> None:
         if result.failed:
             stop.wait(ERROR_BACKOFF_SECONDS)
         elif not result.sent:
-            stop.wait(POLL_SECONDS)
+            moto_hooks.wait_for_write(stop, written, IDLE_SECONDS)

@@ -14,13 +14,14 @@ import threading
 from typing import TYPE_CHECKING
 
 from functions.settings import PREFIX
+from localmode import moto_hooks
 
 if TYPE_CHECKING:
     from localmode.deploy import LocalContext
 
 logger = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.05  # an idle queue is one Query per poll, in-process
+IDLE_SECONDS = 1.0  # idle: woken by any DynamoDB write in-process (moto_hooks.write_signal); a retry comes due at least this often
 ERROR_BACKOFF_SECONDS = 1.0
 
 
@@ -35,7 +36,9 @@ def _serve(stop: threading.Event) -> None:
     while not stop.is_set() and not os.environ.get(PREFIX + "TRAINPLANE_BUS_NAME"):
         stop.wait(0.05)
     worker = composition.current().webhook_delivery
+    written = moto_hooks.write_signal()
     while not stop.is_set():
+        written.clear()  # before the pass: a write during it makes the next pass start at once
         try:
             attempted = worker.deliver_due()
         except Exception:
@@ -43,4 +46,4 @@ def _serve(stop: threading.Event) -> None:
             stop.wait(ERROR_BACKOFF_SECONDS)
             continue
         if not attempted:
-            stop.wait(POLL_SECONDS)
+            moto_hooks.wait_for_write(stop, written, IDLE_SECONDS)
