@@ -119,7 +119,7 @@ def test_jobs_of_no_sweep_cost_nothing(labels: dict[str, str]) -> None:
     hook, sweeps, waker = hooks()
     for kind in K:
         hook.on_trainer_event(job(labels), event(kind, step=1, accuracy=0.5))
-    hook.on_job_changed(job(labels))  # type: ignore[arg-type]
+    hook.on_job_changed(job(labels))
     assert (sweeps.gets, sweeps.values, waker.woken) == ([], [], [])
 
 
