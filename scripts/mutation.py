@@ -56,7 +56,9 @@ MODULES = [
     Module(
         "paths",
         "functions/service/paths.py",
-        ("tests/unit/test_paths.py", "tests/integration/test_path_confinement.py"),
+        # The unit tests pin each decision on fakes; the API matrix (tests/integration/test_path_confinement.py,
+        # ~200 cases on moto that reach every guard) stays in `make test`: per mutant it took minutes here.
+        ("tests/unit/test_path_rules.py", "tests/unit/test_paths.py"),
         # The confinement decisions (what may be read and written, the claims, the id rule), not the walk of
         # a submission's fields; the whole module is ~700 mutants, hours on the shared machine.
         (
@@ -77,7 +79,7 @@ MODULES = [
     Module(
         "dynamodb",
         "functions/adapters/dynamodb.py",
-        ("tests/integration/test_dynamodb_repository.py", "tests/unit/test_dynamodb_items.py"),
+        ("tests/integration/test_guarded_writes.py", "tests/integration/test_dynamodb_repository.py", "tests/unit/test_dynamodb_items.py"),
         # The conditional writes: creation with its name claim, transitions, updates, progress, checkpoints, delete.
         (
             *(f"*ǁ{m}__*" for m in ("create", "transition", "update", "record_progress", "add_checkpoint", "delete", "_transact")),
@@ -88,11 +90,19 @@ MODULES = [
     Module(
         "sweeps",
         "functions/adapters/sweeps.py",
-        ("tests/integration/test_sweeps_controller.py",),
+        (
+            "tests/integration/test_sweeps_repository.py",
+            "tests/integration/test_sweeps_guards.py",
+            "tests/integration/test_sweeps_controller.py",
+        ),
         # The conditional writes: a sweep's create/update/delete, a trial's claim, update, end and value.
         tuple(f"*ǁ{m}__*" for m in ("create", "update", "delete", "claim_trial", "update_trial", "end_trial", "record_value")),
     ),
-    Module("sweeps_hooks", "functions/service/sweeps/hooks.py", ("tests/integration/test_sweeps_controller.py",)),
+    Module(
+        "sweeps_hooks",
+        "functions/service/sweeps/hooks.py",
+        ("tests/unit/test_sweeps_hooks.py", "tests/integration/test_sweeps_guards.py", "tests/integration/test_sweeps_controller.py"),
+    ),
     Module(
         "storage",
         "trainer/storage.py",

@@ -1,0 +1,112 @@
+"""DynamoSweepRepository's writes one by one on moto: what each conditional write refuses and what it leaves
+stored (the races themselves: tests/integration/test_sweeps_guards.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from functions.adapters import sweeps as layout
+from functions.adapters.aws import AwsClients
+from schemas.sweeps import SweepStatus, Trial, TrialState
+from tests.helpers.aws import emulated_aws, fresh_resources
+from tests.helpers.sweeps import Plane
+
+
+@pytest.fixture(scope="module")
+def aws() -> Iterator[AwsClients]:
+    with emulated_aws() as clients:
+        yield clients
+
+
+@pytest.fixture
+def plane(aws: AwsClients) -> Plane:
+    return Plane(aws, fresh_resources(aws))
+
+
+def _partition(plane: Plane, sweep_id: str) -> list[dict[str, Any]]:
+    ddb = plane.repo._ddb
+    values = {":pk": {"S": layout.SWEEP_PREFIX + sweep_id}}
+    return list(ddb.query(TableName=plane.repo.table, KeyConditionExpression="pk = :pk", ExpressionAttributeValues=values)["Items"])
+
+
+def _trial(plane: Plane, number: int) -> Trial:
+    return Trial(number=number, state=TrialState.SUBMITTING, params={"lr": 0.1}, created_at=plane.jobs.clock())
+
+
+def test_a_claim_on_a_sweep_not_running_is_refused_and_writes_nothing(plane: Plane) -> None:
+    sweep_id = plane.create()
+    read = plane.repo.get(sweep_id)
+    assert plane.repo.update(read.model_copy(update={"status": SweepStatus.PAUSED}), read.version) is True
+    assert plane.repo.claim_trial(sweep_id, _trial(plane, 0)) == "not_running"
+    assert plane.trials(sweep_id) == []
+    # and on a running one it is claimed, once
+    paused = plane.repo.get(sweep_id)
+    assert plane.repo.update(paused.model_copy(update={"status": SweepStatus.RUNNING}), paused.version) is True
+    assert plane.repo.claim_trial(sweep_id, _trial(plane, 0)) == "claimed"
+    assert plane.repo.claim_trial(sweep_id, _trial(plane, 0)) == "taken"
+    (stored,) = plane.trials(sweep_id)
+    assert (stored.number, stored.state, stored.version, stored.intermediate_values) == (
+        0,
+        TrialState.SUBMITTING,
+        _trial(plane, 0).version,
+        {},
+    )
+
+
+def test_a_sweep_is_created_once() -> None:
+    with emulated_aws() as aws:
+        plane = Plane(aws, fresh_resources(aws))
+        sweep_id = plane.create()
+        sweep = plane.repo.get(sweep_id)
+        with pytest.raises(plane.repo._ddb.exceptions.TransactionCanceledException):
+            plane.repo.create(sweep.model_copy(update={"status": SweepStatus.CANCELLED}))
+        assert plane.repo.get(sweep_id).status == sweep.status
+
+
+def test_an_update_without_a_change_of_status_is_guarded_by_the_version_too(plane: Plane) -> None:
+    sweep_id = plane.create()
+    read = plane.repo.get(sweep_id)
+    first = read.model_copy(update={"status_reason": "first"})
+    assert plane.repo.update(first, read.version) is True
+    assert plane.repo.update(read.model_copy(update={"status_reason": "second"}), read.version) is False
+    stored = plane.repo.get(sweep_id)
+    assert (stored.status_reason, stored.version, stored.status) == ("first", read.version + 1, read.status)
+    assert plane.repo.update(stored, read.version + 5) is False
+    assert plane.repo.update(stored, stored.version) is True and plane.repo.get(sweep_id).version == read.version + 2
+
+
+def test_a_delete_removes_the_whole_partition(plane: Plane) -> None:
+    # Given a sweep with more items in its partition than one batch deletes (25)
+    sweep_id = plane.create(maxTrials=40)
+    for n in range(30):
+        assert plane.repo.claim_trial(sweep_id, _trial(plane, n)) == "claimed"
+    read = plane.repo.get(sweep_id)
+    # When it is deleted on its version
+    assert plane.repo.delete(sweep_id, read.version + 1) is False and len(_partition(plane, sweep_id)) == 31
+    assert plane.repo.delete(sweep_id, read.version) is True
+    # Then nothing of it is left
+    assert _partition(plane, sweep_id) == []
+
+
+def test_an_ended_trial_with_values_reported_since_the_read_is_not_moved(plane: Plane) -> None:
+    sweep_id = plane.create()
+    assert plane.repo.claim_trial(sweep_id, _trial(plane, 0)) == "claimed"
+    read = plane.trials(sweep_id)[0]
+    running = read.model_copy(update={"state": TrialState.RUNNING, "job_id": "job-0"})
+    assert plane.repo.update_trial(sweep_id, running, read.version) is True
+    assert plane.repo.record_value(sweep_id, 0, "job-0", 1, 0.5) is True
+    assert plane.repo.record_value(sweep_id, 0, "job-1", 1, 9.0) is False
+    seen = plane.trials(sweep_id)[0]
+    assert seen.intermediate_values == {1: 0.5} and seen.job_id == "job-0"
+    assert plane.repo.record_value(sweep_id, 0, "job-0", 2, 0.7) is True  # reported after `seen` was read
+    ended = seen.model_copy(update={"state": TrialState.COMPLETE, "value": 0.5, "ended_at": plane.jobs.clock()})
+    assert plane.repo.update_trial(sweep_id, ended, seen.version) is False
+    again = plane.trials(sweep_id)[0]
+    assert again.state == TrialState.RUNNING and again.intermediate_values == {1: 0.5, 2: 0.7}
+    done = again.model_copy(update={"state": TrialState.COMPLETE, "value": 0.7, "ended_at": plane.jobs.clock()})
+    assert plane.repo.update_trial(sweep_id, done, again.version) is True
+    assert [(t.state, t.intermediate_values, t.value) for t in plane.trials(sweep_id)] == [(TrialState.COMPLETE, {1: 0.5, 2: 0.7}, 0.7)]
+    assert plane.repo.record_value(sweep_id, 0, "job-0", 3, 0.9) is False  # an ended trial takes no value
