@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -24,7 +25,8 @@ GPU_TYPE_KEYS: tuple[str, ...] = ("H100", "A100-80GB", "A100", "L40S", "L4", "A1
 UNLIMITED_UNITS = 1_000_000  # the default team without a limit of its own (functions/service/scheduler.py UNLIMITED)
 _PERCENT = re.compile(r"^(\d{1,3})%$")
 
-Limit = int | str
+# A count of units, or a percentage of nominal up to 100% (the validator of TypeQuota says the same in words).
+Limit = Annotated[int, Field(ge=0, le=100_000)] | Annotated[str, Field(pattern=r"^(100|[1-9]?[0-9])%$")]
 
 
 def limit_units(limit: Limit, nominal: int) -> int:
@@ -58,9 +60,13 @@ class TypeQuota(Strict):
         return value
 
 
+# An IAM ARN or a pattern of them: what the validator below checks, stated in the document too.
+ArnPattern = Annotated[str, Field(pattern=r"^arn:", max_length=2048)]
+
+
 class TeamMembers(Strict):
     model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
-    arns: list[str] = Field(
+    arns: list[ArnPattern] = Field(
         default_factory=list,
         max_length=200,
         description=(
@@ -68,7 +74,7 @@ class TeamMembers(Strict):
             "arn:aws:sts::123:assumed-role/Dashboard/* every dashboard user)."
         ),
     )
-    cognito_groups: list[str] = Field(
+    cognito_groups: list[ArnPattern] = Field(
         default_factory=list,
         max_length=50,
         description="Dashboard users by Cognito group: the group's IAM role ARN patterns (a group's users sign in as its role).",
@@ -111,7 +117,9 @@ class TeamSpec(Strict):
     )
     members: TeamMembers = Field(default_factory=TeamMembers)
     quotas: dict[str, TypeQuota] = Field(
-        default_factory=dict, description=f"Per GPU type ({', '.join(GPU_TYPE_KEYS)}); a type not listed: nominal 0, no borrowing."
+        default_factory=dict,
+        description=f"Per GPU type ({', '.join(GPU_TYPE_KEYS)}); a type not listed: nominal 0, no borrowing.",
+        json_schema_extra={"propertyNames": {"enum": list(GPU_TYPE_KEYS)}},  # the document states the validator's rule
     )
     weight: float = Field(default=1.0, gt=0, le=1000, description="Fair-share weight: the team's share is weight / all weights.")
     max_priority: Priority = Field(default=10, description="The highest scheduling_config.priority the team's members may submit at.")

@@ -62,7 +62,7 @@ def get_team(team: TeamName) -> TeamView:
 @router.put(
     "/teams/<team>",
     summary="Define a team (admins): members, quotas per GPU type, weight, priority ceiling, queues, member caps",
-    responses=_responses(200, "The team, as stored", *BODY_ERRORS, 409, 422),
+    responses=_responses(200, "The team, as stored", *BODY_ERRORS, 404, 409, 422),
     tags=TAGS,
 )
 def put_team(team: TeamName, body: Annotated[TeamSpec, Body()]) -> Team:
