@@ -8,7 +8,6 @@ A webhook receives the control plane's events (functions/catalog/own_events.py n
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
@@ -28,6 +27,7 @@ class WebhookRequest(Strict):
     """A webhook to create: where to send, which events, in which format."""
 
     model_config = ConfigDict(
+        defer_build=True,
         extra="forbid",
         json_schema_extra={
             "examples": [
@@ -91,6 +91,7 @@ class WebhookCreated(Webhook):
 
 
 class SecretRotated(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     webhook_id: str
     secret: str = Field(description="The new secret; the previous one keeps signing for 24 hours too.")
     previous_expires_at: datetime
@@ -103,6 +104,8 @@ class WebhookList(BaseModel):
 
 class DeliveryAttempt(BaseModel):
     """One attempt to deliver one event to one webhook (kept 30 days)."""
+
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
 
     event_id: str
     event_type: str
@@ -124,7 +127,9 @@ class RedeliverRequest(Strict):
     """Send again one event (`event_id`) or every event in a time range, re-signed with a new timestamp."""
 
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [{"since": "2026-01-01T00:00:00Z"}, {"event_id": "evt_0123456789abcdef0123456789"}]}
+        defer_build=True,
+        extra="forbid",
+        json_schema_extra={"examples": [{"since": "2026-01-01T00:00:00Z"}, {"event_id": "evt_0123456789abcdef0123456789"}]},
     )
 
     event_id: str | None = Field(default=None, min_length=1, max_length=64)
@@ -152,71 +157,15 @@ class RedeliverRequest(Strict):
 
 
 class Redelivered(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     webhook_id: str
     event_ids: list[str]
 
 
 class TestSent(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     webhook_id: str
     event_id: str = Field(description="The test event's id: GET .../deliveries shows its attempts.")
 
 
 # --- what the webhook service and its repository hand each other (functions/service/webhooks.py) ---
-
-
-@dataclass(frozen=True)
-class SigningSecret:
-    secret: str  # whsec_<base64>
-    expires_at: datetime | None = None  # None: the current one
-
-
-@dataclass(frozen=True)
-class StoredWebhook:
-    webhook: Webhook
-    secrets: tuple[SigningSecret, ...]
-
-    def signing_secrets(self, now: datetime) -> list[str]:
-        return [s.secret for s in self.secrets if s.expires_at is None or s.expires_at > now]
-
-
-@dataclass(frozen=True)
-class HeldEvent:
-    """An event held for one webhook: the exact body every attempt (and a redelivery) sends."""
-
-    webhook_id: str
-    event_id: str
-    event_type: str
-    at: datetime
-    order: int  # the subject's sequence: ties in the queue go in commit order
-    body: str
-    subject: str = ""  # an ordered webhook's job id: the job's later events wait for this one; "" for no order
-
-
-@dataclass(frozen=True)
-class QueuedDelivery:
-    key: str  # the queue item's sort key (opaque to the service)
-    webhook_id: str
-    event_id: str
-    attempts: int  # made so far
-    due: datetime
-    subject: str = ""  # HeldEvent.subject
-    order: int = 0
-
-
-@dataclass(frozen=True)
-class PendingEvent:
-    """An ordered webhook's event of one job not yet finished (queued, retrying, or parked behind an earlier one)."""
-
-    event_id: str
-    order: int
-    parked: bool  # off the queue, waiting for the earlier events to finish
-
-
-@dataclass(frozen=True)
-class SendResult:
-    """One HTTP attempt's answer (functions/adapters/webhooks.py)."""
-
-    status: int | None  # None: no HTTP answer (refused address, timeout, connection error)
-    latency_ms: int
-    excerpt: str = ""
-    retry_after: str | None = None

@@ -41,16 +41,8 @@ from functions.adapters.aws import AwsClients
 from functions.catalog import own_events as et
 from functions.catalog.address_guard import AddressRefused, check_address
 from schemas.events import WebhookDisabled, event_id
-from schemas.webhooks import (
-    DeliveryAttempt,
-    HeldEvent,
-    PendingEvent,
-    QueuedDelivery,
-    SendResult,
-    SigningSecret,
-    StoredWebhook,
-    Webhook,
-)
+from schemas.webhook_records import HeldEvent, PendingEvent, QueuedDelivery, SendResult, SigningSecret, StoredWebhook
+from schemas.webhooks import DeliveryAttempt, Webhook
 
 WEBHOOKS_PK = c.WEBHOOKS_PK
 QUEUE_PK = c.WEBHOOK_QUEUE_PK

@@ -31,7 +31,8 @@ from standardwebhooks import Webhook as Signer
 
 from functions.service import webhook_slack as slack
 from functions.service.webhooks import WebhookRepository
-from schemas.webhooks import DeliveryAttempt, DeliveryOutcome, HeldEvent, QueuedDelivery, SendResult, StoredWebhook
+from schemas.webhook_records import HeldEvent, QueuedDelivery, SendResult, StoredWebhook
+from schemas.webhooks import DeliveryAttempt, DeliveryOutcome
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from datetime import timedelta
 
-from schemas.webhooks import HeldEvent
+from schemas.webhook_records import HeldEvent
 
 MIN_INTERVAL = timedelta(seconds=1)  # Slack's incoming webhooks allow about one message per second
 MAX_LINES = 10

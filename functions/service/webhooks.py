@@ -31,17 +31,13 @@ from functions.errors import InvalidRequest, WebhookNotFound
 from functions.service.event_publisher import EventBus
 from functions.service.principal import Principal
 from schemas.events import OutboxRecord
+from schemas.webhook_records import HeldEvent, PendingEvent, QueuedDelivery, SigningSecret, StoredWebhook
 from schemas.webhooks import (
     DeliveryAttempt,
     DeliveryList,
-    HeldEvent,
-    PendingEvent,
-    QueuedDelivery,
     Redelivered,
     RedeliverRequest,
     SecretRotated,
-    SigningSecret,
-    StoredWebhook,
     TestSent,
     Webhook,
     WebhookCreated,

@@ -24,7 +24,7 @@ from functions.adapters.webhooks import DynamoWebhookRepository
 from functions.catalog import own_events as et
 from functions.handlers.webhook_delivery import fan_out
 from functions.service.webhook_delivery import SCHEDULE, DeliveryWorker, Schedule
-from schemas.webhooks import SendResult
+from schemas.webhook_records import SendResult
 from tests.fakes import RecordingWorkflow
 from tests.helpers.api_lambda import Api
 from tests.helpers.aws import fresh_resources
