@@ -347,12 +347,14 @@ def test_no_wildcard_resource_inside_the_account_unless_pinned(synth: Synth, sta
 
 
 @pytest.mark.parametrize("stage", STAGES)
-def test_dynamodb_grants_name_only_the_stacks_tables_and_their_indexes(synth: Synth, stage: str) -> None:
+def test_dynamodb_grants_name_only_the_stacks_tables_their_indexes_and_streams(synth: Synth, stage: str) -> None:
     template = synth.templates[stage]
     tables = synth.resources(stage, "AWS::DynamoDB::Table")
     allowed = set()
     for logical_id, table in tables.items():
         allowed.add("{" + logical_id + ".Arn}")
+        if table["Properties"].get("StreamSpecification"):
+            allowed.add("{" + logical_id + ".StreamArn}")  # the table's own stream (the event publisher reads it)
         for index in table["Properties"].get("GlobalSecondaryIndexes", []) + table["Properties"].get("LocalSecondaryIndexes", []):
             allowed.add("{" + logical_id + ".Arn}/index/" + index["IndexName"])
     granted = set()
