@@ -3,7 +3,6 @@ Lambda behind local mode's SigV4 front door, in process, on moto."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from localmode.credentials import new_principal
 from localmode.frontdoor import FrontDoor
 from tests.fakes import RecordingWorkflow
 from tests.helpers.aws import fresh_resources
+from tests.unit.test_waits import run_async
 from trainplane import AsyncClient, Client
 from trainplane.cli import app
 from trainplane.errors import NotFound, ValidationFailed
@@ -85,7 +85,7 @@ def test_the_async_client_has_the_same_calls(url: str) -> None:
             got = await c.get_webhook(created.webhook_id)
             return [created.webhook_id, got.webhook_id]
 
-    first, second = asyncio.run(run())
+    first, second = run_async(run())  # not asyncio.run: a browser test may leave a loop running in this thread
     assert first == second
 
 
