@@ -523,7 +523,7 @@ LEGITIMATE_REFUSALS = (
         422,
         ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps"),
         r"(job_template\.)?training_config\.hyperparameters\..+",
-        kind="unknown_hyperparameter",
+        message=r"^unknown hyperparameter",  # by its words: PATCH re-validates the merged job, whose error type differs
     ),
     Refusal(
         "two hyperparameters that name one setting must agree (eval_strategy / evaluation_strategy, optim /"
