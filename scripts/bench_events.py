@@ -1,20 +1,25 @@
 """Benchmark of the control plane's events in local mode: commit -> bus and commit -> webhook latency, and
-events lost.
+events lost, with --jobs jobs RUNNING at once.
 
-Starts `trainplane up` (tests/fake_trainer.py as the trainer), puts a rule with an SQS target on the bus
-endpoint.json names (docs/EVENTS.md's recipe), registers a webhook (`job.*`, this run's label) on a
-loopback receiver in this process, runs --jobs jobs at once to completion and reads every event back.
-Latency of one event: the SQS message's SentTimestamp (EventBridge delivered it), or the moment the
-receiver read the delivery's body, minus the event's `at` (the commit's clock reading, taken just before
-the transaction). Prints figures, asserts nothing.
+Starts `trainplane up` with the real trainer and as many CPU slots as jobs (local mode's capacity setting,
+TRAINPLANE_LOCAL_CPU_SLOTS), puts a rule with an SQS target on the bus endpoint.json names (docs/EVENTS.md's
+recipe), registers a webhook (`job.*`, this run's label) on a loopback receiver in this process, and submits
+--jobs CUSTOM jobs running scripts/bench_events_job.py: each stays RUNNING and saves a checkpoint every
+--save-seconds until this script creates its release file. Once every job is running they are held for
+--hold-seconds, then released; each saves a last checkpoint and COMPLETES. Then every event is read back.
+Latency of one event: the SQS message's SentTimestamp (EventBridge delivered it), or the moment the receiver
+read the delivery's body, minus the event's `at` (the commit's clock reading, taken just before the
+transaction). Lost: an outbox event of a job (sequences 1 .. the job item's `event_seq`, every event the
+job's transactions wrote) not seen on the bus, or not at the receiver. Prints figures, asserts nothing.
 
-Usage: .venv/bin/python scripts/bench_events.py [--jobs 20] [--steps 6]
+Usage: nice -n 5 .venv/bin/python scripts/bench_events.py [--jobs 100] [--save-seconds 10] [--hold-seconds 30]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -30,8 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from functions.catalog import own_events as et  # noqa: E402
+from functions.constants import JOBS_TABLE  # noqa: E402
 from tests.e2e.conftest import LocalPlane  # noqa: E402
-from tests.e2e.test_lifecycle_e2e import FAKE_TRAINER_ENV, Api, fake_spec  # noqa: E402
+from tests.helpers.jobs import request_body  # noqa: E402
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -71,23 +77,60 @@ class Receiver:
             return len(self.first)
 
 
+RUNNING = {"TRAINING", "CHECKPOINTING"}
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
+JOB_SCRIPT = ROOT / "scripts" / "bench_events_job.py"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, default=20)
-    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--save-seconds", type=float, default=10.0, help="each job's checkpoint interval")
+    parser.add_argument("--hold-seconds", type=float, default=30.0, help="how long all jobs run together")
+    parser.add_argument("--start-timeout", type=float, default=900.0, help="the wait for every job to be running")
     args = parser.parse_args()
+    print(f"{os.cpu_count()} cores; load average at start {load()}")
     with tempfile.TemporaryDirectory() as tmp:
-        env = {**FAKE_TRAINER_ENV, "TRAINPLANE_LOCAL_CPU_SLOTS": str(args.jobs)}
-        plane = LocalPlane(Path(tmp) / "state", env=env, allow_dirs=[ROOT / "examples"]).start()
+        # Local mode's capacity for CPU-only jobs is its CPU slots: one per job, so that all run at once.
+        env = {"TRAINPLANE_LOCAL_CPU_SLOTS": str(args.jobs)}
+        plane = LocalPlane(Path(tmp) / "state", env=env, allow_dirs=[ROOT / "scripts"]).start()
         try:
-            run(plane, args.jobs, args.steps)
+            run(plane, args, Path(tmp) / "release")
         finally:
             plane.stop()
+    print(f"load average at end {load()}")
 
 
-def run(plane: LocalPlane, jobs: int, steps: int) -> None:
+def load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def job_spec(n: int, tag: str, release: Path, save_seconds: float) -> dict[str, Any]:
+    body = request_body(name=f"bench-{n}", labels={"bench": tag})
+    body["training_config"]["framework"] = {"type": "CUSTOM", "custom_script_path": str(JOB_SCRIPT)}
+    body["training_config"]["hyperparameters"] = {}
+    body["training_config"]["environment"] = {"RELEASE_FILE": str(release), "SAVE_SECONDS": str(save_seconds)}
+    return body
+
+
+def statuses(plane: LocalPlane, tag: str) -> dict[str, str]:
+    """Every job of this run by id: its status (GET /jobs filtered by the run's label, all pages)."""
+    found: dict[str, str] = {}
+    params: dict[str, Any] = {"labels.bench": tag, "limit": 100}
+    while True:
+        reply = plane.request("GET", "/jobs", params=params, timeout=120)
+        assert reply.status_code == 200, reply.text
+        page = reply.json()
+        found.update({j["job_id"]: j["status"] for j in page["jobs"]})
+        if not page.get("next_token"):
+            return found
+        params["next_token"] = page["next_token"]
+
+
+def run(plane: LocalPlane, args: argparse.Namespace, release: Path) -> None:
+    jobs = args.jobs
     bus, tag = plane.endpoint["event_bus"], uuid.uuid4().hex[:12]
-    sqs, events = plane.client("sqs"), plane.client("events")
+    sqs, events, ddb = plane.client("sqs"), plane.client("events"), plane.client("dynamodb")
     queue_url = sqs.create_queue(QueueName=f"bench-{tag}")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
     events.put_rule(Name=f"bench-{tag}", EventBusName=bus, EventPattern=json.dumps({"source": [et.SOURCE]}))
@@ -98,56 +141,96 @@ def run(plane: LocalPlane, jobs: int, steps: int) -> None:
     created = plane.request("POST", "/webhooks", principal="alice", json=hook)
     assert created.status_code == 201, created.text
 
-    api = Api(plane)
     began = time.monotonic()
     job_ids = []
     for n in range(jobs):
-        spec = fake_spec(f"bench-{n}", max_steps=steps, step_seconds=0.05)
-        spec["labels"] = {"bench": tag}
-        job_ids.append(api.submit(spec))
-    for job_id in job_ids:
-        api.wait_status(job_id, "COMPLETED", "FAILED", "CANCELLED", timeout=600)
-    committed = {job_id: len(api.statuses(job_id)) for job_id in job_ids}
-    print(f"{jobs} jobs ran to the end in {time.monotonic() - began:.1f} s")
+        reply = plane.request("POST", "/jobs", json=job_spec(n, tag, release, args.save_seconds), timeout=120)
+        assert reply.status_code == 201, reply.text
+        job_ids.append(str(reply.json()["job_id"]))
+    print(f"{jobs} jobs submitted in {time.monotonic() - began:.1f} s")
 
-    latencies: list[float] = []
+    # Wait (a condition, polled) until every job is running, or the start timeout says how many could be.
+    most, deadline = 0, time.monotonic() + args.start_timeout
+    while time.monotonic() < deadline:
+        now = statuses(plane, tag)
+        running = sum(1 for s in now.values() if s in RUNNING)
+        most = max(most, running)
+        if running == jobs or all(s in TERMINAL for s in now.values()):
+            break
+        time.sleep(1)
+    all_running_at = time.time()
+    print(f"{most} of {jobs} jobs running at once, {time.monotonic() - began:.1f} s after the first submit; load {load()}")
+    hold_end, fewest = time.monotonic() + args.hold_seconds, most
+    while time.monotonic() < hold_end:  # the hold: count what stays running while they all emit checkpoints
+        fewest = min(fewest, sum(1 for s in statuses(plane, tag).values() if s in RUNNING))
+        time.sleep(1)
+    release_at = time.time()
+    release.touch()
+    print(f"held {args.hold_seconds:.0f} s (fewest running during it: {fewest}); load {load()}; released")
+    end_deadline = time.monotonic() + 900
+    final = statuses(plane, tag)
+    while time.monotonic() < end_deadline and not all(s in TERMINAL for s in final.values()):
+        time.sleep(1)
+        final = statuses(plane, tag)
+    ends: dict[str, int] = {}
+    for status in final.values():
+        ends[status] = ends.get(status, 0) + 1
+    print(f"{jobs} jobs ended in {time.monotonic() - began:.1f} s: {ends}")
+
+    # Every outbox event a job's transactions wrote: sequences 1 .. event_seq on the job's item.
+    written: dict[str, int] = {}
+    for job_id in job_ids:
+        item = ddb.get_item(TableName=JOBS_TABLE, Key={"pk": {"S": f"JOB#{job_id}"}, "sk": {"S": "META"}})
+        written[job_id] = int(item["Item"].get("event_seq", {"N": "0"})["N"])
+    outbox = {(j, n) for j, top in written.items() for n in range(1, top + 1)}
+
+    on_bus: list[tuple[float, dict[str, Any]]] = []
     seen: dict[str, set[int]] = {job_id: set() for job_id in job_ids}
-    changes: dict[str, int] = dict.fromkeys(job_ids, 0)
-    duplicates = 0
-    idle_polls = 0
+    kinds: dict[str, int] = {}
+    duplicates = idle_polls = 0
     while idle_polls < 3:  # the queue stays empty for three long polls in a row: everything is in
         reply = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, AttributeNames=["SentTimestamp"])
         messages = reply.get("Messages", [])
         idle_polls = 0 if messages else idle_polls + 1
         for message in messages:
-            event: dict[str, Any] = json.loads(message["Body"])
+            event = json.loads(message["Body"])
             detail = event["detail"]
+            kinds[event["detail-type"]] = kinds.get(event["detail-type"], 0) + 1
             sent = int(message["Attributes"]["SentTimestamp"]) / 1000
-            latencies.append((sent - datetime.fromisoformat(detail["at"]).timestamp()) * 1000)
+            on_bus.append(((sent - datetime.fromisoformat(detail["at"]).timestamp()) * 1000, detail))
             if detail["sequence"] in seen[detail["job_id"]]:
                 duplicates += 1
             seen[detail["job_id"]].add(detail["sequence"])
-            if event["detail-type"] == et.JOB_STATE_CHANGE.detail_type:
-                changes[detail["job_id"]] += 1
             sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
+    bus_keys = {(j, n) for j, sequences in seen.items() for n in sequences}
     gaps = sum(1 for s in seen.values() if s and sorted(s) != list(range(1, max(s) + 1)))
-    lost = sum(max(0, committed[j] - changes[j]) for j in job_ids)
-    print(f"events received: {len(latencies)} ({duplicates} duplicates); state changes committed: {sum(committed.values())}")
-    print(f"events lost: {lost}; jobs with a gap in their sequence: {gaps}")
-    report("commit -> bus", latencies)
+    print(
+        f"outbox events written: {len(outbox)}; on the bus: {len(on_bus)} ({duplicates} duplicates); "
+        f"lost (written, never on the bus): {len(outbox - bus_keys)}; jobs with a gap in their sequence: {gaps}"
+    )
+    print(f"on the bus by detail-type: {kinds}")
 
-    on_bus = {(j, n) for j, sequences in seen.items() for n in sequences}
-    deadline = time.monotonic() + 120
-    while receiver.received() < len(on_bus) and time.monotonic() < deadline:  # deliveries trail the bus a little
+    deadline = time.monotonic() + 300
+    while receiver.received() < len(outbox) and time.monotonic() < deadline:  # deliveries trail the bus
         time.sleep(0.2)
     with receiver.lock:
         firsts = list(receiver.first.values())
         deliveries = receiver.deliveries
     receiver.server.shutdown()
     hooked = [((at - datetime.fromisoformat(d["at"]).timestamp()) * 1000, d) for at, d in firsts]
-    missing = on_bus - {(d["job_id"], d["sequence"]) for _, d in hooked}
-    print(f"webhook deliveries: {deliveries} ({deliveries - len(hooked)} duplicates); events on the bus not delivered: {len(missing)}")
-    report("commit -> webhook received", [ms for ms, _ in hooked])
+    delivered = {(d["job_id"], d["sequence"]) for _, d in hooked}
+    print(
+        f"webhook deliveries: {deliveries} ({deliveries - len(hooked)} duplicates); "
+        f"lost (written, never delivered): {len(outbox - delivered)}"
+    )
+
+    def held(rows: list[tuple[float, dict[str, Any]]]) -> list[float]:  # committed while all were running
+        return [ms for ms, d in rows if all_running_at <= datetime.fromisoformat(d["at"]).timestamp() <= release_at]
+
+    report("commit -> bus, whole run", [ms for ms, _ in on_bus])
+    report(f"commit -> bus, while {most} jobs ran", held(on_bus))
+    report("commit -> webhook received, whole run", [ms for ms, _ in hooked])
+    report(f"commit -> webhook received, while {most} jobs ran", held(hooked))
 
 
 def report(what: str, latencies: list[float]) -> None:
