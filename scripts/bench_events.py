@@ -4,9 +4,11 @@ events lost, with --jobs jobs RUNNING at once.
 Starts `trainplane up` with the real trainer and as many CPU slots as jobs (local mode's capacity setting,
 TRAINPLANE_LOCAL_CPU_SLOTS), puts a rule with an SQS target on the bus endpoint.json names (docs/EVENTS.md's
 recipe), registers a webhook (`job.*`, this run's label) on a loopback receiver in this process, and submits
---jobs CUSTOM jobs running scripts/bench_events_job.py: each stays RUNNING and saves a checkpoint every
---save-seconds until this script creates its release file. Once every job is running they are held for
---hold-seconds, then released; each saves a last checkpoint and COMPLETES. Then every event is read back.
+--jobs CUSTOM jobs running scripts/bench_events_job.py: each stays RUNNING until this script creates its
+release file. Once every job is running, this script creates the start file: for --hold-seconds each job saves
+a checkpoint every --save-seconds (a `Trainplane Checkpoint Saved` event each); then it is released, saves a
+last checkpoint and COMPLETES. Then every event is read back, until every event the outbox took is seen or
+nothing new arrives for --drain-idle seconds (the outbox's pending count is printed then).
 Latency of one event: the SQS message's SentTimestamp (EventBridge delivered it), or the moment the receiver
 read the delivery's body, minus the event's `at` (the commit's clock reading, taken just before the
 transaction). Lost: an outbox event of a job (sequences 1 .. the job item's `event_seq`, every event the
@@ -88,6 +90,7 @@ def main() -> None:
     parser.add_argument("--save-seconds", type=float, default=10.0, help="each job's checkpoint interval")
     parser.add_argument("--hold-seconds", type=float, default=30.0, help="how long all jobs run together")
     parser.add_argument("--start-timeout", type=float, default=900.0, help="the wait for every job to be running")
+    parser.add_argument("--drain-idle", type=float, default=120.0, help="stop reading after this long without news")
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores; load average at start {load()}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,7 +98,7 @@ def main() -> None:
         env = {"TRAINPLANE_LOCAL_CPU_SLOTS": str(args.jobs)}
         plane = LocalPlane(Path(tmp) / "state", env=env, allow_dirs=[ROOT / "scripts"]).start()
         try:
-            run(plane, args, Path(tmp) / "release")
+            run(plane, args, Path(tmp))
         finally:
             plane.stop()
     print(f"load average at end {load()}")
@@ -105,11 +108,12 @@ def load() -> str:
     return " ".join(f"{x:.1f}" for x in os.getloadavg())
 
 
-def job_spec(n: int, tag: str, release: Path, save_seconds: float) -> dict[str, Any]:
+def job_spec(n: int, tag: str, files: Path, save_seconds: float) -> dict[str, Any]:
     body = request_body(name=f"bench-{n}", labels={"bench": tag})
     body["training_config"]["framework"] = {"type": "CUSTOM", "custom_script_path": str(JOB_SCRIPT)}
     body["training_config"]["hyperparameters"] = {}
-    body["training_config"]["environment"] = {"RELEASE_FILE": str(release), "SAVE_SECONDS": str(save_seconds)}
+    environment = {"START_FILE": str(files / "start"), "RELEASE_FILE": str(files / "release"), "SAVE_SECONDS": str(save_seconds)}
+    body["training_config"]["environment"] = environment
     return body
 
 
@@ -127,7 +131,24 @@ def statuses(plane: LocalPlane, tag: str) -> dict[str, str]:
         params["next_token"] = page["next_token"]
 
 
-def run(plane: LocalPlane, args: argparse.Namespace, release: Path) -> None:
+def outbox_pending(ddb: Any) -> int:
+    """Events still in the outbox (written, not yet accepted by the bus)."""
+    kwargs: dict[str, Any] = {
+        "TableName": JOBS_TABLE,
+        "KeyConditionExpression": "pk = :pk",
+        "ExpressionAttributeValues": {":pk": {"S": et.OUTBOX_PK}},
+        "Select": "COUNT",
+    }
+    count = 0
+    while True:
+        page = ddb.query(**kwargs)
+        count += page["Count"]
+        if "LastEvaluatedKey" not in page:
+            return count
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def run(plane: LocalPlane, args: argparse.Namespace, files: Path) -> None:
     jobs = args.jobs
     bus, tag = plane.endpoint["event_bus"], uuid.uuid4().hex[:12]
     sqs, events, ddb = plane.client("sqs"), plane.client("events"), plane.client("dynamodb")
@@ -144,7 +165,7 @@ def run(plane: LocalPlane, args: argparse.Namespace, release: Path) -> None:
     began = time.monotonic()
     job_ids = []
     for n in range(jobs):
-        reply = plane.request("POST", "/jobs", json=job_spec(n, tag, release, args.save_seconds), timeout=120)
+        reply = plane.request("POST", "/jobs", json=job_spec(n, tag, files, args.save_seconds), timeout=120)
         assert reply.status_code == 201, reply.text
         job_ids.append(str(reply.json()["job_id"]))
     print(f"{jobs} jobs submitted in {time.monotonic() - began:.1f} s")
@@ -159,13 +180,14 @@ def run(plane: LocalPlane, args: argparse.Namespace, release: Path) -> None:
             break
         time.sleep(1)
     all_running_at = time.time()
+    (files / "start").touch()
     print(f"{most} of {jobs} jobs running at once, {time.monotonic() - began:.1f} s after the first submit; load {load()}")
     hold_end, fewest = time.monotonic() + args.hold_seconds, most
     while time.monotonic() < hold_end:  # the hold: count what stays running while they all emit checkpoints
         fewest = min(fewest, sum(1 for s in statuses(plane, tag).values() if s in RUNNING))
         time.sleep(1)
     release_at = time.time()
-    release.touch()
+    (files / "release").touch()
     print(f"held {args.hold_seconds:.0f} s (fewest running during it: {fewest}); load {load()}; released")
     end_deadline = time.monotonic() + 900
     final = statuses(plane, tag)
@@ -187,11 +209,16 @@ def run(plane: LocalPlane, args: argparse.Namespace, release: Path) -> None:
     on_bus: list[tuple[float, dict[str, Any]]] = []
     seen: dict[str, set[int]] = {job_id: set() for job_id in job_ids}
     kinds: dict[str, int] = {}
-    duplicates = idle_polls = 0
-    while idle_polls < 3:  # the queue stays empty for three long polls in a row: everything is in
+    duplicates = 0
+    news = time.monotonic()
+    # Read until every event the outbox took is in, or nothing new came for --drain-idle seconds.
+    while time.monotonic() - news < args.drain_idle and not outbox <= {(j, n) for j, s in seen.items() for n in s}:
         reply = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1, AttributeNames=["SentTimestamp"])
         messages = reply.get("Messages", [])
-        idle_polls = 0 if messages else idle_polls + 1
+        if messages:
+            news = time.monotonic()
+            entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
+            sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
         for message in messages:
             event = json.loads(message["Body"])
             detail = event["detail"]
@@ -201,18 +228,19 @@ def run(plane: LocalPlane, args: argparse.Namespace, release: Path) -> None:
             if detail["sequence"] in seen[detail["job_id"]]:
                 duplicates += 1
             seen[detail["job_id"]].add(detail["sequence"])
-            sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
     bus_keys = {(j, n) for j, sequences in seen.items() for n in sequences}
     gaps = sum(1 for s in seen.values() if s and sorted(s) != list(range(1, max(s) + 1)))
     print(
         f"outbox events written: {len(outbox)}; on the bus: {len(on_bus)} ({duplicates} duplicates); "
         f"lost (written, never on the bus): {len(outbox - bus_keys)}; jobs with a gap in their sequence: {gaps}"
     )
-    print(f"on the bus by detail-type: {kinds}")
+    print(f"on the bus by detail-type: {kinds}; still in the outbox: {outbox_pending(ddb)}; read until {time.monotonic() - began:.0f} s")
 
-    deadline = time.monotonic() + 300
-    while receiver.received() < len(outbox) and time.monotonic() < deadline:  # deliveries trail the bus
-        time.sleep(0.2)
+    count, news = receiver.received(), time.monotonic()
+    while count < len(outbox) and time.monotonic() - news < args.drain_idle:  # deliveries trail the bus
+        time.sleep(0.5)
+        if receiver.received() != count:
+            count, news = receiver.received(), time.monotonic()
     with receiver.lock:
         firsts = list(receiver.first.values())
         deliveries = receiver.deliveries

@@ -1,14 +1,17 @@
 """The job scripts/bench_events.py runs: a tiny CUSTOM script (docs/EVENTS.md's contract) that stays running
 and keeps emitting transitions until the benchmark lets it end.
 
-It saves a checkpoint (a state.json under TRAINPLANE_CHECKPOINT_DIR, reported as a `checkpoint` event: a
-`Trainplane Checkpoint Saved` event in the outbox) every SAVE_SECONDS, and exits 0 after one last
-checkpoint once the file RELEASE_FILE exists. It costs one sleeping interpreter: the benchmark can hold a
-hundred of them RUNNING on two cores. On SIGTERM it exits 75 after a checkpoint, as the contract asks.
+Once the file START_FILE exists (the benchmark creates it when every job is running) it saves a checkpoint
+(a state.json under TRAINPLANE_CHECKPOINT_DIR, reported as a `checkpoint` event: a `Trainplane Checkpoint
+Saved` event in the outbox) every SAVE_SECONDS, the first at a random point of the first interval so that
+the jobs do not save in step; it exits 0 after one last checkpoint once the file RELEASE_FILE exists. It
+costs one sleeping interpreter: the benchmark can hold a hundred of them RUNNING on two cores. On SIGTERM
+it exits 75 after a checkpoint, as the contract asks.
 """
 
 import json
 import os
+import random
 import signal
 import sys
 import time
@@ -25,7 +28,7 @@ def checkpoint(step: int) -> None:
 
 
 def main() -> int:
-    release = os.environ["RELEASE_FILE"]
+    start, release = os.environ["START_FILE"], os.environ["RELEASE_FILE"]
     every = float(os.environ.get("SAVE_SECONDS", "10"))
     step = 0
 
@@ -34,7 +37,9 @@ def main() -> int:
         sys.exit(75)
 
     signal.signal(signal.SIGTERM, stop)
-    next_save = time.monotonic() + every
+    while not os.path.exists(start) and not os.path.exists(release):
+        time.sleep(0.5)
+    next_save = time.monotonic() + random.uniform(0, every)
     while not os.path.exists(release):
         time.sleep(min(every, 0.5))
         if time.monotonic() >= next_save:

@@ -15,11 +15,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants as c
+from functions.adapters import dynamodb_batch as batch
 from functions.adapters import dynamodb_items as items
+from functions.adapters import dynamodb_listing as listing
 from functions.adapters import outbox
 from functions.adapters.aws import AwsClients
 from functions.catalog import own_events as et
-from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken, TooLarge
+from functions.errors import ConcurrentModification, IllegalTransition, JobNotFound, NameTaken, TooLarge
 from functions.service.ports import JobQuery, NameClaim, Reclaim, Transition
 from schemas.configs import STORED
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
@@ -31,12 +33,6 @@ _JOB_FIELDS = frozenset(Job.model_fields)
 # A job item must stay under DynamoDB's 400 KB: keep at most this many checkpoint refs (newest
 # first wins). The manifests on S3 remain the full record.
 MAX_CHECKPOINT_REFS = 200
-# A filtered listing stops after reading this many items and hands back a token, so a selective
-# filter over a large history costs a bounded time per request (the client just asks again).
-MAX_EVALUATED_PER_LIST = 5000
-# A page of jobs ends early (with a next_token) once its items reach this size: a job may take up to 400 KB,
-# and 200 of them would be an answer far over Lambda's 6 MB response limit (API Gateway answers 502).
-MAX_LIST_BYTES = 3 * 1024 * 1024
 _TRANSACTION_ATTEMPTS = 6
 
 
@@ -113,64 +109,10 @@ class DynamoJobRepository:
         return totals
 
     def list_jobs(self, query: JobQuery) -> tuple[list[Job], str | None]:
-        if not 1 <= query.limit <= 1000:
-            raise InvalidRequest("limit", "must be between 1 and 1000")
-        if query.owner is None:
-            index, pk_attr, sk_attr, pk_value = c.GSI_ALL, c.GSI_ALL_PK, c.GSI_ALL_SK, items.ALL_JOBS
-        else:
-            index, pk_attr, sk_attr, pk_value = c.GSI_OWNER, c.GSI_OWNER_PK, c.GSI_OWNER_SK, items.owner_pk(query.owner)
-        names: dict[str, str] = {"#ipk": pk_attr}
-        values: dict[str, Any] = {":ipk": {"S": pk_value}}
-        filters = _list_filters(query, names, values)
-        kwargs: dict[str, Any] = {
-            "TableName": self.table,
-            "IndexName": index,
-            "KeyConditionExpression": "#ipk = :ipk",
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-            "ScanIndexForward": False,
-            # Without filters one page is exactly what we need; with filters read ahead.
-            "Limit": query.limit if not filters else min(1000, max(4 * query.limit, 100)),
-        }
-        if filters:
-            kwargs["FilterExpression"] = " AND ".join(filters)
-        start = items.decode_key_token(query.next_token, pk_attr, sk_attr, pk_value) if query.next_token else None
-
-        found: list[dict[str, Any]] = []
-        evaluated = size = 0
-        while True:
-            if start:
-                kwargs["ExclusiveStartKey"] = start
-            page = self._ddb.query(**kwargs)
-            evaluated += page.get("ScannedCount", 0)
-            last = page.get("LastEvaluatedKey")
-            page_items = page.get("Items", [])
-            for i, row in enumerate(page_items):
-                found.append(row)
-                size += items.item_size(row)
-                if len(found) == query.limit or size >= MAX_LIST_BYTES:
-                    more = i < len(page_items) - 1 or last is not None
-                    token = items.encode_key_token(_key_of(row, pk_attr, sk_attr)) if more else None
-                    return [items.job_from_item(r) for r in found], token
-            if last is None:
-                return [items.job_from_item(r) for r in found], None
-            if evaluated >= MAX_EVALUATED_PER_LIST:
-                return [items.job_from_item(r) for r in found], items.encode_key_token(last)
-            start = last
+        return listing.list_jobs(self._ddb, self.table, query)
 
     def _query_all(self, *, max_items: int | None = None, **kwargs: Any) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = []
-        kwargs["TableName"] = self.table
-        if max_items is not None:
-            kwargs["Limit"] = max_items
-        while True:
-            page = self._ddb.query(**kwargs)
-            rows.extend(page.get("Items", []))
-            if max_items is not None and len(rows) >= max_items:
-                return rows[:max_items]
-            if "LastEvaluatedKey" not in page:
-                return rows
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return listing.query_all(self._ddb, self.table, max_items=max_items, **kwargs)
 
     # --- writes ----------------------------------------------------------------------------------
 
@@ -434,7 +376,7 @@ class DynamoJobRepository:
             ExpressionAttributeValues={":pk": {"S": items.job_pk(job_id)}},
             ProjectionExpression="#pk, sk",
         )
-        self._batch_delete([{c.PK: r[c.PK], c.SK: r[c.SK]} for r in rest])
+        batch.delete_keys(self._ddb, self.table, [{c.PK: r[c.PK], c.SK: r[c.SK]} for r in rest], f"the history of job {job_id}")
 
     # --- helpers ---------------------------------------------------------------------------------
 
@@ -487,18 +429,6 @@ class DynamoJobRepository:
             self._ddb.update_item(**update)
         except self._ddb.exceptions.ConditionalCheckFailedException as exc:
             raise JobNotFound(job_id) from exc
-
-    def _batch_delete(self, keys: list[dict[str, Any]]) -> None:
-        for i in range(0, len(keys), 25):  # BatchWriteItem takes at most 25 requests
-            request = {self.table: [{"DeleteRequest": {"Key": k}} for k in keys[i : i + 25]]}
-            for attempt in range(_TRANSACTION_ATTEMPTS):
-                response = self._ddb.batch_write_item(RequestItems=request)
-                request = response.get("UnprocessedItems") or {}
-                if not request:
-                    break
-                time.sleep(0.05 * 2**attempt)
-            if request:
-                raise RuntimeError(f"could not delete {len(request.get(self.table, []))} history items of a job")
 
 
 def _claim_put(table: str, claim: NameClaim, job_id: str) -> dict[str, Any]:
@@ -590,36 +520,3 @@ def _lost(t: Transition, stored: Job) -> Exception:
         return IllegalTransition(t.job_id, stored.status, f"move to {t.to_status}", sources_of(t.to_status))
     found = f"expected {t.from_status} at version {t.expected_version}, found {stored.status} at {stored.version}"
     return ConcurrentModification(t.job_id, found)
-
-
-def _list_filters(query: JobQuery, names: dict[str, str], values: dict[str, Any]) -> list[str]:
-    filters = []
-    if query.status is not None:
-        names["#status"] = "status"
-        values[":status"] = {"S": JobStatus(query.status).value}
-        filters.append("#status = :status")
-    if query.queue:
-        names.update({"#sc": "scheduling_config", "#queue": "queue"})
-        values[":queue"] = {"S": query.queue}
-        filters.append("#sc.#queue = :queue")
-    for i, (key, value) in enumerate(sorted(query.labels.items())):
-        names.update({"#labels": "labels", f"#lk{i}": key})
-        values[f":lv{i}"] = {"S": value}
-        filters.append(f"#labels.#lk{i} = :lv{i}")
-    if query.name_contains:
-        names["#name"] = "name"
-        values[":name"] = {"S": query.name_contains}
-        filters.append("contains(#name, :name)")
-    if query.priority_min is not None:
-        names.update({"#sc": "scheduling_config", "#priority": "priority"})
-        values[":pmin"] = {"N": str(int(query.priority_min))}
-        filters.append("#sc.#priority >= :pmin")
-    if query.priority_max is not None:
-        names.update({"#sc": "scheduling_config", "#priority": "priority"})
-        values[":pmax"] = {"N": str(int(query.priority_max))}
-        filters.append("#sc.#priority <= :pmax")
-    return filters
-
-
-def _key_of(row: Mapping[str, Any], pk_attr: str, sk_attr: str) -> dict[str, Any]:
-    return {a: row[a] for a in (c.PK, c.SK, pk_attr, sk_attr)}

@@ -33,6 +33,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, Literal
 
 from functions import constants as c
+from functions.adapters import dynamodb_batch as batch
 from functions.adapters import dynamodb_items as items
 from functions.adapters import outbox
 from functions.adapters.aws import AwsClients
@@ -301,9 +302,7 @@ class DynamoSweepRepository:
         while True:
             page = self._ddb.query(**kwargs)
             keys = [{c.PK: r[c.PK], c.SK: r[c.SK]} for r in page.get("Items", [])]
-            for start in range(0, len(keys), 25):
-                batch = [{"DeleteRequest": {"Key": k}} for k in keys[start : start + 25]]
-                self._ddb.batch_write_item(RequestItems={self.table: batch})
+            batch.delete_keys(self._ddb, self.table, keys, f"sweep {sweep_id}")
             if "LastEvaluatedKey" not in page:
                 return True
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

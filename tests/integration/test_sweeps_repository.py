@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -110,3 +111,53 @@ def test_an_ended_trial_with_values_reported_since_the_read_is_not_moved(plane: 
     assert plane.repo.update_trial(sweep_id, done, again.version) is True
     assert [(t.state, t.intermediate_values, t.value) for t in plane.trials(sweep_id)] == [(TrialState.COMPLETE, {1: 0.5, 2: 0.7}, 0.7)]
     assert plane.repo.record_value(sweep_id, 0, "job-0", 3, 0.9) is False  # an ended trial takes no value
+
+
+def test_a_delete_pages_through_a_partition_larger_than_a_query_page(plane: Plane) -> None:
+    # Given a sweep with 30 trials, read back in pages of 7 (DynamoDB pages at 1 MB, which moto's partition of
+    # a test never reaches: the page size is forced on the delete's Query)
+    sweep_id = plane.create(maxTrials=40)
+    for n in range(30):
+        assert plane.repo.claim_trial(sweep_id, _trial(plane, n)) == "claimed"
+    ddb, pages = plane.repo._ddb, []
+    real_query = ddb.query
+
+    def paged(**kwargs: Any) -> Any:
+        page = real_query(**{"Limit": 7, **kwargs})
+        pages.append(len(page["Items"]))
+        return page
+
+    # When it is deleted
+    with mock.patch.object(ddb, "query", paged):
+        assert plane.repo.delete(sweep_id, plane.repo.get(sweep_id).version) is True
+    # Then every page was followed and nothing of it is left
+    assert pages == [7, 7, 7, 7, 2]  # the 30 trials' items (the sweep's own went first, on its version)
+    assert _partition(plane, sweep_id) == []
+
+
+def test_an_update_decides_on_a_strongly_consistent_read(plane: Plane) -> None:
+    # An eventually consistent read may be a version behind: a writer that read the current version would
+    # then be refused (or, a status behind, number its event from a stale sequence).
+    sweep_id = plane.create()
+    ddb, reads = plane.repo._ddb, []
+    real_get = ddb.get_item
+
+    def recording(**kwargs: Any) -> Any:
+        reads.append(kwargs)
+        return real_get(**kwargs)
+
+    with mock.patch.object(ddb, "get_item", recording):
+        read = plane.repo.get(sweep_id)
+        assert plane.repo.update(read.model_copy(update={"status_reason": "same status"}), read.version) is True
+        again = plane.repo.get(sweep_id)
+        assert plane.repo.update(again.model_copy(update={"status": SweepStatus.PAUSED}), again.version) is True
+    assert len(reads) == 4 and all(r.get("ConsistentRead") is True for r in reads), reads
+
+
+def test_an_update_of_a_deleted_sweep_is_refused(plane: Plane) -> None:
+    sweep_id = plane.create()
+    read = plane.repo.get(sweep_id)
+    assert plane.repo.delete(sweep_id, read.version) is True
+    assert plane.repo.update(read.model_copy(update={"status": SweepStatus.PAUSED}), read.version) is False
+    assert plane.repo.update(read, read.version) is False
+    assert _partition(plane, sweep_id) == []
