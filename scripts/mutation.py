@@ -14,6 +14,7 @@ in docs/TESTING.md, and each survivor's diff.
     MUTATION_BUDGET_S=1800 python scripts/mutation.py   # stop starting modules after 30 minutes
     MUTATION_REPORT_ONLY=1 python scripts/mutation.py sigv4   # the last run's figures again, without running
     MUTATION_ONLY=mutmut_1 python scripts/mutation.py sweeps   # a smoke run: only mutant 1 of each function
+    MUTATION_ONLY='*ǁupdate__mutmut_8' python scripts/mutation.py sweeps   # only the mutants named
 
 Exit status 1 when a module scores under 90% (equivalents left out), or a survivor is neither killed nor
 listed as equivalent; 2 when the budget ran out before every module ran.
@@ -221,13 +222,17 @@ def children() -> int:
 
 
 def mutant_patterns(module: Module, only: str = "") -> list[str]:
-    """The mutant-name globs of a module's selection; `only` (MUTATION_ONLY, e.g. "mutmut_1") narrows each
-    function's glob to the mutants of that name: a smoke run of the whole pipeline on a few mutants."""
+    """The mutant-name globs of a module's selection. `only` (MUTATION_ONLY, space-separated) narrows it for a
+    smoke run of the whole pipeline on a few mutants: `mutmut_1` takes mutant 1 of each selected function;
+    a glob after the module (`*ǁupdate__mutmut_8`) takes the mutants it names."""
     dotted = module.path[:-3].replace("/", ".")
     patterns = [f"{dotted}.{f}" for f in module.functions] or [f"{dotted}.*"]
-    if only:
-        patterns = [p[:-1] + only if p.endswith("__*") else f"{p}__{only}" for p in patterns]
-    return patterns
+    suffixes = [o for o in only.split() if o.startswith("mutmut_")]
+    named = [f"{dotted}.{o}" for o in only.split() if not o.startswith("mutmut_")]
+    if suffixes:
+        narrowed = [p[:-1] + o if p.endswith("__*") else f"{p}__{o}" for p in patterns for o in suffixes]
+        return narrowed + named
+    return named or patterns
 
 
 def run_module(module: Module, known: dict[str, str], budget_left: float, *, report_only: bool = False) -> tuple[bool, str]:

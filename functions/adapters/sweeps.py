@@ -78,8 +78,9 @@ def _entry_attr(number: int) -> str:
 
 
 def _doc(model: Sweep) -> str:
-    # Secrets kept (the template's hub token is stored, as a job's is; the API masks it).
-    return model.model_dump_json(exclude={"trials", "counts"}, round_trip=True, context={"reveal_secrets": True})
+    # Secrets kept (the template's hub token is stored, as a job's is; the API masks it). The version is the
+    # item's own `version` attribute (the conditions test it, `_sweep` reads it), not part of the doc.
+    return model.model_dump_json(exclude={"trials", "counts", "version"}, round_trip=True, context={"reveal_secrets": True})
 
 
 def _trial_doc(trial: Trial) -> str:
@@ -244,7 +245,6 @@ class DynamoSweepRepository:
         stored_item = self._ddb.get_item(TableName=self.table, Key=_meta_key(sweep.sweep_id), ConsistentRead=True).get("Item")
         if stored_item is None or int(stored_item["version"]["N"]) != expected_version:
             return False
-        stored = sweep.model_copy(update={"version": expected_version + 1})
         update: dict[str, Any] = {
             "TableName": self.table,
             "Key": _meta_key(sweep.sweep_id),
@@ -252,14 +252,14 @@ class DynamoSweepRepository:
             "ConditionExpression": "#v = :expected",
             "ExpressionAttributeNames": {"#doc": "doc", "#st": "status", "#v": "version"},
             "ExpressionAttributeValues": {
-                ":doc": {"S": _doc(stored)},
-                ":st": {"S": stored.status.value},
+                ":doc": {"S": _doc(sweep)},
+                ":st": {"S": sweep.status.value},
                 ":new": {"N": str(expected_version + 1)},
                 ":expected": {"N": str(expected_version)},
             },
         }
         previous = SweepStatus(stored_item["status"]["S"])
-        if previous == stored.status:
+        if previous == sweep.status:
             try:
                 self._ddb.update_item(**update)
             except self._ddb.exceptions.ConditionalCheckFailedException:
@@ -269,7 +269,7 @@ class DynamoSweepRepository:
         update["UpdateExpression"] += ", #eseq = :eseq"
         update["ExpressionAttributeNames"]["#eseq"] = outbox.SEQ_ATTR
         update["ExpressionAttributeValues"][":eseq"] = {"N": str(seq)}
-        detail = outbox.sweep_state_detail(stored, previous, sequence=seq, at=stored.updated_at, dashboard_url=self._dashboard_url)
+        detail = outbox.sweep_state_detail(sweep, previous, sequence=seq, at=sweep.updated_at, dashboard_url=self._dashboard_url)
         writes = [
             {"Update": update},
             {"Put": {"TableName": self.table, "Item": outbox.outbox_item(et.SWEEP_STATE_CHANGE, et.SUBJECT_SWEEP, sweep.sweep_id, detail)}},
