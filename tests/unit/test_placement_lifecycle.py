@@ -1,0 +1,87 @@
+"""Placement through the lifecycle's tasks (fakes): H100 spot has no capacity, so the job starts on A100
+within one scheduler pass; an A100 spot preemption resumes on the next healthy candidate, not that pool;
+the job's record shows every placement and the recovery time."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from functions.adapters.launchers.cloud import LaunchCapacityError
+from functions.service.placement import PlacementService
+from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
+from schemas.job import ErrorType
+from schemas.lifecycle import Next
+from schemas.status import JobStatus
+from tests.placement_support import InMemoryPoolHealth
+from tests.unit.test_statemachine_tasks import EXEC, FakeLauncher, World
+
+S = JobStatus
+PLACEMENT = {
+    "candidates": [
+        {"gpu_type": "H100", "gpus_per_node": 8, "purchase": "spot"},
+        {"gpu_type": "A100", "gpus_per_node": 8, "purchase": "spot"},
+        {"gpu_type": "A100", "gpus_per_node": 8, "purchase": "on_demand"},
+    ]
+}
+
+
+class NoH100(FakeLauncher):
+    """EC2 as the pools stand: no H100 at all."""
+
+    def launch(self, request: LaunchRequest) -> LaunchHandle:
+        if request.run_spec.resource_config.gpu_type == "H100":
+            raise LaunchCapacityError("p5.48xlarge", "InsufficientInstanceCapacity: no p5.48xlarge in the region")
+        return super().launch(request)
+
+
+def _world() -> tuple[World, InMemoryPoolHealth]:
+    w = World(gpu_slots=8)
+    w.launcher = NoH100()
+    w.svc.launchers = {"local": w.launcher}
+    health = InMemoryPoolHealth()
+    w.svc.placement = PlacementService(health, clock=lambda: w.now)
+    return w, health
+
+
+def test_h100_empty_starts_on_a100_and_a_preemption_resumes_elsewhere() -> None:
+    w, health = _world()
+    job = w.submit(resource_config={"gpu_count": 8, "placement": PLACEMENT}, training_config={"max_retries": 0})
+    # When the tasks run: the H100 launch is refused for capacity
+    assert w.svc.admit(job.job_id, EXEC) == {"next": "wait_capacity"}
+    assert w.svc.wait_capacity(job.job_id, EXEC, "cap-1") == {"next": "waiting"}
+    assert w.svc.prepare(job.job_id, EXEC) == {"next": "launch"}
+    assert w.svc.launch(job.job_id, EXEC) == {"next": Next.REQUEUE}
+    # Then the job is queued again without spending its retries, and the H100 pool is blocked
+    requeued = w.repo.get(job.job_id)
+    assert (requeued.status, requeued.retries_used) == (S.QUEUED, 0)
+    assert "ec2/p5.48xlarge/any/spot" in health.pools
+    # And within the next scheduler pass it starts on A100 spot
+    assert w.svc.wait_capacity(job.job_id, EXEC, "cap-2") == {"next": "waiting"}
+    assert w.tokens.answers[-1] == ("cap-2", {"next": "go"})
+    assert w.svc.prepare(job.job_id, EXEC) == {"next": "launch"}
+    assert w.svc.launch(job.job_id, EXEC)["next"] == "wait"
+    launched = w.launcher.launched[-1]
+    assert (launched.run_spec.resource_config.gpu_type, launched.preemptible) == ("A100", True)
+    # When A100 spot is reclaimed two minutes in (the H100 pool's 5-minute block still holds)
+    w.now += timedelta(minutes=2)
+    w.svc.on_run_finished(job.job_id, 2, RunDescription(RunState.PREEMPTED, ErrorType.PREEMPTED, "spot reclaimed"))
+    assert w.repo.get(job.job_id).status == S.PREEMPTED
+    # Then it resumes on the next healthy candidate (A100 on-demand), not the pool that was interrupted
+    w.now += timedelta(minutes=1)
+    assert w.svc.admit(job.job_id, EXEC) == {"next": "wait_capacity"}
+    assert w.svc.wait_capacity(job.job_id, EXEC, "cap-3") == {"next": "waiting"}
+    assert w.svc.prepare(job.job_id, EXEC) == {"next": "launch"}
+    assert w.svc.launch(job.job_id, EXEC)["next"] == "wait"
+    assert w.launcher.launched[-1].preemptible is False
+    # And the record shows every placement, the pools blocked and the recovery's time
+    record = w.repo.get(job.job_id).placement
+    assert record is not None
+    assert [(t.attempt, t.pool, t.outcome) for t in record.tries] == [
+        (1, "ec2/p5.48xlarge/any/spot", "capacity"),
+        (2, "ec2/p4d.24xlarge/any/spot", "preempted"),
+        (3, "ec2/p4d.24xlarge/any/on_demand", "running"),
+    ]
+    assert record.pools_blocked == ["ec2/p4d.24xlarge/any/spot", "ec2/p5.48xlarge/any/spot"]
+    assert [r.seconds for r in record.recoveries] == [60.0]
+    assert record.time_to_first_step_seconds is not None  # set once, at the first TRAINING
+    assert record.dollars_saved_usd > 0
