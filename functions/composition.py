@@ -35,8 +35,8 @@ if TYPE_CHECKING:
     from functions.service.event_publisher import EventPublisher
     from functions.service.jobs import JobService
     from functions.service.lifecycle import LifecycleService
-    from functions.service.placement import PlacementService
     from functions.service.paths import PathRules
+    from functions.service.placement import PlacementService
     from functions.service.ports import ArtifactStore, CapacityLedger, JobRepository, Launcher, Workflow
     from functions.service.queues import QueueView
     from functions.service.reconciler import Reconciler

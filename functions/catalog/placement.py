@@ -269,9 +269,7 @@ def validate(
             raise InvalidRequest("resource_config.gpu_count", "placement candidates are GPU placements: gpu_count 0 cannot have them")
         resolved = resolve(resources, shape)
         adaptations(resources, training, data)
-        _check_deadline(
-            resolved, placement.deadline.timestamp() if placement.deadline else None, placement.expected_work_seconds, now_epoch
-        )
+        check_deadline(resolved, placement.deadline.timestamp() if placement.deadline else None, placement.expected_work_seconds, now_epoch)
     else:
         if not (scheduling.required_capabilities or resources.node_affinity or resources.node_anti_affinity):
             return
@@ -299,7 +297,9 @@ def _refuse_cpu(resources: ResourceConfig, scheduling: SchedulingConfig) -> None
     raise InvalidRequest(field, "a CPU-only job (gpu_count 0) has no GPU pools to place by; drop it or ask for GPUs")
 
 
-def _check_deadline(candidates: Sequence[Candidate], deadline: float | None, work: int | None, now: float) -> None:
+def check_deadline(candidates: Sequence[Candidate], deadline: float | None, work: int | None, now: float) -> None:
+    """A deadline in the past, one no candidate can meet with `work` seconds of training, or one without an
+    on-demand fallback: 422 naming the field."""
     if deadline is None:
         return
     if deadline <= now:

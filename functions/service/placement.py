@@ -47,8 +47,11 @@ class PlacementService:
         record = job.placement or PlacementRecord(adaptations=_adaptations(job))
         pairs = self._allowed(job)
         on_demand = record.moved_to_on_demand or self._deadline_says_on_demand(job, now.timestamp())
-        if on_demand:
-            only = [pair for pair in pairs if pair[0].spec.purchase == Purchase.ON_DEMAND]
+        if on_demand or rc.placement.deadline is not None:
+            # With a deadline: spot only while there is slack (a blocked spot pool is retried rather than
+            # paying for on-demand early), then on-demand only. Without one: the user's order as given.
+            wanted = Purchase.ON_DEMAND if on_demand else Purchase.SPOT
+            only = [pair for pair in pairs if pair[0].spec.purchase == wanted]
             pairs = only or pairs
         pools = [rules.pool_key(c.spec.platform, c.choice.instance_type, zone, c.spec.purchase) for c, zone in pairs]
         states = self.health.states(pools)

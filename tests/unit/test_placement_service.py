@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from functions.catalog import placement as rules
-from functions.service.placement import PlacementService, apply_to_run_spec, launch_choice, needs_on_demand
+from functions.service.placement import PlacementService, launch_choice, needs_on_demand
 from functions.service.ports import RunDescription, RunState
 from functions.service.run_specs import RunSpecs
 from schemas.job import CheckpointRef, ErrorType, Job, Progress
@@ -65,7 +65,7 @@ def _ended(service: PlacementService, job: Job, run: RunDescription) -> Job:
 
 
 def test_the_first_healthy_candidate_is_taken_and_its_pool_recorded() -> None:
-    service, health, _ = _service()
+    service, _, _ = _service()
     job = _prepared(service, _job())
     assert job.placement is not None
     assert [(t.candidate, t.pool) for t in job.placement.tries] == [(0, H100_SPOT)]
