@@ -33,10 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from functions.catalog import placement as rules
 from functions.errors import InvalidRequest
-from functions.service.placement import PlacementService, current_try
+from functions.service.placement import PlacementService, current_try, placement_fields
 from functions.service.ports import RunDescription, RunState
 from schemas.job import CheckpointRef, ErrorType, Job, Progress
-from schemas.placement import PlacementRecord
 from tests.lifecycle_support import make_job, make_request
 from tests.placement_support import InMemoryPoolHealth
 
@@ -123,9 +122,7 @@ def make_trace(rng: np.random.Generator, spot: list[str], slack: tuple[float, fl
 
 
 def _with(job: Job, changes: dict) -> Job:
-    if changes:
-        return job.model_copy(update={"placement": PlacementRecord.model_validate(changes["placement"])})
-    return job
+    return job.model_copy(update=placement_fields(changes))
 
 
 def online(trace: Trace, prices: dict[str, float]) -> Outcome:

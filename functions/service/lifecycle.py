@@ -25,7 +25,7 @@ from functions.errors import ConcurrentModification, IllegalTransition, InvalidR
 from functions.service import costs
 from functions.service.lifecycle_outcomes import decide_run_end
 from functions.service.paths import PathRules
-from functions.service.placement import PlacementService, launch_choice
+from functions.service.placement import PlacementService, launch_choice, placement_fields
 from functions.service.ports import (
     ArtifactStore,
     JobRepository,
@@ -42,7 +42,6 @@ from functions.service.run_specs import RunSpecs, progress_of
 from functions.service.scheduler import NeverFits, Scheduler
 from schemas.job import Actor, ErrorType, Job
 from schemas.lifecycle import Next, WaitKind
-from schemas.placement import PlacementRecord
 from schemas.status import PAUSABLE, RUNNING, TERMINAL, JobStatus
 from schemas.tracking import TrackingRecord
 from schemas.trainer import TrainerEvent, TrainerEventKind, TrainerPhase
@@ -58,11 +57,6 @@ _PHASE_STATUS = {
     TrainerPhase.EVALUATING: S.EVALUATING,
     TrainerPhase.EXPORTING: S.EXPORTING,
 }
-
-
-def _placement_of(placed: Mapping[str, Any]) -> dict[str, Any]:
-    """A `placement` change as the Job field it becomes (for the run spec built before the write)."""
-    return {"placement": PlacementRecord.model_validate(placed["placement"])} if placed else {}
 
 
 _RACE_RETRIES = 8  # re-read-and-redecide rounds after a lost conditional write before giving up
@@ -171,7 +165,7 @@ class LifecycleService:
                 placed = self.placement.choose(job, attempt) if self.placement is not None else {}
                 resume_from = self.specs.resume_from(job, attempt)
                 # paths checked again: ValueError naming the field
-                spec = self.specs.run_spec(job.model_copy(update={"attempt": attempt, **_placement_of(placed)}), attempt, resume_from)
+                spec = self.specs.run_spec(job.model_copy(update={"attempt": attempt, **placement_fields(placed)}), attempt, resume_from)
             except ValueError as exc:
                 return self._fail(job, ErrorType.USER_ERROR, str(exc))
             uri = self.artifacts.put_json(
@@ -334,6 +328,7 @@ class LifecycleService:
             self.repository.record_progress(job_id, progress_of(event.data, self.clock(), attempt))
         self._heartbeat(job)
         self._check_budget(job)
+        self._check_deadline(job)
 
     def _on_tracking(self, job: Job, event: TrainerEvent) -> None:
         try:
@@ -374,6 +369,7 @@ class LifecycleService:
         if attempt == job.attempt and job.status in RUNNING:
             self._heartbeat(job)
             self._check_budget(job)
+            self._check_deadline(job)
 
     def on_run_finished(self, job_id: str, attempt: int, run: RunDescription) -> None:
         """The run of `attempt` ended (launcher monitor, EventBridge, reconciler): decide and answer the wait."""
@@ -451,6 +447,10 @@ class LifecycleService:
         logger.info("budget exceeded, stopping the run", extra={"job_id": job.job_id, "spent_usd": verdict.spent_usd})
         self.repository.annotate(job.job_id, {"error_type": ErrorType.BUDGET, "error_message": verdict.message})
         self.runs.stop_run(job, graceful=True, reason=verdict.message)
+
+    def _check_deadline(self, job: Job) -> None:
+        if self.placement is not None:
+            self.placement.check_deadline(job, self.repository, self.runs)
 
     def _on_phase(self, job: Job, event: TrainerEvent) -> None:
         try:

@@ -18,9 +18,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions.catalog import placement as rules
-from functions.service.ports import PoolHealth, PoolState, RunDescription, RunState
-from schemas.job import ErrorType, Job
+from functions.errors import ConcurrentModification, IllegalTransition, JobNotFound
+from functions.service.ports import JobRepository, PoolHealth, PoolState, RunDescription, RunState, RunStopper
+from schemas.job import ErrorType, Job, PendingAction
 from schemas.placement import Adaptation, PlacementRecord, PlacementTry, Purchase, Recovery
+from schemas.status import PAUSABLE
 from schemas.trainer import RunSpec
 
 logger = logging.getLogger(__name__)
@@ -115,6 +117,24 @@ class PlacementService:
             return False
         return self._deadline_says_on_demand(job, self.clock().timestamp())
 
+    def check_deadline(self, job: Job, repository: JobRepository, runs: RunStopper) -> None:
+        """A spot run whose deadline's slack ran out moves to on-demand through the checkpointed pause path:
+        pending_action PREEMPT (requeued on its checkpoint), and the next placement is on-demand only."""
+        placement = job.resource_config.placement
+        if placement is None or placement.deadline is None or job.placement is None:
+            return
+        if job.pending_action is not None or not job.run_handle or not self.should_leave_spot(job):
+            return
+        reason = "deadline: the slack left no longer covers a spot restart; moving to on-demand with a checkpoint"
+        record = job.placement.model_copy(update={"moved_to_on_demand": True}).model_dump(mode="json")
+        changes = {"pending_action": PendingAction.PREEMPT, "pending_reason": reason, "placement": record}
+        try:
+            moved = repository.update(job.job_id, job.version, changes, allowed=PAUSABLE, action="preempt")
+        except (ConcurrentModification, IllegalTransition, JobNotFound):
+            return  # another stop or report won: the next report looks again
+        logger.info("moving to on-demand for the deadline", extra={"job_id": job.job_id})
+        runs.stop_run(moved, graceful=True, reason=reason)
+
     # ------------------------------------------------------------------ what happened
     def on_training(self, job: Job) -> dict[str, Any]:
         """The attempt reached TRAINING: closes an open recovery (PREEMPTED -> TRAINING) and times the first start."""
@@ -160,6 +180,11 @@ class PlacementService:
             }
         )
         return {"placement": updated.model_dump(mode="json")}
+
+
+def placement_fields(changes: dict[str, Any]) -> dict[str, Any]:
+    """A `placement` change as the Job field it becomes (for a job copy read before the write)."""
+    return {"placement": PlacementRecord.model_validate(changes["placement"])} if changes else {}
 
 
 def current_try(job: Job) -> PlacementTry | None:

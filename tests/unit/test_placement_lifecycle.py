@@ -9,7 +9,7 @@ from datetime import timedelta
 from functions.adapters.launchers.cloud import LaunchCapacityError
 from functions.service.placement import PlacementService
 from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
-from schemas.job import ErrorType
+from schemas.job import ErrorType, PendingAction, Progress
 from schemas.lifecycle import Next
 from schemas.status import JobStatus
 from tests.placement_support import InMemoryPoolHealth
@@ -85,3 +85,49 @@ def test_h100_empty_starts_on_a100_and_a_preemption_resumes_elsewhere() -> None:
     assert [r.seconds for r in record.recoveries] == [60.0]
     assert record.time_to_first_step_seconds is not None  # set once, at the first TRAINING
     assert record.dollars_saved_usd > 0
+
+
+def test_a_deadline_moves_a_spot_run_to_on_demand_through_the_checkpointed_pause_path() -> None:
+    # Given a job with a deadline 3 hours out, training on H100 spot
+    w, _ = _world()
+    w.launcher = FakeLauncher()
+    w.svc.launchers = {"local": w.launcher}
+    placement = {**PLACEMENT, "deadline": (w.now + timedelta(hours=3)).isoformat()}
+    job = w.submit(resource_config={"gpu_count": 8, "placement": placement})
+    w.to_training(job.job_id)
+    assert w.launcher.launched[-1].preemptible is True
+    # When the trainer measures an hour of work left: with 3 hours to go spot stays
+    w.repo.record_progress(job.job_id, Progress(step=10, total_steps=20, eta_seconds=3600, attempt=1))
+    w.svc.on_run_alive(job.job_id, 1)
+    assert w.repo.get(job.job_id).pending_action is None
+    # And 1h50 later the slack (10 minutes) no longer covers a restart: the run is stopped with a checkpoint
+    w.now += timedelta(hours=1, minutes=50)
+    w.svc.on_run_alive(job.job_id, 1)
+    stopping = w.repo.get(job.job_id)
+    assert stopping.pending_action == PendingAction.PREEMPT
+    assert stopping.placement is not None and stopping.placement.moved_to_on_demand
+    assert w.tokens.stops[-1][:2] == (job.job_id, True)
+    # Then the stopped run is requeued and its next placement is the on-demand candidate
+    w.svc.on_run_finished(job.job_id, 1, RunDescription(RunState.STOPPED))
+    assert w.repo.get(job.job_id).status == S.QUEUED
+    assert w.svc.wait_capacity(job.job_id, EXEC, "cap-2") == {"next": "waiting"}
+    assert w.svc.prepare(job.job_id, EXEC) == {"next": "launch"}
+    assert w.svc.launch(job.job_id, EXEC)["next"] == "wait"
+    assert w.launcher.launched[-1].preemptible is False
+    record = w.repo.get(job.job_id).placement
+    assert record is not None and [t.purchase.value for t in record.tries] == ["spot", "on_demand"]
+
+
+def test_with_a_deadline_and_slack_left_a_blocked_spot_pool_is_retried_before_on_demand() -> None:
+    # Given every spot pool blocked and 10 hours to a deadline
+    w, health = _world()
+    for pool in ("ec2/p5.48xlarge/any/spot", "ec2/p4d.24xlarge/any/spot"):
+        health.block(pool, (w.now + timedelta(minutes=10)).timestamp())
+    placement = {**PLACEMENT, "deadline": (w.now + timedelta(hours=10)).isoformat(), "expected_work_seconds": 3600}
+    job = w.submit(resource_config={"gpu_count": 8, "placement": placement})
+    assert w.svc.admit(job.job_id, EXEC) == {"next": "wait_capacity"}
+    assert w.svc.wait_capacity(job.job_id, EXEC, "cap-1") == {"next": "waiting"}
+    assert w.svc.prepare(job.job_id, EXEC) == {"next": "launch"}
+    # Then the placement is still spot (the pool freeing first), not the on-demand candidate
+    record = w.repo.get(job.job_id).placement
+    assert record is not None and record.tries[-1].purchase.value == "spot"

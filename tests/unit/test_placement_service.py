@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from functions.catalog import placement as rules
-from functions.service.placement import PlacementService, launch_choice, needs_on_demand
+from functions.service.placement import PlacementService, launch_choice, needs_on_demand, placement_fields
 from functions.service.ports import RunDescription, RunState
 from functions.service.run_specs import RunSpecs
 from schemas.job import CheckpointRef, ErrorType, Job, Progress
@@ -51,17 +51,11 @@ def _service() -> tuple[PlacementService, InMemoryPoolHealth, Clock]:
 def _prepared(service: PlacementService, job: Job) -> Job:
     """PREPARING as the lifecycle does it: the next attempt with its placement."""
     attempt = job.attempt + 1
-    return job.model_copy(update={"attempt": attempt, **_placement(service.choose(job, attempt))})
-
-
-def _placement(changes: dict[str, Any]) -> dict[str, Any]:
-    from schemas.placement import PlacementRecord
-
-    return {"placement": PlacementRecord.model_validate(changes["placement"])} if changes else {}
+    return job.model_copy(update={"attempt": attempt, **placement_fields(service.choose(job, attempt))})
 
 
 def _ended(service: PlacementService, job: Job, run: RunDescription) -> Job:
-    return job.model_copy(update=_placement(service.on_run_end(job, run)))
+    return job.model_copy(update=placement_fields(service.on_run_end(job, run)))
 
 
 def test_the_first_healthy_candidate_is_taken_and_its_pool_recorded() -> None:
@@ -109,7 +103,7 @@ def test_a_preemption_blocks_the_pool_for_30_minutes_records_work_lost_and_times
     service, health, clock = _service()
     health.block(H100_SPOT, (T0 + timedelta(hours=1)).timestamp())
     job = _prepared(service, _job())
-    job = job.model_copy(update=_placement(service.on_training(job)))
+    job = job.model_copy(update=placement_fields(service.on_training(job)))
     assert job.placement is not None and job.placement.time_to_first_step_seconds == 0.0
     checkpoint = CheckpointRef(checkpoint_id="step-000004", step=4, uri="s3://b/k")
     job = job.model_copy(update={"progress": Progress(step=7), "checkpoints": [checkpoint]})
@@ -124,7 +118,7 @@ def test_a_preemption_blocks_the_pool_for_30_minutes_records_work_lost_and_times
     clock.now += timedelta(minutes=2)
     job = _prepared(service, job)
     assert job.placement is not None and job.placement.tries[-1].pool == A100_OD
-    job = job.model_copy(update=_placement(service.on_training(job)))
+    job = job.model_copy(update=placement_fields(service.on_training(job)))
     assert job.placement is not None
     assert [r.seconds for r in job.placement.recoveries] == [120.0]
     # And the money saved so far is against the on-demand candidate for the spot time used
