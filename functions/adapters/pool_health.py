@@ -41,8 +41,8 @@ class DynamoDBPoolHealth:
         item = self._ddb.update_item(
             TableName=self.table,
             Key=self._key(pool),
-            UpdateExpression="ADD #c :one SET last_reason = :r, pool = :p, last_at = :now",
-            ExpressionAttributeNames={"#c": counter},
+            UpdateExpression="ADD #c :one SET last_reason = :r, #pool = :p, last_at = :now",
+            ExpressionAttributeNames={"#c": counter, "#pool": "pool"},
             ExpressionAttributeValues={":one": {"N": "1"}, ":r": {"S": reason[:512]}, ":p": {"S": pool}, ":now": {"N": f"{now:.3f}"}},
             ReturnValues="ALL_NEW",
         )["Attributes"]
