@@ -591,7 +591,10 @@ from trainplane.cli_doctor import doctor  # noqa: E402 (it builds on the helpers
 
 app.command()(doctor)
 
+from trainplane.cli_placement import placement  # noqa: E402
 from trainplane.cli_webhooks import webhooks_app  # noqa: E402 (it builds on the helpers above)
+
+app.command("placement")(placement)
 
 app.add_typer(webhooks_app, name="webhooks")
 
