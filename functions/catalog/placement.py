@@ -91,7 +91,7 @@ def declared_candidates(resources: ResourceConfig, scheduling: SchedulingConfig,
             gpu_type=resources.gpu_type or "any",
             gpus_per_node=max(resources.gpu_count, 1),
             nodes=resources.node_count,
-            platform=platform,  # type: ignore[arg-type]
+            platform=platform,
             purchase=purchase,
         )
     ]
