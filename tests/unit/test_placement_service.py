@@ -180,3 +180,23 @@ def test_the_deadline_moves_the_job_to_on_demand_when_slack_runs_out() -> None:
 def test_needs_on_demand_is_slack_against_overhead_and_loss() -> None:
     assert not needs_on_demand(0, 1000, 500, overhead=100, loss=100)
     assert needs_on_demand(0, 1000, 850, overhead=100, loss=100)
+
+
+def test_the_state_change_event_carries_the_attempts_placement() -> None:
+    from functions.adapters.outbox import job_state_detail
+
+    # Given a job preempted on A100 spot after H100 was blocked
+    service, health, clock = _service()
+    health.block(H100_SPOT, (T0 + timedelta(hours=1)).timestamp())
+    job = _prepared(service, _job())
+    clock.now = T0 + timedelta(minutes=5)
+    job = _ended(service, job, RunDescription(RunState.PREEMPTED, ErrorType.PREEMPTED, "spot reclaimed"))
+    # When its state-change event is made (in the same write as the change)
+    detail = job_state_detail(job, None, sequence=3, at=clock.now, reason="preempted", actor="system", dashboard_url=None)
+    # Then it names the pool, the outcome and the pools blocked
+    summary = detail.model_dump()["placement"]
+    assert (summary["pool"], summary["outcome"], summary["recoveries"]) == (A100_SPOT, "preempted", 1)
+    assert summary["pools_blocked"] == [A100_SPOT, H100_SPOT]
+    # And a job without candidates carries none
+    plain = make_job(make_request(resource_config={"gpu_count": 1}))
+    assert job_state_detail(plain, None, sequence=1, at=T0, reason="", actor="user", dashboard_url=None).model_dump()["placement"] is None
