@@ -68,9 +68,6 @@ class Candidate:
         )
         return one * self.choice.instance_count
 
-    def pools(self, zones: Sequence[str]) -> list[str]:
-        return [pool_key(self.spec.platform, self.choice.instance_type, zone, self.spec.purchase) for zone in (zones or ["any"])]
-
     def labels(self) -> dict[str, str]:
         return {
             "family": self.choice.spec.family,
@@ -232,7 +229,8 @@ def order(
     pairs = []
     for candidate in candidates:
         labels = candidate.labels()
-        for zone in zones or ["any"]:
+        # SageMaker picks the zone itself: its pools are the region's ("any").
+        for zone in (zones if candidate.spec.platform == "ec2" else None) or ["any"]:
             where = None if zone == "any" else zone
             if any(label.matches(labels, where) for label in anti):
                 continue
