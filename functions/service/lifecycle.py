@@ -382,6 +382,7 @@ class LifecycleService:
 
     # ================================================================ internals
     def _after_end(self, job_id: str, attempt: int, run: RunDescription) -> dict[str, Any]:
+        placed: dict[str, Any] | None = None
         for _ in range(_RACE_RETRIES):
             job = self.repository.get(job_id)
             if job.attempt != attempt:
@@ -396,7 +397,9 @@ class LifecycleService:
             decision = decide_run_end(job, run, max_preemptions=self.config.max_preemptions)
             changes = {**decision.changes, "run_outcome": decision.next, "pending_action": None, "pending_reason": None}
             if self.placement is not None:
-                changes.update(self.placement.on_run_end(job, run))
+                # Once per run end: a lost race re-decides, but must not count the pool's failure twice.
+                placed = self.placement.on_run_end(job, run) if placed is None else placed
+                changes.update(placed)
             if self._move(job, decision.status, decision.reason, decision.actor, changes) is not None:
                 self._release(self.repository.get(job_id))
                 return {"next": decision.next}

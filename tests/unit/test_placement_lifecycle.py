@@ -5,6 +5,7 @@ the job's record shows every placement and the recovery time."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from functions.adapters.launchers.cloud import LaunchCapacityError
 from functions.service.placement import PlacementService
@@ -131,3 +132,26 @@ def test_with_a_deadline_and_slack_left_a_blocked_spot_pool_is_retried_before_on
     # Then the placement is still spot (the pool freeing first), not the on-demand candidate
     record = w.repo.get(job.job_id).placement
     assert record is not None and record.tries[-1].purchase.value == "spot"
+
+
+def test_a_run_end_that_loses_a_race_counts_the_pools_failure_once(monkeypatch: Any) -> None:
+    # Given a job training on H100 spot, and a first end decision that loses its conditional write
+    w, health = _world()
+    w.launcher = FakeLauncher()
+    w.svc.launchers = {"local": w.launcher}
+    job = w.submit(resource_config={"gpu_count": 8, "placement": PLACEMENT})
+    w.to_training(job.job_id)
+    real_move, lost = w.svc._move, []
+
+    def move_losing_once(*args: Any, **kwargs: Any) -> Any:
+        if not lost:
+            lost.append(True)
+            return None  # as a lost race: _after_end reads again and decides again
+        return real_move(*args, **kwargs)
+
+    monkeypatch.setattr(w.svc, "_move", move_losing_once)
+    # When the run is preempted
+    w.svc.on_run_finished(job.job_id, 1, RunDescription(RunState.PREEMPTED, ErrorType.PREEMPTED, "spot reclaimed"))
+    # Then the pool's preemption is counted once
+    assert lost and w.repo.get(job.job_id).status == S.PREEMPTED
+    assert health.pools["ec2/p5.48xlarge/any/spot"].preemptions == 1
