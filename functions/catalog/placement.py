@@ -94,6 +94,24 @@ def declared_candidates(resources: ResourceConfig, scheduling: SchedulingConfig,
     ]
 
 
+def first_candidate(resources: ResourceConfig) -> ResourceConfig:
+    """resource_config with its GPU fields from candidate 0, so quotas, the capacity pool and the cost estimate
+    count the job as its first choice. A GPU field given beside the candidates and different from candidate 0
+    would be ignored: 422 naming it."""
+    if resources.placement is None:
+        return resources
+    first = resources.placement.candidates[0]
+    wanted = {"gpu_type": first.gpu_type, "gpu_count": first.gpus_per_node, "node_count": first.nodes}
+    for name, value in wanted.items():
+        given = getattr(resources, name)
+        if name in resources.model_fields_set and given != value and not (name == "gpu_type" and given is None):
+            raise InvalidRequest(
+                f"resource_config.{name}",
+                f"{given!r} differs from candidate 0's {value!r}: with resource_config.placement, give the GPUs in its candidates",
+            )
+    return resources.model_copy(update=wanted)
+
+
 def candidate_resources(resources: ResourceConfig, candidate: PlacementCandidate) -> ResourceConfig:
     """The job's resource_config as it runs on `candidate` (the minimums other than the GPUs are kept)."""
     return resources.model_copy(

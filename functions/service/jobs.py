@@ -150,6 +150,8 @@ class JobService(LifecycleControls):
         if request.training_config.image is not None:
             s = self.settings
             check_custom_image(image_field, request.training_config.image, s.custom_image_repositories, s.compute, local_mode=s.local_mode)
+        # With placement candidates the job counts as its first candidate (quotas, capacity pool, cost estimate).
+        request = request.model_copy(update={"resource_config": placement_rules.first_candidate(request.resource_config)})
         self._check_compute(request)
         placement_rules.validate(
             request.resource_config,

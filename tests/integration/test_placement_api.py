@@ -47,4 +47,5 @@ def test_a_candidate_list_is_stored_and_read_back(call: Api) -> None:
     assert reply.status == 201, reply.body
     job = call("api_get_job", job_id=reply.body["job_id"]).body
     assert [c["gpu_type"] for c in job["resource_config"]["placement"]["candidates"]] == ["H100", "A100"]
+    assert (job["resource_config"]["gpu_type"], job["resource_config"]["gpu_count"]) == ("H100", 8)  # counted as candidate 0
     assert job["placement"] is None  # nothing placed before its first PREPARING

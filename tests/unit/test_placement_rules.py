@@ -199,3 +199,16 @@ def test_blocks_grow_with_repeats_and_preemptions_block_longest() -> None:
     capacity = [rules.block_seconds("capacity", n) for n in (1, 2, 3)]
     assert capacity == sorted(capacity) and capacity[0] < rules.block_seconds("preempted", 1)
     assert rules.block_seconds("preempted", 50) == rules.MAX_BLOCK_SECONDS
+
+
+def test_the_job_counts_as_its_first_candidate_and_a_conflicting_gpu_field_is_named() -> None:
+    # Given candidates and no top-level GPU fields: the job's fields become candidate 0's
+    placement = {"candidates": [{"gpu_type": "H100", "gpus_per_node": 8, "nodes": 2}, {"gpu_type": "A100", "gpus_per_node": 8}]}
+    rc = ResourceConfig.model_validate({"placement": placement})
+    first = rules.first_candidate(rc)
+    assert (first.gpu_type, first.gpu_count, first.node_count) == ("H100", 8, 2)
+    # And the same values given beside them are fine; another value would be ignored: a 422 naming it
+    assert rules.first_candidate(ResourceConfig.model_validate({"gpu_count": 8, "placement": placement})).gpu_count == 8
+    with pytest.raises(InvalidRequest) as caught:
+        rules.first_candidate(ResourceConfig.model_validate({"gpu_type": "L4", "placement": placement}))
+    assert caught.value.field == "resource_config.gpu_type"
