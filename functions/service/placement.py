@@ -65,6 +65,7 @@ class PlacementService:
             # Every pool is blocked: the one whose block ends first (the launch may still find room).
             pick = min(range(len(pools)), key=lambda i: states[pools[i]].blocked_until)
             at_risk = "every candidate's pool is blocked after capacity errors or preemptions"
+        at_risk = at_risk or _deadline_risk(job, now.timestamp())
         candidate = pairs[pick][0]
         tried = PlacementTry(
             attempt=attempt,
@@ -83,7 +84,7 @@ class PlacementService:
                 "tries": tries,
                 "pools_blocked": sorted(set(record.pools_blocked) | set(blocked)),
                 "moved_to_on_demand": on_demand,
-                "at_risk": at_risk or record.at_risk,
+                "at_risk": at_risk,
             }
         )
         return {"placement": updated.model_dump(mode="json")}
@@ -247,6 +248,17 @@ def _adaptations(job: Job) -> list[Adaptation]:
         Adaptation(candidate=i, world_size=world, per_device_train_batch_size=per, gradient_accumulation_steps=acc, global_batch_size=glob)
         for i, (world, per, acc, glob) in enumerate(rows)
     ]
+
+
+def _deadline_risk(job: Job, now: float) -> str | None:
+    """Why the deadline may be missed even on on-demand from now, or None."""
+    placement = job.resource_config.placement
+    if placement is None or placement.deadline is None:
+        return None
+    left, work = placement.deadline.timestamp() - now, remaining_work(job)
+    if work and work + rules.RESTART_OVERHEAD_SECONDS > left:
+        return f"deadline at risk: {work:.0f} s of work left plus a {rules.RESTART_OVERHEAD_SECONDS} s start, {max(left, 0):.0f} s to go"
+    return None
 
 
 def _healthy(state: PoolState | None, now: float) -> bool:

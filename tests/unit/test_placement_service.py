@@ -200,3 +200,15 @@ def test_the_state_change_event_carries_the_attempts_placement() -> None:
     # And a job without candidates carries none
     plain = make_job(make_request(resource_config={"gpu_count": 1}))
     assert job_state_detail(plain, None, sequence=1, at=T0, reason="", actor="user", dashboard_url=None).model_dump()["placement"] is None
+
+
+def test_a_deadline_that_can_no_longer_be_met_is_reported_at_risk() -> None:
+    # Given an hour to the deadline and two hours of work measured by the trainer
+    service, _, _ = _service()
+    job = _job(deadline=(T0 + timedelta(hours=1)).isoformat())
+    job = job.model_copy(update={"progress": Progress(step=1, total_steps=10, eta_seconds=7200)})
+    # When it is placed again
+    job = _prepared(service, job)
+    # Then the record says so, and it goes on-demand
+    assert job.placement is not None and job.placement.at_risk is not None and "deadline at risk" in job.placement.at_risk
+    assert job.placement.tries[-1].pool == A100_OD
