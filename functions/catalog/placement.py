@@ -100,6 +100,9 @@ def first_candidate(resources: ResourceConfig) -> ResourceConfig:
     would be ignored: 422 naming it."""
     if resources.placement is None:
         return resources
+    if resources.training_shape is not None:
+        # A shape pins one instance type per engine; candidate lists carried by shapes are not built yet.
+        raise InvalidRequest(FIELD, "a training shape fixes the GPUs: give resource_config.placement or a training_shape, not both")
     first = resources.placement.candidates[0]
     wanted = {"gpu_type": first.gpu_type, "gpu_count": first.gpus_per_node, "node_count": first.nodes}
     for name, value in wanted.items():
