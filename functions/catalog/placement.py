@@ -195,8 +195,6 @@ class Label:
     def matches(self, labels: dict[str, str], zone: str | None) -> bool:
         if self.key == "zone":
             return zone == self.value
-        if self.key == "capacity_reservation":
-            return False  # matched by the launcher, which targets the reservation (docs/PLACEMENT.md)
         return labels.get(self.key) == self.value
 
 
@@ -225,6 +223,8 @@ def parse_labels(raw: Sequence[str], field: str, zones: Sequence[str]) -> list[L
         elif key == "capacity_reservation":
             if not _RESERVATION.match(value):
                 raise InvalidRequest(where, f"{value!r} is not a capacity reservation id (cr- and hex digits)")
+            # Accepting it would ignore it: no launcher targets a reservation yet.
+            raise InvalidRequest(where, "capacity reservations are not targeted yet (docs/PLACEMENT.md)")
         else:
             values, what = known[key]
             if values is not None and value not in values:
@@ -303,8 +303,16 @@ def validate(
         missing = ", ".join(scheduling.required_capabilities)
         types = ", ".join(sorted({c.choice.instance_type for c in resolved}))
         raise InvalidRequest("scheduling_config.required_capabilities", f"no candidate has {missing} (candidates run on {types})")
-    if not order([resolved[i] for i in able], affinity, anti, zones):
+    pairs = order([resolved[i] for i in able], affinity, anti, zones)
+    if not pairs:
         raise InvalidRequest("resource_config.node_anti_affinity", "it rules out every pool of every candidate")
+    for i, label in enumerate(affinity):
+        # A preference no pool can satisfy would be silently ignored: refused instead.
+        if not any(label.matches(c.labels(), None if zone == "any" else zone) for c, zone in pairs):
+            hint = " (zones need resource_config.placement.availability_zones)" if label.key == "zone" and placement is None else ""
+            raise InvalidRequest(
+                f"resource_config.node_affinity[{i}]", f"{label.key}={label.value} matches no pool of the job's candidates{hint}"
+            )
 
 
 def _refuse_cpu(resources: ResourceConfig, scheduling: SchedulingConfig) -> None:

@@ -212,3 +212,22 @@ def test_the_job_counts_as_its_first_candidate_and_a_conflicting_gpu_field_is_na
     with pytest.raises(InvalidRequest) as caught:
         rules.first_candidate(ResourceConfig.model_validate({"gpu_type": "L4", "placement": placement}))
     assert caught.value.field == "resource_config.gpu_type"
+
+
+def test_an_affinity_no_pool_matches_is_refused_not_ignored() -> None:
+    # Given candidates on p5 and p4d: family=g5 would prefer nothing
+    with pytest.raises(InvalidRequest) as caught:
+        _validate(_request(_two(), node_affinity=["family=p5", "family=g5"]))
+    assert caught.value.field == "resource_config.node_affinity[1]"
+    # And a zone without placement zones to choose among
+    single = make_request(resource_config={"gpu_count": 8, "gpu_type": "H100", "node_affinity": ["zone=us-east-1a"]})
+    with pytest.raises(InvalidRequest, match="availability_zones"):
+        _validate(single)
+    # While the single candidate's own family is a label it matches
+    _validate(make_request(resource_config={"gpu_count": 8, "gpu_type": "H100", "node_affinity": ["family=p5"]}))
+
+
+def test_a_capacity_reservation_is_refused_until_launchers_target_one() -> None:
+    with pytest.raises(InvalidRequest, match="not targeted yet") as caught:
+        _validate(_request(_two(), node_affinity=["capacity_reservation=cr-0123456789abcdef0"]))
+    assert caught.value.field == "resource_config.node_affinity[0]"
