@@ -107,6 +107,10 @@ class PlacementTry(BaseModel):
     reason: str | None = None
     work_lost_steps: int | None = Field(default=None, description="Steps since the last checkpoint, lost to a preemption.")
     hourly_usd: float = 0.0
+    instance_preferences: list[str] = Field(
+        default_factory=list,
+        description="SageMaker on-demand: the instance types offered in order (InstancePreferences); SageMaker picks one.",
+    )
 
 
 class Recovery(BaseModel):

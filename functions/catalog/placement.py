@@ -30,6 +30,8 @@ CAPACITY_BLOCK_SECONDS = 5 * 60
 MAX_BLOCK_SECONDS = 4 * 3600
 # What a move to another pool costs before the first step: boot, image pull, checkpoint download.
 RESTART_OVERHEAD_SECONDS = 10 * 60
+# SageMaker's ResourceConfig.InstancePreferences takes at most 5 instance types.
+MAX_INSTANCE_PREFERENCES = 5
 
 # Pool labels node_affinity / node_anti_affinity speak: key=value.
 LABEL_KEYS = ("zone", "family", "purchase", "platform", "gpu_type", "capacity_reservation")

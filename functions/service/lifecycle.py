@@ -203,7 +203,7 @@ class LifecycleService:
             run_spec = self.specs.run_spec(job, job.attempt, None)
         except ValueError as exc:
             return self._fail(job, ErrorType.USER_ERROR, str(exc))
-        spot, zone = launch_choice(job)
+        spot, zone, preferences = launch_choice(job)
         request = LaunchRequest(
             job_id=job.job_id,
             attempt=job.attempt,
@@ -214,6 +214,7 @@ class LifecycleService:
             preemptible=spot,
             max_runtime_seconds=job.scheduling_config.max_runtime_seconds,
             zone=zone,
+            instance_preferences=preferences,
         )
         launcher = self.launchers[self.config.launcher]
         try:

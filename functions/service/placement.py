@@ -67,6 +67,7 @@ class PlacementService:
             at_risk = "every candidate's pool is blocked after capacity errors or preemptions"
         at_risk = at_risk or _deadline_risk(job, now.timestamp())
         candidate = pairs[pick][0]
+        preferences = _instance_preferences(candidate, [pairs[i][0] for i in healthy if i > pick])
         tried = PlacementTry(
             attempt=attempt,
             candidate=candidate.index,
@@ -76,6 +77,7 @@ class PlacementService:
             started_at=now,
             outcome="running",
             hourly_usd=round(candidate.hourly_usd, 4),
+            instance_preferences=preferences,
         )
         tries = [t for t in record.tries if t.attempt != attempt] + [tried]
         blocked = [pool for pool in pools if not _healthy(states.get(pool), now.timestamp())]
@@ -161,6 +163,13 @@ class PlacementService:
         kind = _failure_kind(run)
         record = job.placement
         changes: dict[str, Any] = {"ended_at": now, "outcome": _outcome(run, kind), "reason": run.message or None}
+        if run.instance_type and current.instance_preferences and run.instance_type != current.instance_type:
+            # SageMaker picked another type of the preference list: the try (and its pool's health) is that one's.
+            platform, _, zone, purchase = current.pool.split("/")
+            current = current.model_copy(
+                update={"instance_type": run.instance_type, "pool": rules.pool_key(platform, run.instance_type, zone, purchase)}
+            )
+            changes.update(instance_type=current.instance_type, pool=current.pool)
         recoveries = list(record.recoveries)
         blocked = set(record.pools_blocked)
         if kind is not None:
@@ -194,13 +203,14 @@ def current_try(job: Job) -> PlacementTry | None:
     return next((t for t in reversed(job.placement.tries) if t.attempt == job.attempt), None)
 
 
-def launch_choice(job: Job) -> tuple[bool, str | None]:
-    """(spot?, zone) of the attempt's placement; the job's own scheduling_config.preemptible without one."""
+def launch_choice(job: Job) -> tuple[bool, str | None, tuple[str, ...]]:
+    """(spot?, zone, SageMaker instance preferences) of the attempt's placement; the job's own
+    scheduling_config.preemptible without one."""
     current = current_try(job)
     if current is None:
-        return job.scheduling_config.preemptible, None
+        return job.scheduling_config.preemptible, None, ()
     zone = current.pool.split("/")[2]
-    return current.purchase == Purchase.SPOT, None if zone == "any" else zone
+    return current.purchase == Purchase.SPOT, None if zone == "any" else zone, tuple(current.instance_preferences)
 
 
 def apply_to_run_spec(job: Job, spec: RunSpec) -> RunSpec:
@@ -259,6 +269,24 @@ def _deadline_risk(job: Job, now: float) -> str | None:
     if work and work + rules.RESTART_OVERHEAD_SECONDS > left:
         return f"deadline at risk: {work:.0f} s of work left plus a {rules.RESTART_OVERHEAD_SECONDS} s start, {max(left, 0):.0f} s to go"
     return None
+
+
+def _instance_preferences(chosen: rules.Candidate, healthy_after: list[rules.Candidate]) -> list[str]:
+    """SageMaker on-demand: the chosen type, then the next healthy candidates of the same shape (GPUs per node,
+    nodes: the same run spec and adaptation), at most InstancePreferences' 5; empty when there is no second."""
+    if chosen.spec.platform != "sagemaker" or chosen.spec.purchase != Purchase.ON_DEMAND:
+        return []
+    types = [chosen.choice.instance_type]
+    for other in healthy_after:
+        same = (other.spec.platform, other.spec.purchase, other.spec.gpus_per_node, other.spec.nodes) == (
+            "sagemaker",
+            Purchase.ON_DEMAND,
+            chosen.spec.gpus_per_node,
+            chosen.spec.nodes,
+        )
+        if same and other.choice.instance_type not in types and len(types) < rules.MAX_INSTANCE_PREFERENCES:
+            types.append(other.choice.instance_type)
+    return types if len(types) > 1 else []
 
 
 def _healthy(state: PoolState | None, now: float) -> bool:

@@ -236,6 +236,8 @@ class LaunchRequest:
     preemptible: bool = False
     max_runtime_seconds: int | None = None
     zone: str | None = None  # the availability zone placement chose (docs/PLACEMENT.md); None = any
+    # SageMaker on-demand: instance types in order for InstancePreferences (placement's same-shape candidates).
+    instance_preferences: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ def test_the_first_healthy_candidate_is_taken_and_its_pool_recorded() -> None:
     job = _prepared(service, _job())
     assert job.placement is not None
     assert [(t.candidate, t.pool) for t in job.placement.tries] == [(0, H100_SPOT)]
-    assert launch_choice(job) == (True, None)
+    assert launch_choice(job) == (True, None, ())
     assert [a.global_batch_size for a in job.placement.adaptations] == [32, 32, 32]
     assert (job.placement.adaptations[2].per_device_train_batch_size, job.placement.adaptations[2].gradient_accumulation_steps) == (4, 2)
 
@@ -148,7 +148,7 @@ def test_the_run_spec_carries_the_candidate_and_its_adaptation() -> None:
     assert spec.training_config.hyperparameters["per_device_train_batch_size"] == "4"
     assert spec.training_config.hyperparameters["gradient_accumulation_steps"] == "2"
     assert (spec.data_config.batch_size, spec.data_config.gradient_accumulation_steps) == (4, 2)
-    assert launch_choice(job) == (False, None)
+    assert launch_choice(job) == (False, None, ())
 
 
 def test_a_job_without_candidates_is_left_alone() -> None:
@@ -212,3 +212,43 @@ def test_a_deadline_that_can_no_longer_be_met_is_reported_at_risk() -> None:
     # Then the record says so, and it goes on-demand
     assert job.placement is not None and job.placement.at_risk is not None and "deadline at risk" in job.placement.at_risk
     assert job.placement.tries[-1].pool == A100_OD
+
+
+def test_sagemaker_on_demand_offers_the_same_shaped_candidates_as_instance_preferences() -> None:
+    from functions.adapters.launchers.sagemaker import build_training_job_request, describe_training_job
+    from functions.service.ports import LaunchRequest
+    from tests.cloud_fixtures import cloud_settings
+
+    # Given SageMaker on-demand candidates: H100 x8, A100 x8, A100-80GB x8, and an L4 x8 spot one
+    service, _, clock = _service()
+    candidates = [
+        {"gpu_type": "H100", "gpus_per_node": 8, "platform": "sagemaker", "purchase": "on_demand"},
+        {"gpu_type": "L4", "gpus_per_node": 8, "platform": "sagemaker", "purchase": "spot"},
+        {"gpu_type": "A100", "gpus_per_node": 8, "platform": "sagemaker", "purchase": "on_demand"},
+        {"gpu_type": "A100-80GB", "gpus_per_node": 8, "platform": "sagemaker", "purchase": "on_demand"},
+    ]
+    request = make_request(resource_config={"gpu_count": 8, "placement": {"candidates": candidates}})
+    data = request.data_config.model_copy(
+        update={"sources": [request.data_config.sources[0].model_copy(update={"path": "s3://bucket/d.jsonl"})]}
+    )
+    job = _prepared(service, make_job(request.model_copy(update={"data_config": data}), created_at=T0))
+    # Then the attempt offers the three on-demand types in order (the spot one is not of the list)
+    spot, zone, preferences = launch_choice(job)
+    assert (spot, zone, preferences) == (False, None, ("ml.p5.48xlarge", "ml.p4d.24xlarge", "ml.p4de.24xlarge"))
+    # And CreateTrainingJob carries them as InstancePreferences instead of one InstanceType
+    spec = RunSpecs(InMemoryArtifactStore(), "bucket").run_spec(job, job.attempt, None)
+    launch = LaunchRequest(job.job_id, job.attempt, job.owner, spec, "s3://bucket/run.json", instance_preferences=preferences)
+    resources = build_training_job_request(launch, cloud_settings(compute="sagemaker"))["ResourceConfig"]
+    assert "InstanceType" not in resources
+    assert [p["InstanceType"] for p in resources["InstancePreferences"]] == list(preferences)
+    # When SageMaker picked the A100 and the run was lost, the try and the blocked pool are the A100's
+    described = describe_training_job(
+        {
+            "TrainingJobStatus": "Failed",
+            "FailureReason": "CapacityError: no capacity",
+            "ResourceConfig": {**resources, "SelectedInstanceType": "ml.p4d.24xlarge"},
+        }
+    )
+    clock.now = T0 + timedelta(minutes=1)
+    ended = _ended(service, job, RunDescription(RunState.FAILED, ErrorType.CAPACITY, "no capacity", instance_type=described.instance_type))
+    assert ended.placement is not None and ended.placement.tries[-1].pool == "sagemaker/ml.p4d.24xlarge/any/on_demand"
