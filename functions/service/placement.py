@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from functions.catalog import placement as rules
-from functions.errors import ConcurrentModification, IllegalTransition, JobNotFound
+from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
 from functions.service.ports import JobRepository, PoolHealth, PoolState, RunDescription, RunState, RunStopper
 from schemas.job import ErrorType, Job, PendingAction
 from schemas.placement import Adaptation, PlacementRecord, PlacementTry, Purchase, Recovery
@@ -92,14 +92,22 @@ class PlacementService:
         return {"placement": updated.model_dump(mode="json")}
 
     def _allowed(self, job: Job) -> list[tuple[rules.Candidate, str]]:
+        """The (candidate, zone) pairs in the order tried. ValueError naming the field when the rules checked at
+        submit no longer hold (the deployment's instance table changed): PREPARING fails the job with it."""
         rc = job.resource_config
         assert rc.placement is not None
         zones = list(rc.placement.availability_zones)
-        candidates = rules.resolve(rc, job.training_shape)
-        able = rules.check_capabilities(job.scheduling_config.required_capabilities, [c.choice.spec for c in candidates])
-        affinity = rules.parse_labels(rc.node_affinity, "resource_config.node_affinity", zones)
-        anti = rules.parse_labels(rc.node_anti_affinity, "resource_config.node_anti_affinity", zones)
-        return rules.order([candidates[i] for i in able], affinity, anti, zones)
+        try:
+            candidates = rules.resolve(rc, job.training_shape)
+            able = rules.check_capabilities(job.scheduling_config.required_capabilities, [c.choice.spec for c in candidates])
+            affinity = rules.parse_labels(rc.node_affinity, "resource_config.node_affinity", zones)
+            anti = rules.parse_labels(rc.node_anti_affinity, "resource_config.node_anti_affinity", zones)
+        except InvalidRequest as exc:
+            raise ValueError(str(exc)) from exc
+        pairs = rules.order([candidates[i] for i in able], affinity, anti, zones)
+        if not pairs:
+            raise ValueError("resource_config.placement: no candidate's pool is left by the job's capabilities and anti-affinity")
+        return pairs
 
     def _deadline_says_on_demand(self, job: Job, now: float) -> bool:
         placement = job.resource_config.placement

@@ -155,3 +155,18 @@ def test_a_run_end_that_loses_a_race_counts_the_pools_failure_once(monkeypatch: 
     # Then the pool's preemption is counted once
     assert lost and w.repo.get(job.job_id).status == S.PREEMPTED
     assert health.pools["ec2/p5.48xlarge/any/spot"].preemptions == 1
+
+
+def test_a_placement_the_rules_no_longer_allow_fails_at_prepare_naming_the_field() -> None:
+    # Given a stored job whose candidates no longer satisfy its capabilities (the table changed since submit)
+    w, _ = _world()
+    placement = {"candidates": [{"gpu_type": "L4", "gpus_per_node": 8}]}
+    job = w.submit(resource_config={"gpu_count": 8, "placement": placement}, scheduling_config={"required_capabilities": ["nvlink"]})
+    assert w.svc.admit(job.job_id, EXEC) == {"next": "wait_capacity"}
+    assert w.svc.wait_capacity(job.job_id, EXEC, "cap-1") == {"next": "waiting"}
+    # When it is prepared
+    w.svc.prepare(job.job_id, EXEC)
+    # Then it fails as the user's error, naming what no longer holds
+    failed = w.repo.get(job.job_id)
+    assert (failed.status, failed.error_type) == (S.FAILED, ErrorType.USER_ERROR)
+    assert failed.error_message is not None and "resource_config.placement" in failed.error_message
