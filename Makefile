@@ -11,7 +11,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install iam-tools iam-check test test-fast test-gpu mutation fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types bench-sweeps synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
+.PHONY: install iam-tools iam-check test test-fast test-gpu mutation fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types bench-sweeps synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard sim-placement
 
 install: $(STAMP) dashboard browser iam-tools
 
@@ -143,6 +143,10 @@ bench-dashboard: install
 # The sweep controller's decision time and local mode's trial-to-trial turnaround (docs/BENCHMARKS.md, "Sweeps").
 bench-sweeps: install
 	$(BIN)/python scripts/bench_sweeps.py
+
+# Placement against the offline optimum on 1,000 seeded capacity traces (docs/BENCHMARKS.md, "Placement").
+sim-placement: install
+	$(BIN)/python scripts/sim_placement.py
 
 # Offline: no AWS credentials, no Docker (docs/DEPLOY.md). SYNTH_ARGS: more -c key=value.
 synth: install

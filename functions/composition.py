@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from functions.service.jobs import JobService
     from functions.service.lifecycle import LifecycleService
     from functions.service.paths import PathRules
+    from functions.service.placement import PlacementService
     from functions.service.ports import ArtifactStore, CapacityLedger, JobRepository, Launcher, Workflow
     from functions.service.queues import QueueView
     from functions.service.reconciler import Reconciler
@@ -278,6 +279,18 @@ class Composition:
         return self._once("_capacity_ledger", build)
 
     @property
+    def placement(self) -> PlacementService:
+        """Placement candidates and pool health (functions/service/placement.py; the pools in the jobs table)."""
+
+        def build() -> PlacementService:
+            from functions.adapters.pool_health import DynamoDBPoolHealth
+            from functions.service.placement import PlacementService
+
+            return PlacementService(DynamoDBPoolHealth(self.clients, self.settings.jobs_table))
+
+        return self._given_or("placement", build)
+
+    @property
     def lifecycle(self) -> LifecycleService:
         """The lifecycle engine: the state machine's tasks, run reports and ends (functions/service/lifecycle.py)."""
 
@@ -301,6 +314,7 @@ class Composition:
                 self.repository, self.artifacts, self.launchers, workflow, workflow, scheduler, config, paths=self.path_rules
             )
             service.sweep_hooks = self.sweep_hooks  # a trial's reports and ends wake its sweep's controller
+            service.placement = self.placement
             return service
 
         return self._given_or("lifecycle", build)

@@ -22,13 +22,24 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="a directory whose files jobs may name (repeatable; also TRAINPLANE_LOCAL_ALLOWED_DIRS); never the state dir",
     )
+    parser.add_argument(
+        "--capacity-pools", type=Path, default=None, help="with --compute ec2: each pool's free units and interruptions (docs/PLACEMENT.md)"
+    )
     # For tests of the front door itself, before/without the real API: module:function.
     parser.add_argument("--api-handler", default=DEFAULT_API_HANDLER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error("--port: must be between 0 and 65535")
     try:
-        run_up(args.host, args.port, args.state_dir, args.compute, api_handler=args.api_handler, allow_dirs=args.allow_dir)
+        run_up(
+            args.host,
+            args.port,
+            args.state_dir,
+            args.compute,
+            api_handler=args.api_handler,
+            allow_dirs=args.allow_dir,
+            capacity_pools=args.capacity_pools,
+        )
     except RuntimeError as exc:  # refusals with a message for people: busy port, state dir in use ...
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None

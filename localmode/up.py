@@ -67,6 +67,7 @@ def run_up(
     exit_process: bool = True,
     allow_dirs: Sequence[Path] = (),
     gpus: str = "",
+    capacity_pools: Path | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM. `port=0` picks a free port (endpoint.json tells which).
 
@@ -82,7 +83,16 @@ def run_up(
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    plane = LocalPlane(host, port, Path(state_dir), compute=compute, api_handler=api_handler, allow_dirs=allow_dirs, gpus=gpus)
+    plane = LocalPlane(
+        host,
+        port,
+        Path(state_dir),
+        compute=compute,
+        api_handler=api_handler,
+        allow_dirs=allow_dirs,
+        gpus=gpus,
+        capacity_pools=capacity_pools,
+    )
     try:
         plane.start()
         print(f"trainplane local mode: API {plane.api_url}  AWS {plane.aws_endpoint_url}  state {plane.state_dir}", flush=True)
@@ -116,9 +126,13 @@ class LocalPlane:
         api_handler: str = DEFAULT_API_HANDLER,
         allow_dirs: Sequence[Path] = (),
         gpus: str = "",
+        capacity_pools: Path | None = None,
     ) -> None:
         if compute not in COMPUTE_CHOICES:
             raise ValueError(f"compute: must be one of {', '.join(COMPUTE_CHOICES)}, not {compute!r}")
+        if capacity_pools is not None and compute != "ec2":
+            raise ValueError("capacity_pools: scripted capacity pools are EC2's (trainplane up --compute ec2)")
+        self.capacity_pools = capacity_pools
         parse_gpu_inventory(gpus)  # a bad --gpus fails now, not in the first pass
         self.gpus = gpus
         self.host = host
@@ -186,6 +200,7 @@ class LocalPlane:
             state_dir=self.state_dir,
             compute=self.compute,
             env={k: v for k, v in os.environ.items() if k.startswith(PREFIX)},
+            capacity_pools=self.capacity_pools,
         )
         deploy_all(self.ctx)
 

@@ -33,6 +33,7 @@ from schemas.kinds import UNSUPPORTED_FRAMEWORKS as UNSUPPORTED_FRAMEWORKS
 from schemas.kinds import UNSUPPORTED_TRAINING_TYPES as UNSUPPORTED_TRAINING_TYPES
 from schemas.kinds import FrameworkType as FrameworkType
 from schemas.kinds import TrainingType as TrainingType
+from schemas.placement import PlacementConfig
 from schemas.tracking import TrackingConfig
 
 # The built-in byte-level tokenizer (trainer/tokenizer.py): 256 bytes + PAD, BOS, EOS.
@@ -535,8 +536,18 @@ class ResourceConfig(Strict):
     ram_min_mb: int | None = Field(default=None, ge=1, le=33_554_432)
     storage_min_mb: int | None = Field(default=None, ge=1, le=67_108_864)
     node_count: int = Field(default=1, ge=1, le=256, description="Nodes (instances) for multi-node training.")
-    node_affinity: list[str] = Field(default_factory=list)
-    node_anti_affinity: list[str] = Field(default_factory=list)
+    node_affinity: list[str] = Field(
+        default_factory=list,
+        max_length=32,
+        description="Pool labels to prefer: zone=us-east-1a, family=p5, purchase=spot|on_demand, platform=ec2, "
+        "capacity_reservation=cr-... (docs/PLACEMENT.md).",
+    )
+    node_anti_affinity: list[str] = Field(
+        default_factory=list, max_length=32, description="Pool labels to avoid (node_affinity's grammar)."
+    )
+    placement: PlacementConfig | None = Field(
+        default=None, description="Up to 10 ordered candidates, a deadline or longest wait, allowed zones (docs/PLACEMENT.md)."
+    )
     training_shape: str | None = Field(
         default=None,
         max_length=72,
@@ -603,7 +614,11 @@ class SchedulingConfig(Strict):
         ),
     )
     max_runtime_seconds: int | None = Field(default=None, ge=1, le=28 * 24 * 3600)
-    required_capabilities: list[str] = Field(default_factory=list)
+    required_capabilities: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Instance features the job needs: efa, nvlink, local-nvme, fp8.",
+    )
     max_cost_usd: float | None = Field(
         default=None,
         ge=0.01,

@@ -58,6 +58,21 @@ class EventDetail(BaseModel):
     dashboard_url: str | None = Field(default=None, description="The subject's page in the dashboard, when the deployment has one.")
 
 
+class PlacementSummary(BaseModel):
+    """A job's placement at the change (docs/PLACEMENT.md): the attempt's pool and how it ended, so far."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    candidate: int = Field(description="The attempt's candidate (index in resource_config.placement.candidates).")
+    pool: str = Field(description="platform/instance type/zone/purchase")
+    outcome: str | None = Field(default=None, description="running, completed, capacity, preempted, stopped, failed")
+    work_lost_steps: int | None = None
+    pools_blocked: list[str] = Field(default_factory=list)
+    recoveries: int = 0
+    last_recovery_seconds: float | None = Field(default=None, description="PREEMPTED -> TRAINING of the latest recovery.")
+    dollars_saved_usd: float = 0.0
+
+
 class JobStateChange(EventDetail):
     """A job's status changed (submitted, queued, a phase of its run, paused, resumed, ended)."""
 
@@ -71,6 +86,7 @@ class JobStateChange(EventDetail):
     parent_job_id: str | None = None
     cost_usd: float = Field(default=0.0, description="Estimated cost so far, all attempts.")
     checkpoint_id: str | None = Field(default=None, description="The latest checkpoint at the change.")
+    placement: PlacementSummary | None = Field(default=None, description="Where the attempt is placed, for a job with candidates.")
 
 
 class CheckpointSaved(EventDetail):

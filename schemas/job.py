@@ -26,6 +26,7 @@ from schemas.configs import (
     raise_at,
 )
 from schemas.ome import OmeTrainer
+from schemas.placement import PlacementRecord
 from schemas.shapes import TrainingShapeProfile
 from schemas.status import JobStatus
 from schemas.tracking import TrackingRecord
@@ -416,6 +417,7 @@ class Job(BaseModel):
     report_seq: int | None = None
     # The tracker run the trainer reported (output_config.tracking), continued by every attempt.
     tracking: TrackingRecord | None = None
+    placement: PlacementRecord | None = Field(default=None, description="Placements tried, pools blocked, recoveries (docs/PLACEMENT.md).")
 
     @field_serializer("task_token", when_used="json")
     def _hide_task_token(self, value: str | None, info: SerializationInfo) -> str | None:

@@ -95,6 +95,12 @@ def up(
         ),
     ] = None,
     gpus: Annotated[str | None, typer.Option(help="Emulated GPUs (H100=4,A100=8): a job holds its units, trains on the CPU.")] = None,
+    capacity_pools: Annotated[
+        Path | None,
+        typer.Option(
+            help="With --compute ec2: a JSON/YAML file of each pool's free units and interruptions over time (docs/PLACEMENT.md)."
+        ),
+    ] = None,
 ) -> None:
     """Serve the whole control plane on this machine (emulated AWS, no account needed) until Ctrl-C.
 
@@ -106,7 +112,7 @@ def up(
         install = escape("pip install 'trainplane[local]'")  # escaped: rich would read [local] as markup
         err.print(f"[red]error[/red] local mode is not available: {escape(str(exc))} (install with: {install})")
         raise typer.Exit(1) from exc
-    run_up(host, port, directory, compute.value, allow_dirs=allow_dir or [], gpus=gpus or "")
+    run_up(host, port, directory, compute.value, allow_dirs=allow_dir or [], gpus=gpus or "", capacity_pools=capacity_pools)
 
 
 @app.command()
@@ -591,7 +597,10 @@ from trainplane.cli_doctor import doctor  # noqa: E402 (it builds on the helpers
 
 app.command()(doctor)
 
+from trainplane.cli_placement import placement  # noqa: E402
 from trainplane.cli_webhooks import webhooks_app  # noqa: E402 (it builds on the helpers above)
+
+app.command("placement")(placement)
 
 app.add_typer(webhooks_app, name="webhooks")
 

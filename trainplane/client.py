@@ -28,6 +28,7 @@ from schemas.job import Job, StatusEvent
 from schemas.shapes import TrainingShapeList, TrainingShapeProfile
 from schemas.status import TERMINAL, JobStatus
 from trainplane import endpoint as endpoint_mod
+from trainplane.client_placement import PlacementMethods
 from trainplane.client_policies import PolicyMethods
 from trainplane.client_sweeps import SweepMethods
 from trainplane.client_teams import TeamMethods
@@ -49,7 +50,7 @@ DEFAULT_MAX_RETRIES = 2
 _Params = Mapping[str, str | int | float | None]
 
 
-class Client(WaitMethods, PolicyMethods, SweepMethods, TeamMethods, WebhookMethods):
+class Client(WaitMethods, PolicyMethods, SweepMethods, TeamMethods, WebhookMethods, PlacementMethods):
     """create_and_wait, wait_for_existing, resume_and_wait, reconnect_and_wait: trainplane/waits.py;
     create_policy, list_policies, ..., put_event: trainplane/client_policies.py;
     create_sweep, get_sweep, wait_sweep, ...: trainplane/client_sweeps.py;

@@ -10,6 +10,7 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from schemas.job import Job, SubmitJobRequest
+from schemas.placement import PlacementRecord
 from schemas.teams import Team, TeamList, TeamSpec, TeamView
 from trainplane.transport import IDEMPOTENCY_HEADER, Requester, Steps
 
@@ -24,6 +25,11 @@ def submit_job(api: Requester, request: JobRequest, idempotency_key: str | None 
 
 def get_job(api: Requester, job_id: str) -> Steps[Job]:
     return Job.model_validate((yield from api._request("GET", job_path(job_id))))
+
+
+def get_placement(api: Requester, job_id: str) -> Steps[PlacementRecord | None]:
+    """What happened to the job's placement (docs/PLACEMENT.md): None for a job without candidates."""
+    return (yield from get_job(api, job_id)).placement
 
 
 def resume_job(api: Requester, job_id: str, checkpoint_id: str = "") -> Steps[Job]:

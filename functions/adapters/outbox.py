@@ -36,6 +36,7 @@ from schemas.events import (
     JobReclaimed,
     JobStateChange,
     OutboxRecord,
+    PlacementSummary,
     PolicyState,
     RetrainingPolicyStateChange,
     SweepStateChange,
@@ -135,6 +136,26 @@ def job_state_detail(
         parent_job_id=job.parent_job_id,
         cost_usd=job.cost.estimated_cost_usd,
         checkpoint_id=job.latest_checkpoint_id,
+        placement=placement_summary(job),
+    )
+
+
+def placement_summary(job: Job) -> PlacementSummary | None:
+    """The attempt's try of the job's placement record, with the record's totals (None without candidates)."""
+    record = job.placement
+    current = next((t for t in reversed(record.tries) if t.attempt == job.attempt), None) if record else None
+    if record is None or current is None:
+        return None
+    last = record.recoveries[-1].seconds if record.recoveries else None
+    return PlacementSummary(
+        candidate=current.candidate,
+        pool=current.pool,
+        outcome=current.outcome,
+        work_lost_steps=current.work_lost_steps,
+        pools_blocked=record.pools_blocked,
+        recoveries=len(record.recoveries),
+        last_recovery_seconds=last,
+        dollars_saved_usd=record.dollars_saved_usd,
     )
 
 

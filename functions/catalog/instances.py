@@ -44,11 +44,38 @@ class InstanceSpec:
     sagemaker: bool = True  # offered as ml.<name> for SageMaker training
     ec2: bool = True
 
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """The instance features scheduling_config.required_capabilities may ask for (CAPABILITIES)."""
+        found = set()
+        if self.local_storage:
+            found.add("local-nvme")
+        if self.gpu_type in _FP8_GPUS:
+            found.add("fp8")
+        if self.family in _NVLINK_FAMILIES:
+            found.add("nvlink")
+        if self.family in _EFA_FAMILIES or (self.gpus > 0 and self.vcpus >= 32 and self.family in _EFA_LARGE_FAMILIES):
+            found.add("efa")
+        return frozenset(found)
+
     def offered_on(self, platform: Platform) -> bool:
         return self.sagemaker if platform == "sagemaker" else self.ec2
 
     def type_name(self, platform: Platform) -> str:
         return f"ml.{self.name}" if platform == "sagemaker" else self.name
+
+
+# Instance features (AWS instance type pages): FP8 tensor cores on Hopper and Ada GPUs; NVLink/NVSwitch
+# between the GPUs of P5 and P4; EFA on P5/P4 and on the G-family sizes of 8xlarge and up.
+CAPABILITIES = ("efa", "nvlink", "local-nvme", "fp8")
+_FP8_GPUS = frozenset({"H100", "L40S", "L4"})
+_NVLINK_FAMILIES = frozenset({"p5", "p4d", "p4de"})
+_EFA_FAMILIES = frozenset({"p5", "p4d", "p4de"})
+_EFA_LARGE_FAMILIES = frozenset({"g6e", "g6", "g5", "g4dn"})
 
 
 def _gpu(name: str, gpu: str, gpus: int, gpu_gib: int, vcpus: int, ram_gib: int, *, sagemaker: bool = True) -> InstanceSpec:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from functions import constants
 from functions.catalog import page_tokens
+from functions.catalog import placement as placement_rules
 from functions.catalog.gpu_types import gpu_type_of, inventory_problem
 from functions.catalog.images import check_custom_image
 from functions.catalog.quotas import parse_gpu_inventory
@@ -149,7 +150,18 @@ class JobService(LifecycleControls):
         if request.training_config.image is not None:
             s = self.settings
             check_custom_image(image_field, request.training_config.image, s.custom_image_repositories, s.compute, local_mode=s.local_mode)
+        # With placement candidates the job counts as its first candidate (quotas, capacity pool, cost estimate).
+        request = request.model_copy(update={"resource_config": placement_rules.first_candidate(request.resource_config)})
         self._check_compute(request)
+        placement_rules.validate(
+            request.resource_config,
+            request.scheduling_config,
+            request.training_config,
+            request.data_config,
+            self.settings.compute,
+            self.clock().timestamp(),
+            shape,
+        )
         self.check_paths(request, principal, owner=owner)
         if self.teams is not None:
             self.teams.check_submit(request, owner or principal.arn)  # the team of the job's owner, from its identity

@@ -25,6 +25,7 @@ from functions.errors import ConcurrentModification, IllegalTransition, InvalidR
 from functions.service import costs
 from functions.service.lifecycle_outcomes import decide_run_end
 from functions.service.paths import PathRules
+from functions.service.placement import PlacementService, launch_choice, placement_fields
 from functions.service.ports import (
     ArtifactStore,
     JobRepository,
@@ -56,6 +57,8 @@ _PHASE_STATUS = {
     TrainerPhase.EVALUATING: S.EVALUATING,
     TrainerPhase.EXPORTING: S.EXPORTING,
 }
+
+
 _RACE_RETRIES = 8  # re-read-and-redecide rounds after a lost conditional write before giving up
 
 
@@ -110,6 +113,8 @@ class LifecycleService:
         self._heartbeat_lock = threading.Lock()
         # Sweeps (functions/service/sweeps/hooks.py): a trial's reports and run end wake its sweep.
         self.sweep_hooks: Any = None
+        # Placement (functions/service/placement.py): each attempt's candidate and pool; None: jobs' own resource_config.
+        self.placement: PlacementService | None = None
 
     # ================================================================ state-machine tasks
     def admit(self, job_id: str, execution: str | None) -> dict[str, Any]:
@@ -157,8 +162,10 @@ class LifecycleService:
                 return self._left_run(job)
             attempt = job.attempt + 1
             try:
+                placed = self.placement.choose(job, attempt) if self.placement is not None else {}
                 resume_from = self.specs.resume_from(job, attempt)
-                spec = self.specs.run_spec(job, attempt, resume_from)  # paths checked again: ValueError naming the field
+                # paths checked again: ValueError naming the field
+                spec = self.specs.run_spec(job.model_copy(update={"attempt": attempt, **placement_fields(placed)}), attempt, resume_from)
             except ValueError as exc:
                 return self._fail(job, ErrorType.USER_ERROR, str(exc))
             uri = self.artifacts.put_json(
@@ -171,6 +178,7 @@ class LifecycleService:
                 "run_started_at": None,
                 "pending_action": None,
                 "report_seq": None,
+                **placed,
             }
             reason = f"attempt {attempt}: run spec {uri}" + (f", resuming from {resume_from}" if resume_from else "")
             if self._move(job, S.PREPARING, reason, Actor.SYSTEM, changes) is not None:
@@ -184,7 +192,8 @@ class LifecycleService:
         if job.status == S.PREPARING:
             # TRAINING is written before the run exists: a run that ends before its handle is stored
             # still finds its job in a running status (cancel vs launch is decided by this write).
-            moved = self._move(job, S.TRAINING, "launching", Actor.SYSTEM, {"run_started_at": self.clock()})
+            placed = self.placement.on_training(job) if self.placement is not None else {}
+            moved = self._move(job, S.TRAINING, "launching", Actor.SYSTEM, {"run_started_at": self.clock(), **placed})
             if moved is None:
                 return self._left_run(self.repository.get(job_id))
             job = moved
@@ -194,6 +203,7 @@ class LifecycleService:
             run_spec = self.specs.run_spec(job, job.attempt, None)
         except ValueError as exc:
             return self._fail(job, ErrorType.USER_ERROR, str(exc))
+        spot, zone, preferences = launch_choice(job)
         request = LaunchRequest(
             job_id=job.job_id,
             attempt=job.attempt,
@@ -201,8 +211,10 @@ class LifecycleService:
             run_spec=run_spec,
             run_spec_uri=self.specs.s3_uri(constants.run_spec_key(job.job_id, job.attempt)),
             labels=dict(job.labels),
-            preemptible=job.scheduling_config.preemptible,
+            preemptible=spot,
             max_runtime_seconds=job.scheduling_config.max_runtime_seconds,
+            zone=zone,
+            instance_preferences=preferences,
         )
         launcher = self.launchers[self.config.launcher]
         try:
@@ -317,6 +329,7 @@ class LifecycleService:
             self.repository.record_progress(job_id, progress_of(event.data, self.clock(), attempt))
         self._heartbeat(job)
         self._check_budget(job)
+        self._check_deadline(job)
 
     def _on_tracking(self, job: Job, event: TrainerEvent) -> None:
         try:
@@ -357,6 +370,7 @@ class LifecycleService:
         if attempt == job.attempt and job.status in RUNNING:
             self._heartbeat(job)
             self._check_budget(job)
+            self._check_deadline(job)
 
     def on_run_finished(self, job_id: str, attempt: int, run: RunDescription) -> None:
         """The run of `attempt` ended (launcher monitor, EventBridge, reconciler): decide and answer the wait."""
@@ -369,6 +383,7 @@ class LifecycleService:
 
     # ================================================================ internals
     def _after_end(self, job_id: str, attempt: int, run: RunDescription) -> dict[str, Any]:
+        placed: dict[str, Any] | None = None
         for _ in range(_RACE_RETRIES):
             job = self.repository.get(job_id)
             if job.attempt != attempt:
@@ -382,6 +397,10 @@ class LifecycleService:
             self._record_cost(job, attempt, run)
             decision = decide_run_end(job, run, max_preemptions=self.config.max_preemptions)
             changes = {**decision.changes, "run_outcome": decision.next, "pending_action": None, "pending_reason": None}
+            if self.placement is not None:
+                # Once per run end: a lost race re-decides, but must not count the pool's failure twice.
+                placed = self.placement.on_run_end(job, run) if placed is None else placed
+                changes.update(placed)
             if self._move(job, decision.status, decision.reason, decision.actor, changes) is not None:
                 self._release(self.repository.get(job_id))
                 return {"next": decision.next}
@@ -432,6 +451,10 @@ class LifecycleService:
         logger.info("budget exceeded, stopping the run", extra={"job_id": job.job_id, "spent_usd": verdict.spent_usd})
         self.repository.annotate(job.job_id, {"error_type": ErrorType.BUDGET, "error_message": verdict.message})
         self.runs.stop_run(job, graceful=True, reason=verdict.message)
+
+    def _check_deadline(self, job: Job) -> None:
+        if self.placement is not None:
+            self.placement.check_deadline(job, self.repository, self.runs)
 
     def _on_phase(self, job: Job, event: TrainerEvent) -> None:
         try:

@@ -14,6 +14,7 @@ EventBridge, reconciler, timeout) decides the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from functions.service.ports import RunDescription, RunState
@@ -83,6 +84,13 @@ def _decide(job: Job, run: RunDescription, max_preemptions: int) -> RunEndDecisi
 
 def _failure(job: Job, error_type: ErrorType, message: str) -> RunEndDecision:
     changes: dict[str, Any] = {"error_type": error_type, "error_message": message}
+    if error_type == ErrorType.CAPACITY and job.resource_config.placement is not None and not _waited_too_long(job):
+        # Not the job's fault and other candidates remain: the pool is blocked (functions/service/placement.py)
+        # and the next attempt takes the next healthy candidate, without spending max_retries.
+        changes["resume_checkpoint_id"] = None
+        return RunEndDecision(
+            S.QUEUED, Next.REQUEUE, f"capacity: {message}; trying the next healthy placement candidate", Actor.SYSTEM, changes
+        )
     budget = job.training_config.max_retries
     if error_type in RETRYABLE and job.retries_used < budget:
         changes["retries_used"] = job.retries_used + 1
@@ -90,3 +98,15 @@ def _failure(job: Job, error_type: ErrorType, message: str) -> RunEndDecision:
         reason = f"{error_type.value}: {message}; retry {job.retries_used + 1}/{budget} from the latest checkpoint"
         return RunEndDecision(S.QUEUED, Next.REQUEUE, reason, Actor.SYSTEM, changes)
     return RunEndDecision(S.FAILED, Next.FAILED, f"{error_type.value}: {message}", Actor.TRAINER, changes)
+
+
+def _waited_too_long(job: Job) -> bool:
+    """resource_config.placement's max_wait_seconds (for a first placement) or deadline has passed."""
+    placement = job.resource_config.placement
+    if placement is None:
+        return False
+    now = datetime.now(UTC)
+    if placement.deadline is not None and now >= placement.deadline:
+        return True
+    started = job.placement is not None and job.placement.time_to_first_step_seconds is not None
+    return placement.max_wait_seconds is not None and not started and (now - job.created_at).total_seconds() > placement.max_wait_seconds

@@ -9,7 +9,7 @@ both directions: a service never imports an adapter).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -235,6 +235,9 @@ class LaunchRequest:
     labels: dict[str, str] = field(default_factory=dict)
     preemptible: bool = False
     max_runtime_seconds: int | None = None
+    zone: str | None = None  # the availability zone placement chose (docs/PLACEMENT.md); None = any
+    # SageMaker on-demand: instance types in order for InstancePreferences (placement's same-shape candidates).
+    instance_preferences: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -348,6 +351,30 @@ class CapacityLedger(Protocol):
     def register_queue(self, queue: str) -> None: ...
 
     def queues(self) -> list[str]: ...
+
+
+@dataclass(frozen=True)
+class PoolState:
+    """One pool's health (platform/instance type/zone/purchase): its failures and until when it is blocked."""
+
+    pool: str
+    capacity_errors: int = 0
+    preemptions: int = 0
+    blocked_until: float = 0.0  # epoch seconds
+    last_reason: str = ""
+
+
+class PoolHealth(Protocol):
+    """Pool health, durable (DynamoDB in AWS and local mode; functions/adapters/pool_health.py)."""
+
+    def record(self, pool: str, kind: str, now: float, reason: str) -> PoolState:
+        """Count a 'capacity' error or a 'preempted' run in `pool` (one atomic add): the pool's state after it."""
+
+    def block(self, pool: str, until: float) -> None:
+        """Block `pool` until `until`; a block is only ever extended (two reporters racing keep the longer one)."""
+
+    def states(self, pools: Sequence[str]) -> dict[str, PoolState]:
+        """The known pools among `pools` (a pool never recorded is healthy and absent)."""
 
 
 class CapacityModel(Protocol):

@@ -12,6 +12,7 @@ from typing import Any
 from functions import constants
 from functions.errors import InvalidRequest
 from functions.service.paths import LATEST_CHECKPOINT, PathRules, valid_checkpoint_id
+from functions.service.placement import apply_to_run_spec
 from functions.service.ports import ArtifactStore
 from schemas.checkpoint import CheckpointManifest, best_checkpoint, retained, step_of
 from schemas.job import CheckpointRef, Job, Progress
@@ -79,7 +80,7 @@ class RunSpecs:
             layout_uri = job.output_config.output_path.rstrip("/")
             checkpoint_uri, output_uri = f"{layout_uri}/checkpoints", f"{layout_uri}/model"
             resume_latest = attempt > 1 or job.training_config.resume_from_checkpoint == LATEST
-        return RunSpec(
+        spec = RunSpec(
             job_id=job.job_id,
             attempt=attempt,
             training_config=job.training_config,
@@ -97,6 +98,7 @@ class RunSpecs:
             tracking=self.tracking_plan(job),
             access=self.access(job, resume_from),
         )
+        return apply_to_run_spec(job, spec)  # the attempt's placement candidate, when the job has candidates
 
     def tracking_plan(self, job: Job) -> TrackingPlan | None:
         """output_config.tracking, plus what makes every attempt continue ONE tracker run (docs/TRACKING.md)."""

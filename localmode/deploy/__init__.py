@@ -58,6 +58,8 @@ class LocalContext:
     region: str = constants.LOCAL_REGION
     account_id: str = constants.LOCAL_ACCOUNT_ID
     compute: str = "local"
+    # `trainplane up --capacity-pools FILE`: the emulated EC2's scripted pools (emulated_compute/capacity_pools.py).
+    capacity_pools: Path | None = None
     # TRAINPLANE_* variables for the in-process handlers (functions/settings.py reads them once).
     env: dict[str, str] = field(default_factory=dict)
     # Filled by `trainplane up` after the journal replay: counts of restored tables/items/buckets/objects.

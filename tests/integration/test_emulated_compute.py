@@ -23,14 +23,18 @@ import pytest
 
 from functions import constants
 from functions.adapters.cloudwatch_logs import CloudWatchLogSource
+from functions.adapters.launchers.cloud import LaunchCapacityError
 from functions.adapters.launchers.ec2 import EC2Launcher
 from functions.adapters.launchers.local import LocalLauncher
 from functions.adapters.launchers.sagemaker import SageMakerLauncher, describe_training_job
 from functions.catalog.events import EC2_SPOT_WARNING, EC2_STATE_CHANGE, SAGEMAKER_STATE_CHANGE
+from functions.catalog.instances import select_instance
 from functions.service.ports import RunState
 from localmode import moto_pin
 from localmode.deploy import emulated_compute
+from localmode.deploy.emulated_compute.capacity_pools import PoolScript, ScriptedPools
 from localmode.deploy.emulated_compute.core import INTERRUPT_TAG, EmulatedCompute
+from localmode.deploy.emulated_compute.ec2 import Ec2Compute
 from schemas.configs import ResourceConfig
 from schemas.job import ErrorType
 from schemas.trainer import TrainerEvent
@@ -91,7 +95,7 @@ def server() -> Iterator[Clients]:
         os.environ["MOTO_EC2_LOAD_DEFAULT_AMIS"] = saved
 
 
-def _emulator(server: Clients, tmp_path: Path, compute: str) -> tuple[EmulatedCompute, Recorder]:
+def _emulator(server: Clients, tmp_path: Path, compute: str, pools: ScriptedPools | None = None) -> tuple[EmulatedCompute, Recorder]:
     recorder = Recorder()
     runner = LocalLauncher(
         tmp_path / "runs",
@@ -109,6 +113,9 @@ def _emulator(server: Clients, tmp_path: Path, compute: str) -> tuple[EmulatedCo
         trainer_log_group=TRAINER_LOG_GROUP,
         sink=recorder,
     )
+    if pools is not None:
+        assert isinstance(emulator, Ec2Compute)
+        emulator.capacity_pools = pools
     emulator.start()
     return emulator, recorder
 
@@ -217,6 +224,33 @@ def test_ec2_instances_run_the_trainer_stop_by_tag_and_end_themselves(server: Cl
         launcher.stop(cancelled, graceful=False)
         wait_until(lambda: _ended(recorder, EC2_STATE_CHANGE, cancelled.run_id, "state", "terminated"), 60, what="cancel ends")
         assert launcher.describe(cancelled).state == RunState.STOPPED
+    finally:
+        emulator.shutdown()
+
+
+def test_scripted_capacity_pools_refuse_full_pools_and_interrupt_on_time(server: Clients, tmp_path: Path) -> None:
+    # Given the CPU type's on-demand pool empty and its spot pool with 1 unit, interrupted from t=0 on
+    instance_type = select_instance(ResourceConfig(gpu_count=0), "ec2").instance_type
+    pools = ScriptedPools(
+        [
+            PoolScript(instance_type=instance_type, purchase="on_demand", free=[(0, 0)]),
+            PoolScript(instance_type=instance_type, purchase="spot", free=[(0, 1)], interruptions=[0]),
+        ]
+    )
+    emulator, recorder = _emulator(server, tmp_path, "ec2", pools)
+    try:
+        launcher = EC2Launcher(cloud_settings(), server)
+        # When an on-demand launch asks: EC2's capacity error
+        with pytest.raises(LaunchCapacityError, match="InsufficientInstanceCapacity"):
+            launcher.launch(_launch_request(server, "job-pool-od"))
+        # And a spot launch gets the one unit, a second one finds none
+        spot = launcher.launch(_launch_request(server, "job-pool-spot", preemptible=True, max_steps="100000"))
+        with pytest.raises(LaunchCapacityError):
+            launcher.launch(_launch_request(server, "job-pool-spot2", preemptible=True))
+        # Then the scripted interruption reclaims the running spot instance, as a spot warning would
+        wait_until(lambda: _ended(recorder, EC2_STATE_CHANGE, spot.run_id, "state", "terminated"), 60, what="the interruption")
+        assert [e["detail"]["instance-id"] for e in recorder.of(EC2_SPOT_WARNING)] == [spot.run_id]
+        assert launcher.describe(spot).state == RunState.PREEMPTED
     finally:
         emulator.shutdown()
 

@@ -1,4 +1,4 @@
-// Job details: every config, the status timeline, progress/ETA, checkpoints, loss curves, cost, parent and
+// Job details: every config, the status timeline, progress/ETA, checkpoints, placement, loss curves, cost, parent and
 // child jobs, queue position; logs with a level filter, follow and download; the verbs.
 import type uPlot from "uplot";
 import { actionsFor, type Job } from "../actions";
@@ -8,6 +8,7 @@ import { absoluteTime, bytes, duration, money, num, relativeTime, TERMINAL } fro
 import { api, toast } from "../ui";
 import { priorityText, progressBar, statusBadge } from "./jobs";
 import { positionText } from "./queues";
+import { renderPlacement } from "./placement";
 import { renderTracking } from "./tracking";
 import type { View } from "./view";
 
@@ -46,6 +47,7 @@ export function detailView(jobId: string): View {
   const chartNote = h("p", { class: "muted" });
   const checkpoints = h("section", { class: "panel", "aria-labelledby": "h-checkpoints" });
   const tracking = h("section", { class: "panel", "aria-labelledby": "h-tracking", hidden: true });
+  const placement = h("section", { class: "panel", "aria-labelledby": "h-placement", hidden: true });
   const timeline = h("section", { class: "panel", "aria-labelledby": "h-timeline" });
   const cost = h("section", { class: "panel", "aria-labelledby": "h-cost" });
   const related = h("section", { class: "panel", "aria-labelledby": "h-related" });
@@ -301,6 +303,7 @@ export function detailView(jobId: string): View {
       renderOverview(j);
       renderCheckpoints(j);
       renderTracking(tracking, j);
+      renderPlacement(placement, j);
       renderTimeline(events.events);
       renderCost(j);
       renderConfigs(j);
@@ -317,7 +320,7 @@ export function detailView(jobId: string): View {
         head,
         actionBar,
         h("div", { class: "grid" },
-          overview, progress, checkpoints, tracking, timeline, cost, related,
+          overview, progress, checkpoints, tracking, placement, timeline, cost, related,
           h("section", { class: "panel wide", "aria-labelledby": "h-logs" },
             h("h2", { id: "h-logs" }, "Logs"),
             h("div", { class: "log-tools" }, levelSelect, streamSelect, h("label", { class: "check" }, followBox, " Follow"), download),

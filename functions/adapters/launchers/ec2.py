@@ -202,6 +202,9 @@ def build_run_instances_request(request: LaunchRequest, settings: Settings, choi
     if nodes > 1:
         # A cluster placement group: the nodes on one low-latency network segment (EFA / NCCL bandwidth).
         params["Placement"] = {"GroupName": settings.ec2_placement_group}
+    if request.zone:
+        # The zone placement chose (docs/PLACEMENT.md): its pool health is kept per zone.
+        params.setdefault("Placement", {})["AvailabilityZone"] = request.zone
     if settings.ec2_instance_profile_arn:
         params["IamInstanceProfile"] = {"Arn": settings.ec2_instance_profile_arn}
     if settings.vpc_subnet_ids:

@@ -92,6 +92,14 @@ def build_training_job_request(request: LaunchRequest, settings: Settings, choic
     # Warm pools do not combine with managed spot: keep-alive only for on-demand runs.
     if settings.sagemaker_keep_alive_seconds and not request.preemptible:
         resource_config["KeepAlivePeriodInSeconds"] = settings.sagemaker_keep_alive_seconds
+    if len(request.instance_preferences) > 1 and not request.preemptible:
+        # Placement's same-shape on-demand candidates (docs/PLACEMENT.md): SageMaker takes the first type with
+        # capacity. InstancePreferences excludes InstanceType; a warm pool is kept for one type only.
+        del resource_config["InstanceType"], resource_config["InstanceCount"]
+        resource_config.pop("KeepAlivePeriodInSeconds", None)
+        resource_config["InstancePreferences"] = [
+            {"InstanceType": t, "InstanceCount": choice.instance_count} for t in request.instance_preferences
+        ]
 
     stopping: dict[str, int] = {"MaxRuntimeInSeconds": runtime}
     if request.preemptible:
@@ -186,8 +194,9 @@ def describe_training_job(job: Mapping[str, Any]) -> RunDescription:
         "secondary_status": secondary,
         "billable_seconds": _seconds(job.get("BillableTimeInSeconds")),
         "run_seconds": _seconds(job.get("TrainingTimeInSeconds")) or _elapsed(job.get("TrainingStartTime"), job.get("TrainingEndTime")),
-        "instance_type": resources.get("InstanceType"),
-        "instance_count": int(resources.get("InstanceCount") or 1),
+        # With InstancePreferences, the type SageMaker selected (once it has).
+        "instance_type": resources.get("SelectedInstanceType") or resources.get("InstanceType"),
+        "instance_count": int(resources.get("SelectedInstanceCount") or resources.get("InstanceCount") or 1),
         "spot": bool(job.get("EnableManagedSpotTraining")),
     }
     if status == "InProgress":

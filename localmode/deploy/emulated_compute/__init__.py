@@ -40,6 +40,10 @@ Emulated spot interruption: tag the training job or the instance `trainplane-emu
 the trainer gets SIGTERM, as the user data's watcher would do on the two-minute notice. SageMaker:
 the job goes `Interrupted`, its trainer gets SIGTERM, and spot capacity "never returns": the job ends
 `Stopped` / `MaxWaitTimeExceeded`, which the control plane treats as a preemption.
+
+Scripted capacity pools (EC2; `trainplane up --compute ec2 --capacity-pools FILE`, capacity_pools.py):
+each pool's free units and interruptions over time; RunInstances into a full pool is EC2's
+InsufficientInstanceCapacity, a due interruption tags the pool's instances as above.
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 from functions.adapters.launchers.local import DEFAULT_COMMAND, LocalLauncher
 from localmode import iam_calls
+from localmode.deploy.emulated_compute.capacity_pools import ScriptedPools
 from localmode.deploy.emulated_compute.core import ClientFactory, EmulatedCompute
 from localmode.deploy.emulated_compute.ec2 import Ec2Compute
 from localmode.deploy.emulated_compute.sagemaker import SageMakerCompute
@@ -124,6 +129,9 @@ def deploy(ctx: LocalContext) -> None:
         region=ctx.region,
         account_id=ctx.account_id,
     )
+
+    if ctx.capacity_pools is not None and isinstance(emulator, Ec2Compute):
+        emulator.capacity_pools = ScriptedPools.from_file(ctx.capacity_pools)
 
     def serve(stop: threading.Event) -> None:
         emulator.start()

@@ -29,6 +29,8 @@ from functions.catalog import job_names
 from functions.catalog.events import EC2_SOURCE, EC2_SPOT_WARNING, EC2_STATE_CHANGE
 from functions.catalog.job_names import exit_status_key
 from functions.service.ports import RunDescription, RunState
+from localmode.deploy.emulated_compute import moto_patches
+from localmode.deploy.emulated_compute.capacity_pools import Running, ScriptedPools
 from localmode.deploy.emulated_compute.core import INTERRUPT_TAG, LOSE_TAG, EmulatedCompute, Run, split_s3, with_environment, with_runtime
 from schemas.job import ErrorType
 from schemas.trainer import ERROR_EXIT_CODES, ERROR_FAILURE_REASONS, ExitCode, FailureReason
@@ -43,6 +45,34 @@ _RENDEZVOUS_LINE = re.compile(r"^RENDEZVOUS_URI=(?P<value>.+)$", re.MULTILINE)
 
 class Ec2Compute(EmulatedCompute):
     compute = "ec2"
+    # Scripted capacity pools (capacity_pools.py; `trainplane up --capacity-pools FILE`): None = unlimited.
+    capacity_pools: ScriptedPools | None = None
+
+    def start(self) -> None:
+        super().start()
+        if self.capacity_pools is not None:
+            moto_patches.set_capacity_check(self._capacity_refusal)
+
+    def shutdown(self) -> None:
+        moto_patches.set_capacity_check(None)
+        super().shutdown()
+
+    def _capacity_refusal(self, backend: Any, instance_type: str, count: int, kwargs: dict[str, Any]) -> str | None:
+        """moto's RunInstances, before it starts anything: no room in the scripted pool is EC2's capacity error."""
+        assert self.capacity_pools is not None
+        purchase = "spot" if kwargs.get("instance_market_options") == "spot" else "on_demand"
+        return self.capacity_pools.refusal(instance_type, purchase, kwargs.get("placement"), count, _running(backend.all_instances()))
+
+    def _interrupt_scripted(self) -> None:
+        """The scripted pools' interruptions that are due: the emulator's interruption tag on those instances."""
+        from moto.ec2.models import ec2_backends
+
+        if self.capacity_pools is None:
+            return
+        backend = ec2_backends[self.account_id][self.region]
+        for instance_id in self.capacity_pools.due_interruptions(_running(backend.all_instances())):
+            logger.info("emulated EC2: scripted interruption of %s", instance_id)
+            self.client("ec2").create_tags(Resources=[instance_id], Tags=[{"Key": INTERRUPT_TAG, "Value": "scripted"}])
 
     # --- the poller finds what the launcher started ------------------------------------------------
     def _poll(self) -> None:
@@ -59,6 +89,7 @@ class Ec2Compute(EmulatedCompute):
                 for instance in reservation["Instances"]:
                     seen.add(instance["InstanceId"])
                     self._watch_instance(instance)
+        self._interrupt_scripted()
         with self._lock:
             lost = [r for r in self._runs.values() if r.kind == "ec2" and not r.ended.is_set() and r.run_id not in seen]
         for run in lost:  # terminated by someone (a cancel): the trainer dies with its instance
@@ -182,6 +213,15 @@ def _exit_status(description: RunDescription, run: Run) -> dict[str, Any]:
             "failure": f"{word}: {description.message}",
         }
     return {"exit_code": 137, "reason": reason, "failure": None}
+
+
+def _running(instances: Any) -> list[Running]:
+    """moto's pending and running instances as the scripted pools count them."""
+    return [
+        Running(i.id, i.instance_type, "spot" if i.lifecycle == "spot" else "on_demand", i.placement.zone)
+        for i in instances
+        if i.state in ("pending", "running")
+    ]
 
 
 def _free_port() -> int:

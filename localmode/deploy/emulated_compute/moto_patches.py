@@ -1,13 +1,16 @@
-"""The moto patches of the emulated compute (SageMaker only; moto pinned: localmode/moto_pin.py).
+"""The moto patches of the emulated compute (moto pinned: localmode/moto_pin.py).
 
 moto's training job is `Completed` the moment it is created and has no StopTrainingJob (docs/LOCAL_AWS.md):
 CreateTrainingJob hands the new job to the active SageMaker emulator, which makes it one that has yet to
 run; StopTrainingJob is implemented by it. One emulator is active in a process at a time.
+EC2's RunInstances asks the active emulator's scripted capacity pools first (capacity_pools.py): a pool
+without room answers InsufficientInstanceCapacity, as EC2 does.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 
@@ -23,6 +26,15 @@ _active: object | None = None
 _training_jobs: TrainingJobs | None = None
 _active_lock = threading.Lock()
 _installed = False
+# (backend, instance type, count, run_instances kwargs) -> why there is no capacity, or None.
+CapacityCheck = Callable[[Any, str, int, dict[str, Any]], "str | None"]
+_capacity_check: CapacityCheck | None = None
+
+
+def set_capacity_check(check: CapacityCheck | None) -> None:
+    global _capacity_check
+    _capacity_check = check
+    _install()
 
 
 def activate(emulator: object, training_jobs: TrainingJobs | None) -> None:
@@ -79,6 +91,20 @@ def _install() -> None:
         emulator.sagemaker_stop(job)
         return EmptyResult()
 
+    from moto.ec2.exceptions import EC2ClientError
+    from moto.ec2.models.instances import InstanceBackend
+
+    original_run = InstanceBackend.run_instances
+
+    def run_instances(self: Any, image_id: str, count: int, user_data: Any, security_group_names: list[str], **kwargs: Any) -> Any:
+        check = _capacity_check
+        if check is not None:
+            refusal = check(self, kwargs.get("instance_type", ""), int(count), kwargs)
+            if refusal is not None:
+                raise EC2ClientError("InsufficientInstanceCapacity", refusal)
+        return original_run(self, image_id, count, user_data, security_group_names, **kwargs)
+
+    InstanceBackend.run_instances = run_instances  # type: ignore[method-assign]
     SageMakerModelBackend.create_training_job = create_training_job  # type: ignore[method-assign]
     SageMakerResponse.stop_training_job = stop_training_job  # type: ignore[attr-defined]
     _installed = True
