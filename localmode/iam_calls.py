@@ -209,6 +209,7 @@ def _caller_for(request_signer: Any) -> str | None:
 
 _ROOT = str(Path(__file__).resolve().parents[1]) + os.sep
 _TESTS = _ROOT + "tests" + os.sep
+_SELF = {__file__, str(Path(__file__).resolve())}
 _VENDORED = (os.sep + ".venv" + os.sep, os.sep + "site-packages" + os.sep)
 TESTS_ORIGIN = "tests"
 
@@ -218,12 +219,12 @@ def origin() -> str:
     calling the control plane's code directly), else the outermost frame of this repository on the thread (the
     loop of the control plane that made it: such a call belongs to a role and must be attributed)."""
     frame = sys._getframe(1)
-    outermost = "?"
+    outermost = "(no frame of this repository)"
     while frame is not None:
         name = frame.f_code.co_filename
         if name.startswith(_TESTS):
             return TESTS_ORIGIN
-        if name.startswith(_ROOT) and not any(v in name for v in _VENDORED):
+        if name.startswith(_ROOT) and name not in _SELF and not any(v in name for v in _VENDORED):
             outermost = f"{name[len(_ROOT) :]}:{frame.f_code.co_name}"
         frame = frame.f_back  # type: ignore[assignment]
     return outermost
@@ -239,13 +240,14 @@ def record_direct(service: str, operation: str, params: Mapping[str, Any], regio
 def record(caller: str, service: str, operation: str, params: Mapping[str, Any], region: str, path: str | None = None) -> None:
     names = DeploymentNames(region)
     authorized = authorizations(service, operation, params, names)
+    where = None
     if caller == STATE_MACHINE and not any("${" in a["resource"] for a in authorized):
         # moto's engine runs every state machine; one that touches none of the deployment's resources is a
         # test's own machine, not the control plane's.
-        caller = UNATTRIBUTED
+        caller, where = UNATTRIBUTED, TESTS_ORIGIN
     line = {"caller": caller, "service": service, "operation": operation, "compute": names.compute, "authorizations": authorized}
     if caller == UNATTRIBUTED:
-        line["origin"] = origin()
+        line["origin"] = where or origin()
     data = (json.dumps(line, default=str, separators=(",", ":")) + "\n").encode()
     path = path or _path
     if path is None:
