@@ -329,13 +329,24 @@ def _settings() -> Any:
 
 
 def _instance_profile_of(instance_id: str, names: DeploymentNames) -> str | None:
-    """The instance's profile, from the emulated EC2 (the condition key AWS fills from the instance)."""
+    """The instance's profile, from the emulated EC2 (the condition key AWS fills from the instance).
+
+    AWS gives every instance of a RunInstances call the call's profile; moto associates it with the call's
+    first instance only, so a node of a multi-node run takes its reservation's profile."""
     try:
         from moto.ec2.models import ec2_backends
 
-        instance = ec2_backends[names.account][names.region].get_instance(instance_id)
+        backend = ec2_backends[names.account][names.region]
+        instance = backend.get_instance(instance_id)
     except Exception:
         return None
-    profile = getattr(instance, "iam_instance_profile", None)
-    arn = profile.get("Arn") if isinstance(profile, dict) else None
+    arn = _profile_arn(instance)
+    if arn is None:
+        reservation = next((r for r in backend.reservations.values() if instance in r.instances), None)
+        arn = next((a for i in (reservation.instances if reservation else []) if (a := _profile_arn(i))), None)
     return "${InstanceProfileArn}" if arn and arn == getattr(names, "_profile", None) else arn
+
+
+def _profile_arn(instance: Any) -> str | None:
+    profile = getattr(instance, "iam_instance_profile", None)
+    return profile.get("Arn") if isinstance(profile, dict) else None
