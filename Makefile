@@ -32,10 +32,9 @@ $(STAMP): pyproject.toml
 # What CI runs (.ci/run): the lint, then the whole suite, then the IAM check of the calls it recorded.
 test: lint
 	$(BIN)/python -m pytest
-	# The IAM check prints its figures after the suite but does not fail `make test` yet: the whole suite's calls
-	# still show 27 denied (the event publisher's role and bus, a test bucket's name; docs/DEPLOY.md). `make iam-check`
-	# alone fails on a denied call.
-	-$(MAKE) --no-print-directory iam-check
+	# Every AWS call the suite recorded, evaluated against the synthesized stack: a denied call, or a control-plane
+	# call outside any role, fails `make test` (docs/DEPLOY.md).
+	$(MAKE) --no-print-directory iam-check
 
 # Every AWS call the last pytest run recorded (build/iam/calls.jsonl), evaluated against the synthesized
 # stack's role policies by @cloud-copilot/iam-simulate (tools/iam; docs/DEPLOY.md). Fails on a denied call.

@@ -12,9 +12,13 @@ Who calls: the role the call runs as in the cloud. `acting_as(role)` sets it for
 `install()` wraps each Lambda handler (HANDLER_ROLES) with it, wherever it is invoked from (moto's
 in-process Lambda, the front door, a test); local mode wraps what runs outside a handler here but in one
 in the cloud (the reconciler and trainer reports: Events, the sweep worker: Sweeps, the schedule
-ticker: Scheduler). moto's Step Functions engine calls with the access key "ak": StateMachine.
+ticker: Scheduler, the webhook delivery loop: WebhookDelivery), and the methods of METHOD_ROLES (the
+webhook fan-out, which local mode's publisher loop runs and the cloud's delivery function does). moto's
+Step Functions engine calls with the access key "ak": StateMachine.
 A call from a control-plane client (functions.adapters.aws.AwsClients) outside any of these is
-recorded as "unattributed"; any other client (test setup, local mode's deployers) is not recorded.
+recorded as "unattributed", with its `origin()`: "tests" (a test's set-up, or a test calling the control
+plane's code directly) or the control-plane loop that made it (which the check reports: it must be
+attributed). Any other client (test setup, local mode's deployers) is not recorded.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import functools
 import importlib
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -39,6 +44,7 @@ CALLS_FILE_ENV = "TRAINPLANE_IAM_CALLS_FILE"
 PROCESS_ROLE_ENV = "TRAINPLANE_IAM_PROCESS_ROLE"
 PROCESS_NAMES_ENV = "TRAINPLANE_IAM_PROCESS_NAMES"
 UNATTRIBUTED = "unattributed"
+LOCAL_ONLY = "local-only"  # local_only(): not recorded
 STATE_MACHINE = "StateMachine"
 _SFN_ENGINE_KEY = "ak"  # moto's Step Functions engine signs its service integrations with this key
 
@@ -50,6 +56,14 @@ HANDLER_ROLES = {
     "functions.handlers.retraining.lambda_handler": "Retraining",
     "functions.handlers.sweeps_controller.handler": "Sweeps",
     "functions.handlers.event_publisher.lambda_handler": "EventPublisher",
+    "functions.handlers.webhook_delivery.lambda_handler": "WebhookDelivery",
+}
+WEBHOOK_DELIVERY = "WebhookDelivery"
+# Work local mode runs inside another loop that the cloud runs in one function only -> that function's role:
+# the webhook fan-out is the delivery Lambda's (infra/constructs/webhooks.py: a rule on the bus feeds its
+# queue), while local mode's publisher does it before PutEvents (functions/composition.py, WebhookFanoutBus).
+METHOD_ROLES = {
+    ("functions.service.webhooks", "WebhookService", "fan_out"): WEBHOOK_DELIVERY,
 }
 # Local mode's own names of the deployed functions (localmode/deploy) -> the token tools/iam resolves.
 _LOCAL_FUNCTIONS = {
@@ -73,6 +87,13 @@ def acting_as(role: str) -> Iterator[None]:
         yield
     finally:
         _caller.reset(token)
+
+
+@contextlib.contextmanager
+def local_only() -> Iterator[None]:
+    """Local mode's own upkeep, which no role of the cloud does (as local mode's deployers): not recorded."""
+    with acting_as(LOCAL_ONLY):
+        yield
 
 
 def as_role(role: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -117,6 +138,9 @@ def install(path: str) -> None:
             module_name, _, attr = spec.rpartition(".")
             module = importlib.import_module(module_name)
             setattr(module, attr, as_role(role, getattr(module, attr)))
+        for (module_name, class_name, method), role in METHOD_ROLES.items():
+            owner = getattr(importlib.import_module(module_name), class_name)
+            setattr(owner, method, as_role(role, getattr(owner, method)))
         _installed = True
 
 
@@ -176,25 +200,54 @@ def _caller_for(request_signer: Any) -> str | None:
     if access_key == _SFN_ENGINE_KEY:
         return STATE_MACHINE
     caller = _caller.get()
+    if caller == LOCAL_ONLY:
+        return None
     if caller is not None:
         return caller
     return UNATTRIBUTED if request_signer.__dict__.get("_trainplane_control_plane") else None
 
 
+_ROOT = str(Path(__file__).resolve().parents[1]) + os.sep
+_TESTS = _ROOT + "tests" + os.sep
+_SELF = {__file__, str(Path(__file__).resolve())}
+_VENDORED = (os.sep + ".venv" + os.sep, os.sep + "site-packages" + os.sep)
+TESTS_ORIGIN = "tests"
+
+
+def origin() -> str:
+    """Where an unattributed call comes from: "tests" when a test's frame is on the stack (its set-up, or a test
+    calling the control plane's code directly), else the outermost frame of this repository on the thread (the
+    loop of the control plane that made it: such a call belongs to a role and must be attributed)."""
+    frame = sys._getframe(1)
+    outermost = "(no frame of this repository)"
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if name.startswith(_TESTS):
+            return TESTS_ORIGIN
+        if name.startswith(_ROOT) and name not in _SELF and not any(v in name for v in _VENDORED):
+            outermost = f"{name[len(_ROOT) :]}:{frame.f_code.co_name}"
+        frame = frame.f_back  # type: ignore[assignment]
+    return outermost
+
+
 def record_direct(service: str, operation: str, params: Mapping[str, Any], region: str) -> None:
     """A call answered without botocore (localmode.moto_inprocess.DirectGetItem): recorded all the same."""
-    if _path is not None:
-        record(_caller.get() or UNATTRIBUTED, service, operation, params, region)
+    caller = _caller.get()
+    if _path is not None and caller != LOCAL_ONLY:
+        record(caller or UNATTRIBUTED, service, operation, params, region)
 
 
 def record(caller: str, service: str, operation: str, params: Mapping[str, Any], region: str, path: str | None = None) -> None:
     names = DeploymentNames(region)
     authorized = authorizations(service, operation, params, names)
+    where = None
     if caller == STATE_MACHINE and not any("${" in a["resource"] for a in authorized):
         # moto's engine runs every state machine; one that touches none of the deployment's resources is a
         # test's own machine, not the control plane's.
-        caller = UNATTRIBUTED
+        caller, where = UNATTRIBUTED, TESTS_ORIGIN
     line = {"caller": caller, "service": service, "operation": operation, "compute": names.compute, "authorizations": authorized}
+    if caller == UNATTRIBUTED:
+        line["origin"] = where or origin()
     data = (json.dumps(line, default=str, separators=(",", ":")) + "\n").encode()
     path = path or _path
     if path is None:
@@ -276,13 +329,24 @@ def _settings() -> Any:
 
 
 def _instance_profile_of(instance_id: str, names: DeploymentNames) -> str | None:
-    """The instance's profile, from the emulated EC2 (the condition key AWS fills from the instance)."""
+    """The instance's profile, from the emulated EC2 (the condition key AWS fills from the instance).
+
+    AWS gives every instance of a RunInstances call the call's profile; moto associates it with the call's
+    first instance only, so a node of a multi-node run takes its reservation's profile."""
     try:
         from moto.ec2.models import ec2_backends
 
-        instance = ec2_backends[names.account][names.region].get_instance(instance_id)
+        backend = ec2_backends[names.account][names.region]
+        instance = backend.get_instance(instance_id)
     except Exception:
         return None
-    profile = getattr(instance, "iam_instance_profile", None)
-    arn = profile.get("Arn") if isinstance(profile, dict) else None
+    arn = _profile_arn(instance)
+    if arn is None:
+        reservation = next((r for r in backend.reservations.values() if instance in r.instances), None)
+        arn = next((a for i in (reservation.instances if reservation else []) if (a := _profile_arn(i))), None)
     return "${InstanceProfileArn}" if arn and arn == getattr(names, "_profile", None) else arn
+
+
+def _profile_arn(instance: Any) -> str | None:
+    profile = getattr(instance, "iam_instance_profile", None)
+    return profile.get("Arn") if isinstance(profile, dict) else None

@@ -13,8 +13,10 @@ with the deployment's account and region, and each call is evaluated by @cloud-c
 
 Prints `N calls by M roles: D denied, U unused grants`, then each denied call and each granted action no
 call used (those docs/DEPLOY.md justifies are marked so). Exits 1 when a call is denied or could not be
-evaluated. Calls made outside any caller (test set-up through the control plane's clients) are counted
-as unattributed and not evaluated.
+evaluated. Calls made outside any caller while a test's frame is on the stack (a fixture seeding the
+emulated AWS through the control plane's clients, or a test calling a repository or service directly) are
+the tests' own: counted and not evaluated. An unattributed call with no test on its stack is the control
+plane's own (a local-mode loop outside any role): reported with its origin, and it fails the check.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ TOKENS = {
     "EventsFunction": ("EventsHandlerFunction", "name"),
     "RetrainingFunction": ("RetrainingDispatcherFunction", "name"),
     "SweepsFunction": ("SweepsControllerFunction", "name"),
-    "TrainplaneBus": ("EventBusBus", "name"),
+    "TrainplaneBus": ("EventBus", "name"),  # infra/constructs/event_bus.py: the construct "EventBus" (its AWS::Events::EventBus)
 }
 _NAME_PROPERTIES = ("TableName", "BucketName", "FunctionName", "StateMachineName", "LogGroupName", "QueueName", "Name", "RoleName")
 _LOGICAL = re.compile(r"^(?P<prefix>[A-Za-z0-9]+?)[0-9A-F]{8}$")
@@ -219,23 +221,30 @@ def synthesize(outdir: Path) -> dict[str, Path]:
         return dict(zip(ENGINES, pool.map(one, ENGINES), strict=True))
 
 
-def load_calls(path: Path) -> tuple[Counter[str], Counter[str], int]:
-    """(unique authorization -> count, unattributed operations -> count, calls)."""
+def load_calls(path: Path) -> tuple[Counter[str], Counter[str], Counter[str], int]:
+    """(unique authorization -> count, the tests' unattributed operations -> count, the control plane's
+    unattributed calls by origin and operation -> count, calls)."""
     authorizations: Counter[str] = Counter()
-    unattributed: Counter[str] = Counter()
+    by_tests: Counter[str] = Counter()
+    by_plane: Counter[str] = Counter()
     calls = 0
     with path.open() as lines:
         for line in lines:
             call = json.loads(line)
             calls += 1
             if call["caller"] == "unattributed":
-                unattributed[f"{call['service']}:{call['operation']}"] += 1
+                operation = f"{call['service']}:{call['operation']}"
+                origin = call.get("origin", "tests")
+                if origin == "tests":
+                    by_tests[operation] += 1
+                else:
+                    by_plane[f"{origin} {operation}"] += 1
                 continue
             engine = "ec2" if call["compute"] == "ec2" or call["service"] == "ec2" else "sagemaker"
             for auth in call["authorizations"]:
                 key = {"caller": call["caller"], "engine": engine, "operation": f"{call['service']}:{call['operation']}", **auth}
                 authorizations[json.dumps(key, sort_keys=True)] += 1
-    return authorizations, unattributed, calls
+    return authorizations, by_tests, by_plane, calls
 
 
 def simulate(requests: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
@@ -253,7 +262,7 @@ def simulate(requests: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 
 
 def check(calls_path: Path, templates: dict[str, Template], justified: set[tuple[str, str]]) -> tuple[int, list[str]]:
-    authorizations, unattributed, calls = load_calls(calls_path)
+    authorizations, by_tests, by_plane, calls = load_calls(calls_path)
     requests: list[dict[str, Any]] = []
     keys: list[tuple[dict[str, Any], str | None]] = []
     roles_used: set[str] = set()
@@ -303,10 +312,16 @@ def check(calls_path: Path, templates: dict[str, Template], justified: set[tuple
                 mark = "justified in docs/DEPLOY.md" if (caller, action) in justified else "NOT JUSTIFIED"
                 unused.append(f"unused {caller}: {action} ({mark})")
     justified_count = sum(1 for line in unused if line.endswith("(justified in docs/DEPLOY.md)"))
+    # A control-plane call outside any role cannot be judged: it is a failure as a denied call is.
+    denied += [
+        f"UNATTRIBUTED {where} [x{count}]: made by the control plane outside any role (localmode/iam_calls.py)"
+        for where, count in sorted(by_plane.items())
+    ]
     lines = [f"{calls} calls by {len(roles_used)} roles: {len(denied)} denied, {len(unused)} unused grants"]
     lines.append(
         f"  ({len(authorizations)} distinct authorizations; {justified_count} of the unused grants justified in docs/DEPLOY.md; "
-        f"{sum(unattributed.values())} calls outside any caller, not evaluated: {dict(unattributed.most_common(5))})"
+        f"{sum(by_tests.values())} calls by the tests themselves, not evaluated (a fixture's set-up, or a test calling the "
+        f"control plane's code directly, outside any role): {dict(by_tests.most_common(5))})"
     )
     return len(denied), lines + denied + unused
 

@@ -24,6 +24,7 @@ from functions.adapters.stepfunctions import StepFunctionsWorkflow
 from functions.service.lifecycle import LifecycleConfig, LifecycleService
 from functions.service.ports import Transition
 from functions.service.scheduler import LocalCapacity, Scheduler
+from functions.settings import Settings
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
 from schemas.job import Actor, Job, PendingAction, StatusEvent, SubmitJobRequest
 from schemas.lifecycle import Decision
@@ -365,7 +366,10 @@ class LocalEngine:
         )
         self.service = LifecycleService(self.repository, self.artifacts, launchers, self.workflow, self.workflow, self.scheduler, config)
         self.launcher.observer = self.service
-        composition.configure(lifecycle=self.service)
+        # The engine's bucket and table are this deployment's names (the recorder of `make iam-check` names the
+        # deployment's resources by the settings: localmode/iam_calls.py), not a foreign bucket.
+        names = {"artifacts_bucket": self.bucket} | ({"jobs_table": self.repository.table} if self.dynamodb else {})
+        composition.configure(lifecycle=self.service, settings=Settings.from_env().model_copy(update=names))
         self.controls = Controls(self.repository, self.workflow)
         return self
 

@@ -16,6 +16,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from functions.handlers.errors import PAGE_PARAMS, PageLimit, PageToken, ResourceRules, no_content
+from functions.handlers.models import annotation
+from functions.handlers.models import models_of as models_of  # the routes' annotations resolve through it
 
 _KEYWORD = inspect.Parameter.POSITIONAL_OR_KEYWORD
 
@@ -35,7 +37,7 @@ def add_collection(
     *,
     service: Callable[[], Any],
     names: tuple[str, str],
-    models: tuple[type, type | None],
+    models: tuple[str, str | None],
     id_type: Any,
     summaries: Mapping[str, str],
     tags: list[str],
@@ -46,10 +48,11 @@ def add_collection(
 
     `names`: (singular, plural), which name the routes (`list_<plural>`, `get_<singular>`, `delete_<singular>`)
     and the service's calls (`service().list_<plural>(principal, limit=, next_token=)`, `.get(id, principal)`,
-    `.delete(id, principal)`); `models`: (the item's, the page's or None); `summaries`: each route's, by
-    "list", "get" and "delete"."""
+    `.delete(id, principal)`); `models`: (the item's, the page's or None) as "module:Name" references, imported
+    on the routes' first request, not at the API's import (models.py); `summaries`: each route's, by "list",
+    "get" and "delete"."""
     singular, plural = names
-    item, page = models
+    item, page = annotation(models[0]), (annotation(models[1]) if models[1] is not None else None)
     item_path = f"{path}/<{rules.id_key}>"
     if page is not None:
         _add_page(rules, path, f"list_{plural}", summaries["list"], (page, f"A page of {plural}"), service, plural, tags)
@@ -62,7 +65,7 @@ def _add_page(
     path: str,
     name: str,
     summary: str,
-    answer: tuple[type, str],
+    answer: tuple[str, str],
     service: Callable[[], Any],
     plural: str,
     tags: list[str],
@@ -83,7 +86,7 @@ def _add_get(
     path: str,
     name: str,
     summary: str,
-    answer: tuple[type, str],
+    answer: tuple[str, str],
     id_type: Any,
     service: Callable[[], Any],
     tags: list[str],

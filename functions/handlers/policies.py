@@ -8,7 +8,7 @@ policy is 404, as for jobs.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -17,7 +17,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from functions import composition, constants
 from functions.handlers.collection import add_collection
 from functions.handlers.errors import BODY_ERRORS, ResourceRules
-from schemas.retraining import PolicyList, RetrainingPolicy, RetrainingPolicyPatch, RetrainingPolicyRequest
+from functions.handlers.models import LazyModels
+
+if TYPE_CHECKING:
+    from schemas import retraining as models
+else:
+    models = LazyModels("schemas.retraining")  # imported on a route's first request (functions/handlers/models.py)
 
 router = Router()
 logger = Logger(service=constants.SERVICE_NAME, child=True)
@@ -49,7 +54,7 @@ rules = ResourceRules(
     responses=rules.responses(201, "The policy, as created", *BODY_ERRORS, 422, 503),
     tags=TAGS,
 )
-def create_policy(body: Annotated[RetrainingPolicyRequest, Body()]) -> RetrainingPolicy:
+def create_policy(body: Annotated[models.RetrainingPolicyRequest, Body()]) -> models.RetrainingPolicy:
     return composition.retraining_service().create(body, rules.principal())
 
 
@@ -60,7 +65,7 @@ def create_policy(body: Annotated[RetrainingPolicyRequest, Body()]) -> Retrainin
     responses=rules.responses(200, "The edited policy", *BODY_ERRORS, 404, 409, 422, 503),
     tags=TAGS,
 )
-def patch_policy(policy_id: PolicyId, body: Annotated[RetrainingPolicyPatch, Body()]) -> RetrainingPolicy:
+def patch_policy(policy_id: PolicyId, body: Annotated[models.RetrainingPolicyPatch, Body()]) -> models.RetrainingPolicy:
     return composition.retraining_service().patch(policy_id, rules.principal(policy_id), body)
 
 
@@ -70,7 +75,7 @@ add_collection(
     "/retraining-policies",
     service=composition.retraining_service,
     names=("policy", "policies"),
-    models=(RetrainingPolicy, PolicyList),
+    models=("schemas.retraining:RetrainingPolicy", "schemas.retraining:PolicyList"),
     id_type=PolicyId,
     summaries={
         "list": "List retraining policies, newest first (every principal's for admins)",

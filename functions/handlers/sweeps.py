@@ -8,7 +8,7 @@ target; one service call each. Another principal's sweep is 404, as for jobs.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -17,7 +17,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from functions import composition, constants
 from functions.handlers.collection import add_collection
 from functions.handlers.errors import BODY_ERRORS, ResourceRules
-from schemas.sweeps import Sweep, SweepAction, SweepList, SweepRequest
+from functions.handlers.models import LazyModels
+
+if TYPE_CHECKING:
+    from schemas import sweeps as models
+else:
+    models = LazyModels("schemas.sweeps")  # imported on a route's first request (functions/handlers/models.py)
 
 router = Router()
 logger = Logger(service=constants.SERVICE_NAME, child=True)
@@ -49,7 +54,7 @@ rules = ResourceRules(
     responses=rules.responses(201, "The sweep, RUNNING", *BODY_ERRORS, 422),
     tags=TAGS,
 )
-def create_sweep(body: Annotated[SweepRequest, Body()]) -> Sweep:
+def create_sweep(body: Annotated[models.SweepRequest, Body()]) -> models.Sweep:
     return composition.sweep_service().create(body, rules.principal())
 
 
@@ -59,8 +64,8 @@ def create_sweep(body: Annotated[SweepRequest, Body()]) -> Sweep:
     responses=rules.responses(200, "The sweep, PAUSED", *BODY_ERRORS, 404, 409, 422, 503),
     tags=TAGS,
 )
-def pause_sweep(sweep_id: SweepId, body: Annotated[SweepAction | None, Body()] = None) -> Sweep:
-    return composition.sweep_service().pause(sweep_id, rules.principal(sweep_id), (body or SweepAction()).reason)
+def pause_sweep(sweep_id: SweepId, body: Annotated[models.SweepAction | None, Body()] = None) -> models.Sweep:
+    return composition.sweep_service().pause(sweep_id, rules.principal(sweep_id), (body or models.SweepAction()).reason)
 
 
 @router.post(
@@ -69,8 +74,8 @@ def pause_sweep(sweep_id: SweepId, body: Annotated[SweepAction | None, Body()] =
     responses=rules.responses(200, "The sweep, RUNNING", *BODY_ERRORS, 404, 409, 422, 503),
     tags=TAGS,
 )
-def resume_sweep(sweep_id: SweepId, body: Annotated[SweepAction | None, Body()] = None) -> Sweep:
-    return composition.sweep_service().resume(sweep_id, rules.principal(sweep_id), (body or SweepAction()).reason)
+def resume_sweep(sweep_id: SweepId, body: Annotated[models.SweepAction | None, Body()] = None) -> models.Sweep:
+    return composition.sweep_service().resume(sweep_id, rules.principal(sweep_id), (body or models.SweepAction()).reason)
 
 
 @router.post(
@@ -79,8 +84,8 @@ def resume_sweep(sweep_id: SweepId, body: Annotated[SweepAction | None, Body()] 
     responses=rules.responses(200, "The sweep, CANCELLED", *BODY_ERRORS, 404, 409, 422, 503),
     tags=TAGS,
 )
-def cancel_sweep(sweep_id: SweepId, body: Annotated[SweepAction | None, Body()] = None) -> Sweep:
-    return composition.sweep_service().cancel(sweep_id, rules.principal(sweep_id), (body or SweepAction()).reason)
+def cancel_sweep(sweep_id: SweepId, body: Annotated[models.SweepAction | None, Body()] = None) -> models.Sweep:
+    return composition.sweep_service().cancel(sweep_id, rules.principal(sweep_id), (body or models.SweepAction()).reason)
 
 
 # The collection's own routes (a page, one sweep, delete): functions/handlers/collection.py.
@@ -89,7 +94,7 @@ add_collection(
     "/sweeps",
     service=composition.sweep_service,
     names=("sweep", "sweeps"),
-    models=(Sweep, SweepList),
+    models=("schemas.sweeps:Sweep", "schemas.sweeps:SweepList"),
     id_type=SweepId,
     summaries={
         "list": "List sweeps, newest first (every principal's for admins); trials are in GET /sweeps/{id}",

@@ -13,7 +13,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
 from functions import composition
 from functions.handlers.errors import BODY_ERRORS, principal_of, responses
-from schemas.train import TrainRequest, TrainStatus
+from functions.handlers.models import LazyModels
+
+if TYPE_CHECKING:
+    from schemas import train as models
+else:
+    models = LazyModels("schemas.train")  # imported on a route's first request (functions/handlers/models.py)
 
 if TYPE_CHECKING:
     from functions.service.compat.deepfinery import TrainApi
@@ -43,7 +48,7 @@ def _train_api() -> TrainApi:
     responses=responses(201, "The run, submitted (status and the job's id)", *BODY_ERRORS, 409, 422, 503, wording=_RUN_ERRORS),
     tags=["train"],
 )
-def submit_train(body: Annotated[TrainRequest, Body()]) -> TrainStatus:
+def submit_train(body: Annotated[models.TrainRequest, Body()]) -> models.TrainStatus:
     return _train_api().submit(body, principal_of(router))
 
 
@@ -53,5 +58,5 @@ def submit_train(body: Annotated[TrainRequest, Body()]) -> TrainStatus:
     responses=responses(200, "The newest job of the run, in the seed's words", 404, 422, wording=_RUN_ERRORS),
     tags=["train"],
 )
-def train_status(run_id: RunIdPath) -> TrainStatus:
+def train_status(run_id: RunIdPath) -> models.TrainStatus:
     return _train_api().status(run_id, principal_of(router))

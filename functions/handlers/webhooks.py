@@ -7,7 +7,7 @@ is not HTTPS or reaches a private address is a 422 naming `url` (functions/catal
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from aws_lambda_powertools import Logger
 from aws_lambda_powertools.event_handler.api_gateway import Router
@@ -16,17 +16,12 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path, Query
 from functions import composition, constants
 from functions.handlers.collection import add_collection
 from functions.handlers.errors import BODY_ERRORS, ResourceRules
-from schemas.webhooks import (
-    DeliveryList,
-    Redelivered,
-    RedeliverRequest,
-    SecretRotated,
-    TestSent,
-    Webhook,
-    WebhookCreated,
-    WebhookList,
-    WebhookRequest,
-)
+from functions.handlers.models import LazyModels
+
+if TYPE_CHECKING:
+    from schemas import webhooks as models
+else:
+    models = LazyModels("schemas.webhooks")  # imported on a route's first request (functions/handlers/models.py)
 
 router = Router()
 logger = Logger(service=constants.SERVICE_NAME, child=True)
@@ -49,14 +44,14 @@ rules = ResourceRules(
     responses=rules.responses(201, "The webhook and its secret", *BODY_ERRORS, 422),
     tags=TAGS,
 )
-def create_webhook(body: Annotated[WebhookRequest, Body()]) -> WebhookCreated:
+def create_webhook(body: Annotated[models.WebhookRequest, Body()]) -> models.WebhookCreated:
     return composition.webhook_service().create(body, rules.principal())
 
 
 @router.get(
     "/webhooks", summary="List your webhooks (every principal's for admins)", responses=rules.responses(200, "The webhooks", 422), tags=TAGS
 )
-def list_webhooks() -> WebhookList:
+def list_webhooks() -> models.WebhookList:
     return composition.webhook_service().list_webhooks(rules.principal())
 
 
@@ -66,7 +61,7 @@ def list_webhooks() -> WebhookList:
     responses=rules.responses(200, "Each attempt's time, outcome, status, latency and response excerpt", 404, 422),
     tags=TAGS,
 )
-def list_deliveries(webhook_id: WebhookId, limit: Annotated[int, Query(ge=1, le=500)] = 100) -> DeliveryList:
+def list_deliveries(webhook_id: WebhookId, limit: Annotated[int, Query(ge=1, le=500)] = 100) -> models.DeliveryList:
     return composition.webhook_service().deliveries(webhook_id, rules.principal(webhook_id, params=frozenset({"limit"})), limit=limit)
 
 
@@ -77,7 +72,7 @@ def list_deliveries(webhook_id: WebhookId, limit: Annotated[int, Query(ge=1, le=
     responses=rules.responses(202, "Queued; its attempts show in the deliveries", 404, 422),
     tags=TAGS,
 )
-def test_webhook(webhook_id: WebhookId) -> TestSent:
+def test_webhook(webhook_id: WebhookId) -> models.TestSent:
     return composition.webhook_service().send_test(webhook_id, rules.principal(webhook_id))
 
 
@@ -88,7 +83,7 @@ def test_webhook(webhook_id: WebhookId) -> TestSent:
     responses=rules.responses(202, "The events queued again", *BODY_ERRORS, 404, 422),
     tags=TAGS,
 )
-def redeliver(webhook_id: WebhookId, body: Annotated[RedeliverRequest, Body()]) -> Redelivered:
+def redeliver(webhook_id: WebhookId, body: Annotated[models.RedeliverRequest, Body()]) -> models.Redelivered:
     return composition.webhook_service().redeliver(webhook_id, rules.principal(webhook_id), body)
 
 
@@ -98,7 +93,7 @@ def redeliver(webhook_id: WebhookId, body: Annotated[RedeliverRequest, Body()]) 
     responses=rules.responses(200, "The new secret (shown this once)", 404, 422),
     tags=TAGS,
 )
-def rotate_secret(webhook_id: WebhookId) -> SecretRotated:
+def rotate_secret(webhook_id: WebhookId) -> models.SecretRotated:
     return composition.webhook_service().rotate_secret(webhook_id, rules.principal(webhook_id))
 
 
@@ -108,7 +103,7 @@ add_collection(
     "/webhooks",
     service=composition.webhook_service,
     names=("webhook", "webhooks"),
-    models=(Webhook, None),
+    models=("schemas.webhooks:Webhook", None),
     id_type=WebhookId,
     summaries={"get": "Get a webhook (never its secret)", "delete": "Delete a webhook (its queued deliveries are dropped)"},
     tags=TAGS,

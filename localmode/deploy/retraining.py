@@ -141,7 +141,9 @@ def _invoker(ctx: LocalContext) -> Callable[[str, str], dict[str, Any]]:
 def _resync() -> None:
     from functions import composition
 
-    counts = composition.retraining_service().sync_schedules()
+    # Re-creating the schedules after a restart is local mode's own upkeep (the cloud's schedules persist).
+    with iam_calls.local_only():
+        counts = composition.retraining_service().sync_schedules()
     if counts["put"] or counts["deleted"]:
         logger.info("retraining schedules re-created from the policies: %s", counts)
 

@@ -14,7 +14,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from functions.settings import PREFIX
-from localmode import moto_hooks
+from localmode import iam_calls, moto_hooks
 
 if TYPE_CHECKING:
     from localmode.deploy import LocalContext
@@ -40,7 +40,8 @@ def _serve(stop: threading.Event) -> None:
     while not stop.is_set():
         written.clear()  # before the pass: a write during it makes the next pass start at once
         try:
-            attempted = worker.deliver_due()
+            with iam_calls.acting_as(iam_calls.WEBHOOK_DELIVERY):  # the delivery Lambda's role (make iam-check)
+                attempted = worker.deliver_due()
         except Exception:
             logger.exception("webhook delivery: a pass failed; the queue keeps its items, retrying")
             stop.wait(ERROR_BACKOFF_SECONDS)

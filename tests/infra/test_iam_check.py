@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,41 @@ def test_conditions_are_evaluated(synth: Synth, tmp_path: Path) -> None:
     denied, lines = _check(path, synth.templates["dev"])
     assert denied == 1
     assert '{"s3:prefix": "secrets/"}' in lines[2], lines
+
+
+def test_the_deployment_bus_resolves_to_the_stack_bus(synth: Synth, tmp_path: Path) -> None:
+    # The event publisher puts the control plane's events on the deployment's own bus: local mode's name for
+    # it (settings.trainplane_bus_name) is the token the template's bus resolves, and the publisher may put there.
+    path = tmp_path / "calls.jsonl"
+    _record(path, "EventPublisher", "events", "PutEvents", {"Entries": [{"EventBusName": SETTINGS.trainplane_bus_name, "Detail": "{}"}]})
+    template = iam_check.Template(synth.templates["dev"])
+    assert template.tokens["TrainplaneBus"] == template.name(template.logical("EventBus") or "")
+    denied, lines = _check(path, synth.templates["dev"])
+    assert denied == 0, "\n".join(lines)
+    # and a bus the stack does not own is denied
+    other = tmp_path / "other.jsonl"
+    _record(other, "EventPublisher", "events", "PutEvents", {"Entries": [{"EventBusName": "someone-elses-bus", "Detail": "{}"}]})
+    denied, lines = _check(other, synth.templates["dev"])
+    assert denied == 1 and "event-bus/someone-elses-bus" in lines[2], lines
+
+
+def test_the_tests_own_calls_are_counted_and_a_control_plane_call_outside_any_role_fails(synth: Synth, tmp_path: Path) -> None:
+    path = tmp_path / "calls.jsonl"
+    # A test seeding the emulated AWS through the control plane's client: the tests' own call, not evaluated.
+    _record(path, iam_calls.UNATTRIBUTED, "dynamodb", "CreateTable", {"TableName": SETTINGS.jobs_table})
+    denied, lines = _check(path, synth.templates["dev"])
+    assert denied == 0, lines
+    assert "1 calls by the tests themselves" in lines[1] and "'dynamodb:CreateTable': 1" in lines[1], lines
+    # The same call from a thread no test started (a local-mode loop outside any role) is the control plane's own.
+    worker = threading.Thread(
+        target=iam_calls.record,
+        args=(iam_calls.UNATTRIBUTED, "dynamodb", "GetItem", {"TableName": SETTINGS.jobs_table}, "us-east-1", str(path)),
+    )
+    worker.start()
+    worker.join()
+    denied, lines = _check(path, synth.templates["dev"])
+    assert denied == 1, lines
+    assert any(line.startswith("UNATTRIBUTED (no frame of this repository) dynamodb:GetItem [x1]") for line in lines), lines
 
 
 def test_the_main_entry_fails_on_a_denied_call(synth: Synth, tmp_path: Path, capsys: Any) -> None:

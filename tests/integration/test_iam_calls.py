@@ -58,6 +58,21 @@ def test_a_control_plane_call_outside_a_handler_is_unattributed_and_other_client
     ]
 
 
+def test_every_node_of_a_multi_node_launch_carries_the_instance_profile(aws: AwsClients, recorded: Path) -> None:
+    # Given two instances of one RunInstances call with the trainer profile (moto associates it with the first only)
+    iam = boto3.client("iam", region_name="us-east-1")
+    profile = iam.create_instance_profile(InstanceProfileName="iam-calls-trainer")["InstanceProfile"]["Arn"]
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    reservation = ec2.run_instances(ImageId="ami-12c6146b", MinCount=2, MaxCount=2, IamInstanceProfile={"Arn": profile})
+    ids = [i["InstanceId"] for i in reservation["Instances"]]
+    # When the control plane tags both (a pause of the run)
+    with iam_calls.acting_as("Api"):
+        AwsClients(region="us-east-1").client("ec2").create_tags(Resources=ids, Tags=[{"Key": "trainplane:stop", "Value": "graceful"}])
+    # Then each node's authorization carries the profile, as AWS fills ec2:InstanceProfile for every instance of the call
+    (line,) = _lines(recorded)
+    assert [a["context"] for a in line["authorizations"]] == [{"ec2:InstanceProfile": profile}] * 2
+
+
 def test_the_trainer_subprocess_records_as_its_role(recorded: Path) -> None:
     # Given the environment the emulated compute gives its trainers while recording
     env = {**os.environ, **iam_calls.trainer_environment("SageMakerTrainer", "trainplane-artifacts-9", "sagemaker")}
