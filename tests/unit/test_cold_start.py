@@ -29,6 +29,7 @@ ALLOWED = {
     "schemas.deployment",
     "schemas.job",
     "schemas.ome",
+    "schemas.placement",  # resource_config.placement: part of the job model (issue 26)
     "schemas.shapes",
     "schemas.teams",
     "schemas.tracking",
