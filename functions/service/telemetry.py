@@ -11,21 +11,44 @@ import logging
 from collections import defaultdict
 
 from functions import constants
-from functions.service.ports import ArtifactStore
+from functions.service.ports import ArtifactStore, GpuIdle
 from schemas.telemetry import (
     DEFAULT_MAX_SAMPLES,
+    IDLE_UTILIZATION_PCT,
     SYSTEM_DIR,
     AttemptSystemMetrics,
     DeviceSample,
     DeviceSeries,
     SystemMetricsResponse,
     SystemSample,
+    idle_long_enough,
     parse_system_file_name,
 )
+from schemas.trainer import TrainerEvent
 
 logger = logging.getLogger(__name__)
 
 _FIELDS = ("utilization_pct", "memory_used_mib", "memory_total_mib", "power_w", "sm_clock_mhz")
+
+
+def idle_period(event: TrainerEvent) -> GpuIdle | None:
+    """The idle period a `system` report completes (every GPU of its node under the threshold for
+    IDLE_SECONDS, schemas/telemetry.py), or None: not idle long enough, or not a sample."""
+    try:
+        sample = SystemSample.model_validate(event.data)
+    except ValueError:
+        logger.warning("system report %s is not a sample: ignored", event.seq)
+        return None
+    if not idle_long_enough(sample) or sample.idle_since is None:
+        return None
+    return GpuIdle(
+        attempt=sample.attempt,
+        node=sample.node,
+        idle_since=sample.idle_since,
+        idle_seconds=round(sample.time - sample.idle_since, 1),
+        threshold_pct=IDLE_UTILIZATION_PCT,
+        devices=tuple((d.index, d.name, d.utilization_pct) for d in sample.devices),
+    )
 
 
 def system_prefix(job_id: str) -> str:
