@@ -407,7 +407,9 @@ class DynamoJobRepository:
             update.update(ConditionExpression="attribute_exists(#pk)", ExpressionAttributeValues={":gidle": {"S": idle.mark}})
             update["ExpressionAttributeNames"] = {"#gidle": outbox.GPU_IDLE_ATTR, "#pk": c.PK}
             sequence = outbox.take_sequence(update, outbox.stored_seq(item))
-            detail = outbox.gpu_idle_detail(items.job_from_item(item), idle, sequence=sequence, at=self._clock(), dashboard_url=self._dashboard_url)
+            detail = outbox.gpu_idle_detail(
+                items.job_from_item(item), idle, sequence=sequence, at=self._clock(), dashboard_url=self._dashboard_url
+            )
             event = {"Put": {"TableName": self.table, "Item": outbox.outbox_item(et.JOB_GPUS_IDLE, et.SUBJECT_JOB, job_id, detail)}}
             if self._transact([{"Update": update}, event]) is None:
                 return True

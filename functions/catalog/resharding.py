@@ -100,7 +100,11 @@ def plan_resume(change: ShapeChange) -> ResumePlan:
             f"needs gradient_accumulation_steps {accumulation} (at most {MAX_GRADIENT_ACCUMULATION})",
         )
     return ResumePlan(
-        possible=True, world_size=world, global_batch_size=global_batch, per_device_batch_size=batch, gradient_accumulation_steps=accumulation
+        possible=True,
+        world_size=world,
+        global_batch_size=global_batch,
+        per_device_batch_size=batch,
+        gradient_accumulation_steps=accumulation,
     )
 
 
@@ -115,7 +119,10 @@ def _refusal(change: ShapeChange, same_size: bool) -> str | None:
             f"only {change.from_world_size} workers resume it, not {change.to_world_size}"
         )
     if change.framework == FrameworkType.CUSTOM:
-        return f"a CUSTOM script writes its own checkpoints, which the trainer cannot reshard from {change.from_world_size} to {change.to_world_size} workers"
+        return (
+            "a CUSTOM script writes its own checkpoints, which the trainer cannot reshard "
+            f"from {change.from_world_size} to {change.to_world_size} workers"
+        )
     if change.framework not in (FrameworkType.HF_TRAINER, FrameworkType.FSDP):
         return f"framework {change.framework.value} does not resume on another world size"
     if change.global_batch_size % change.to_world_size:

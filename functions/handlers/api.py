@@ -50,8 +50,8 @@ from schemas.api import (
     Summary,
 )
 from schemas.job import Job, SubmitJobRequest
-from schemas.telemetry import DEFAULT_MAX_SAMPLES, SystemMetricsResponse
 from schemas.status import JobStatus
+from schemas.telemetry import DEFAULT_MAX_SAMPLES, SystemMetricsResponse
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext

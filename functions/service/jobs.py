@@ -22,11 +22,11 @@ from functions.catalog.images import check_custom_image
 from functions.catalog.quotas import parse_gpu_inventory
 from functions.catalog.shapes import ShapeCatalog, catalog_from_json
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
+from functions.service import telemetry
 from functions.service.compat.ome import apply_ome_trainer
 from functions.service.compat.shapes import apply_shape
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.metrics_reduce import MIN_MAX_POINTS, parse_documents, reduce_documents
-from functions.service import telemetry
 from functions.service.paths import PathRules
 from functions.service.ports import ArtifactStore, JobQuery, JobRepository, LogSource, NameClaim, Transition, Workflow
 from functions.service.principal import Principal

@@ -84,8 +84,8 @@ def system_metrics(store: ArtifactStore, job_id: str, *, max_samples: int = DEFA
     attempts = []
     for attempt in sorted(series):
         devices = [series[attempt][key] for key in sorted(series[attempt])]
-        for device in devices:
-            device.samples = _reduced(sorted({s.time: s for s in device.samples}.values(), key=lambda s: s.time), max_samples)
+        for one in devices:
+            one.samples = _reduced(sorted({s.time: s for s in one.samples}.values(), key=lambda s: s.time), max_samples)
         attempts.append(
             AttemptSystemMetrics(attempt=attempt, available=attempt not in unavailable, reason=unavailable.get(attempt), devices=devices)
         )

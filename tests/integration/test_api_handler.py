@@ -312,9 +312,8 @@ def test_system_metrics_give_each_attempts_devices_their_samples_in_time_order(c
     assert [(d["node"], d["index"]) for d in first["devices"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert [s["time"] for s in first["devices"][0]["samples"]] == [10.0, 20.0]
     assert [s["utilization_pct"] for s in first["devices"][1]["samples"]] == [None, 80.0]
-    assert first["devices"][0]["samples"][1] == {
-        "time": 20.0, "utilization_pct": 90.0, "memory_used_mib": 1000.0, "memory_total_mib": 81559.0, "power_w": 300.0, "sm_clock_mhz": 1980.0,
-    }  # fmt: skip
+    reading = {"utilization_pct": 90.0, "memory_used_mib": 1000.0, "memory_total_mib": 81559.0, "power_w": 300.0, "sm_clock_mhz": 1980.0}
+    assert first["devices"][0]["samples"][1] == {"time": 20.0, **reading}
     assert second == {"attempt": 2, "available": False, "reason": "NVML is not available on this host", "devices": []}
     assert reply.body["sample_seconds"] == 10.0
     # And another principal gets a 404, a bad or unknown parameter a 422 naming it

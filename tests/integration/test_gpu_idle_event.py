@@ -69,7 +69,7 @@ def test_two_reporters_with_the_same_stale_read_write_one_event(aws: AwsClients,
 
 
 def test_a_deleted_job_gets_no_event_and_no_item(aws: AwsClients) -> None:
-    repo, table, job_id = _training(aws)
+    repo, _table, job_id = _training(aws)
     repo.delete(job_id)
     with pytest.raises(JobNotFound):
         repo.report_gpus_idle(job_id, IDLE)

@@ -32,10 +32,10 @@ class FakeNvml:
         self.devices = devices
         self.shut = False
 
-    def nvmlDeviceGetCount(self) -> int:  # noqa: N802 - pynvml's names
+    def nvmlDeviceGetCount(self) -> int:
         return len(self.devices)
 
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:  # noqa: N802
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
         return index
 
     def _get(self, handle: int, key: str) -> Any:
@@ -44,23 +44,23 @@ class FakeNvml:
             raise NotSupported(key)
         return value
 
-    def nvmlDeviceGetName(self, handle: int) -> bytes:  # noqa: N802
+    def nvmlDeviceGetName(self, handle: int) -> bytes:
         return self._get(handle, "name").encode()  # older pynvml answers bytes
 
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:  # noqa: N802
+    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
         return SimpleNamespace(gpu=self._get(handle, "util"), memory=0)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:  # noqa: N802
+    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
         return SimpleNamespace(used=self._get(handle, "used_mib") * 1024 * 1024, total=80 * 1024 * 1024 * 1024, free=0)
 
-    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:  # noqa: N802
+    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
         return self._get(handle, "power_mw")
 
-    def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:  # noqa: N802
+    def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:
         assert clock == self.NVML_CLOCK_SM
         return self._get(handle, "sm_mhz")
 
-    def nvmlShutdown(self) -> None:  # noqa: N802
+    def nvmlShutdown(self) -> None:
         self.shut = True
 
 

@@ -11,7 +11,9 @@ from schemas.configs import FrameworkType, TrainingType
 F, T = FrameworkType, TrainingType
 
 
-def _change(framework: FrameworkType = F.FSDP, training: TrainingType = T.LORA, *, frm: int, to: int, batch: int = 8, accum: int = 2, **kw) -> ShapeChange:
+def _change(
+    framework: FrameworkType = F.FSDP, training: TrainingType = T.LORA, *, frm: int, to: int, batch: int = 8, accum: int = 2, **kw
+) -> ShapeChange:
     return ShapeChange(
         training_type=training,
         framework=framework,
