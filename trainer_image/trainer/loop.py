@@ -224,7 +224,7 @@ class TrainingLoop:
             "data_seed": self.seed,
             "num_examples": self.order.n,
             "world_size": self.runtime.world_size,
-            # The shape of a step: another world size resumes at the same example (resharding.py).
+            # The shape of a step: another world size resumes at the same example (functions/catalog/resharding.py).
             "per_device_batch_size": self.batch_size,
             "gradient_accumulation_steps": self.accum,
             "total_steps": self.total_steps,
