@@ -150,8 +150,32 @@ class JobReclaimed(EventDetail):
     reclaims: int = Field(description="How many times this job has been reclaimed, this one included.")
 
 
+class IdleDevice(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    index: int
+    name: str | None = None
+    utilization_pct: float | None = Field(description="At the sample that completed the idle period.")
+
+
+class JobGpusIdle(EventDetail):
+    """Every GPU of one node of a running job stayed under `threshold_pct` utilization for `idle_seconds`
+    (NVML, sampled by the trainer every 10 s; issue 27.3). Once per idle period: the GPUs must get busy
+    again (a sample at or above the threshold) before the same node's next period can raise another."""
+
+    job_id: str
+    job_name: str
+    state: JobStatus
+    attempt: int
+    node: int = Field(description="The node (0 for a single-node job) whose GPUs were idle.")
+    idle_since: datetime = Field(description="The first sample of the idle period (UTC).")
+    idle_seconds: float = Field(description="How long the period had lasted at the sample that raised this event.")
+    threshold_pct: float
+    devices: list[IdleDevice]
+
+
 MODELS: dict[str, type[EventDetail]] = {
-    m.__name__: m for m in (JobStateChange, CheckpointSaved, SweepStateChange, RetrainingPolicyStateChange, WebhookDisabled, JobReclaimed)
+    m.__name__: m
+    for m in (JobStateChange, CheckpointSaved, SweepStateChange, RetrainingPolicyStateChange, WebhookDisabled, JobReclaimed, JobGpusIdle)
 }
 
 

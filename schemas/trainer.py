@@ -94,6 +94,7 @@ class TrainerEventKind(StrEnum):
     FAILURE = "failure"  # data: {"reason": FailureReason, "message"}
     DONE = "done"  # data: {"exit_code", "stopped": bool}
     TRACKING = "tracking"  # data: a schemas.tracking.TrackingRecord (the tracker run this job logs to)
+    SYSTEM = "system"  # data: a schemas.telemetry.SystemSample (one node's GPUs, NVML, every 10 s)
 
 
 class TrainerEvent(BaseModel):

@@ -19,7 +19,7 @@ from typing import Any
 
 from functions import constants
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken
-from functions.service.ports import JobQuery, NameClaim, Reclaim, Transition
+from functions.service.ports import GpuIdle, JobQuery, NameClaim, Reclaim, Transition
 from schemas.checkpoint import CHECKPOINT_PREFIX, MANIFEST_NAME, CheckpointManifest
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of
@@ -56,6 +56,8 @@ class InMemoryJobRepository:
         self.jobs: dict[str, Job] = {}
         self.events: dict[str, list[StatusEvent]] = {}
         self.reclaims: list[tuple[str, Reclaim]] = []  # each update that carried a Trainplane Job Reclaimed event
+        self.gpu_idle: list[tuple[str, GpuIdle]] = []  # each Trainplane Job GPUs Idle event written
+        self._gpu_idle_marks: dict[str, str] = {}
         self._counts: dict[str, dict[JobStatus, int]] = {}
         self.claims: dict[str, str] = {}  # NameClaim key -> the job holding it
         self._clock = clock
@@ -198,6 +200,15 @@ class InMemoryJobRepository:
             if not progress.supersedes(current.progress):
                 return False
             self.jobs[job_id] = _apply(current, {"progress": progress})
+            return True
+
+    def report_gpus_idle(self, job_id: str, idle: GpuIdle) -> bool:
+        with self._lock:
+            self.get(job_id)
+            if self._gpu_idle_marks.get(job_id) == idle.mark:
+                return False
+            self._gpu_idle_marks[job_id] = idle.mark
+            self.gpu_idle.append((job_id, idle))
             return True
 
     def add_checkpoint(

@@ -22,7 +22,7 @@ from functions.adapters import outbox
 from functions.adapters.aws import AwsClients
 from functions.catalog import own_events as et
 from functions.errors import ConcurrentModification, IllegalTransition, JobNotFound, NameTaken, TooLarge
-from functions.service.ports import JobQuery, NameClaim, Reclaim, Transition
+from functions.service.ports import GpuIdle, JobQuery, NameClaim, Reclaim, Transition
 from schemas.configs import STORED
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of
@@ -335,6 +335,27 @@ class DynamoJobRepository:
             if self._transact(self._with_checkpoint_event(update, new, ref.checkpoint_id, outbox.stored_seq(item))) is None:
                 return new
         raise ConcurrentModification(job_id, "checkpoint list kept changing")
+
+    def report_gpus_idle(self, job_id: str, idle: GpuIdle) -> bool:
+        # The period's mark and the event go together; the event sequence's condition makes two racing
+        # reporters write one event: the loser re-reads, finds the mark, and writes nothing.
+        for _attempt in range(_TRANSACTION_ATTEMPTS):
+            item = self._get_item(job_id)
+            if item is None:
+                raise JobNotFound(job_id)
+            if item.get(outbox.GPU_IDLE_ATTR, {}).get("S") == idle.mark:
+                return False
+            update: dict[str, Any] = {"TableName": self.table, "Key": _meta_key(job_id), "UpdateExpression": "SET #gidle = :gidle"}
+            update.update(ConditionExpression="attribute_exists(#pk)", ExpressionAttributeValues={":gidle": {"S": idle.mark}})
+            update["ExpressionAttributeNames"] = {"#gidle": outbox.GPU_IDLE_ATTR, "#pk": c.PK}
+            sequence = outbox.take_sequence(update, outbox.stored_seq(item))
+            detail = outbox.gpu_idle_detail(
+                items.job_from_item(item), idle, sequence=sequence, at=self._clock(), dashboard_url=self._dashboard_url
+            )
+            event = {"Put": {"TableName": self.table, "Item": outbox.outbox_item(et.JOB_GPUS_IDLE, et.SUBJECT_JOB, job_id, detail)}}
+            if self._transact([{"Update": update}, event]) is None:
+                return True
+        raise ConcurrentModification(job_id, "its events kept changing")
 
     def _with_checkpoint_event(self, update: dict[str, Any], new: Job, checkpoint_id: str, seq: int) -> list[dict[str, Any]]:
         """The checkpoint's write and its Checkpoint Saved event (sequence seq + 1), as one transaction."""

@@ -22,17 +22,19 @@ it (OUTBOX#<n>) if that ever changes.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants as c
 from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
 from functions.catalog import own_events as et
-from functions.service.ports import Reclaim
+from functions.service.ports import GpuIdle, Reclaim
 from schemas.events import (
     CheckpointSaved,
     EventDetail,
+    IdleDevice,
+    JobGpusIdle,
     JobReclaimed,
     JobStateChange,
     OutboxRecord,
@@ -50,6 +52,7 @@ from schemas.sweeps import Sweep, SweepStatus
 OUTBOX_PK = et.OUTBOX_PK
 ENTITY = et.OUTBOX_ENTITY
 SEQ_ATTR = "event_seq"  # on the subject's own item: the sequence of its last event
+GPU_IDLE_ATTR = "gpu_idle_reported"  # on the job's item: the mark (GpuIdle.mark) of the last idle period reported
 PUT_EVENTS_MAX_ENTRIES = 10  # PutEvents takes at most 10 entries (and 256 KB) per call
 
 
@@ -182,6 +185,28 @@ def reclaim_detail(job: Job, reclaim: Reclaim, *, sequence: int, at: datetime, d
         work_lost_gpu_seconds=reclaim.work_lost_gpu_seconds,
         checkpoint_id=job.latest_checkpoint_id,
         reclaims=job.reclaims,
+    )
+
+
+def gpu_idle_detail(job: Job, idle: GpuIdle, *, sequence: int, at: datetime, dashboard_url: str | None) -> EventDetail:
+    return JobGpusIdle(
+        event_id=event_id(et.SUBJECT_JOB, job.job_id, sequence),
+        sequence=sequence,
+        at=at,
+        owner=job.owner,
+        labels=job.labels,
+        actor="trainer",
+        reason=f"every GPU of node {idle.node} under {idle.threshold_pct:g}% utilization for {idle.idle_seconds / 60:.0f} minutes",
+        dashboard_url=job_link(dashboard_url, job.job_id),
+        job_id=job.job_id,
+        job_name=job.name,
+        state=job.status,
+        attempt=idle.attempt,
+        node=idle.node,
+        idle_since=datetime.fromtimestamp(idle.idle_since, tz=UTC),
+        idle_seconds=idle.idle_seconds,
+        threshold_pct=idle.threshold_pct,
+        devices=[IdleDevice(index=index, name=name, utilization_pct=util) for index, name, util in idle.devices],
     )
 
 

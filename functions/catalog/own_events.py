@@ -29,8 +29,17 @@ SWEEP_STATE_CHANGE = EventType("Trainplane Sweep State Change", "sweep.status_ch
 POLICY_STATE_CHANGE = EventType("Trainplane Retraining Policy State Change", "policy.status_changed", "RetrainingPolicyStateChange")
 WEBHOOK_DISABLED = EventType("Trainplane Webhook Disabled", "webhook.disabled", "WebhookDisabled")
 JOB_RECLAIMED = EventType("Trainplane Job Reclaimed", "job.reclaimed", "JobReclaimed")
+JOB_GPUS_IDLE = EventType("Trainplane Job GPUs Idle", "job.gpus_idle", "JobGpusIdle")
 
-ALL: tuple[EventType, ...] = (JOB_STATE_CHANGE, CHECKPOINT_SAVED, SWEEP_STATE_CHANGE, POLICY_STATE_CHANGE, WEBHOOK_DISABLED, JOB_RECLAIMED)
+ALL: tuple[EventType, ...] = (
+    JOB_STATE_CHANGE,
+    CHECKPOINT_SAVED,
+    SWEEP_STATE_CHANGE,
+    POLICY_STATE_CHANGE,
+    WEBHOOK_DISABLED,
+    JOB_RECLAIMED,
+    JOB_GPUS_IDLE,
+)
 BY_DETAIL_TYPE: dict[str, EventType] = {t.detail_type: t for t in ALL}
 
 # What an event is about: the `subject` attribute of outbox items and the event id's namespace.

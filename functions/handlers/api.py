@@ -51,6 +51,7 @@ from schemas.api import (
 )
 from schemas.job import Job, SubmitJobRequest
 from schemas.status import JobStatus
+from schemas.telemetry import DEFAULT_MAX_SAMPLES, SystemMetricsResponse
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -63,6 +64,7 @@ LABEL_PREFIX = "labels."
 LIST_PARAMS = frozenset({"status", "queue", "name", "priority_min", "priority_max", "limit", "next_token"})
 LOGS_PARAMS = frozenset({"since", "next_token", "limit", "stream"})
 METRICS_PARAMS = frozenset({"max_points"})
+SYSTEM_METRICS_PARAMS = frozenset({"max_samples"})
 
 logger = Logger(service=constants.SERVICE_NAME)
 metrics = Metrics(namespace=constants.METRICS_NAMESPACE, service=constants.SERVICE_NAME)
@@ -294,6 +296,26 @@ def job_metrics(
     principal = _for_job(reports, job_id)
     reject_unknown_params(reports, METRICS_PARAMS)
     return composition.job_service().metrics(job_id, principal, max_points=max_points)
+
+
+@reports.get(
+    "/jobs/<job_id>/metrics/system",
+    summary="What the job's GPUs did (NVML, every 10 s)",
+    description=(
+        "Per attempt and device (node, index), samples oldest first: utilization_pct, memory_used_mib, memory_total_mib, "
+        "power_w, sm_clock_mhz (null: NVML had no reading). `available: false` (with `reason`): the trainer had no NVML "
+        "(no GPU or no driver). `max_samples` (per device) averages longer series in consecutive groups."
+    ),
+    responses=responses(200, "GPU samples", 404, 422),
+    tags=["reports"],
+)
+def job_system_metrics(
+    job_id: JobId,
+    max_samples: Annotated[int, Query(ge=10, le=100_000, description="At most this many samples per device")] = DEFAULT_MAX_SAMPLES,
+) -> SystemMetricsResponse:
+    principal = _for_job(reports, job_id)
+    reject_unknown_params(reports, SYSTEM_METRICS_PARAMS)
+    return composition.job_service().system_metrics(job_id, principal, max_samples=max_samples)
 
 
 @reports.get(

@@ -23,6 +23,7 @@ from functions.catalog.images import check_custom_image
 from functions.catalog.quotas import parse_gpu_inventory
 from functions.catalog.shapes import ShapeCatalog, catalog_from_json
 from functions.errors import DomainError, IllegalTransition, InvalidRequest, JobNotFound
+from functions.service import telemetry
 from functions.service.compat.ome import apply_ome_trainer
 from functions.service.compat.shapes import apply_shape
 from functions.service.controls import LifecycleControls, WorkflowUnavailable
@@ -35,6 +36,7 @@ from schemas.api import EventList, JobList, LogLine, LogsResponse, LogStream, Me
 from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest, without_reserved_labels
 from schemas.shapes import parse_shape_ref
 from schemas.status import EDITABLE, RUNNING, TERMINAL, JobStatus
+from schemas.telemetry import DEFAULT_MAX_SAMPLES, SystemMetricsResponse
 from schemas.trainer import EVENT_PREFIX
 
 if TYPE_CHECKING:
@@ -304,6 +306,11 @@ class JobService(LifecycleControls):
             except ValueError:
                 logger.warning("a metrics line of %s (step %s) is not a metrics point; skipped", job_id, document.get("step"))
         return MetricsResponse(points=points, total_points=len(documents))
+
+    def system_metrics(self, job_id: str, principal: Principal, *, max_samples: int = DEFAULT_MAX_SAMPLES) -> SystemMetricsResponse:
+        """The GPU samples (NVML) of every attempt, per device (functions/service/telemetry.py)."""
+        self.get(job_id, principal)
+        return telemetry.system_metrics(self.store, job_id, max_samples=max_samples)
 
     def logs(
         self,

@@ -22,7 +22,7 @@ from typing import Any
 
 from functions import constants
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest
-from functions.service import costs
+from functions.service import costs, telemetry
 from functions.service.lifecycle_outcomes import decide_run_end
 from functions.service.paths import PathRules
 from functions.service.placement import PlacementService, launch_choice, placement_fields
@@ -323,6 +323,8 @@ class LifecycleService:
             return
         if self.sweep_hooks is not None:
             self.sweep_hooks.on_trainer_event(job, event)
+        if event.kind == TrainerEventKind.SYSTEM and (idle := telemetry.idle_period(event)) is not None:
+            self.repository.report_gpus_idle(job_id, idle)  # once per idle period: the repository keeps its mark
         if event.kind == TrainerEventKind.PHASE:
             self._on_phase(job, event)
         elif event.kind == TrainerEventKind.PROGRESS and self._progress_due(job_id, attempt, event):

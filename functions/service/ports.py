@@ -72,6 +72,23 @@ class Reclaim:
 
 
 @dataclass(frozen=True)
+class GpuIdle:
+    """One idle period of one node's GPUs (schemas/telemetry.py), written as the job's `Trainplane Job GPUs
+    Idle` event at most once: `mark` names the period (attempt, node, its first sample)."""
+
+    attempt: int
+    node: int
+    idle_since: float  # epoch seconds
+    idle_seconds: float
+    threshold_pct: float
+    devices: tuple[tuple[int, str | None, float | None], ...]  # (index, name, utilization_pct)
+
+    @property
+    def mark(self) -> str:
+        return f"{self.attempt}#{self.node}#{self.idle_since:.3f}"
+
+
+@dataclass(frozen=True)
 class NameClaim:
     """A name at most one job holds at a time (POST /train's run_id, per owner), taken in the very write
     that creates the job: the claim item names its holder, and the job is created only if the claim is
@@ -142,6 +159,11 @@ class JobRepository(Protocol):
     ) -> Job:
         """Add or replace a checkpoint; latest = the highest step, best as given; `keep` drops refs no longer
         retained. Unversioned."""
+
+    def report_gpus_idle(self, job_id: str, idle: GpuIdle) -> bool:
+        """Write the job's `Trainplane Job GPUs Idle` event for this idle period, in one transaction with the
+        job's record of the period reported: False (nothing written) when that period was already
+        reported (a repeated or later report of it). Unversioned; JobNotFound if there is no such job."""
 
     def history(self, job_id: str) -> list[StatusEvent]:
         """The job's status history, oldest first."""

@@ -83,6 +83,10 @@ def test_the_seeds_payload_trains_keeps_the_layout_and_a_second_run_resumes(loca
     assert entry["step"] == 4 and entry["job_id"] == first["job_id"]
     run = json.loads(s3.get_object(Bucket=local_plane.bucket, Key=prefix + "config/run.json")["Body"].read())
     assert run["job_id"] == first["job_id"] and run["training_config"]["framework"]["type"] == "HF_TRAINER"
+    # and the trainer's GPU telemetry (issue 27.3) is served: this CPU host's attempt says it had no NVML
+    system = local_plane.request("GET", f"/jobs/{first['job_id']}/metrics/system").json()
+    (attempt,) = system["attempts"]
+    assert attempt["attempt"] == 1 and (attempt["devices"] if attempt["available"] else attempt["reason"]), system
 
     # When a second run of the same run_id resumes, to step 6
     body["extra_args"]["max_steps"] = 6

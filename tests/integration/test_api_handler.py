@@ -281,6 +281,59 @@ def test_metrics_are_reduced_to_max_points_keeping_the_curves_shape(call: Api) -
         assert bad.status == 422 and bad.body["errors"][0]["field"] == field, (query, bad.body)
 
 
+def _system_line(attempt: int, node: int, time: float, utils: list[float | None]) -> str:
+    devices = [
+        {"index": i, "name": "NVIDIA H100", "utilization_pct": u, "memory_used_mib": 1000.0 * (i + 1), "memory_total_mib": 81559.0,
+         "power_w": 300.0, "sm_clock_mhz": 1980.0}
+        for i, u in enumerate(utils)
+    ]  # fmt: skip
+    return json.dumps({"time": time, "attempt": attempt, "node": node, "available": True, "devices": devices})
+
+
+def test_system_metrics_give_each_attempts_devices_their_samples_in_time_order(call: Api) -> None:
+    # Given a job whose trainer stored NVML samples: attempt 1 on two nodes (two GPUs each, lines out of
+    # order, one torn), and attempt 2 on a host without NVML
+    job_id = call.submit()["job_id"]
+    s3, bucket = call.clients.s3(), call.settings.artifacts_bucket
+    prefix = f"{constants.job_prefix(job_id)}system/"
+    node0 = [_system_line(1, 0, 20.0, [90.0, 80.0]), _system_line(1, 0, 10.0, [50.0, None]), '{"time": 30, "att']
+    s3.put_object(Bucket=bucket, Key=f"{prefix}001-000.jsonl", Body="\n".join(node0).encode())
+    s3.put_object(Bucket=bucket, Key=f"{prefix}001-001.jsonl", Body=_system_line(1, 1, 10.0, [70.0, 71.0]).encode())
+    none = {"time": 40.0, "attempt": 2, "node": 0, "available": False, "reason": "NVML is not available on this host"}
+    s3.put_object(Bucket=bucket, Key=f"{prefix}002-000.jsonl", Body=json.dumps(none).encode())
+
+    # When the system series are read
+    reply = call("api_job_system_metrics", job_id=job_id)
+
+    # Then per attempt, per (node, device), the samples oldest first; attempt 2 says it had no NVML
+    assert reply.status == 200
+    first, second = reply.body["attempts"]
+    assert first["attempt"] == 1 and first["available"] is True and first["reason"] is None
+    assert [(d["node"], d["index"]) for d in first["devices"]] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert [s["time"] for s in first["devices"][0]["samples"]] == [10.0, 20.0]
+    assert [s["utilization_pct"] for s in first["devices"][1]["samples"]] == [None, 80.0]
+    reading = {"utilization_pct": 90.0, "memory_used_mib": 1000.0, "memory_total_mib": 81559.0, "power_w": 300.0, "sm_clock_mhz": 1980.0}
+    assert first["devices"][0]["samples"][1] == {"time": 20.0, **reading}
+    assert second == {"attempt": 2, "available": False, "reason": "NVML is not available on this host", "devices": []}
+    assert reply.body["sample_seconds"] == 10.0
+    # And another principal gets a 404, a bad or unknown parameter a 422 naming it
+    assert call("api_job_system_metrics", job_id=job_id, user_arn=BOB).status == 404
+    for query, field in [({"max_samples": "9"}, "max_samples"), ({"points": "5"}, "points")]:
+        bad = call("api_job_system_metrics", job_id=job_id, query=query)
+        assert bad.status == 422 and bad.body["errors"][0]["field"] == field, (query, bad.body)
+
+
+def test_long_system_series_are_averaged_down_to_max_samples(call: Api) -> None:
+    job_id = call.submit()["job_id"]
+    lines = [_system_line(1, 0, float(10 * t), [float(t % 2) * 100.0]) for t in range(100)]
+    key = f"{constants.job_prefix(job_id)}system/001-000.jsonl"
+    call.clients.s3().put_object(Bucket=call.settings.artifacts_bucket, Key=key, Body="\n".join(lines).encode())
+    samples = call("api_job_system_metrics", job_id=job_id, query={"max_samples": "10"}).body["attempts"][0]["devices"][0]["samples"]
+    # 100 samples alternating 0 and 100 %: ten groups of ten, each averaging 50 %, stamped with its first time
+    assert [s["time"] for s in samples] == [float(100 * g) for g in range(10)]
+    assert {s["utilization_pct"] for s in samples} == {50.0}
+
+
 # --- edit and delete ------------------------------------------------------------------------------------
 
 

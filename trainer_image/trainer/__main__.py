@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from schemas.configs import FrameworkType, TrainingType
 from schemas.trainer import ENV_RUN_SPEC, ExitCode, FailureReason, RunSpec, TrainerPhase
-from trainer import access, storage
+from trainer import access, storage, telemetry
 from trainer.contract import ContainerPaths, load_run_spec
 from trainer.events import Events, log
 from trainer.failures import UserError, classify, write_failure
@@ -117,7 +117,17 @@ def _train(spec: RunSpec, paths: ContainerPaths, events: Events, stop: StopReque
     runtime = distributed.make_runtime(spec, device)
     events.enabled = runtime.is_main
     try:
-        return _train_worker(spec, hyper, paths, events, stop, runtime)
+        with telemetry.monitored(
+            events,
+            metrics_uri=spec.metrics_uri,
+            staging_dir=paths.output_data_dir / "system",
+            job_id=spec.job_id,
+            attempt=spec.attempt,
+            node=int(os.environ.get("GROUP_RANK", "0")),
+            local_rank=runtime.local_rank,
+            is_main=runtime.is_main,
+        ):
+            return _train_worker(spec, hyper, paths, events, stop, runtime)
     finally:
         runtime.close()
 

@@ -224,6 +224,9 @@ class TrainingLoop:
             "data_seed": self.seed,
             "num_examples": self.order.n,
             "world_size": self.runtime.world_size,
+            # The shape of a step: another world size resumes at the same example (functions/catalog/resharding.py).
+            "per_device_batch_size": self.batch_size,
+            "gradient_accumulation_steps": self.accum,
             "total_steps": self.total_steps,
             "tokens_seen": self.tokens_seen,
             "training_type": self.training_type.value,
@@ -264,17 +267,43 @@ class TrainingLoop:
         scheduler.load_state_dict(loaded.torch_file(ckpt.SCHEDULER_FILE))
         per_rank = loaded.torch_file(ckpt.RNG_FILE)["per_rank"]
         ckpt.restore_rng(per_rank[self.runtime.rank] if len(per_rank) == self.runtime.world_size else per_rank[0])
-        self.step, self.epoch, self.micro = int(state["step"]), int(state["epoch"]), int(state["micro_batch"])
+        self.step, self.epoch = int(state["step"]), int(state["epoch"])
+        self.micro = self._micro_in_this_shape(state, loaded.uri)
         self.tokens_seen = int(state.get("tokens_seen", 0))
-        if (
-            state.get("num_examples") != self.order.n
-            or state.get("data_seed") != self.seed
-            or state.get("world_size") != self.runtime.world_size
-        ):
-            log("WARNING: the data (size, seed or world size) differs from the checkpoint's run: resuming, but not exactly")
+        if state.get("num_examples") != self.order.n or state.get("data_seed") != self.seed:
+            log("WARNING: the data (size or seed) differs from the checkpoint's run: resuming, but not exactly")
         if self.micro >= self.order.micro_per_epoch:
             self.epoch, self.micro = self.epoch + 1, 0
         log(f"resumed from {loaded.uri} at step {self.step} (epoch {self.epoch}, micro-batch {self.micro})")
+
+    def _micro_in_this_shape(self, state: dict[str, Any], uri: str) -> int:
+        """The saved data position (a micro-batch index of the saved shape) as a micro-batch of this run.
+
+        A micro-batch index counts world_size x per-device batch examples of the epoch's permutation, so
+        a checkpoint of another shape (world size 1 -> 2, other per-device batch) resumes at the same
+        example when that count divides the examples done. With the same global batch (per-device batch
+        x accumulation x world size) it always does at a step boundary, and every later step sees the
+        examples the uninterrupted run's step saw.
+        """
+        micro = int(state["micro_batch"])
+        saved_world = int(state.get("world_size", self.runtime.world_size))
+        saved_batch = int(state.get("per_device_batch_size", self.batch_size))  # older checkpoints: this run's
+        saved_global = saved_world * saved_batch * int(state.get("gradient_accumulation_steps", self.accum))
+        global_batch = self.runtime.world_size * self.batch_size * self.accum
+        if saved_global != global_batch:
+            log(
+                f"WARNING: the checkpoint's global batch was {saved_global} examples, this run's is {global_batch} "
+                "(world_size x per_device_train_batch_size x gradient_accumulation_steps): resuming, but not exactly"
+            )
+        examples_done = micro * saved_world * saved_batch
+        per_micro = self.runtime.world_size * self.batch_size
+        if examples_done % per_micro:
+            raise UserError(
+                f"checkpoint {uri} stopped after {examples_done} examples of epoch {state['epoch']}, not a whole number of "
+                f"micro-batches of {per_micro} (world_size {self.runtime.world_size} x per_device_train_batch_size "
+                f"{self.batch_size}): resume with a per-device batch that divides it"
+            )
+        return examples_done // per_micro
 
     # --- one step ----------------------------------------------------------------------------
     def _next_micro_batches(self) -> tuple[list[list[int]], bool]:
@@ -293,7 +322,13 @@ class TrainingLoop:
         device = self.runtime.device
         batches = [self.inputs.collate([self.inputs.train[i] for i in idx]) for idx in micro_batches]
         # Counted on the host, before the batches move: no GPU sync inside the step.
-        denominator = max(1, sum(count_targets(b) for b in batches))
+        denominator: float = max(1, sum(count_targets(b) for b in batches))
+        if self.runtime.world_size > 1:
+            # Normalise by the loss tokens of the whole global batch (what transformers' Trainer gathers as
+            # num_items_in_batch), times world_size because gradient sync averages over ranks: the step is the
+            # same whatever the world size, so a run resumes on another shape where it left off.
+            local = sum(count_targets(b) for b in batches)
+            denominator = max(1.0, self.runtime.all_reduce_sum([float(local)])[0]) / self.runtime.world_size
         tokens = sum(count_tokens(b) for b in batches)
         step_loss = torch.zeros((), device=device)
         for k, batch in enumerate(batches):

@@ -255,6 +255,7 @@ class DistributedRuntime(Runtime):
         refuse_zero_partitions(state)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
+        state = keyed_by_name(model, optimizer, state)
         set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
 
     def all_reduce_sum(self, values: list[float]) -> list[float]:
@@ -285,6 +286,28 @@ def refuse_zero_partitions(state: dict[str, Any]) -> None:
             "this checkpoint's optimizer state holds DeepSpeed ZeRO partitions; "
             "only a DEEPSPEED run of the same world_size and ZeRO stage resumes it"
         )
+
+
+def keyed_by_name(model: nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> dict[str, Any]:
+    """An optimizer state keyed by parameter index (one process's, DDP's: torch's own format) keyed by
+    parameter name, as FSDP's full state dict is, so an FSDP run resumes a checkpoint of any world size.
+
+    torch numbers the parameters in the order of the optimizer's groups; build_optimizer builds the same
+    groups in the same order whatever the world size, so index i is this optimizer's i-th parameter.
+    """
+    groups = state.get("param_groups", [])
+    saved = [key for group in groups for key in group["params"]]
+    if all(isinstance(key, str) for key in saved):
+        return state
+    names = {id(param): name for name, param in model.named_parameters()}
+    ordered = [names[id(param)] for group in optimizer.param_groups for param in group["params"]]
+    if len(saved) != len(ordered):
+        raise UserError(f"the checkpoint's optimizer state holds {len(saved)} parameters; this model trains {len(ordered)}")
+    name_of = dict(zip(saved, ordered, strict=True))
+    return {
+        "state": {name_of[key]: value for key, value in state["state"].items()},
+        "param_groups": [{**group, "params": [name_of[key] for key in group["params"]]} for group in groups],
+    }
 
 
 @contextlib.contextmanager
