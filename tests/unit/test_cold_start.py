@@ -33,6 +33,7 @@ ALLOWED = {
     "schemas.shapes",
     "schemas.teams",
     "schemas.tracking",
+    "schemas.telemetry",  # GET /jobs/{id}/metrics/system: a job route's answer (issue 27.3)
     "functions.service.queues",
     "aws_lambda_powertools.event_handler.openapi.compat",  # Powertools' own `Request`
 }
