@@ -12,7 +12,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from functions.catalog import pricing
+from functions.catalog import pricing, resharding
 from functions.catalog.instances import CAPABILITIES, INSTANCE_TYPES, InstanceChoice, InstanceSpec, Platform, select_instance
 from functions.errors import InvalidRequest
 from schemas.configs import DataConfig, ResourceConfig, SchedulingConfig, TrainingConfig
@@ -20,7 +20,6 @@ from schemas.placement import PlacementCandidate, Purchase
 from schemas.shapes import TrainingShapeProfile
 
 FIELD = "resource_config.placement"
-MAX_ACCUMULATION = 4096  # data_config.gradient_accumulation_steps' bound
 
 # How long a pool stays blocked. A preemption says the pool is short for a while (30 minutes, the
 # figure users of spot quote); a capacity error may clear sooner, so it starts short and doubles with
@@ -142,19 +141,6 @@ def world_size(gpus_per_node: int, nodes: int) -> int:
     return max(gpus_per_node, 1) * nodes
 
 
-def adapt(global_batch: int, per_device_max: int, world: int) -> tuple[int, int] | None:
-    """(per-device batch, gradient accumulation) that make `global_batch` on `world` devices with a
-    per-device batch no larger than `per_device_max` (what the job asked fits a device), the fewest
-    accumulation steps first; None when no such pair exists."""
-    if global_batch % world:
-        return None
-    per_world = global_batch // world
-    for per_device in range(min(per_device_max, per_world), 0, -1):
-        if per_world % per_device == 0 and per_world // per_device <= MAX_ACCUMULATION:
-            return per_device, per_world // per_device
-    return None
-
-
 def batch_of(training: TrainingConfig, data: DataConfig) -> tuple[int, int]:
     """The job's own per-device batch and gradient accumulation (a hyperparameter alias wins, as in the trainer)."""
     from schemas.hyperparameters import Hyperparameters
@@ -168,24 +154,35 @@ def batch_of(training: TrainingConfig, data: DataConfig) -> tuple[int, int]:
 
 def adaptations(resources: ResourceConfig, training: TrainingConfig, data: DataConfig) -> list[tuple[int, int, int, int]]:
     """Per candidate: (world size, per-device batch, accumulation, global batch), the global batch being
-    the first candidate's with the job's own batch settings. 422 naming the candidate that cannot keep it."""
+    the first candidate's with the job's own batch settings. The one rule of a resume on another shape
+    (functions/catalog/resharding.py, which the trainer's resume follows) decides each candidate; a 422 names
+    the candidate it refuses (a batch that does not split, a DEEPSPEED or CUSTOM checkpoint on another world
+    size, RLHF on more than one worker)."""
     if resources.placement is None:
         return []
     per_device, accumulation = batch_of(training, data)
     first = resources.placement.candidates[0]
-    global_batch = per_device * accumulation * world_size(first.gpus_per_node, first.nodes)
+    first_world = world_size(first.gpus_per_node, first.nodes)
     rows = []
     for i, candidate in enumerate(resources.placement.candidates):
         world = world_size(candidate.gpus_per_node, candidate.nodes)
-        pair = adapt(global_batch, per_device, world)
-        if pair is None:
+        plan = resharding.plan_resume(
+            resharding.ShapeChange(
+                training_type=training.training_type,
+                framework=training.framework.type,
+                from_world_size=first_world,
+                to_world_size=world,
+                per_device_batch_size=per_device,
+                gradient_accumulation_steps=accumulation,
+            )
+        )
+        if not plan.possible or plan.per_device_batch_size is None or plan.gradient_accumulation_steps is None:
             raise InvalidRequest(
                 f"{FIELD}.candidates[{i}]",
-                f"{candidate.label()} has {world} devices: the global batch of {global_batch} (batch_size {per_device} x "
-                f"gradient_accumulation_steps {accumulation} x {world_size(first.gpus_per_node, first.nodes)} devices of candidate 0) "
-                f"does not split into a per-device batch of at most {per_device} with at most {MAX_ACCUMULATION} accumulation steps",
+                f"{candidate.label()} has {world} devices and cannot resume a checkpoint of candidate 0 "
+                f"({first_world} devices): {plan.reason}",
             )
-        rows.append((world, pair[0], pair[1], global_batch))
+        rows.append((world, plan.per_device_batch_size, plan.gradient_accumulation_steps, plan.global_batch_size))
     return rows
 
 

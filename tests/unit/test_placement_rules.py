@@ -231,3 +231,27 @@ def test_a_capacity_reservation_is_refused_until_launchers_target_one() -> None:
     with pytest.raises(InvalidRequest, match="not targeted yet") as caught:
         _validate(_request(_two(), node_affinity=["capacity_reservation=cr-0123456789abcdef0"]))
     assert caught.value.field == "resource_config.node_affinity[0]"
+
+
+@pytest.mark.parametrize(
+    ("framework", "words"),
+    [
+        ({"type": "DEEPSPEED", "config": {"zero_stage": "2"}}, "ZeRO partitions"),
+        ({"type": "CUSTOM", "command": ["python", "train.py"]}, "CUSTOM script"),
+    ],
+)
+def test_a_candidate_the_checkpoint_cannot_be_resharded_to_is_named(framework: dict[str, Any], words: str) -> None:
+    # Given a DEEPSPEED (or CUSTOM) job whose second candidate has another world size than the first
+    placement = {"candidates": [{"gpu_type": "H100", "gpus_per_node": 8}, {"gpu_type": "L40S", "gpus_per_node": 4}]}
+    request = _request(placement, batch=4, accumulation=2)
+    training = request.training_config.model_copy(update={"framework": request.training_config.framework.model_validate(framework)})
+    request = request.model_copy(update={"training_config": training})
+    # Then the rule of a resume on another shape (functions/catalog/resharding.py) refuses that candidate
+    with pytest.raises(InvalidRequest) as caught:
+        rules.adaptations(request.resource_config, request.training_config, request.data_config)
+    assert caught.value.field == "resource_config.placement.candidates[1]"
+    assert words in caught.value.message
+    # And candidates of the same world size stay possible
+    same = {"candidates": [{"gpu_type": "H100", "gpus_per_node": 8}, {"gpu_type": "A100", "gpus_per_node": 8}]}
+    request = request.model_copy(update={"resource_config": _request(same).resource_config})
+    assert [row[0] for row in rules.adaptations(request.resource_config, request.training_config, request.data_config)] == [8, 8]
