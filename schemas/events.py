@@ -134,8 +134,23 @@ class JobReclaimed(EventDetail):
     reclaims: int = Field(description="How many times this job has been reclaimed, this one included.")
 
 
+class BudgetThresholdCrossed(EventDetail):
+    """A budget's spend crossed one of its thresholds (issue 25; docs/BUDGETS.md): once per threshold and
+    period. `action` says what the control plane does now (notify only, hold new jobs, pause running ones)."""
+
+    budget_id: str
+    budget_name: str
+    scope: str = Field(description="`team:<name>`, `principal:<arn>`, `label:<key=value>` or `deployment`.")
+    percent: float = Field(description="The threshold crossed, in % of the amount.")
+    action: str = Field(description="notify, hold_new or pause_running.")
+    amount_usd: float
+    spent_usd: float
+    paused_job_ids: list[str] = Field(default_factory=list, description="pause_running: the jobs asked to pause.")
+
+
 MODELS: dict[str, type[EventDetail]] = {
-    m.__name__: m for m in (JobStateChange, CheckpointSaved, SweepStateChange, RetrainingPolicyStateChange, WebhookDisabled, JobReclaimed)
+    m.__name__: m
+    for m in (JobStateChange, CheckpointSaved, SweepStateChange, RetrainingPolicyStateChange, WebhookDisabled, JobReclaimed, BudgetThresholdCrossed)
 }
 
 

@@ -29,8 +29,9 @@ SWEEP_STATE_CHANGE = EventType("Trainplane Sweep State Change", "sweep.status_ch
 POLICY_STATE_CHANGE = EventType("Trainplane Retraining Policy State Change", "policy.status_changed", "RetrainingPolicyStateChange")
 WEBHOOK_DISABLED = EventType("Trainplane Webhook Disabled", "webhook.disabled", "WebhookDisabled")
 JOB_RECLAIMED = EventType("Trainplane Job Reclaimed", "job.reclaimed", "JobReclaimed")
+BUDGET_THRESHOLD = EventType("Trainplane Budget Threshold Crossed", "budget.threshold_crossed", "BudgetThresholdCrossed")
 
-ALL: tuple[EventType, ...] = (JOB_STATE_CHANGE, CHECKPOINT_SAVED, SWEEP_STATE_CHANGE, POLICY_STATE_CHANGE, WEBHOOK_DISABLED, JOB_RECLAIMED)
+ALL: tuple[EventType, ...] = (JOB_STATE_CHANGE, CHECKPOINT_SAVED, SWEEP_STATE_CHANGE, POLICY_STATE_CHANGE, WEBHOOK_DISABLED, JOB_RECLAIMED, BUDGET_THRESHOLD)
 BY_DETAIL_TYPE: dict[str, EventType] = {t.detail_type: t for t in ALL}
 
 # What an event is about: the `subject` attribute of outbox items and the event id's namespace.
@@ -38,6 +39,7 @@ SUBJECT_JOB = "job"
 SUBJECT_SWEEP = "sweep"
 SUBJECT_POLICY = "policy"
 SUBJECT_WEBHOOK = "webhook"
+SUBJECT_BUDGET = "budget"
 
 # What `POST /webhooks/{id}/test` sends: delivered to that one webhook only, never put on the bus.
 WEBHOOK_TEST_TYPE = "webhook.test"
