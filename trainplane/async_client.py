@@ -30,6 +30,7 @@ from schemas.status import JobStatus
 from trainplane import endpoint as endpoint_mod
 from trainplane.client import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_SECONDS, DEFAULT_UNTIL
 from trainplane.client_sweeps import AsyncSweepMethods
+from trainplane.client_budgets import AsyncBudgetMethods
 from trainplane.client_teams import AsyncTeamMethods
 from trainplane.client_webhooks import AsyncWebhookMethods
 from trainplane.errors import ConnectionFailed
@@ -49,7 +50,7 @@ from trainplane.transport import (
 from trainplane.waits import LogFollower, WaitOps
 
 
-class AsyncClient(AsyncSweepMethods, AsyncTeamMethods, AsyncWebhookMethods):
+class AsyncClient(AsyncSweepMethods, AsyncTeamMethods, AsyncWebhookMethods, AsyncBudgetMethods):
     """Client's surface for asyncio: the jobs, the seed's waits and the sweeps (create_sweep, ..., wait_sweep),
     each awaited; the waits and the sweeps are the very operations Client runs (trainplane/transport.py)."""
 
