@@ -277,7 +277,7 @@ schema = schemathesis.openapi.from_dict(json.loads(OPENAPI.read_text(encoding="u
 
 # --- what a schema-valid request may be refused for ----------------------------------------------
 
-PATH_IDS = ("job_id", "policy_id", "sweep_id", "webhook_id", "run_id", "name", "team")
+PATH_IDS = ("job_id", "policy_id", "sweep_id", "webhook_id", "run_id", "name", "team", "budget_id")
 
 
 @dataclass(frozen=True)
@@ -312,6 +312,7 @@ _BY_ID = tuple(
         ("/sweeps/{sweep_id}", ("GET", "DELETE", "POST")),
         ("/webhooks/{webhook_id}", ("GET", "DELETE", "POST")),
         ("/teams/{team}", ("GET",)),
+        ("/budgets/{budget_id}", ("GET", "PATCH", "DELETE")),
     )
     for m in ms
 )
@@ -366,6 +367,20 @@ LEGITIMATE_REFUSALS = (
     ),
     Refusal("the id names no object of the caller's: unknown, deleted, or another principal's", 404, _BY_ID),
     Refusal("only the deployment's admins define and delete teams (docs/TEAMS.md); the fuzzer is alice", 403, ADMIN_ONLY),
+    Refusal(
+        "a non-admin budgets only itself or its own team (docs/BUDGETS.md): a label, the deployment, another principal"
+        " or another team is the admins'",
+        403,
+        ("POST /budgets",),
+    ),
+    Refusal(
+        "a budget's rules across fields (docs/BUDGETS.md): a scope's value by its kind (a team name, an IAM ARN, key=value,"
+        " none for the deployment), a custom period's range, each (percent, action) once, a PATCH changes something",
+        422,
+        ("POST /budgets", "PATCH /budgets"),
+        r"body|scope|thresholds",
+        r"budget|team name|IAM ARN|label selector|custom period|starts_at|ends_at|\(percent, action\)|amount_usd, thresholds",
+    ),
     Refusal(
         "the object's status does not allow the action (cancel a COMPLETED job, ...), a concurrent change, or the first"
         " request with the same Idempotency-Key still running",

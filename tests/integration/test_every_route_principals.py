@@ -32,6 +32,7 @@ from pydantic import BaseModel
 from functions import composition
 from functions.handlers import api
 from functions.service.paths import principal_key
+from schemas.budgets import BudgetPatch, BudgetSpec
 from schemas.job import SubmitJobRequest
 from schemas.retraining import RetrainingPolicyRequest
 from schemas.sweeps import SweepRequest
@@ -110,6 +111,8 @@ def body_for(route: Route, caller: Caller, call: Api) -> Any:
         return None
     builders: dict[type[BaseModel], Callable[[], dict[str, Any]]] = {
         SubmitJobRequest: lambda: request_body(name="walk-job"),
+        BudgetSpec: lambda: {"name": "walk-budget", "scope": {"kind": "principal", "value": caller.principal}, "amount_usd": 1},
+        BudgetPatch: lambda: {"amount_usd": 2},
         RetrainingPolicyRequest: lambda: policy_body(name="walk-policy"),
         SweepRequest: lambda: sweep_body(maxTrials=2, maxParallelTrials=1),
         # a public address literal: the URL guard resolves nothing (no DNS in tests)
