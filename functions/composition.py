@@ -50,6 +50,9 @@ if TYPE_CHECKING:
     from functions.service.webhooks import WebhookService
     from functions.settings import Settings
 
+# Who resumes the jobs a budget paused (raised, deleted, or a new period): the control plane itself, as an admin.
+BUDGETS_ACTOR = "trainplane:budgets"
+
 # The cloud launchers, by the `launcher` name stored in a job's run_handle (cloud_launchers below).
 CLOUD_LAUNCHER_NAMES = frozenset({"sagemaker", "ec2"})
 
@@ -499,7 +502,7 @@ class Composition:
             from functions.service.budgets import BudgetService, resumer
             from functions.service.principal import Principal
 
-            system = Principal(arn="trainplane:budgets", is_admin=True)
+            system = Principal(arn=BUDGETS_ACTOR, is_admin=True)
             resume = resumer(self.repository, lambda job_id: self.jobs.resume(job_id, system))
             directory = self.team_directory
             return BudgetService(self.budget_repository, lambda arn: directory.team_of(arn).name, resume, **self._clock_kw())
@@ -511,9 +514,19 @@ class Composition:
         """The budgets' tick (the events function's schedule, local mode's reconciler loop)."""
 
         def build() -> BudgetMeter:
-            from functions.service.budgets import BudgetMeter
+            from functions.service.budgets import BudgetMeter, resumer
+            from functions.service.principal import Principal
 
-            return BudgetMeter(self.budget_repository, self.repository, self.workflow, dashboard_url=self.settings.dashboard_url, **self._clock_kw())
+            system = Principal(arn=BUDGETS_ACTOR, is_admin=True)
+            resume = resumer(self.repository, lambda job_id: self.jobs.resume(job_id, system))
+            return BudgetMeter(
+                self.budget_repository,
+                self.repository,
+                self.workflow,
+                dashboard_url=self.settings.dashboard_url,
+                resume=resume,
+                **self._clock_kw(),
+            )
 
         return self._once("_budget_meter", build)
 

@@ -150,7 +150,15 @@ class BudgetThresholdCrossed(EventDetail):
 
 MODELS: dict[str, type[EventDetail]] = {
     m.__name__: m
-    for m in (JobStateChange, CheckpointSaved, SweepStateChange, RetrainingPolicyStateChange, WebhookDisabled, JobReclaimed, BudgetThresholdCrossed)
+    for m in (
+        JobStateChange,
+        CheckpointSaved,
+        SweepStateChange,
+        RetrainingPolicyStateChange,
+        WebhookDisabled,
+        JobReclaimed,
+        BudgetThresholdCrossed,
+    )
 }
 
 

@@ -29,8 +29,8 @@ from schemas.shapes import TrainingShapeList, TrainingShapeProfile
 from schemas.status import JobStatus
 from trainplane import endpoint as endpoint_mod
 from trainplane.client import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_SECONDS, DEFAULT_UNTIL
-from trainplane.client_sweeps import AsyncSweepMethods
 from trainplane.client_budgets import AsyncBudgetMethods
+from trainplane.client_sweeps import AsyncSweepMethods
 from trainplane.client_teams import AsyncTeamMethods
 from trainplane.client_webhooks import AsyncWebhookMethods
 from trainplane.errors import ConnectionFailed

@@ -189,7 +189,9 @@ def submit(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="With --wait: print the trainer's log lines as they come.")] = False,
     idempotency_key: Annotated[str | None, typer.Option(help="A repeat with the same key returns the same job.")] = None,
     timeout: Annotated[float | None, typer.Option(help="With --wait: give up after this many seconds.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and print the forecast (price, duration, budgets); create nothing.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Validate and print the forecast (price, duration, budgets); create nothing.")
+    ] = False,
 ) -> None:
     """Submit a job."""
     o = _opts(ctx)
@@ -597,8 +599,8 @@ from trainplane.cli_doctor import doctor  # noqa: E402 (it builds on the helpers
 
 app.command()(doctor)
 
-from trainplane.cli_webhooks import webhooks_app  # noqa: E402 (it builds on the helpers above)
 from trainplane.cli_budgets import budgets_app  # noqa: E402 (it builds on the helpers above)
+from trainplane.cli_webhooks import webhooks_app  # noqa: E402 (it builds on the helpers above)
 
 app.add_typer(webhooks_app, name="webhooks")
 app.add_typer(budgets_app, name="budgets")

@@ -31,7 +31,15 @@ WEBHOOK_DISABLED = EventType("Trainplane Webhook Disabled", "webhook.disabled", 
 JOB_RECLAIMED = EventType("Trainplane Job Reclaimed", "job.reclaimed", "JobReclaimed")
 BUDGET_THRESHOLD = EventType("Trainplane Budget Threshold Crossed", "budget.threshold_crossed", "BudgetThresholdCrossed")
 
-ALL: tuple[EventType, ...] = (JOB_STATE_CHANGE, CHECKPOINT_SAVED, SWEEP_STATE_CHANGE, POLICY_STATE_CHANGE, WEBHOOK_DISABLED, JOB_RECLAIMED, BUDGET_THRESHOLD)
+ALL: tuple[EventType, ...] = (
+    JOB_STATE_CHANGE,
+    CHECKPOINT_SAVED,
+    SWEEP_STATE_CHANGE,
+    POLICY_STATE_CHANGE,
+    WEBHOOK_DISABLED,
+    JOB_RECLAIMED,
+    BUDGET_THRESHOLD,
+)
 BY_DETAIL_TYPE: dict[str, EventType] = {t.detail_type: t for t in ALL}
 
 # What an event is about: the `subject` attribute of outbox items and the event id's namespace.

@@ -75,7 +75,10 @@ add_collection(
     names=("budget", "budgets"),
     models=(BudgetView, None),
     id_type=BudgetId,
-    summaries={"get": "A budget: its spend this period, reservations and what is left", "delete": "Delete a budget (its paused jobs resume)"},
+    summaries={
+        "get": "A budget: its spend this period, reservations and what is left",
+        "delete": "Delete a budget (its paused jobs resume)",
+    },
     tags=TAGS,
     delete_errors=(404, 422),
 )

@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol
 
+from functions.catalog.gpu_types import gpu_type_of, units_of
 from functions.errors import AdminOnly, BudgetChanged, BudgetNotFound, ConcurrentModification, DomainError, IllegalTransition, JobNotFound
 from functions.service import budget_meter as meter
 from functions.service.ports import JobQuery, JobRepository, RunStopper
 from functions.service.principal import Principal
-from functions.catalog.gpu_types import gpu_type_of, units_of
 from schemas.budgets import (
     Budget,
     BudgetLeft,
@@ -123,7 +123,9 @@ class BudgetService:
 
     def create(self, spec: BudgetSpec, principal: Principal) -> BudgetView:
         if not (principal.is_admin or self._own_scope(spec.scope, principal)):
-            raise AdminOnly("only admins may budget a label, the deployment, another principal or another team; budget yourself or your own team")
+            raise AdminOnly(
+                "only admins may budget a label, the deployment, another principal or another team; budget yourself or your own team"
+            )
         now = self.clock()
         budget = Budget(
             budget_id=self.ids(),
@@ -241,7 +243,8 @@ def _refusal(budget: Budget, job: Job, amount: float) -> Hold | None:
     if budget.left_usd < amount:
         return Hold(
             budget.budget_id,
-            f"{BUDGET_REASON}: the job's forecast {amount:.4f} USD exceeds what budget {budget.name!r} has left ({budget.left_usd:.4f} USD)",
+            f"{BUDGET_REASON}: the job's forecast {amount:.4f} USD exceeds what budget {budget.name!r} has left "
+            f"({budget.left_usd:.4f} USD)",
         )
     return None
 
@@ -340,12 +343,14 @@ class BudgetMeter:
         stopper: RunStopper | None,
         clock: Callable[[], datetime] = _utcnow,
         dashboard_url: str | None = None,
+        resume: Callable[[list[str]], list[str]] | None = None,
     ) -> None:
         self.repository = repository
         self.jobs = jobs
         self.stopper = stopper
         self.clock = clock
         self.dashboard_url = dashboard_url
+        self.resume = resume
 
     def running(self) -> list[Job]:
         out: list[Job] = []
@@ -366,7 +371,7 @@ class BudgetMeter:
             result.budgets += 1
             for _ in range(_ATTEMPTS):
                 try:
-                    events, to_pause = self._meter_one(budget, running, now)
+                    events, to_pause, resumable = self._meter_one(budget, running, now)
                     break
                 except BudgetChanged:
                     budget = self.repository.get(budget.budget_id)
@@ -374,14 +379,19 @@ class BudgetMeter:
                 continue
             assert result.events is not None and result.paused is not None
             result.events.extend(events)
+            if resumable and self.resume is not None:
+                self.resume(resumable)  # a new period: what the last one paused runs again
             for job in to_pause:
                 if self._pause(job, budget):
                     result.paused.append(job.job_id)
         result.jobs = len(running)
         return result
 
-    def _meter_one(self, stored: Budget, running: list[Job], now: datetime) -> tuple[list[BudgetThresholdCrossed], list[Job]]:
+    def _meter_one(self, stored: Budget, running: list[Job], now: datetime) -> tuple[list[BudgetThresholdCrossed], list[Job], list[str]]:
         budget = rolled(stored, now)
+        resumable: list[str] = []
+        if budget.period_start != stored.period_start and self.resume is not None:
+            resumable, budget = list(budget.paused_jobs), budget.model_copy(update={"paused_jobs": []})
         charges = dict(budget.charges)
         reservations = dict(budget.reservations)
         live = {j.job_id: j for j in running if meter.covers(budget.scope, j) and meter.in_period(budget, j)}
@@ -432,7 +442,7 @@ class BudgetMeter:
         )
         if updated != stored:
             self.repository.put(updated, stored.version, events)
-        return events, to_pause
+        return events, to_pause, resumable
 
     def _event(
         self, budget: Budget, percent: float, action: ThresholdAction, spent: float, sequence: int, now: datetime, paused: list[str]

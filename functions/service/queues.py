@@ -87,7 +87,9 @@ class QueueView:
     def _wait(self, job: Job) -> QueuedWait:
         from functions.service.scheduler import Scheduler  # on first use: not in the API Lambda's cold start
 
-        scheduler = Scheduler(self.repository, self.ledger, self.capacity, _NoTokens(), _NoStops(), teams=self.teams, admission=self.admission)
+        scheduler = Scheduler(
+            self.repository, self.ledger, self.capacity, _NoTokens(), _NoStops(), teams=self.teams, admission=self.admission
+        )
         position, eta, reason = scheduler.explain(job, default_runtime_seconds=self.default_runtime_seconds)
         return QueuedWait(job_id=job.job_id, position=position, estimated_wait_seconds=eta, wait_reason=reason)
 

@@ -49,4 +49,11 @@ class InMemoryBudgetRepository:
 def budget(budget_id: str, at: datetime, **spec: Any) -> Budget:
     """A stored budget as BudgetService.create makes it: budget("b1", T0, amount_usd=1, scope={"kind": "deployment"})."""
     given = BudgetSpec.model_validate({"name": budget_id, "period": "lifetime", **spec})
-    return Budget(budget_id=budget_id, **given.model_dump(), created_by="arn:aws:iam::123456789012:user/admin", created_at=at, updated_at=at, period_start=at)
+    return Budget(
+        budget_id=budget_id,
+        **given.model_dump(),
+        created_by="arn:aws:iam::123456789012:user/admin",
+        created_at=at,
+        updated_at=at,
+        period_start=at,
+    )

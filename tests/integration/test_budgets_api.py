@@ -58,7 +58,12 @@ def test_who_may_budget_what_and_no_one_sees_anothers_budget(call: Api) -> None:
     assert mine.body["left_usd"] == 1.0 and mine.body["spent_usd"] == 0.0
 
     # Then: a non-admin may not budget another principal, a label, the deployment or another team
-    for scope in ({"kind": "principal", "value": BOB}, {"kind": "label", "value": "a=b"}, {"kind": "deployment"}, {"kind": "team", "value": "x"}):
+    for scope in (
+        {"kind": "principal", "value": BOB},
+        {"kind": "label", "value": "a=b"},
+        {"kind": "deployment"},
+        {"kind": "team", "value": "x"},
+    ):
         assert _create(call, ALICE_CALLER, scope=scope).status == 403
 
     # Each sees its own, its team's and the deployment's; Bob (also in default) never sees Alice's own

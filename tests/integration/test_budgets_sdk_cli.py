@@ -100,7 +100,9 @@ def test_the_cli_creates_lists_raises_and_dry_runs(url: str, tmp_path: Path, mon
     doc = tmp_path / "budget.json"
     doc.write_text(json.dumps({"name": "everyone", "scope": {"kind": "deployment"}, "amount_usd": 5, "period": "lifetime"}))
     job = tmp_path / "job.json"
-    job.write_text(json.dumps(request_body(resource_config={"gpu_count": 2, "gpu_type": "H100"}, scheduling_config={"max_runtime_seconds": 600})))
+    job.write_text(
+        json.dumps(request_body(resource_config={"gpu_count": 2, "gpu_type": "H100"}, scheduling_config={"max_runtime_seconds": 600}))
+    )
 
     def invoke(*args: str) -> Any:
         return runner.invoke(app, list(args), env={"COLUMNS": "250"}, catch_exceptions=False)

@@ -177,3 +177,28 @@ def test_the_forecast_is_the_jobs_cap_or_the_documented_prior() -> None:
     assert guess.high_usd == pytest.approx(2 * H100 / 4) and meter.reservation_usd(capped) == pytest.approx(2 * H100 / 4)
     prior = meter.forecast(make_job(request={"resource_config": {"gpu_count": 1, "gpu_type": "H100"}}))
     assert (prior.basis, prior.low_seconds, prior.seconds, prior.high_seconds) == ("prior", 1800.0, 3600.0, 14400.0)
+
+
+def test_a_new_period_resumes_what_the_last_one_paused() -> None:
+    # Given: a monthly budget on Alice that paused her job in January
+    w = BudgetWorld()
+    w.budgets.create(budget("b1", T0, amount_usd=0.2, scope={"kind": "principal", "value": ALICE}, period="monthly"))
+    job = w.gpu_job(1, runtime=60)
+    w.scheduler.run_pass()
+    w.train(job)
+    w.clock.at += timedelta(minutes=5)
+    assert w.meter.tick().paused == [job.job_id]
+    w.stop(job.job_id)
+    resumed: list[str] = []
+    w.meter.resume = resumer(w.repo, resumed.append)
+    w.meter.tick()
+    assert resumed == [] and w.budgets.get("b1").paused_jobs == [job.job_id]  # still January: it stays paused
+
+    # When: the first tick of February
+    w.clock.at = datetime(2026, 2, 1, 0, 0, 30, tzinfo=T0.tzinfo)
+    w.meter.tick()
+
+    # Then: it resumes, and the new period starts with nothing spent or crossed
+    stored = w.budgets.get("b1")
+    assert resumed == [job.job_id] and stored.paused_jobs == [] and stored.crossed == []
+    assert stored.period_start == datetime(2026, 2, 1, tzinfo=T0.tzinfo) and stored.spent_usd == 0.0
