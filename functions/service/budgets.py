@@ -325,6 +325,25 @@ class BudgetGate:
                 continue
 
 
+class _RunningIndex:
+    """The running jobs by team and by owner, so that a budget's tick looks only at the jobs it may cover."""
+
+    def __init__(self, running: list[Job]) -> None:
+        self.all = running
+        self.by_team: dict[str | None, list[Job]] = {}
+        self.by_owner: dict[str, list[Job]] = {}
+        for job in running:
+            self.by_team.setdefault(job.team, []).append(job)
+            self.by_owner.setdefault(job.owner, []).append(job)
+
+    def candidates(self, scope: BudgetScope) -> list[Job]:
+        if scope.kind == ScopeKind.TEAM:
+            return self.by_team.get(scope.value, [])
+        if scope.kind == ScopeKind.PRINCIPAL:
+            return self.by_owner.get(scope.value or "", [])
+        return self.all
+
+
 @dataclass
 class TickResult:
     budgets: int = 0
@@ -366,12 +385,15 @@ class BudgetMeter:
     def tick(self) -> TickResult:
         now = self.clock()
         running = self.running()
+        # Each running job's cost once per tick, whatever the number of budgets covering it.
+        costs = {j.job_id: round(meter.accrued_usd(j, now), 6) for j in running}
+        index = _RunningIndex(running)
         result = TickResult(events=[], paused=[])
         for budget in self.repository.list():
             result.budgets += 1
             for _ in range(_ATTEMPTS):
                 try:
-                    events, to_pause, resumable = self._meter_one(budget, running, now)
+                    events, to_pause, resumable = self._meter_one(budget, index.candidates(budget.scope), costs, now)
                     break
                 except BudgetChanged:
                     budget = self.repository.get(budget.budget_id)
@@ -387,7 +409,9 @@ class BudgetMeter:
         result.jobs = len(running)
         return result
 
-    def _meter_one(self, stored: Budget, running: list[Job], now: datetime) -> tuple[list[BudgetThresholdCrossed], list[Job], list[str]]:
+    def _meter_one(
+        self, stored: Budget, running: list[Job], costs: dict[str, float], now: datetime
+    ) -> tuple[list[BudgetThresholdCrossed], list[Job], list[str]]:
         budget = rolled(stored, now)
         resumable: list[str] = []
         if budget.period_start != stored.period_start and self.resume is not None:
@@ -410,7 +434,7 @@ class BudgetMeter:
             if job.status != JobStatus.QUEUED and job.status not in {JobStatus.PENDING}:
                 reservations.pop(job_id, None)  # ended or paused: nothing more to reserve for this run
         for job_id, job in live.items():
-            charges[job_id] = round(meter.accrued_usd(job, now), 6)
+            charges[job_id] = costs[job_id] if job_id in costs else round(meter.accrued_usd(job, now), 6)
             if job_id in reservations:
                 reservations[job_id] = round(max(reservations[job_id] - charges[job_id], 0.0), 6)
         spent = sum(charges.values())
