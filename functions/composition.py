@@ -505,7 +505,8 @@ class Composition:
             system = Principal(arn=BUDGETS_ACTOR, is_admin=True)
             resume = resumer(self.repository, lambda job_id: self.jobs.resume(job_id, system))
             directory = self.team_directory
-            return BudgetService(self.budget_repository, lambda arn: directory.team_of(arn).name, resume, **self._clock_kw())
+            team_of = lambda arn: directory.team_of(arn).name  # noqa: E731
+            return BudgetService(self.budget_repository, team_of, resume, jobs=self.repository, **self._clock_kw())
 
         return self._once("_budgets", build)
 

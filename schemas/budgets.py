@@ -169,6 +169,7 @@ class Budget(BaseModel):
     reservations: dict[str, float] = Field(default_factory=dict, description="Admitted jobs' forecast USD not yet metered.")
     crossed: list[float] = Field(default_factory=list, description="Threshold percents crossed this period (each fires once).")
     paused_jobs: list[str] = Field(default_factory=list, description="Jobs this budget paused, resumed when it is raised.")
+    overrides: dict[str, str] = Field(default_factory=dict, description="Jobs an admin let run over this budget, with the reason.")
     metered_at: datetime | None = None
     event_seq: int = 0
 
@@ -207,6 +208,7 @@ class BudgetView(BaseModel):
     percent_used: float
     crossed: list[float]
     paused_jobs: list[str]
+    overrides: dict[str, str] = Field(default_factory=dict, description="Jobs an admin let run over this budget, with the reason.")
     metered_at: datetime | None = None
 
     @classmethod
@@ -220,6 +222,15 @@ class BudgetView(BaseModel):
             left_usd=budget.left_usd,
             percent_used=round(used, 3),
         )
+
+
+class OverrideRequest(Strict):
+    """POST /budgets/{id}/resume (admins): let one job run over the budget, for a stated reason."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    job_id: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    reason: str = Field(min_length=1, max_length=1024, description="Why it may run over budget (recorded in the event).")
 
 
 class BudgetList(BaseModel):

@@ -148,6 +148,17 @@ class BudgetThresholdCrossed(EventDetail):
     paused_job_ids: list[str] = Field(default_factory=list, description="pause_running: the jobs asked to pause.")
 
 
+class BudgetOverride(EventDetail):
+    """An admin let one job run over a budget (issue 25.4): the job resumes (or is admitted) and that budget
+    neither holds nor pauses it again this period. `reason` is the admin's; `actor` the admin's ARN."""
+
+    budget_id: str
+    budget_name: str
+    job_id: str
+    amount_usd: float
+    spent_usd: float
+
+
 MODELS: dict[str, type[EventDetail]] = {
     m.__name__: m
     for m in (
@@ -158,6 +169,7 @@ MODELS: dict[str, type[EventDetail]] = {
         WebhookDisabled,
         JobReclaimed,
         BudgetThresholdCrossed,
+        BudgetOverride,
     )
 }
 

@@ -5,6 +5,7 @@ trainplane budgets list
 trainplane budgets get BUDGET_ID
 trainplane budgets raise BUDGET_ID 800     # resumes the jobs it paused
 trainplane budgets delete BUDGET_ID
+trainplane budgets override BUDGET_ID JOB_ID --reason "..."   # admins: one job over budget
 trainplane jobs submit job.yaml --dry-run  # the forecast; nothing is created
 """
 
@@ -98,6 +99,19 @@ def delete_budget(ctx: typer.Context, budget_id: str) -> None:
     """Delete a budget (its paused jobs resume)."""
     _opts(ctx).client().delete_budget(budget_id)
     out.print(f"budget {budget_id} deleted")
+
+
+@budgets_app.command("override")
+@handles_api_errors
+def override_budget(
+    ctx: typer.Context,
+    budget_id: str,
+    job_id: str,
+    reason: Annotated[str, typer.Option(help="Why the job may run over the budget (recorded in the event).")],
+) -> None:
+    """Let one job run over the budget (admins): it resumes; a budget.override event records who and why."""
+    o = _opts(ctx)
+    _print_budget(o, o.client().override_budget(budget_id, job_id, reason), f"job {job_id} may run over")
 
 
 def print_forecast(o: Options, forecast: Forecast) -> None:

@@ -54,6 +54,12 @@ def delete_budget(api: Requester, budget_id: str) -> Steps[None]:
     yield from api._request("DELETE", budget_path(budget_id))
 
 
+def override_budget(api: Requester, budget_id: str, job_id: str, reason: str) -> Steps[BudgetView]:
+    """Admins: let one job run over the budget, for a reason (it resumes; a budget.override event records it)."""
+    body = {"job_id": job_id, "reason": reason}
+    return BudgetView.model_validate((yield from api._request("POST", budget_path(budget_id) + "/resume", body=body)))
+
+
 def forecast(api: Requester, request: JobRequest) -> Steps[Forecast]:
     """POST /jobs?dry_run=true: the same checks as a submit (the same errors), then the forecast; nothing is created."""
     return Forecast.model_validate((yield from api._request("POST", "/jobs", body=request_body(request), params={"dry_run": "true"})))
@@ -68,6 +74,7 @@ class BudgetMethods:
     update_budget = synced(update_budget)
     raise_budget = synced(raise_budget)
     delete_budget = synced(delete_budget)
+    override_budget = synced(override_budget)
     forecast = synced(forecast)
 
 
@@ -80,4 +87,5 @@ class AsyncBudgetMethods:
     update_budget = asynced(update_budget)
     raise_budget = asynced(raise_budget)
     delete_budget = asynced(delete_budget)
+    override_budget = asynced(override_budget)
     forecast = asynced(forecast)

@@ -18,7 +18,7 @@ from functions.adapters.aws import AwsClients
 from functions.catalog import own_events as et
 from functions.errors import BudgetChanged, BudgetNotFound
 from schemas.budgets import Budget
-from schemas.events import BudgetThresholdCrossed
+from schemas.events import BudgetOverride, BudgetThresholdCrossed
 
 _PK = "BUDGETS"
 _PREFIX = "BUDGET#"
@@ -70,7 +70,7 @@ class DynamoBudgetRepository:
             ExpressionAttributeNames={"#pk": constants.PK},
         )
 
-    def put(self, budget: Budget, expected_version: int, events: Iterable[BudgetThresholdCrossed] = ()) -> Budget:
+    def put(self, budget: Budget, expected_version: int, events: Iterable[BudgetThresholdCrossed | BudgetOverride] = ()) -> Budget:
         stored = budget.model_copy(update={"version": expected_version + 1})
         put = {
             "TableName": self.table,
@@ -80,8 +80,7 @@ class DynamoBudgetRepository:
             "ExpressionAttributeValues": {":v": {"N": str(expected_version)}},
         }
         writes = [{"Put": put}] + [
-            {"Put": {"TableName": self.table, "Item": outbox.outbox_item(et.BUDGET_THRESHOLD, et.SUBJECT_BUDGET, budget.budget_id, e)}}
-            for e in events
+            {"Put": {"TableName": self.table, "Item": outbox.outbox_item(_kind(e), et.SUBJECT_BUDGET, budget.budget_id, e)}} for e in events
         ]
         try:
             if len(writes) == 1:
@@ -100,3 +99,7 @@ class DynamoBudgetRepository:
     def delete(self, budget_id: str) -> bool:
         reply = self._ddb.delete_item(TableName=self.table, Key=self._key(budget_id), ReturnValues="ALL_OLD")
         return "Attributes" in reply
+
+
+def _kind(event: BudgetThresholdCrossed | BudgetOverride) -> et.EventType:
+    return et.BUDGET_OVERRIDE if isinstance(event, BudgetOverride) else et.BUDGET_THRESHOLD

@@ -30,6 +30,7 @@ POLICY_STATE_CHANGE = EventType("Trainplane Retraining Policy State Change", "po
 WEBHOOK_DISABLED = EventType("Trainplane Webhook Disabled", "webhook.disabled", "WebhookDisabled")
 JOB_RECLAIMED = EventType("Trainplane Job Reclaimed", "job.reclaimed", "JobReclaimed")
 BUDGET_THRESHOLD = EventType("Trainplane Budget Threshold Crossed", "budget.threshold_crossed", "BudgetThresholdCrossed")
+BUDGET_OVERRIDE = EventType("Trainplane Budget Override", "budget.override", "BudgetOverride")
 
 ALL: tuple[EventType, ...] = (
     JOB_STATE_CHANGE,
@@ -39,6 +40,7 @@ ALL: tuple[EventType, ...] = (
     WEBHOOK_DISABLED,
     JOB_RECLAIMED,
     BUDGET_THRESHOLD,
+    BUDGET_OVERRIDE,
 )
 BY_DETAIL_TYPE: dict[str, EventType] = {t.detail_type: t for t in ALL}
 

@@ -17,7 +17,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 from functions import composition, constants
 from functions.handlers.collection import add_collection
 from functions.handlers.errors import BODY_ERRORS, ResourceRules
-from schemas.budgets import BudgetList, BudgetPatch, BudgetSpec, BudgetView
+from schemas.budgets import BudgetList, BudgetPatch, BudgetSpec, BudgetView, OverrideRequest
 
 router = Router()
 logger = Logger(service=constants.SERVICE_NAME, child=True)
@@ -66,6 +66,16 @@ def list_budgets() -> BudgetList:
 )
 def patch_budget(budget_id: BudgetId, body: Annotated[BudgetPatch, Body()]) -> BudgetView:
     return composition.budget_service().patch(budget_id, body, rules.principal(budget_id))
+
+
+@router.post(
+    "/budgets/<budget_id>/resume",
+    summary="Let one job run over the budget, for a reason (admins): it resumes, and a budget.override event records it",
+    responses=rules.responses(200, "The budget, with the job among its overrides", *BODY_ERRORS, 404, 409, 422),
+    tags=TAGS,
+)
+def override_budget(budget_id: BudgetId, body: Annotated[OverrideRequest, Body()]) -> BudgetView:
+    return composition.budget_service().override(budget_id, body, rules.principal(budget_id))
 
 
 add_collection(

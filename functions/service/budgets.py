@@ -24,7 +24,16 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from functions.catalog.gpu_types import gpu_type_of, units_of
-from functions.errors import AdminOnly, BudgetChanged, BudgetNotFound, ConcurrentModification, DomainError, IllegalTransition, JobNotFound
+from functions.errors import (
+    AdminOnly,
+    BudgetChanged,
+    BudgetNotFound,
+    ConcurrentModification,
+    DomainError,
+    IllegalTransition,
+    InvalidRequest,
+    JobNotFound,
+)
 from functions.service import budget_meter as meter
 from functions.service.ports import JobQuery, JobRepository, RunStopper
 from functions.service.principal import Principal
@@ -37,10 +46,11 @@ from schemas.budgets import (
     BudgetSpec,
     BudgetView,
     Forecast,
+    OverrideRequest,
     ScopeKind,
     ThresholdAction,
 )
-from schemas.events import BudgetThresholdCrossed, event_id
+from schemas.events import BudgetOverride, BudgetThresholdCrossed, event_id
 from schemas.job import Job, PendingAction
 from schemas.status import PAUSABLE, RUNNING, JobStatus
 
@@ -61,7 +71,7 @@ class BudgetRepository(Protocol):
 
     def create(self, budget: Budget) -> None: ...
 
-    def put(self, budget: Budget, expected_version: int, events: Iterable[BudgetThresholdCrossed] = ()) -> Budget:
+    def put(self, budget: Budget, expected_version: int, events: Iterable[BudgetThresholdCrossed | BudgetOverride] = ()) -> Budget:
         """Store `budget` as version expected + 1, its events in the same transaction; BudgetChanged when the
         stored version is not `expected_version`."""
 
@@ -90,7 +100,7 @@ def rolled(budget: Budget, now: datetime) -> Budget:
     start = meter.period_start(budget.period, now, budget.created_at, budget.starts_at)
     if start <= budget.period_start:
         return budget
-    return budget.model_copy(update={"period_start": start, "charges": {}, "crossed": []})
+    return budget.model_copy(update={"period_start": start, "charges": {}, "crossed": [], "overrides": {}})
 
 
 class BudgetService:
@@ -103,10 +113,12 @@ class BudgetService:
         resume: Callable[[list[str]], list[str]],
         clock: Callable[[], datetime] = _utcnow,
         ids: Callable[[], str] = lambda: f"bgt-{uuid.uuid4().hex[:16]}",
+        jobs: JobRepository | None = None,
     ) -> None:
         self.repository = repository
         self.team_of = team_of
         self.resume = resume
+        self.jobs = jobs
         self.clock = clock
         self.ids = ids
 
@@ -218,6 +230,49 @@ class BudgetService:
             return BudgetView.of(stored)
         raise BudgetChanged(budget_id, "it kept changing")
 
+    def override(self, budget_id: str, request: OverrideRequest, principal: Principal) -> BudgetView:
+        """An admin lets one covered job run over the budget, for a reason: a `budget.override` event in the same
+        write, the job leaves the budget's paused list and resumes if PAUSED; the budget no longer holds or
+        pauses it this period."""
+        if not principal.is_admin:
+            raise AdminOnly("only the deployment's admins may let a job run over a budget")
+        assert self.jobs is not None
+        for _ in range(_ATTEMPTS):
+            budget = rolled(self.repository.get(budget_id), self.clock())
+            job = self.jobs.get(request.job_id)
+            if not (meter.covers(budget.scope, job) and meter.in_period(budget, job)):
+                raise InvalidRequest("job_id", f"job {job.job_id} is not covered by budget {budget.name!r} this period")
+            sequence = budget.event_seq + 1
+            event = BudgetOverride(
+                event_id=event_id("budget", budget.budget_id, sequence),
+                sequence=sequence,
+                at=self.clock(),
+                owner=budget.created_by,
+                actor=principal.arn,
+                reason=request.reason,
+                budget_id=budget.budget_id,
+                budget_name=budget.name,
+                job_id=job.job_id,
+                amount_usd=budget.amount_usd,
+                spent_usd=budget.spent_usd,
+            )
+            updated = budget.model_copy(
+                update={
+                    "overrides": {**budget.overrides, job.job_id: request.reason},
+                    "paused_jobs": [j for j in budget.paused_jobs if j != job.job_id],
+                    "event_seq": sequence,
+                    "updated_at": self.clock(),
+                }
+            )
+            try:
+                stored = self.repository.put(updated, budget.version, [event])
+            except BudgetChanged:
+                continue
+            if job.status == JobStatus.PAUSED:
+                self.resume([job.job_id])
+            return BudgetView.of(stored)
+        raise BudgetChanged(budget_id, "it kept changing")
+
     def delete(self, budget_id: str, principal: Principal) -> None:
         budget = self._read(budget_id, principal)
         self._may_change(budget, principal)
@@ -235,8 +290,8 @@ class Hold:
 
 def _refusal(budget: Budget, job: Job, amount: float) -> Hold | None:
     """Why `budget` holds the job: past a hold_new threshold, or the forecast does not fit what is left."""
-    if job.job_id in budget.reservations:
-        return None
+    if job.job_id in budget.reservations or job.job_id in budget.overrides:
+        return None  # already admitted, or an admin let it run over this budget
     spent = budget.spent_usd
     if _action_at(budget, ThresholdAction.HOLD_NEW, spent):
         return Hold(budget.budget_id, f"{BUDGET_REASON}: budget {budget.name!r} is at {spent:.4f} of {budget.amount_usd:.4f} USD")
@@ -444,7 +499,7 @@ class BudgetMeter:
         to_pause: list[Job] = []
         pausing = _action_at(budget, ThresholdAction.PAUSE_RUNNING, spent)
         if pausing:
-            to_pause = [j for j in live.values() if j.status in PAUSABLE and j.pending_action is None]
+            to_pause = [j for j in live.values() if j.status in PAUSABLE and j.pending_action is None and j.job_id not in budget.overrides]
         for threshold in budget.thresholds:
             at = budget.amount_usd * threshold.percent / 100.0
             if spent < at or threshold.percent in crossed:

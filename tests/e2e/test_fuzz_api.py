@@ -97,6 +97,8 @@ class Ids:
     others_sweeps: list[str] = field(default_factory=list)
     webhooks: list[str] = field(default_factory=list)
     others_webhooks: list[str] = field(default_factory=list)
+    budgets: list[str] = field(default_factory=list)
+    others_budgets: list[str] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)  # /train run ids (a job labelled train_run_id)
     others_runs: list[str] = field(default_factory=list)
     shapes: list[str] = field(default_factory=list)  # training shape names: the deployment's, for everyone
@@ -111,6 +113,8 @@ class Ids:
             return self.sweeps, self.others_sweeps
         if kind == "webhook_id":
             return self.webhooks, self.others_webhooks
+        if kind == "budget_id":
+            return self.budgets, self.others_budgets
         if kind == "run_id":
             return self.runs, self.others_runs
         if kind == "name":
@@ -199,6 +203,13 @@ def seed(plane: LocalPlane) -> Ids:
             assert plane.request("POST", f"/sweeps/{sweep_id}/cancel", principal=principal).status_code == 200
         return sweep_id
 
+    def create_budget(principal: str, scope: dict[str, str]) -> str:
+        # alice budgets her own team (default); admin a label, a budget alice may not see (404 to her)
+        body = {"name": f"fuzz-{principal}", "scope": scope, "amount_usd": 1000}
+        reply = plane.request("POST", "/budgets", json=body, principal=principal)
+        assert reply.status_code == 201, reply.text
+        return str(reply.json()["budget_id"])
+
     def create_webhook(principal: str) -> str:
         # a loopback receiver (local mode allows one) where nothing listens: deliveries fail, the routes work
         reply = plane.request("POST", "/webhooks", json={"url": "http://127.0.0.1:9/fuzz"}, principal=principal)
@@ -218,12 +229,15 @@ def seed(plane: LocalPlane) -> Ids:
     ids.others_sweeps.append(create_sweep("admin"))
     ids.webhooks.append(create_webhook("alice"))
     ids.others_webhooks.append(create_webhook("admin"))
-    ids.seeded.update(ids.jobs + ids.policies + ids.sweeps + ids.webhooks)
+    ids.budgets.append(create_budget("alice", {"kind": "team", "value": "default"}))
+    ids.others_budgets.append(create_budget("admin", {"kind": "label", "value": "project=fuzz"}))
+    ids.seeded.update(ids.jobs + ids.policies + ids.sweeps + ids.webhooks + ids.budgets)
     # One job, one policy and one (finished) sweep a DELETE may take even when the fuzzer created none of its own
     ids.jobs.append(expendable)
     ids.policies.append(create_policy("alice"))
     ids.sweeps.append(create_sweep("alice", cancelled=True))
     ids.webhooks.append(create_webhook("alice"))
+    ids.budgets.append(create_budget("alice", {"kind": "team", "value": "default"}))
     # A /train run of each principal's (GET /train/{run_id} finds the newest job labelled with it), and the shapes
     for principal, pool in (("alice", ids.runs), ("admin", ids.others_runs)):
         body = job_body(f"fuzz-run-{principal}", gpu_count=1)
@@ -317,7 +331,7 @@ _BY_ID = tuple(
     for m in ms
 )
 # Operations only admins may perform: alice (the fuzzer) is refused each with a 403, so no real object is reached.
-ADMIN_ONLY = ("PUT /teams/{team}", "DELETE /teams/{team}")
+ADMIN_ONLY = ("PUT /teams/{team}", "DELETE /teams/{team}", "POST /budgets/{budget_id}/resume")
 _TUNING = r"(hyperParameterTuningConfig|hyperparameter_tuning_config)(\..*)?"
 _ISSUE16_OPS = ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /train", "POST /sweeps")
 LEGITIMATE_REFUSALS = (
@@ -366,7 +380,12 @@ LEGITIMATE_REFUSALS = (
         r"|output_config.*",
     ),
     Refusal("the id names no object of the caller's: unknown, deleted, or another principal's", 404, _BY_ID),
-    Refusal("only the deployment's admins define and delete teams (docs/TEAMS.md); the fuzzer is alice", 403, ADMIN_ONLY),
+    Refusal(
+        "only the deployment's admins define and delete teams (docs/TEAMS.md) and let a job run over a budget"
+        " (docs/BUDGETS.md); the fuzzer is alice",
+        403,
+        ADMIN_ONLY,
+    ),
     Refusal(
         "a non-admin budgets only itself or its own team (docs/BUDGETS.md): a label, the deployment, another principal"
         " or another team is the admins'",
@@ -723,6 +742,8 @@ def remember_created(case: Any, response: Any, ids: Ids) -> None:
         ids.add("sweep_id", body["sweep_id"])
     elif case.path == "/webhooks" and "webhook_id" in body:
         ids.add("webhook_id", body["webhook_id"])
+    elif case.path == "/budgets" and "budget_id" in body:
+        ids.add("budget_id", body["budget_id"])
     elif "job_id" in body:
         ids.add("job_id", body["job_id"])
 

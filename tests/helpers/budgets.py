@@ -9,13 +9,13 @@ from typing import Any
 
 from functions.errors import BudgetChanged, BudgetNotFound
 from schemas.budgets import Budget, BudgetSpec
-from schemas.events import BudgetThresholdCrossed
+from schemas.events import BudgetOverride, BudgetThresholdCrossed
 
 
 class InMemoryBudgetRepository:
     def __init__(self) -> None:
         self.budgets: dict[str, Budget] = {}
-        self.events: list[BudgetThresholdCrossed] = []
+        self.events: list[BudgetThresholdCrossed | BudgetOverride] = []
         self._lock = threading.Lock()
 
     def get(self, budget_id: str) -> Budget:
@@ -31,7 +31,7 @@ class InMemoryBudgetRepository:
             assert budget.budget_id not in self.budgets
             self.budgets[budget.budget_id] = budget
 
-    def put(self, budget: Budget, expected_version: int, events: Iterable[BudgetThresholdCrossed] = ()) -> Budget:
+    def put(self, budget: Budget, expected_version: int, events: Iterable[BudgetThresholdCrossed | BudgetOverride] = ()) -> Budget:
         with self._lock:
             current = self.budgets.get(budget.budget_id)
             if current is None or current.version != expected_version:

@@ -8,8 +8,12 @@ from typing import Any
 import pytest
 
 from functions import composition
+from functions.adapters.outbox import DynamoOutbox
+from functions.catalog import own_events as et
 from functions.catalog.gpu_types import unit_hourly_usd
 from functions.service.ports import JobQuery
+from schemas.events import BudgetOverride
+from schemas.status import JobStatus
 from tests.fakes import RecordingWorkflow
 from tests.helpers.api_lambda import Api
 from tests.helpers.aws import fresh_resources
@@ -148,3 +152,31 @@ def test_a_dry_run_refuses_exactly_what_a_submit_refuses(call: Api, body: dict[s
 def test_an_unknown_query_parameter_on_submit_is_a_422(call: Api) -> None:
     reply = call.route("POST", "/jobs", caller=ALICE_CALLER, body=request_body(), query={"dryrun": "true"})
     assert reply.status == 422 and reply.body["errors"][0]["field"] == "dryrun"
+
+
+def test_an_admin_lets_one_paused_job_run_over_its_budget_with_a_reason(call: Api) -> None:
+    # Given: Alice's job, paused, and a budget on Alice (set by an admin)
+    job_id = call.submit()["job_id"]
+    call.move(job_id, JobStatus.QUEUED, JobStatus.SCHEDULING, JobStatus.PREPARING, JobStatus.TRAINING, JobStatus.PAUSED)
+    capped = _create(call, ADMIN_CALLER, scope={"kind": "principal", "value": ALICE}).body["budget_id"]
+    other = _create(call, ADMIN_CALLER, scope={"kind": "principal", "value": BOB}).body["budget_id"]
+    path = {"budget_id": capped}
+    body = {"job_id": job_id, "reason": "the paper deadline"}
+
+    # Then: Alice may not; a job the budget does not cover is a 422; an unknown job a 404
+    assert call.route("POST", "/budgets/{budget_id}/resume", path, caller=ALICE_CALLER, body=body).status == 403
+    uncovered = call.route("POST", "/budgets/{budget_id}/resume", {"budget_id": other}, caller=ADMIN_CALLER, body=body)
+    assert uncovered.status == 422 and uncovered.body["errors"][0]["field"] == "job_id"
+    missing = {"job_id": "job-missing", "reason": "x"}
+    assert call.route("POST", "/budgets/{budget_id}/resume", path, caller=ADMIN_CALLER, body=missing).status == 404
+
+    # When: the admin lets it run over the budget
+    reply = call.route("POST", "/budgets/{budget_id}/resume", path, caller=ADMIN_CALLER, body=body)
+
+    # Then: the job is resumed (QUEUED again, the same id), and an event records who and why
+    assert reply.status == 200 and reply.body["overrides"] == {job_id: "the paper deadline"}
+    assert composition.current().repository.get(job_id).status == JobStatus.QUEUED
+    outbox = DynamoOutbox(call.clients, call.settings.jobs_table).pending()
+    [record] = [r for r in outbox if r.detail_type == et.BUDGET_OVERRIDE.detail_type]
+    detail = BudgetOverride.model_validate_json(record.detail)
+    assert (detail.job_id, detail.reason, detail.actor, detail.budget_id) == (job_id, "the paper deadline", ADMIN, capped)

@@ -30,7 +30,16 @@ from trainplane.errors import AuthError, NotFound, ValidationFailed
 
 ADMIN = new_principal("budget-admin")
 BOB = new_principal("budget-bob")
-BUDGET_CALLS = ("create_budget", "list_budgets", "get_budget", "update_budget", "raise_budget", "delete_budget", "forecast")
+BUDGET_CALLS = (
+    "create_budget",
+    "list_budgets",
+    "get_budget",
+    "update_budget",
+    "raise_budget",
+    "delete_budget",
+    "override_budget",
+    "forecast",
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +81,8 @@ def test_the_sdk_creates_raises_and_deletes_budgets_and_forecasts(url: str) -> N
     capped = admin.create_budget({"name": "bob-admin", "scope": {"kind": "principal", "value": BOB.arn}, "amount_usd": 3})
     with pytest.raises(AuthError):
         bob.raise_budget(capped.budget_id, 30)
+    with pytest.raises(AuthError):
+        bob.override_budget(capped.budget_id, "job-x", "mine")
     assert bob.raise_budget(mine.budget_id, 4).amount_usd == 4
     assert {b.budget_id for b in bob.list_budgets()} == {mine.budget_id, capped.budget_id}
 
@@ -117,5 +128,7 @@ def test_the_cli_creates_lists_raises_and_dry_runs(url: str, tmp_path: Path, mon
     assert dry.exit_code == 0 and "dry run: nothing was created" in dry.output and "2 x H100" in dry.output, dry.output
     assert f"budget everyone ({budget_id}): 7.0000 USD left" in dry.output
     assert composition.current().repository.list_jobs(JobQuery(owner=None))[0] == []
+    missing = invoke("budgets", "override", budget_id, "job-missing", "--reason", "deadline")
+    assert missing.exit_code == 1 and "job job-missing not found" in missing.output, missing.output
     assert invoke("budgets", "delete", budget_id).exit_code == 0
     assert invoke("budgets", "get", budget_id).exit_code == 1

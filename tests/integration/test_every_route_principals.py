@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from functions import composition
 from functions.handlers import api
 from functions.service.paths import principal_key
-from schemas.budgets import BudgetPatch, BudgetSpec
+from schemas.budgets import BudgetPatch, BudgetSpec, OverrideRequest
 from schemas.job import SubmitJobRequest
 from schemas.retraining import RetrainingPolicyRequest
 from schemas.sweeps import SweepRequest
@@ -55,7 +55,7 @@ RUN_ID = "walk-run"  # every caller's /train run has the same id: one principal'
 SHARED_PARAMETERS = {"name", "team"}
 # Routes only the deployment's admins may call (none of the four callers is one): each answers them 403, and
 # they change nothing. tests/integration/test_teams_api.py walks them as an admin.
-ADMIN_ONLY = {("PUT", "/teams/{team}"), ("DELETE", "/teams/{team}")}
+ADMIN_ONLY = {("PUT", "/teams/{team}"), ("DELETE", "/teams/{team}"), ("POST", "/budgets/{budget_id}/resume")}
 
 
 @dataclass(frozen=True)
@@ -113,6 +113,7 @@ def body_for(route: Route, caller: Caller, call: Api) -> Any:
         SubmitJobRequest: lambda: request_body(name="walk-job"),
         BudgetSpec: lambda: {"name": "walk-budget", "scope": {"kind": "principal", "value": caller.principal}, "amount_usd": 1},
         BudgetPatch: lambda: {"amount_usd": 2},
+        OverrideRequest: lambda: {"job_id": "walk-job", "reason": "the walk"},
         RetrainingPolicyRequest: lambda: policy_body(name="walk-policy"),
         SweepRequest: lambda: sweep_body(maxTrials=2, maxParallelTrials=1),
         # a public address literal: the URL guard resolves nothing (no DNS in tests)
