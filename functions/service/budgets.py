@@ -234,6 +234,7 @@ class BudgetService:
         """An admin lets one covered job run over the budget, for a reason: a `budget.override` event in the same
         write, the job leaves the budget's paused list and resumes if PAUSED; the budget no longer holds or
         pauses it this period."""
+        self._read(budget_id, principal)  # another's budget is a 404, as on every route, before the 403
         if not principal.is_admin:
             raise AdminOnly("only the deployment's admins may let a job run over a budget")
         assert self.jobs is not None

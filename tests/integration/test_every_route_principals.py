@@ -267,9 +267,9 @@ def test_every_route_shows_each_caller_its_own_and_nothing_of_anyone_elses(call:
     # Then: nothing of anyone's changed
     assert {caller: world.listings(caller) for caller in CALLERS} == before
 
-    # And: the owner does reach its own through every such route (reads first, deletes last)
+    # And: the owner does reach its own through every such route but the admins' (reads first, deletes last)
     order = {"GET": 0, "PATCH": 1, "POST": 2, "DELETE": 3}
-    for route in sorted(named, key=lambda r: order[r.method]):
+    for route in sorted((r for r in named if (r.method, r.resource) not in ADMIN_ONLY), key=lambda r: order[r.method]):
         for caller in CALLERS:
             parameters = world.filling(route, caller)
             reply = call.route(route.method, route.resource, parameters, caller=caller, body=body_for(route, caller, call))
