@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from schemas.configs import Strict
 from schemas.teams import TEAM_NAME_PATTERN
 
+MIN_AMOUNT_USD = 0.01  # a cent: below it every ratio (percent used) loses its meaning
 MAX_AMOUNT_USD = 10_000_000.0
 _LABEL = re.compile(r"^[A-Za-z0-9_.:/-]{1,63}=[A-Za-z0-9_.:/@+-]{0,256}$")
 _ARN = re.compile(r"^arn:aws[a-z-]*:(iam|sts)::\d{12}:\S{1,900}$")
@@ -73,7 +74,7 @@ class BudgetScope(Strict):
 
 
 class Threshold(Strict):
-    percent: float = Field(gt=0, le=1000, description="Of the budget's amount: 80 means at 80% of it.")
+    percent: float = Field(ge=1, le=1000, description="Of the budget's amount: 80 means at 80% of it (1 to 1000).")
     action: ThresholdAction
 
 
@@ -101,7 +102,7 @@ class BudgetSpec(Strict):
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9 _.:-]*$")
     scope: BudgetScope
-    amount_usd: float = Field(gt=0, le=MAX_AMOUNT_USD)
+    amount_usd: float = Field(ge=MIN_AMOUNT_USD, le=MAX_AMOUNT_USD, description="USD, 0.01 to 10,000,000.")
     period: Period = Period.MONTHLY
     starts_at: datetime | None = Field(default=None, description="custom period only: its start (UTC)")
     ends_at: datetime | None = Field(default=None, description="custom period only: its end (UTC)")
@@ -131,7 +132,7 @@ class BudgetPatch(Strict):
 
     model_config = ConfigDict(defer_build=True)
 
-    amount_usd: float | None = Field(default=None, gt=0, le=MAX_AMOUNT_USD)
+    amount_usd: float | None = Field(default=None, ge=MIN_AMOUNT_USD, le=MAX_AMOUNT_USD, description="USD, 0.01 to 10,000,000.")
     thresholds: list[Threshold] | None = Field(default=None, min_length=1, max_length=16)
 
     @field_validator("thresholds")
@@ -170,6 +171,7 @@ class Budget(BaseModel):
     crossed: list[float] = Field(default_factory=list, description="Threshold percents crossed this period (each fires once).")
     paused_jobs: list[str] = Field(default_factory=list, description="Jobs this budget paused, resumed when it is raised.")
     overrides: dict[str, str] = Field(default_factory=dict, description="Jobs an admin let run over this budget, with the reason.")
+    metering: list[str] = Field(default_factory=list, description="The covered jobs that were running at the last tick.")
     metered_at: datetime | None = None
     event_seq: int = 0
 
@@ -213,7 +215,7 @@ class BudgetView(BaseModel):
 
     @classmethod
     def of(cls, budget: Budget) -> BudgetView:
-        data = budget.model_dump(exclude={"charges", "reservations", "event_seq"})
+        data = budget.model_dump(exclude={"charges", "reservations", "event_seq", "metering"})
         used = 100.0 * budget.spent_usd / budget.amount_usd
         return cls(
             **data,

@@ -475,8 +475,9 @@ class BudgetMeter:
         charges = dict(budget.charges)
         reservations = dict(budget.reservations)
         live = {j.job_id: j for j in running if meter.covers(budget.scope, j) and meter.in_period(budget, j)}
-        # Jobs charged or reserved that no longer run: their last figure from their record, then no reservation.
-        for job_id in (set(charges) | set(reservations)) - set(live):
+        # Jobs running at the last tick or reserved that no longer run: their final figure from their record (the
+        # run's cost is recorded before its end is decided), then no reservation. Ended jobs are not read again.
+        for job_id in (set(budget.metering) | set(reservations)) - set(live):
             try:
                 job = self.jobs.get(job_id)
             except JobNotFound:
@@ -517,6 +518,7 @@ class BudgetMeter:
                 "crossed": crossed,
                 "paused_jobs": paused_jobs,
                 "metered_at": now,
+                "metering": sorted(live),
                 "event_seq": sequence,
             }
         )

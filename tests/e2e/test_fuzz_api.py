@@ -326,7 +326,7 @@ _BY_ID = tuple(
         ("/sweeps/{sweep_id}", ("GET", "DELETE", "POST")),
         ("/webhooks/{webhook_id}", ("GET", "DELETE", "POST")),
         ("/teams/{team}", ("GET",)),
-        ("/budgets/{budget_id}", ("GET", "PATCH", "DELETE")),
+        ("/budgets/{budget_id}", ("GET", "PATCH", "DELETE", "POST")),
     )
     for m in ms
 )

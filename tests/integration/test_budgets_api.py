@@ -96,6 +96,8 @@ def test_who_may_budget_what_and_no_one_sees_anothers_budget(call: Api) -> None:
         ({"scope": {"kind": "deployment", "value": "x"}}, "scope"),
         ({"scope": {"kind": "label", "value": "no-equals"}}, "scope"),
         ({"amount_usd": 0}, "amount_usd"),
+        ({"amount_usd": 0.001}, "amount_usd"),
+        ({"thresholds": [{"percent": 0.5, "action": "notify"}]}, "thresholds.0.percent"),
         ({"period": "custom"}, "body"),
         ({"period": "monthly", "starts_at": "2026-01-01T00:00:00Z"}, "body"),
         ({"thresholds": [{"percent": 80, "action": "notify"}, {"percent": 80, "action": "notify"}]}, "thresholds"),
