@@ -440,12 +440,15 @@ class BudgetMeter:
 
     def tick(self) -> TickResult:
         now = self.clock()
+        result = TickResult(events=[], paused=[])
+        budgets = self.repository.list()
+        if not budgets:
+            return result  # a deployment without budgets reads no jobs for them
         running = self.running()
         # Each running job's cost once per tick, whatever the number of budgets covering it.
         costs = {j.job_id: round(meter.accrued_usd(j, now), 6) for j in running}
         index = _RunningIndex(running)
-        result = TickResult(events=[], paused=[])
-        for budget in self.repository.list():
+        for budget in budgets:
             result.budgets += 1
             for _ in range(_ATTEMPTS):
                 try:

@@ -202,3 +202,17 @@ def test_a_new_period_resumes_what_the_last_one_paused() -> None:
     stored = w.budgets.get("b1")
     assert resumed == [job.job_id] and stored.paused_jobs == [] and stored.crossed == []
     assert stored.period_start == datetime(2026, 2, 1, tzinfo=T0.tzinfo) and stored.spent_usd == 0.0
+
+
+def test_a_tick_without_budgets_reads_no_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    w = BudgetWorld()
+    job = w.gpu_job(1, runtime=60)
+    w.scheduler.run_pass()
+    w.train(job)
+
+    def never(*_: Any, **__: Any) -> Any:
+        raise AssertionError("the tick listed jobs for no budget")
+
+    monkeypatch.setattr(w.repo, "list_jobs", never)
+    result = w.meter.tick()
+    assert (result.budgets, result.jobs) == (0, 0)
