@@ -216,3 +216,32 @@ def test_a_tick_without_budgets_reads_no_jobs(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(w.repo, "list_jobs", never)
     result = w.meter.tick()
     assert (result.budgets, result.jobs) == (0, 0)
+
+
+def test_through_the_lifecycle_a_held_job_is_never_launched_and_a_raise_lets_it_run() -> None:
+    # Given: the lifecycle engine's tasks (tests/unit/test_statemachine_tasks.py) with the budgets' admission
+    from tests.unit.test_statemachine_tasks import EXEC
+    from tests.unit.test_statemachine_tasks import World as Engine
+
+    w = Engine()
+    budgets = InMemoryBudgetRepository()
+    budgets.create(budget("b1", T0, amount_usd=0.01, scope={"kind": "deployment"}))  # a CPU job's prior is 0.384 USD
+    w.scheduler.admission = BudgetGate(budgets, Clock(T0))
+    job = w.submit(max_steps=4)
+
+    # When: it is admitted and waits for capacity
+    assert w.svc.admit(job.job_id, EXEC) == {"next": "wait_capacity"}
+    assert w.svc.wait_capacity(job.job_id, EXEC, f"cap-{job.job_id}") == {"next": "waiting"}
+
+    # Then: held with reason BUDGET: never granted, so never launched (the launcher recorded no call)
+    assert w.tokens.answers == [] and w.launcher.launched == []
+    assert w.repo.get(job.job_id).status == S.QUEUED
+    assert w.scheduler.explain(w.repo.get(job.job_id))[2] == WaitReason.BUDGET
+
+    # When: the budget is raised and a pass runs; Then: it is granted and launched once
+    service = BudgetService(budgets, lambda arn: "default", lambda ids: ids, clock=Clock(T0))
+    service.patch("b1", BudgetPatch(amount_usd=1.0), Principal(ADMIN, is_admin=True))
+    w.scheduler.run_pass()
+    assert w.tokens.answers == [(f"cap-{job.job_id}", {"next": "go"})]
+    assert w.svc.prepare(job.job_id, EXEC) == {"next": "launch"}
+    assert w.svc.launch(job.job_id, EXEC)["next"] == "wait" and len(w.launcher.launched) == 1
