@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from functions.adapters.aws import AwsClients
     from functions.adapters.stepfunctions import StepFunctionsWorkflow
     from functions.adapters.sweeps import DynamoSweepRepository
+    from functions.service.budgets import BudgetGate, BudgetMeter, BudgetRepository, BudgetService
     from functions.service.cloud_events import CloudEventsService
     from functions.service.event_publisher import EventPublisher
     from functions.service.jobs import JobService
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
     from functions.service.webhook_delivery import DeliveryWorker
     from functions.service.webhooks import WebhookService
     from functions.settings import Settings
+
+# Who resumes the jobs a budget paused (raised, deleted, or a new period): the control plane itself, as an admin.
+BUDGETS_ACTOR = "trainplane:budgets"
 
 # The cloud launchers, by the `launcher` name stored in a job's run_handle (cloud_launchers below).
 CLOUD_LAUNCHER_NAMES = frozenset({"sagemaker", "ec2"})
@@ -301,7 +305,13 @@ class Composition:
             settings = self.settings
             workflow = self.engine
             scheduler = Scheduler(
-                self.repository, self.capacity_ledger, capacity_model(settings), workflow, workflow, teams=self.team_directory
+                self.repository,
+                self.capacity_ledger,
+                capacity_model(settings),
+                workflow,
+                workflow,
+                teams=self.team_directory,
+                admission=self.budget_gate,
             )
             config = LifecycleConfig(
                 bucket=settings.artifacts_bucket,
@@ -469,9 +479,71 @@ class Composition:
             from functions.service.queues import QueueView
             from functions.service.scheduler import capacity_model
 
-            return QueueView(self.repository, self.capacity_ledger, capacity_model(self.settings), teams=self.team_directory)
+            return QueueView(
+                self.repository, self.capacity_ledger, capacity_model(self.settings), teams=self.team_directory, admission=self.budget_gate
+            )
 
         return self._once("_queue_view", build)
+
+    @property
+    def budget_repository(self) -> BudgetRepository:
+        def build() -> BudgetRepository:
+            from functions.adapters.budgets import DynamoBudgetRepository
+
+            return DynamoBudgetRepository(self.clients, self.settings.jobs_table)
+
+        return self._once("_budget_repository", build)
+
+    def _clock_kw(self) -> dict[str, Any]:
+        return {"clock": self._clock} if self._clock is not None else {}
+
+    @property
+    def budget_gate(self) -> BudgetGate:
+        """The scheduler's admission hold: a job's forecast reserved against the budgets covering it."""
+
+        def build() -> BudgetGate:
+            from functions.service.budgets import BudgetGate
+
+            return BudgetGate(self.budget_repository, **self._clock_kw())
+
+        return self._once("_budget_gate", build)
+
+    @property
+    def budgets(self) -> BudgetService:
+        """/budgets (functions/service/budgets.py): raising a budget resumes the jobs it paused."""
+
+        def build() -> BudgetService:
+            from functions.service.budgets import BudgetService, resumer
+            from functions.service.principal import Principal
+
+            system = Principal(arn=BUDGETS_ACTOR, is_admin=True)
+            resume = resumer(self.repository, lambda job_id: self.jobs.resume(job_id, system))
+            directory = self.team_directory
+            team_of = lambda arn: directory.team_of(arn).name  # noqa: E731
+            return BudgetService(self.budget_repository, team_of, resume, jobs=self.repository, **self._clock_kw())
+
+        return self._once("_budgets", build)
+
+    @property
+    def budget_meter(self) -> BudgetMeter:
+        """The budgets' tick (the events function's schedule, local mode's reconciler loop)."""
+
+        def build() -> BudgetMeter:
+            from functions.service.budgets import BudgetMeter, resumer
+            from functions.service.principal import Principal
+
+            system = Principal(arn=BUDGETS_ACTOR, is_admin=True)
+            resume = resumer(self.repository, lambda job_id: self.jobs.resume(job_id, system))
+            return BudgetMeter(
+                self.budget_repository,
+                self.repository,
+                self.workflow,
+                dashboard_url=self.settings.dashboard_url,
+                resume=resume,
+                **self._clock_kw(),
+            )
+
+        return self._once("_budget_meter", build)
 
     def new_reconciler(self) -> Reconciler:
         """A reconciler on this root's parts (the events Lambda builds one per tick; local mode keeps one)."""
@@ -545,6 +617,10 @@ def team_service() -> TeamService:
 def sweep_service() -> SweepService:
     """Sweeps' API side (functions/service/sweeps/service.py; no Optuna)."""
     return current().sweeps
+
+
+def budget_service() -> BudgetService:
+    return current().budgets
 
 
 def webhook_service() -> WebhookService:

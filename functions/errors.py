@@ -151,3 +151,20 @@ class TeamChanged(ConcurrentModification):
     def __init__(self, name: str, detail: str = "another request changed it first") -> None:
         DomainError.__init__(self, f"team {name!r}: {detail}; read it again and retry")
         self.job_id = ""
+
+
+class BudgetNotFound(DomainError):
+    """No such budget, or one the caller may not see (404: budget ids are not disclosed either)."""
+
+    def __init__(self, budget_id: str) -> None:
+        super().__init__(f"budget {budget_id} not found")
+        self.budget_id = budget_id
+
+
+class BudgetChanged(ConcurrentModification):
+    """A budget was changed by another writer between read and write (409; the meter and admission re-read)."""
+
+    def __init__(self, budget_id: str, detail: str = "") -> None:
+        DomainError.__init__(self, f"budget {budget_id} was changed by another request{': ' + detail if detail else ''}; reload and retry")
+        self.job_id = budget_id
+        self.budget_id = budget_id

@@ -625,3 +625,10 @@ class SchedulingConfig(Strict):
         le=1_000_000,
         description="Stop (with a checkpoint) before the estimated cost passes this (0.01 to 1,000,000).",
     )
+    max_cost_on_exceed: Literal["pause", "fail"] = Field(
+        default="pause",
+        description=(
+            "What max_cost_usd does when the cost would pass it: `pause` (the checkpointed pause: PAUSED, reason BUDGET; "
+            "raise max_cost_usd and resume) or `fail` (FAILED with error_type BUDGET, after the checkpoint)."
+        ),
+    )

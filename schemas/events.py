@@ -173,9 +173,44 @@ class JobGpusIdle(EventDetail):
     devices: list[IdleDevice]
 
 
+class BudgetThresholdCrossed(EventDetail):
+    """A budget's spend crossed one of its thresholds (issue 25; docs/BUDGETS.md): once per threshold and
+    period. `action` says what the control plane does now (notify only, hold new jobs, pause running ones)."""
+
+    budget_id: str
+    budget_name: str
+    scope: str = Field(description="`team:<name>`, `principal:<arn>`, `label:<key=value>` or `deployment`.")
+    percent: float = Field(description="The threshold crossed, in % of the amount.")
+    action: str = Field(description="notify, hold_new or pause_running.")
+    amount_usd: float
+    spent_usd: float
+    paused_job_ids: list[str] = Field(default_factory=list, description="pause_running: the jobs asked to pause.")
+
+
+class BudgetOverride(EventDetail):
+    """An admin let one job run over a budget (issue 25.4): the job resumes (or is admitted) and that budget
+    neither holds nor pauses it again this period. `reason` is the admin's; `actor` the admin's ARN."""
+
+    budget_id: str
+    budget_name: str
+    job_id: str
+    amount_usd: float
+    spent_usd: float
+
+
 MODELS: dict[str, type[EventDetail]] = {
     m.__name__: m
-    for m in (JobStateChange, CheckpointSaved, SweepStateChange, RetrainingPolicyStateChange, WebhookDisabled, JobReclaimed, JobGpusIdle)
+    for m in (
+        JobStateChange,
+        CheckpointSaved,
+        SweepStateChange,
+        RetrainingPolicyStateChange,
+        WebhookDisabled,
+        JobReclaimed,
+        JobGpusIdle,
+        BudgetThresholdCrossed,
+        BudgetOverride,
+    )
 }
 
 

@@ -156,6 +156,7 @@ class WaitReason(StrEnum):
     BORROW_LIMIT = "BORROW_LIMIT"  # its team is borrowing as much as it may
     COHORT_FULL = "COHORT_FULL"  # no idle capacity to take, in the pool or from other teams
     PRIORITY = "PRIORITY"  # jobs of a higher priority class are served first
+    BUDGET = "BUDGET"  # a budget covering it is past hold_new, or its forecast exceeds what is left (issue 25)
 
 
 class TypeUsage(BaseModel):

@@ -29,6 +29,7 @@ from schemas.shapes import TrainingShapeList, TrainingShapeProfile
 from schemas.status import JobStatus
 from trainplane import endpoint as endpoint_mod
 from trainplane.client import DEFAULT_MAX_RETRIES, DEFAULT_TIMEOUT_SECONDS, DEFAULT_UNTIL
+from trainplane.client_budgets import AsyncBudgetMethods
 from trainplane.client_placement import AsyncPlacementMethods
 from trainplane.client_sweeps import AsyncSweepMethods
 from trainplane.client_teams import AsyncTeamMethods
@@ -50,7 +51,7 @@ from trainplane.transport import (
 from trainplane.waits import LogFollower, WaitOps
 
 
-class AsyncClient(AsyncSweepMethods, AsyncTeamMethods, AsyncWebhookMethods, AsyncPlacementMethods):
+class AsyncClient(AsyncSweepMethods, AsyncTeamMethods, AsyncWebhookMethods, AsyncPlacementMethods, AsyncBudgetMethods):
     """Client's surface for asyncio: the jobs, the seed's waits and the sweeps (create_sweep, ..., wait_sweep),
     each awaited; the waits and the sweeps are the very operations Client runs (trainplane/transport.py)."""
 

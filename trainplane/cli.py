@@ -195,12 +195,20 @@ def submit(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="With --wait: print the trainer's log lines as they come.")] = False,
     idempotency_key: Annotated[str | None, typer.Option(help="A repeat with the same key returns the same job.")] = None,
     timeout: Annotated[float | None, typer.Option(help="With --wait: give up after this many seconds.")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Validate and print the forecast (price, duration, budgets); create nothing.")
+    ] = False,
 ) -> None:
     """Submit a job."""
     o = _opts(ctx)
     document = load_document(file)
     if file != "-":
         resolve_relative_data_paths(document, Path(file).parent)
+    if dry_run:
+        from trainplane.cli_budgets import print_forecast
+
+        print_forecast(o, o.client().forecast(document))
+        return
     job = o.client().submit(document, idempotency_key=idempotency_key)
     if not wait:
         if follow:
@@ -597,12 +605,14 @@ from trainplane.cli_doctor import doctor  # noqa: E402 (it builds on the helpers
 
 app.command()(doctor)
 
+from trainplane.cli_budgets import budgets_app  # noqa: E402 (it builds on the helpers above)
 from trainplane.cli_placement import placement  # noqa: E402
 from trainplane.cli_webhooks import webhooks_app  # noqa: E402 (it builds on the helpers above)
 
 app.command("placement")(placement)
 
 app.add_typer(webhooks_app, name="webhooks")
+app.add_typer(budgets_app, name="budgets")
 
 
 def main() -> None:

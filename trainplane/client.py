@@ -28,6 +28,7 @@ from schemas.job import Job, StatusEvent
 from schemas.shapes import TrainingShapeList, TrainingShapeProfile
 from schemas.status import TERMINAL, JobStatus
 from trainplane import endpoint as endpoint_mod
+from trainplane.client_budgets import BudgetMethods
 from trainplane.client_placement import PlacementMethods
 from trainplane.client_policies import PolicyMethods
 from trainplane.client_sweeps import SweepMethods
@@ -50,11 +51,12 @@ DEFAULT_MAX_RETRIES = 2
 _Params = Mapping[str, str | int | float | None]
 
 
-class Client(WaitMethods, PolicyMethods, SweepMethods, TeamMethods, WebhookMethods, PlacementMethods):
+class Client(WaitMethods, PolicyMethods, SweepMethods, TeamMethods, WebhookMethods, PlacementMethods, BudgetMethods):
     """create_and_wait, wait_for_existing, resume_and_wait, reconnect_and_wait: trainplane/waits.py;
     create_policy, list_policies, ..., put_event: trainplane/client_policies.py;
     create_sweep, get_sweep, wait_sweep, ...: trainplane/client_sweeps.py;
     list_teams, get_team, put_team, delete_team: trainplane/client_teams.py;
+    create_budget, list_budgets, raise_budget, ..., forecast (the dry run): trainplane/client_budgets.py;
     create_webhook, test_webhook, webhook_deliveries, ...: trainplane/client_webhooks.py."""
 
     def __init__(

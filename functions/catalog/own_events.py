@@ -30,6 +30,8 @@ POLICY_STATE_CHANGE = EventType("Trainplane Retraining Policy State Change", "po
 WEBHOOK_DISABLED = EventType("Trainplane Webhook Disabled", "webhook.disabled", "WebhookDisabled")
 JOB_RECLAIMED = EventType("Trainplane Job Reclaimed", "job.reclaimed", "JobReclaimed")
 JOB_GPUS_IDLE = EventType("Trainplane Job GPUs Idle", "job.gpus_idle", "JobGpusIdle")
+BUDGET_THRESHOLD = EventType("Trainplane Budget Threshold Crossed", "budget.threshold_crossed", "BudgetThresholdCrossed")
+BUDGET_OVERRIDE = EventType("Trainplane Budget Override", "budget.override", "BudgetOverride")
 
 ALL: tuple[EventType, ...] = (
     JOB_STATE_CHANGE,
@@ -39,6 +41,8 @@ ALL: tuple[EventType, ...] = (
     WEBHOOK_DISABLED,
     JOB_RECLAIMED,
     JOB_GPUS_IDLE,
+    BUDGET_THRESHOLD,
+    BUDGET_OVERRIDE,
 )
 BY_DETAIL_TYPE: dict[str, EventType] = {t.detail_type: t for t in ALL}
 
@@ -47,6 +51,7 @@ SUBJECT_JOB = "job"
 SUBJECT_SWEEP = "sweep"
 SUBJECT_POLICY = "policy"
 SUBJECT_WEBHOOK = "webhook"
+SUBJECT_BUDGET = "budget"
 
 # What `POST /webhooks/{id}/test` sends: delivered to that one webhook only, never put on the bus.
 WEBHOOK_TEST_TYPE = "webhook.test"

@@ -22,7 +22,7 @@ from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.metrics import MetricUnit
 
 from functions import composition, constants
-from functions.handlers import deployment, errors, policies, queues, shapes, sweeps, teams, train, webhooks
+from functions.handlers import budgets, deployment, errors, policies, queues, shapes, sweeps, teams, train, webhooks
 from functions.handlers.edge import EdgeResolver
 from functions.handlers.errors import (
     BODY_ERRORS,
@@ -49,6 +49,7 @@ from schemas.api import (
     RetryRequest,
     Summary,
 )
+from schemas.budgets import Forecast
 from schemas.job import Job, SubmitJobRequest
 from schemas.status import JobStatus
 from schemas.telemetry import DEFAULT_MAX_SAMPLES, SystemMetricsResponse
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
 TITLE = "trainplane"
 VERSION = "1.0.0"
 LABEL_PREFIX = "labels."
+SUBMIT_PARAMS = frozenset({"dry_run"})
 LIST_PARAMS = frozenset({"status", "queue", "name", "priority_min", "priority_max", "limit", "next_token"})
 LOGS_PARAMS = frozenset({"since", "next_token", "limit", "stream"})
 METRICS_PARAMS = frozenset({"max_points"})
@@ -90,20 +92,40 @@ def _for_job(router: Router, job_id: str) -> Principal:
     "/jobs",
     status_code=201,
     summary="Submit a training job",
-    description="Creates the job PENDING and starts its lifecycle. The same Idempotency-Key (per caller) returns the same job.",
-    responses=responses(201, "The job, as created", *BODY_ERRORS, 409, 422, 503),
+    description=(
+        "Creates the job PENDING and starts its lifecycle. The same Idempotency-Key (per caller) returns the same job. "
+        "With `dry_run=true` it creates nothing: the same checks (the same 422s), then 200 with the forecast "
+        "(price, duration and total ranges, queue position, what each covering budget would have left; docs/BUDGETS.md)."
+    ),
+    responses={
+        **responses(201, "The job, as created", *BODY_ERRORS, 409, 422, 503),
+        201: {"description": "The job, as created", "content": {"application/json": {"model": Job}}},
+        200: {"description": "dry_run=true: the forecast; nothing was created", "content": {"application/json": {"model": Forecast}}},
+    },
     tags=["jobs"],
 )
 def submit_job(
     body: Annotated[SubmitJobRequest, Body()],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key", max_length=256)] = None,
-) -> Job:
+    dry_run: Annotated[bool, Query(description="Validate exactly as a submit and answer the forecast (200); create nothing")] = False,
+) -> Job | Forecast:
     principal = principal_of(jobs)
+    reject_unknown_params(jobs, SUBMIT_PARAMS)
+    if dry_run:
+        return _forecast(body, principal)  # a Response: 200 with the Forecast
     job = _submit_once(principal, idempotency_key, body) if idempotency_key else composition.job_service().submit(body, principal)
     logger.append_keys(job_id=job.job_id)
     logger.info("job submitted", extra={"training_type": str(job.training_config.training_type), "queue": job.queue})
     metrics.add_metric(name="JobsSubmitted", unit=MetricUnit.Count, value=1)
     return job
+
+
+def _forecast(body: SubmitJobRequest, principal: Principal) -> Any:
+    """The dry run: every check a submit makes (the same 422s), then the forecast; nothing is stored or started."""
+    root = composition.current()
+    draft = root.jobs.draft(body, principal)
+    forecast = root.budgets.forecast(draft, principal, root.queue_view.with_position)
+    return Response(status_code=200, content_type="application/json", body=forecast.model_dump(mode="json"))
 
 
 def _submit_once(principal: Principal, key: str, body: SubmitJobRequest) -> Job:
@@ -413,6 +435,7 @@ app.include_router(sweeps.router)
 app.include_router(deployment.router)
 app.include_router(teams.router)
 app.include_router(webhooks.router)
+app.include_router(budgets.router)
 errors.register(app, on_error=_count_error)
 
 

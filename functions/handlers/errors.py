@@ -30,6 +30,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Query
 
 from functions.errors import (
     AdminOnly,
+    BudgetNotFound,
     CheckpointNotFound,
     ConcurrentModification,
     DomainError,
@@ -224,7 +225,9 @@ def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None
     def _forbidden(exc: DomainError) -> Response:
         return _error(403, str(exc))
 
-    @app.exception_handler([JobNotFound, PolicyNotFound, ShapeNotFound, RunNotFound, SweepNotFound, TeamNotFound, WebhookNotFound])
+    @app.exception_handler(
+        [BudgetNotFound, JobNotFound, PolicyNotFound, ShapeNotFound, RunNotFound, SweepNotFound, TeamNotFound, WebhookNotFound]
+    )
     def _not_found(exc: DomainError) -> Response:
         return _error(404, str(exc))
 

@@ -44,8 +44,11 @@ def reports() -> TrainerLogReports:
 def reconcile_once() -> dict[str, Any]:
     from functions import composition
 
-    report = composition.current().new_reconciler().run_once()
-    return {"action": "reconciled", **{k: v for k, v in vars(report).items() if v}}
+    root = composition.current()
+    report = root.new_reconciler().run_once()
+    metered = root.budget_meter.tick()  # the budgets' meter runs on the reconciler's schedule (docs/BUDGETS.md)
+    budgets = {"budgets_metered": metered.budgets, "budget_pauses": metered.paused or []}
+    return {"action": "reconciled", **{k: v for k, v in vars(report).items() if v}, **{k: v for k, v in budgets.items() if v}}
 
 
 @logger.inject_lambda_context(clear_state=True)

@@ -103,11 +103,41 @@ class JobService(LifecycleControls):
         """Create the job PENDING (with its first history entry), then start its lifecycle if wired. With
         `claim`, the job is created only as the claimed name's new holder (NameTaken otherwise). `labels` are
         set by the control plane on top of the request's (a sweep's reserved labels, which no request carries)."""
+        job = self.draft(request, principal, owner=owner, parent_job_id=parent_job_id, labels=labels)
+        now = job.created_at
+        first = StatusEvent(at=now, from_status=None, to_status=JobStatus.PENDING, reason=reason, actor=Actor.USER.value)
+        if claim is None:
+            self.repo.create(job, first)
+        else:
+            self.repo.create(job, first, claim)
+        if self.workflow is None:
+            return job
+        try:
+            execution_arn = self.workflow.start(job)
+        except Exception as exc:
+            logger.exception("could not start the lifecycle of %s", job.job_id)
+            self._fail_unstarted(job, exc)
+            raise WorkflowUnavailable(f"could not start the lifecycle of job {job.job_id}; it is recorded as FAILED, submit again") from exc
+        self.repo.annotate(job.job_id, {"execution_arn": execution_arn})
+        # Re-read: the execution may already have moved the job on (PENDING -> QUEUED).
+        return self.repo.get(job.job_id)
+
+    def draft(
+        self,
+        request: SubmitJobRequest,
+        principal: Principal,
+        *,
+        owner: str | None = None,
+        parent_job_id: str | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Job:
+        """The job a submit would create (every check of validate_submit made), stored nowhere: submit stores
+        it; the dry run (POST /jobs?dry_run=true) forecasts it."""
         request, shape = self.validate_submit(request, principal, owner=owner)
         team = self.teams.team_of(owner or principal.arn).name if self.teams is not None else None
         now = self.clock()
         priority = request.effective_priority
-        job = Job(
+        return Job(
             job_id=self.ids(),
             owner=owner or principal.arn,
             name=request.name,
@@ -125,22 +155,6 @@ class JobService(LifecycleControls):
             training_shape=shape,
             team=team,
         )
-        first = StatusEvent(at=now, from_status=None, to_status=JobStatus.PENDING, reason=reason, actor=Actor.USER.value)
-        if claim is None:
-            self.repo.create(job, first)
-        else:
-            self.repo.create(job, first, claim)
-        if self.workflow is None:
-            return job
-        try:
-            execution_arn = self.workflow.start(job)
-        except Exception as exc:
-            logger.exception("could not start the lifecycle of %s", job.job_id)
-            self._fail_unstarted(job, exc)
-            raise WorkflowUnavailable(f"could not start the lifecycle of job {job.job_id}; it is recorded as FAILED, submit again") from exc
-        self.repo.annotate(job.job_id, {"execution_arn": execution_arn})
-        # Re-read: the execution may already have moved the job on (PENDING -> QUEUED).
-        return self.repo.get(job.job_id)
 
     def validate_submit(self, request: SubmitJobRequest, principal: Principal, *, owner: str | None = None) -> tuple[SubmitJobRequest, Any]:
         """Every check POST /jobs makes before it creates a job (422 naming the field), on the request as it

@@ -40,7 +40,7 @@ from functions.service.ports import (
 )
 from functions.service.run_specs import RunSpecs, progress_of
 from functions.service.scheduler import NeverFits, Scheduler
-from schemas.job import Actor, ErrorType, Job
+from schemas.job import Actor, ErrorType, Job, PendingAction
 from schemas.lifecycle import Next, WaitKind
 from schemas.status import PAUSABLE, RUNNING, TERMINAL, JobStatus
 from schemas.tracking import TrackingRecord
@@ -434,8 +434,10 @@ class LifecycleService:
     def _check_budget(self, job: Job) -> None:
         """Stop a run (gracefully, with a checkpoint) that would pass scheduling_config.max_cost_usd.
 
-        The reason is written as error_type BUDGET on the running job; decide_run_end then ends the
-        run FAILED with it, whichever way the stopped run reports its end.
+        max_cost_on_exceed `pause` (the default): the checkpointed pause (pending_action pause, reason
+        BUDGET), so the job ends PAUSED and resumes exactly once its limit is raised. `fail`: the reason is
+        written as error_type BUDGET on the running job; decide_run_end then ends the run FAILED with it,
+        whichever way the stopped run reports its end.
         """
         if job.scheduling_config.max_cost_usd is None or not job.run_handle:
             return
@@ -451,6 +453,16 @@ class LifecycleService:
         if not verdict.exceeded:
             return
         logger.info("budget exceeded, stopping the run", extra={"job_id": job.job_id, "spent_usd": verdict.spent_usd})
+        if job.scheduling_config.max_cost_on_exceed == "pause":
+            reason = f"{ErrorType.BUDGET.value}: {verdict.message}"
+            try:
+                job = self.repository.update(
+                    job.job_id, job.version, {"pending_action": PendingAction.PAUSE, "pending_reason": reason}, PAUSABLE, action="pause"
+                )
+            except (ConcurrentModification, IllegalTransition):
+                return  # it moved on since it was read (a pause, a cancel, its end): that writer decided
+            self.runs.stop_run(job, graceful=True, reason=reason)
+            return
         self.repository.annotate(job.job_id, {"error_type": ErrorType.BUDGET, "error_message": verdict.message})
         self.runs.stop_run(job, graceful=True, reason=verdict.message)
 

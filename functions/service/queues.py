@@ -18,6 +18,7 @@ from schemas.teams import WaitReason
 
 if TYPE_CHECKING:  # annotations only: the queues route is imported at the API's cold start
     from functions.service.ports import CapacityLedger, CapacityModel, JobRepository
+    from functions.service.scheduler import Admission
     from functions.service.teams import TeamDirectory
 
 
@@ -66,8 +67,10 @@ class QueueView:
         *,
         default_runtime_seconds: float = 3600.0,
         teams: TeamDirectory | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.repository = repository
+        self.admission = admission
         self.ledger = ledger
         self.capacity = capacity
         self.default_runtime_seconds = default_runtime_seconds
@@ -84,7 +87,9 @@ class QueueView:
     def _wait(self, job: Job) -> QueuedWait:
         from functions.service.scheduler import Scheduler  # on first use: not in the API Lambda's cold start
 
-        scheduler = Scheduler(self.repository, self.ledger, self.capacity, _NoTokens(), _NoStops(), teams=self.teams)
+        scheduler = Scheduler(
+            self.repository, self.ledger, self.capacity, _NoTokens(), _NoStops(), teams=self.teams, admission=self.admission
+        )
         position, eta, reason = scheduler.explain(job, default_runtime_seconds=self.default_runtime_seconds)
         return QueuedWait(job_id=job.job_id, position=position, estimated_wait_seconds=eta, wait_reason=reason)
 

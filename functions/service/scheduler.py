@@ -25,7 +25,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from functions.catalog.gpu_types import gpu_type_of, inventory_problem
 from functions.catalog.quotas import parse_gpu_inventory, parse_quotas
@@ -50,6 +50,18 @@ _HOLDERS_CHECKED = 64  # beyond this many running jobs in a pool, just run the p
 # The rule a reclaim's event names: a borrower beyond its team's nominal quota, picked by weighted share
 # (highest first), then priority (lowest), then work lost (least) (functions/service/fair_share.py).
 RECLAIM_RULE = "borrowed_beyond_nominal"
+
+
+class Admission(Protocol):
+    """A hold before capacity is claimed (budgets, functions/service/budgets.py BudgetGate): `hold` reserves
+    what the job needs and answers None, or answers why it waits (and reserves nothing); `would_hold` says
+    the same without reserving; `released` drops what a job that gave its capacity back still reserves."""
+
+    def hold(self, job: Job) -> object | None: ...
+
+    def would_hold(self, job: Job) -> object | None: ...
+
+    def released(self, job: Job) -> None: ...
 
 
 class NeverFits(DomainError):
@@ -149,8 +161,10 @@ class Scheduler:
         *,
         teams: TeamDirectory | None = None,
         clock: Callable[[], datetime] | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.repository = repository
+        self.admission = admission
         self.ledger = ledger
         self.capacity = capacity
         self.tokens = tokens
@@ -177,6 +191,8 @@ class Scheduler:
             logger.info("released capacity", extra={"job_id": job.job_id, "pool": pool})
             if self.teams is not None:
                 self.teams.record(job, self.clock())
+            if self.admission is not None:
+                self.admission.released(job)
         return released
 
     # --- the pass -----------------------------------------------------------------------------
@@ -241,6 +257,9 @@ class Scheduler:
     def _serve_pool(self, pool: str, jobs: list[Job], result: PassResult) -> None:
         capacity = self.capacity.capacity(pool)
         for index, job in enumerate(jobs):
+            if self.admission is not None and self.admission.hold(job) is not None:
+                result.waiting += 1
+                continue  # held by a budget (reason BUDGET): never launched, and it holds up no one
             demand = self.capacity.demand(job)
             if not self.ledger.claim(pool, job.job_id, demand.units, capacity):
                 if job.job_id in self.ledger.holders(pool):
@@ -260,6 +279,9 @@ class Scheduler:
         for index, (job, ask) in enumerate(order):
             if (ask.team, ask.gpu_type) in refused or cohort.refusal(ask) is not None:
                 refused.add((ask.team, ask.gpu_type))
+                result.waiting += 1
+                continue
+            if self.admission is not None and self.admission.hold(job) is not None:
                 result.waiting += 1
                 continue
             demand = self.capacity.demand(job)
@@ -425,6 +447,8 @@ class Scheduler:
             if reason is None and other.priority > job.priority:
                 reason = WaitReason.PRIORITY
             runtimes.append(float(other.scheduling_config.max_runtime_seconds or default_runtime_seconds))
+        if reason is None and self.admission is not None and self.admission.would_hold(job) is not None:
+            reason = WaitReason.BUDGET
         reason = reason or WaitReason.COHORT_FULL
         try:
             pool = self.capacity.demand(job).pool

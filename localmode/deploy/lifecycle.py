@@ -136,6 +136,7 @@ def _reconcile_forever(stop: threading.Event, interval: float) -> None:
             # In the cloud the reconciler runs in the events function (its role's grants say so).
             with iam_calls.acting_as("Events"):
                 report = reconciler.run_once(startup=startup)
+                composition.current().budget_meter.tick()  # budgets meter on the reconciler's interval
             if report.preempted or report.restarted or report.reported_ends or report.released:
                 logger.info("reconciler: %s", report)
         except Exception:

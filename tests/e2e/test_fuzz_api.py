@@ -97,6 +97,8 @@ class Ids:
     others_sweeps: list[str] = field(default_factory=list)
     webhooks: list[str] = field(default_factory=list)
     others_webhooks: list[str] = field(default_factory=list)
+    budgets: list[str] = field(default_factory=list)
+    others_budgets: list[str] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)  # /train run ids (a job labelled train_run_id)
     others_runs: list[str] = field(default_factory=list)
     shapes: list[str] = field(default_factory=list)  # training shape names: the deployment's, for everyone
@@ -111,6 +113,8 @@ class Ids:
             return self.sweeps, self.others_sweeps
         if kind == "webhook_id":
             return self.webhooks, self.others_webhooks
+        if kind == "budget_id":
+            return self.budgets, self.others_budgets
         if kind == "run_id":
             return self.runs, self.others_runs
         if kind == "name":
@@ -199,6 +203,13 @@ def seed(plane: LocalPlane) -> Ids:
             assert plane.request("POST", f"/sweeps/{sweep_id}/cancel", principal=principal).status_code == 200
         return sweep_id
 
+    def create_budget(principal: str, scope: dict[str, str]) -> str:
+        # alice budgets her own team (default); admin a label, a budget alice may not see (404 to her)
+        body = {"name": f"fuzz-{principal}", "scope": scope, "amount_usd": 1000}
+        reply = plane.request("POST", "/budgets", json=body, principal=principal)
+        assert reply.status_code == 201, reply.text
+        return str(reply.json()["budget_id"])
+
     def create_webhook(principal: str) -> str:
         # a loopback receiver (local mode allows one) where nothing listens: deliveries fail, the routes work
         reply = plane.request("POST", "/webhooks", json={"url": "http://127.0.0.1:9/fuzz"}, principal=principal)
@@ -218,12 +229,15 @@ def seed(plane: LocalPlane) -> Ids:
     ids.others_sweeps.append(create_sweep("admin"))
     ids.webhooks.append(create_webhook("alice"))
     ids.others_webhooks.append(create_webhook("admin"))
-    ids.seeded.update(ids.jobs + ids.policies + ids.sweeps + ids.webhooks)
+    ids.budgets.append(create_budget("alice", {"kind": "team", "value": "default"}))
+    ids.others_budgets.append(create_budget("admin", {"kind": "label", "value": "project=fuzz"}))
+    ids.seeded.update(ids.jobs + ids.policies + ids.sweeps + ids.webhooks + ids.budgets)
     # One job, one policy and one (finished) sweep a DELETE may take even when the fuzzer created none of its own
     ids.jobs.append(expendable)
     ids.policies.append(create_policy("alice"))
     ids.sweeps.append(create_sweep("alice", cancelled=True))
     ids.webhooks.append(create_webhook("alice"))
+    ids.budgets.append(create_budget("alice", {"kind": "team", "value": "default"}))
     # A /train run of each principal's (GET /train/{run_id} finds the newest job labelled with it), and the shapes
     for principal, pool in (("alice", ids.runs), ("admin", ids.others_runs)):
         body = job_body(f"fuzz-run-{principal}", gpu_count=1)
@@ -277,7 +291,7 @@ schema = schemathesis.openapi.from_dict(json.loads(OPENAPI.read_text(encoding="u
 
 # --- what a schema-valid request may be refused for ----------------------------------------------
 
-PATH_IDS = ("job_id", "policy_id", "sweep_id", "webhook_id", "run_id", "name", "team")
+PATH_IDS = ("job_id", "policy_id", "sweep_id", "webhook_id", "run_id", "name", "team", "budget_id")
 
 
 @dataclass(frozen=True)
@@ -312,11 +326,12 @@ _BY_ID = tuple(
         ("/sweeps/{sweep_id}", ("GET", "DELETE", "POST")),
         ("/webhooks/{webhook_id}", ("GET", "DELETE", "POST")),
         ("/teams/{team}", ("GET",)),
+        ("/budgets/{budget_id}", ("GET", "PATCH", "DELETE", "POST")),
     )
     for m in ms
 )
 # Operations only admins may perform: alice (the fuzzer) is refused each with a 403, so no real object is reached.
-ADMIN_ONLY = ("PUT /teams/{team}", "DELETE /teams/{team}")
+ADMIN_ONLY = ("PUT /teams/{team}", "DELETE /teams/{team}", "POST /budgets/{budget_id}/resume")
 _TUNING = r"(hyperParameterTuningConfig|hyperparameter_tuning_config)(\..*)?"
 _ISSUE16_OPS = ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /train", "POST /sweeps")
 LEGITIMATE_REFUSALS = (
@@ -365,7 +380,26 @@ LEGITIMATE_REFUSALS = (
         r"|output_config.*",
     ),
     Refusal("the id names no object of the caller's: unknown, deleted, or another principal's", 404, _BY_ID),
-    Refusal("only the deployment's admins define and delete teams (docs/TEAMS.md); the fuzzer is alice", 403, ADMIN_ONLY),
+    Refusal(
+        "only the deployment's admins define and delete teams (docs/TEAMS.md) and let a job run over a budget"
+        " (docs/BUDGETS.md); the fuzzer is alice",
+        403,
+        ADMIN_ONLY,
+    ),
+    Refusal(
+        "a non-admin budgets only itself or its own team (docs/BUDGETS.md): a label, the deployment, another principal"
+        " or another team is the admins'",
+        403,
+        ("POST /budgets",),
+    ),
+    Refusal(
+        "a budget's rules across fields (docs/BUDGETS.md): a scope's value by its kind (a team name, an IAM ARN, key=value,"
+        " none for the deployment), a custom period's range, each (percent, action) once, a PATCH changes something",
+        422,
+        ("POST /budgets", "PATCH /budgets"),
+        r"body|scope|thresholds",
+        r"budget|team name|IAM ARN|label selector|custom period|starts_at|ends_at|\(percent, action\)|amount_usd, thresholds",
+    ),
     Refusal(
         "the object's status does not allow the action (cancel a COMPLETED job, ...), a concurrent change, or the first"
         " request with the same Idempotency-Key still running",
@@ -522,7 +556,7 @@ LEGITIMATE_REFUSALS = (
         " hyperparameters' description states (issue 21)",
         422,
         ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /sweeps"),
-        r"(job_template\.)?training_config\.hyperparameters\..+",
+        r"(job_template\.)?training_config\.hyperparameters\..*",  # the empty key too
         message=r"^unknown hyperparameter",  # by its words: PATCH re-validates the merged job, whose error type differs
     ),
     Refusal(
@@ -708,6 +742,8 @@ def remember_created(case: Any, response: Any, ids: Ids) -> None:
         ids.add("sweep_id", body["sweep_id"])
     elif case.path == "/webhooks" and "webhook_id" in body:
         ids.add("webhook_id", body["webhook_id"])
+    elif case.path == "/budgets" and "budget_id" in body:
+        ids.add("budget_id", body["budget_id"])
     elif "job_id" in body:
         ids.add("job_id", body["job_id"])
 

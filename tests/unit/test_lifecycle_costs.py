@@ -54,10 +54,32 @@ def test_a_run_end_without_timings_is_priced_from_its_start_and_never_erases_a_p
     assert w.repo.get(job.job_id).cost == priced
 
 
-def test_a_job_that_would_pass_max_cost_usd_is_stopped_gracefully_and_fails_with_budget() -> None:
-    # Given a job with a tiny budget running for an hour on a priced GPU instance
+def test_a_job_that_would_pass_max_cost_usd_pauses_with_a_checkpoint_by_default() -> None:
+    # Given a job with a tiny limit (on_exceed: pause, the default) running for an hour on a priced GPU instance
     w = World()
     job = w.submit(max_steps=100, scheduling_config={"max_cost_usd": 0.01})
+    assert job.scheduling_config.max_cost_on_exceed == "pause"
+    w.to_training(job.job_id)
+    _on_priced_instance(w, job.job_id)
+    w.now += timedelta(hours=1)
+    # When the trainer reports progress (twice)
+    w.svc.on_trainer_event(job.job_id, 1, event(TrainerEventKind.PROGRESS, step=5, total_steps=100, loss=1.0))
+    w.svc.on_trainer_event(job.job_id, 1, event(TrainerEventKind.PROGRESS, step=6, total_steps=100, loss=1.0))
+    # Then it takes the checkpointed pause once, reason BUDGET
+    asked = w.repo.get(job.job_id)
+    assert asked.pending_action == "pause" and asked.pending_reason is not None and asked.pending_reason.startswith("BUDGET: ")
+    assert w.tokens.stops == [(job.job_id, True, asked.pending_reason)]
+    # And when the stopped run ends with its checkpoint, the job is PAUSED (same id), not FAILED
+    w.svc.on_run_finished(job.job_id, 1, RunDescription(state=RunState.STOPPED, message="stopped with a checkpoint", run_seconds=3600.0))
+    paused = w.repo.get(job.job_id)
+    assert paused.status == S.PAUSED and paused.error_type is None
+    assert "max_cost_usd=0.01" in w.repo.history(job.job_id)[-1].reason
+
+
+def test_a_job_that_would_pass_max_cost_usd_is_stopped_gracefully_and_fails_with_budget() -> None:
+    # Given a job with a tiny budget (on_exceed: fail) running for an hour on a priced GPU instance
+    w = World()
+    job = w.submit(max_steps=100, scheduling_config={"max_cost_usd": 0.01, "max_cost_on_exceed": "fail"})
     w.to_training(job.job_id)
     _on_priced_instance(w, job.job_id)
     w.now += timedelta(hours=1)

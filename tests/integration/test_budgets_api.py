@@ -1,0 +1,184 @@
+"""/budgets and POST /jobs?dry_run=true through the API Lambda on moto (issue 25; docs/BUDGETS.md)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from functions import composition
+from functions.adapters.outbox import DynamoOutbox
+from functions.catalog import own_events as et
+from functions.catalog.gpu_types import unit_hourly_usd
+from functions.service.ports import JobQuery
+from schemas.events import BudgetOverride
+from schemas.status import JobStatus
+from tests.fakes import RecordingWorkflow
+from tests.helpers.api_lambda import Api
+from tests.helpers.aws import fresh_resources
+from tests.helpers.events import Caller
+from tests.helpers.jobs import ADMIN, ALICE, BOB, request_body
+
+ADMIN_CALLER = Caller("admin", ADMIN, unique_id="AIDAEXAMPLEADMIN")
+ALICE_CALLER = Caller("alice", ALICE, unique_id="AIDAEXAMPLEALICE")
+BOB_CALLER = Caller("bob", BOB, unique_id="AIDAEXAMPLEBOB")
+
+
+@pytest.fixture
+def call(aws: Any) -> Iterator[Api]:
+    settings = fresh_resources(aws, admin_arns=(ADMIN,), local_gpu_inventory="H100=4")
+    workflow = RecordingWorkflow()
+    composition.configure(settings=settings, clients=aws, workflow=workflow)
+    try:
+        yield Api(aws, workflow, settings)
+    finally:
+        composition.reset()
+
+
+def _create(call: Api, caller: Caller, **spec: Any) -> Any:
+    body = {"name": "cap", "amount_usd": 1.0, **spec}
+    return call.route("POST", "/budgets", caller=caller, body=body)
+
+
+def _ids(call: Api, caller: Caller) -> set[str]:
+    return {b["budget_id"] for b in call.route("GET", "/budgets", caller=caller).body["budgets"]}
+
+
+def test_who_may_budget_what_and_no_one_sees_anothers_budget(call: Api) -> None:
+    # Given: Alice budgets herself and her own team (default); an admin budgets Alice and the deployment
+    mine = _create(call, ALICE_CALLER, scope={"kind": "principal", "value": ALICE})
+    team = _create(call, ALICE_CALLER, scope={"kind": "team", "value": "default"}, period="weekly")
+    capped = _create(call, ADMIN_CALLER, scope={"kind": "principal", "value": ALICE}, amount_usd=5)
+    everyone = _create(call, ADMIN_CALLER, scope={"kind": "deployment"}, period="lifetime")
+    label = _create(call, ADMIN_CALLER, scope={"kind": "label", "value": "project=llama-ft"})
+    assert {r.status for r in (mine, team, capped, everyone, label)} == {201}
+    assert mine.body["thresholds"] == [
+        {"percent": 50.0, "action": "notify"},
+        {"percent": 80.0, "action": "notify"},
+        {"percent": 100.0, "action": "hold_new"},
+        {"percent": 100.0, "action": "pause_running"},
+    ]
+    assert mine.body["left_usd"] == 1.0 and mine.body["spent_usd"] == 0.0
+
+    # Then: a non-admin may not budget another principal, a label, the deployment or another team
+    for scope in (
+        {"kind": "principal", "value": BOB},
+        {"kind": "label", "value": "a=b"},
+        {"kind": "deployment"},
+        {"kind": "team", "value": "x"},
+    ):
+        assert _create(call, ALICE_CALLER, scope=scope).status == 403
+
+    # Each sees its own, its team's and the deployment's; Bob (also in default) never sees Alice's own
+    assert _ids(call, ALICE_CALLER) == {b.body["budget_id"] for b in (mine, team, capped, everyone)}
+    assert _ids(call, BOB_CALLER) == {team.body["budget_id"], everyone.body["budget_id"]}
+    assert len(_ids(call, ADMIN_CALLER)) == 5
+    alices = {"budget_id": mine.body["budget_id"]}
+    assert call.route("GET", "/budgets/{budget_id}", alices, caller=BOB_CALLER).status == 404
+    assert call.route("PATCH", "/budgets/{budget_id}", alices, caller=BOB_CALLER, body={"amount_usd": 9}).status == 404
+    assert call.route("DELETE", "/budgets/{budget_id}", alices, caller=BOB_CALLER).status == 404
+
+    # Alice may not raise or delete the admin's cap on her; she may change her own
+    admins = {"budget_id": capped.body["budget_id"]}
+    assert call.route("PATCH", "/budgets/{budget_id}", admins, caller=ALICE_CALLER, body={"amount_usd": 50}).status == 403
+    assert call.route("DELETE", "/budgets/{budget_id}", admins, caller=ALICE_CALLER).status == 403
+    raised = call.route("PATCH", "/budgets/{budget_id}", alices, caller=ALICE_CALLER, body={"amount_usd": 2})
+    assert raised.status == 200 and raised.body["amount_usd"] == 2 and raised.body["version"] == 2
+    assert call.route("DELETE", "/budgets/{budget_id}", alices, caller=ALICE_CALLER).status == 204
+    assert call.route("GET", "/budgets/{budget_id}", alices, caller=ALICE_CALLER).status == 404
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"scope": {"kind": "principal", "value": "bob"}}, "scope"),
+        ({"scope": {"kind": "deployment", "value": "x"}}, "scope"),
+        ({"scope": {"kind": "label", "value": "no-equals"}}, "scope"),
+        ({"amount_usd": 0}, "amount_usd"),
+        ({"amount_usd": 0.001}, "amount_usd"),
+        ({"thresholds": [{"percent": 0.5, "action": "notify"}]}, "thresholds.0.percent"),
+        ({"period": "custom"}, "body"),
+        ({"period": "monthly", "starts_at": "2026-01-01T00:00:00Z"}, "body"),
+        ({"thresholds": [{"percent": 80, "action": "notify"}, {"percent": 80, "action": "notify"}]}, "thresholds"),
+        ({"thresholds": [{"percent": 80, "action": "cancel"}]}, "thresholds.0.action"),
+        ({"colour": "red"}, "colour"),
+    ],
+)
+def test_a_bad_budget_is_a_422_naming_the_field(call: Api, changes: dict[str, Any], field: str) -> None:
+    reply = _create(call, ADMIN_CALLER, **{"scope": {"kind": "deployment"}, **changes})
+    assert reply.status == 422, reply.body
+    assert reply.body["errors"][0]["field"].startswith(field), reply.body
+
+
+def test_a_dry_run_creates_nothing_and_answers_the_forecast(call: Api) -> None:
+    # Given: a lifetime budget on Alice of 1 USD
+    _create(call, ADMIN_CALLER, scope={"kind": "principal", "value": ALICE}, amount_usd=1.0, period="lifetime")
+    body = request_body(resource_config={"gpu_count": 2, "gpu_type": "H100"}, scheduling_config={"max_runtime_seconds": 600})
+
+    # When: Alice asks for the price of a 2 x H100 job capped at 10 minutes
+    reply = call.route("POST", "/jobs", caller=ALICE_CALLER, body=body, query={"dry_run": "true"})
+
+    # Then: the forecast, from the price table; and nothing was created or started
+    assert reply.status == 200, reply.body
+    rate = 2 * unit_hourly_usd("H100")
+    forecast = reply.body
+    assert forecast["dry_run"] is True and forecast["basis"] == "max_runtime_seconds"
+    assert forecast["hourly_usd"] == pytest.approx(rate) and forecast["total_high_usd"] == pytest.approx(rate / 6)
+    assert forecast["queue_position"] == 0 and forecast["shape"] == "H100x2/LORA"
+    [left] = forecast["budgets"]
+    assert left["left_usd"] == 1.0 and left["left_after_usd"] == pytest.approx(1.0 - rate / 6)
+    assert left["would_hold"] is (rate / 6 > 1.0)
+    jobs, _ = composition.current().repository.list_jobs(JobQuery(owner=None))
+    assert jobs == [] and call.workflow.calls == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        request_body(resource_config={"gpu_count": 8, "gpu_type": "H100"}),  # more than the emulated inventory
+        request_body(resource_config={"gpu_count": 1, "gpu_type": "A100"}),  # a type it lacks
+        request_body(scheduling_config={"priority": 11}),
+        {**request_body(), "colour": "red"},
+        {"name": "no-config"},
+    ],
+)
+def test_a_dry_run_refuses_exactly_what_a_submit_refuses(call: Api, body: dict[str, Any]) -> None:
+    dry = call.route("POST", "/jobs", caller=ALICE_CALLER, body=body, query={"dry_run": "true"})
+    real = call.route("POST", "/jobs", caller=ALICE_CALLER, body=body)
+    assert dry.status == real.status == 422
+    assert dry.body == real.body
+    assert composition.current().repository.list_jobs(JobQuery(owner=None))[0] == []
+
+
+def test_an_unknown_query_parameter_on_submit_is_a_422(call: Api) -> None:
+    reply = call.route("POST", "/jobs", caller=ALICE_CALLER, body=request_body(), query={"dryrun": "true"})
+    assert reply.status == 422 and reply.body["errors"][0]["field"] == "dryrun"
+
+
+def test_an_admin_lets_one_paused_job_run_over_its_budget_with_a_reason(call: Api) -> None:
+    # Given: Alice's job, paused, and a budget on Alice (set by an admin)
+    job_id = call.submit()["job_id"]
+    call.move(job_id, JobStatus.QUEUED, JobStatus.SCHEDULING, JobStatus.PREPARING, JobStatus.TRAINING, JobStatus.PAUSED)
+    capped = _create(call, ADMIN_CALLER, scope={"kind": "principal", "value": ALICE}).body["budget_id"]
+    other = _create(call, ADMIN_CALLER, scope={"kind": "principal", "value": BOB}).body["budget_id"]
+    path = {"budget_id": capped}
+    body = {"job_id": job_id, "reason": "the paper deadline"}
+
+    # Then: Alice may not; a job the budget does not cover is a 422; an unknown job a 404
+    assert call.route("POST", "/budgets/{budget_id}/resume", path, caller=ALICE_CALLER, body=body).status == 403
+    uncovered = call.route("POST", "/budgets/{budget_id}/resume", {"budget_id": other}, caller=ADMIN_CALLER, body=body)
+    assert uncovered.status == 422 and uncovered.body["errors"][0]["field"] == "job_id"
+    missing = {"job_id": "job-missing", "reason": "x"}
+    assert call.route("POST", "/budgets/{budget_id}/resume", path, caller=ADMIN_CALLER, body=missing).status == 404
+
+    # When: the admin lets it run over the budget
+    reply = call.route("POST", "/budgets/{budget_id}/resume", path, caller=ADMIN_CALLER, body=body)
+
+    # Then: the job is resumed (QUEUED again, the same id), and an event records who and why
+    assert reply.status == 200 and reply.body["overrides"] == {job_id: "the paper deadline"}
+    assert composition.current().repository.get(job_id).status == JobStatus.QUEUED
+    outbox = DynamoOutbox(call.clients, call.settings.jobs_table).pending()
+    [record] = [r for r in outbox if r.detail_type == et.BUDGET_OVERRIDE.detail_type]
+    detail = BudgetOverride.model_validate_json(record.detail)
+    assert (detail.job_id, detail.reason, detail.actor, detail.budget_id) == (job_id, "the paper deadline", ADMIN, capped)
