@@ -11,11 +11,12 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.configs import Strict
+from schemas.forecast import BudgetLeft as BudgetLeft
+from schemas.forecast import Forecast as Forecast
 from schemas.teams import TEAM_NAME_PATTERN
 
 MIN_AMOUNT_USD = 0.01  # a cent: below it every ratio (percent used) loses its meaning
@@ -237,33 +238,3 @@ class OverrideRequest(Strict):
 
 class BudgetList(BaseModel):
     budgets: list[BudgetView]
-
-
-class BudgetLeft(BaseModel):
-    """What one covering budget would have left if the job ran as forecast."""
-
-    budget_id: str
-    name: str
-    left_usd: float = Field(description="Now: amount - spent - reserved.")
-    left_after_usd: float = Field(description="After the job's forecast total (upper end of the range).")
-    would_hold: bool = Field(description="True when the job would wait with reason BUDGET.")
-
-
-class Forecast(BaseModel):
-    """POST /jobs?dry_run=true: what the job would get and cost; nothing is created."""
-
-    dry_run: Literal[True] = True
-    gpu_type: str
-    units: int = Field(description="GPUs over all nodes (CPU slots for a CPU job).")
-    hourly_usd: float
-    duration_seconds: float = Field(description="The expected duration.")
-    duration_low_seconds: float
-    duration_high_seconds: float
-    total_usd: float
-    total_low_usd: float
-    total_high_usd: float
-    basis: str = Field(description="`max_runtime_seconds` (the job's own cap) or `prior` (docs/BUDGETS.md).")
-    shape: str = Field(description="The forecast's shape key: GPU type x units x training type.")
-    queue_position: int
-    estimated_wait_seconds: float
-    budgets: list[BudgetLeft]

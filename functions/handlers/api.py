@@ -49,7 +49,7 @@ from schemas.api import (
     RetryRequest,
     Summary,
 )
-from schemas.budgets import Forecast
+from schemas.forecast import Forecast
 from schemas.job import Job, SubmitJobRequest
 from schemas.status import JobStatus
 from schemas.telemetry import DEFAULT_MAX_SAMPLES, SystemMetricsResponse

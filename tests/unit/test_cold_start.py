@@ -27,6 +27,7 @@ ALLOWED = {
     "schemas.checkpoint",
     "schemas.configs",
     "schemas.deployment",
+    "schemas.forecast",  # POST /jobs?dry_run=true: a job route's answer (issue 25)
     "schemas.job",
     "schemas.ome",
     "schemas.placement",  # resource_config.placement: part of the job model (issue 26)
