@@ -3,7 +3,7 @@
 import { readResources, resourceInputs } from "../actions";
 import { ApiError } from "../api";
 import { clear, h } from "../dom";
-import { TRAINING_TYPES } from "../format";
+import { OPTIMIZERS, TRAINING_TYPES } from "../format";
 import { api, field, reportError, showFieldErrors, toast } from "../ui";
 import type { View } from "./view";
 
@@ -46,13 +46,11 @@ export function createView(params: URLSearchParams): View {
   const maxSteps = h("input", { type: "number", name: "max_steps", min: "1", step: "1", "data-field": "training_config.hyperparameters.max_steps" });
   const batch = h("input", { type: "number", name: "batch_size", min: "1", step: "1", "data-field": "data_config.batch_size" });
   const lr = h("input", { type: "text", inputmode: "decimal", name: "learning_rate", placeholder: "0.00002", "data-field": "training_config.hyperparameters.learning_rate" });
-  // Kaisar's optimizer choices, each one the trainer takes (schemas/hyperparameters.py: AdamW, Adam, SGD).
+  // Every optimizer name the API accepts: read from openapi.json at build time (vite.config.ts).
   const optimizer = h(
     "select",
     { name: "optimizer", "data-field": "training_config.hyperparameters.optimizer" },
-    h("option", { value: "adamw" }, "AdamW"),
-    h("option", { value: "adam" }, "Adam"),
-    h("option", { value: "sgd" }, "SGD"),
+    OPTIMIZERS.map((o) => h("option", { value: o }, o)),
   );
 
   const modelId = h("input", { name: "model_id", "data-field": "training_config.base_model.model_id" });
@@ -109,7 +107,7 @@ export function createView(params: URLSearchParams): View {
     maxSteps.value = hp.max_steps ?? "";
     lr.value = hp.learning_rate ?? "";
     const chosen = String(hp.optimizer ?? hp.optim ?? "adamw").toLowerCase();
-    optimizer.value = ["adamw", "adam", "sgd"].includes(chosen) ? chosen : "adamw";
+    optimizer.value = OPTIMIZERS.includes(chosen) ? chosen : "adamw";
     batch.value = request.data_config?.batch_size ?? "";
     modelId.value = request.training_config?.base_model?.model_id ?? "";
     source.value = request.training_config?.base_model?.source ?? "config";
