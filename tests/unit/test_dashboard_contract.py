@@ -80,9 +80,7 @@ def test_the_machine_lines_the_log_view_hides_are_the_trainers() -> None:
     assert _ts_strings("MACHINE_LINE_PREFIXES") == [EVENT_PREFIX, METRIC_LINE_PREFIX + " "]
 
 
-@pytest.mark.parametrize(
-    ("name", "enum"), [("TRIAL_STATES", "TrialState"), ("WAIT_REASONS", "WaitReason")]
-)
+@pytest.mark.parametrize(("name", "enum"), [("TRIAL_STATES", "TrialState"), ("WAIT_REASONS", "WaitReason")])
 def test_the_dashboards_sweep_and_wait_enums_are_the_apis(name: str, enum: str) -> None:
     assert _ts_strings(name) == OPENAPI[enum]["enum"]
 

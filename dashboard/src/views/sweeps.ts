@@ -13,6 +13,8 @@ type Trial = Record<string, any>;
 
 const TRIAL_FAMILY: Record<(typeof TRIAL_STATES)[number], string> = { COMPLETE: "ok", PRUNED: "muted", FAIL: "bad", RUNNING: "run", SUBMITTING: "wait" };
 
+const COUNTED = 50;
+
 function trialBadge(state: string): HTMLElement {
   return h("span", { class: `badge badge-${TRIAL_FAMILY[state as (typeof TRIAL_STATES)[number]] ?? "muted"}`, "data-state": state }, state);
 }
@@ -37,6 +39,10 @@ export function sweepsView(): View {
       token = page.next_token ?? undefined;
       if (!token) break;
     }
+    // GET /sweeps leaves the trial counts at zero (they are counted from the trials, which a listing does
+    // not read): ask each of the first COUNTED sweeps for its own.
+    const counted = await Promise.all(sweeps.slice(0, COUNTED).map((s) => api().get(`/sweeps/${encodeURIComponent(s.sweep_id)}`).catch(() => s)));
+    counted.forEach((s, i) => (sweeps[i] = s));
     if (!sweeps.length) {
       clear(body, h("div", { class: "empty" }, h("p", null, "No sweeps yet. Open a job and choose “Sweep from this job” to search its hyperparameters.")));
       return;
@@ -51,7 +57,7 @@ export function sweepsView(): View {
             h("td", null, statusBadge(s.status)),
             h("td", null, config(s).method),
             h("td", null, `${config(s).metric?.name ?? ""} (${config(s).metric?.goal ?? ""})`),
-            h("td", { "data-testid": "trials-done" }, trialsDone(s)),
+            h("td", { "data-testid": "trials-done" }, sweeps.indexOf(s) < COUNTED ? trialsDone(s) : "—"),
             h("td", { "data-testid": "best-value" }, s.best_trial ? num(s.best_trial.value) : "—"),
             h("td", null, h("time", { datetime: s.created_at, title: absoluteTime(s.created_at) }, relativeTime(s.created_at))))))),
     );
