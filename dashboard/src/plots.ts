@@ -7,7 +7,7 @@ export interface Axis {
   values: (number | string | boolean | null | undefined)[];
 }
 
-const PAD = { left: 48, right: 24, top: 22, bottom: 26 };
+const PAD = { left: 48, right: 24, top: 34, bottom: 26 };
 
 function canvas(target: HTMLElement, width: number, height: number): CanvasRenderingContext2D {
   const el = document.createElement("canvas");
@@ -103,7 +103,7 @@ export function parallelCoordinates(target: HTMLElement, axes: Axis[], width: nu
     ctx.moveTo(xOf(a), yOf(0));
     ctx.lineTo(xOf(a), yOf(1));
     ctx.stroke();
-    ctx.fillText(axis.name, xOf(a), PAD.top - 8);
+    ctx.fillText(axis.name, xOf(a), 12);
     for (const [t, label] of scaled[a].ticks) ctx.fillText(label, xOf(a), Math.min(height - 4, yOf(t) + (t === 0 ? 14 : t === 1 ? -2 : 4)));
   });
 }
@@ -150,7 +150,7 @@ export function manyLines(target: HTMLElement, lines: Line[], width: number, hei
   ctx.textAlign = "left";
   ctx.fillText(short(y1), 2, PAD.top + 4);
   ctx.fillText(short(y0), 2, height - PAD.bottom);
-  ctx.fillText(yLabel, PAD.left + 4, PAD.top - 8);
+  ctx.fillText(yLabel, PAD.left + 4, 14);
   ctx.textAlign = "center";
   ctx.fillText(`${xLabel} ${short(x0)} … ${short(x1)}`, width / 2, height - 6);
 }

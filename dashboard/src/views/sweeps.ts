@@ -110,8 +110,9 @@ export function sweepView(sweepId: string): View {
   const intermediateBox = h("div", { class: "chart", "data-testid": "intermediate-chart" });
   const trialsBox = h("div", { class: "table-wrap" });
 
-  function width(): number {
-    return Math.max(280, Math.min(900, (document.querySelector("#main")?.clientWidth ?? 1000) - 64));
+  /** A chart's width: its panel's (the history sits in a half-width panel, the others span the page). */
+  function width(box: HTMLElement): number {
+    return Math.max(260, Math.min(1100, (box.parentElement?.clientWidth ?? 600) - 40));
   }
 
   function verb(label: string, path: string, danger: boolean, explain: string): HTMLButtonElement {
@@ -159,14 +160,13 @@ export function sweepView(sweepId: string): View {
     const started = performance.now();
     const c = config(s);
     const trials: Trial[] = s.trials ?? [];
-    const w = width();
     const { xs, ys, best } = history(trials, c.metric?.goal);
     historyBox.dataset.points = String(xs.length);
     if (xs.length) {
       manyLines(historyBox, [
         { xs, ys, colour: "rgba(47,129,247,0.8)", dots: true },
         { xs, ys: best, colour: "#e36209", width: 2 },
-      ], w, 240, "trial", `${c.metric?.name} (dots) and the best so far (line)`);
+      ], width(historyBox), 240, "trial", `${c.metric?.name} (dots) and the best so far (line)`);
     } else clear(historyBox, h("p", { class: "empty" }, "No trial has finished yet."));
     const names = paramNames(s);
     const withValue = trials.filter((t) => typeof t.value === "number");
@@ -175,7 +175,7 @@ export function sweepView(sweepId: string): View {
       const axes = [...names.map((n) => ({ name: n, values: withValue.map((t) => t.params?.[n]) })), { name: c.metric?.name ?? "value", values: withValue.map((t) => t.value) }];
       const logAxes = new Set(Object.entries(c.parameters ?? {}).filter(([, spec]: [string, any]) => spec?.scale === "log").map(([n]) => n));
       const bestAt = withValue.findIndex((t) => t.number === s.best_trial?.number);
-      parallelCoordinates(parallelBox, axes, w, 260, bestAt >= 0 ? bestAt : null, logAxes);
+      parallelCoordinates(parallelBox, axes, width(parallelBox), 280, bestAt >= 0 ? bestAt : null, logAxes);
     } else clear(parallelBox, h("p", { class: "empty" }, "Parameters against the value appear with the first finished trial."));
     const lines: Line[] = [];
     const values = trials.map((t) => t.value).filter((v): v is number => typeof v === "number");
@@ -187,7 +187,7 @@ export function sweepView(sweepId: string): View {
       lines.push({ xs: steps, ys: steps.map((k) => t.intermediate_values[String(k)]), colour: t.state === "PRUNED" ? "rgba(140,140,140,0.6)" : ramp(shade, 0.6), width: t.number === s.best_trial?.number ? 3 : 1 });
     }
     intermediateBox.dataset.lines = String(lines.length);
-    if (lines.length) manyLines(intermediateBox, lines, w, 240, "step", `${c.metric?.name} per step (pruned: grey)`);
+    if (lines.length) manyLines(intermediateBox, lines, width(intermediateBox), 240, "step", `${c.metric?.name} per step (pruned: grey)`);
     else clear(intermediateBox, h("p", { class: "empty" }, "No intermediate values reported yet."));
     // Read by scripts/bench_dashboard.py.
     performance.measure("sweep-charts", { start: started, end: performance.now() });
