@@ -100,8 +100,11 @@ export function history(trials: Trial[], goal: string): { xs: number[]; ys: numb
   return { xs, ys, best };
 }
 
+const TRIALS_PAGE = 100;
+
 export function sweepView(sweepId: string): View {
   let sweep: Sweep | null = null;
+  let trialsPage = 0;
   const head = h("div", { class: "view-head" });
   const actions = h("div", { class: "action-bar", role: "toolbar", "aria-label": "Sweep actions" });
   const summary = h("section", { class: "panel", "aria-labelledby": "h-sweep" });
@@ -193,6 +196,7 @@ export function sweepView(sweepId: string): View {
     performance.measure("sweep-charts", { start: started, end: performance.now() });
   }
 
+  /** The trials table, TRIALS_PAGE rows a page (a 1,000-trial sweep would otherwise lay out 10,000 cells). */
   function renderTrials(s: Sweep): void {
     const names = paramNames(s);
     const trials: Trial[] = (s.trials ?? []).slice().sort((a: Trial, b: Trial) => a.number - b.number);
@@ -201,17 +205,29 @@ export function sweepView(sweepId: string): View {
       clear(trialsBox, h("p", { class: "empty" }, "No trial yet: the first starts within seconds."));
       return;
     }
+    const pages = Math.ceil(trials.length / TRIALS_PAGE);
+    trialsPage = Math.min(trialsPage, pages - 1);
+    const shown = trials.slice(trialsPage * TRIALS_PAGE, (trialsPage + 1) * TRIALS_PAGE);
+    const go = (to: number) => { trialsPage = to; renderTrials(s); };
+    const bestPage = trials.findIndex((t) => t.number === bestNumber);
     clear(trialsBox,
       h("table", { class: "compact trials", "aria-label": "Trials", "data-rows": trials.length },
         h("thead", null, h("tr", null, ["#", "State", ...names, "Value", "Pruned at step", "Job"].map((t) => h("th", { scope: "col" }, t)))),
-        h("tbody", null, trials.map((t) =>
+        h("tbody", null, shown.map((t) =>
           h("tr", { "data-trial": t.number, class: t.number === bestNumber ? "best" : "", "aria-current": t.number === bestNumber ? "true" : null },
             h("td", null, t.number, t.number === bestNumber ? h("span", { class: "badge badge-ok", "data-testid": "best-trial" }, " best") : null),
             h("td", { title: t.reason ?? "" }, trialBadge(t.state)),
             names.map((n) => h("td", { class: "mono" }, t.params?.[n] === undefined ? "—" : typeof t.params[n] === "number" ? num(t.params[n]) : String(t.params[n]))),
             h("td", { "data-testid": "trial-value" }, num(t.value)),
             h("td", null, prunedAt(t) ?? "—"),
-            h("td", null, t.job_id ? h("a", { href: `#/jobs/${encodeURIComponent(t.job_id)}` }, t.job_id) : "—"))))));
+            h("td", null, t.job_id ? h("a", { href: `#/jobs/${encodeURIComponent(t.job_id)}` }, t.job_id) : "—"))))),
+      pages > 1
+        ? h("nav", { class: "pager", "aria-label": "Trial pages" },
+            h("button", { disabled: trialsPage === 0, onclick: () => go(trialsPage - 1) }, "← Previous"),
+            h("span", { class: "page-info" }, `Trials ${trialsPage * TRIALS_PAGE + 1}-${trialsPage * TRIALS_PAGE + shown.length} of ${trials.length}`),
+            h("button", { disabled: trialsPage >= pages - 1, onclick: () => go(trialsPage + 1) }, "Next →"),
+            bestPage >= 0 ? h("button", { onclick: () => go(Math.floor(bestPage / TRIALS_PAGE)) }, "Show the best") : null)
+        : null);
   }
 
   async function refresh(force = false): Promise<void> {
