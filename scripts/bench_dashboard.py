@@ -89,7 +89,7 @@ def make_sweep(trials: int) -> dict[str, Any]:
     """A finished bayes sweep of the API's shape: `trials` trials over 3 parameters, 20 intermediate values each."""
     rng = random.Random(11)
     now = datetime.now(UTC).isoformat()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in range(trials):
         x, y, lr = rng.random(), rng.random(), 10 ** rng.uniform(-5, -2)
         value = 1 - (x - 0.3) ** 2 - (y - 0.7) ** 2

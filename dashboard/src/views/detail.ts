@@ -8,6 +8,7 @@ import { absoluteTime, bytes, duration, MACHINE_LINE_PREFIXES, money, num, relat
 import { api, toast } from "../ui";
 import { priorityText, progressBar, statusBadge } from "./jobs";
 import { positionText } from "./queues";
+import { gpuPanel } from "./gpu";
 import { WAIT_REASON_TEXT, waitBadge } from "./teams";
 import { renderTracking } from "./tracking";
 import type { View } from "./view";
@@ -58,6 +59,7 @@ export function detailView(jobId: string): View {
   const cost = h("section", { class: "panel", "aria-labelledby": "h-cost" });
   const related = h("section", { class: "panel", "aria-labelledby": "h-related" });
   const configs = h("section", { class: "panel wide", "aria-labelledby": "h-configs" });
+  const gpu = gpuPanel(jobId);
   const logBox = h("pre", { class: "logs", tabindex: "0", "aria-label": "Log lines", "data-testid": "logs" });
   const levelSelect = h("select", { "aria-label": "Log level", name: "level" }, h("option", { value: "ALL" }, "All levels"), LEVELS.map((l) => h("option", { value: l }, `${l} and above`)));
   const followBox = h("input", { type: "checkbox", name: "follow", checked: true });
@@ -308,6 +310,7 @@ export function detailView(jobId: string): View {
       totalPoints = total;
       renderProgress(j);
       if (moved || !chart) renderChart();
+      await gpu.load(Math.max(100, chartWidth()));
     }
     if (changed) {
       // Only when the job changed: a focused button or an open <details> is not reset every tick.
@@ -331,7 +334,7 @@ export function detailView(jobId: string): View {
         head,
         actionBar,
         h("div", { class: "grid" },
-          overview, progress, checkpoints, tracking, timeline, cost, related,
+          overview, progress, gpu.section, checkpoints, tracking, timeline, cost, related,
           h("section", { class: "panel wide", "aria-labelledby": "h-logs" },
             h("h2", { id: "h-logs" }, "Logs"),
             h("div", { class: "log-tools" }, levelSelect, streamSelect, h("label", { class: "check" }, followBox, " Follow"), h("label", { class: "check", title: "TRAINPLANE_EVENT reports and metric lines" }, machineBox, " Machine lines"), download),
@@ -343,6 +346,7 @@ export function detailView(jobId: string): View {
     refresh,
     dispose() {
       chart?.destroy();
+      gpu.dispose();
     },
   };
 }
