@@ -18,7 +18,7 @@ export const WAIT_REASON_TEXT: Record<(typeof WAIT_REASONS)[number], string> = {
 export function waitBadge(job: Job): HTMLElement | null {
   const reason: string | null | undefined = job.wait_reason;
   if (!reason) return null;
-  return h("span", { class: "badge badge-wait wait-reason", "data-wait-reason": reason, title: WAIT_REASON_TEXT[reason as (typeof WAIT_REASONS)[number]] ?? reason }, reason);
+  return h("span", { class: "wait-reason", "data-wait-reason": reason, title: WAIT_REASON_TEXT[reason as (typeof WAIT_REASONS)[number]] ?? reason }, reason);
 }
 
 export function teamsView(): View {

@@ -93,6 +93,8 @@ def test_logs_filter_by_level_follow_and_download(fake_plane: LocalPlane, open_d
         page = dash.page
         logs = page.wait_for_selector('[data-testid="logs"]')
         wait_for(lambda: "starting at step 0" in logs.inner_text(), 15, "the trainer's first lines")
+        # Every line, the machine lines too (hidden by default: test_compare_teams_webhooks), as the download has
+        page.check('input[name="machine_lines"]')
         # Follow: new lines arrive by themselves
         count = int(logs.get_attribute("data-lines") or 0)
         wait_for(lambda: int(logs.get_attribute("data-lines") or 0) > count, 20, "followed lines")
