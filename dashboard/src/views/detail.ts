@@ -108,6 +108,7 @@ export function detailView(jobId: string): View {
         ["Type", j.training_config?.training_type],
         ["Priority", priorityText(j)],
         ["Experiment", j.labels?.experiment],
+        ...(j.labels?.sweep_id ? ([["Sweep", h("a", { href: `#/sweeps/${encodeURIComponent(j.labels.sweep_id)}` }, `${j.labels.sweep_id} (trial ${j.labels.trial ?? "?"})`)]] as [string, unknown][]) : []),
         ["Labels", Object.entries(j.labels ?? {}).map(([k, v]) => `${k}=${v}`).join(", ")],
         ["Queue", j.scheduling_config?.queue],
         ["Owner", j.owner],

@@ -2,6 +2,7 @@
 // parameters chosen in a form, the whole OME config (hyperParameterTuningConfig) in a JSON editor.
 import { ApiError } from "../api";
 import { clear, h } from "../dom";
+import { formAndJson } from "../tabs";
 import { api, field, reportError, showFieldErrors, toast } from "../ui";
 import type { View } from "./view";
 
@@ -75,10 +76,13 @@ export function sweepCreateView(params: URLSearchParams): View {
     h("fieldset", null, h("legend", null, "Parameters"), h("p", { class: "small" }, "Each a hyperparameter of the job: a range (min, max, log scale) or a list of values."), rowsBox,
       h("button", { type: "button", onclick: () => addRow() }, "Add parameter")));
   const jsonPane = h("div", { class: "json-pane", hidden: true }, h("p", null, "The OME hyperParameterTuningConfig; what you change here is what is submitted."), editor);
-  const formTab = h("button", { type: "button", role: "tab", "aria-selected": "true", onclick: () => mode("form") }, "Form");
-  const jsonTab = h("button", { type: "button", role: "tab", "aria-selected": "false", onclick: () => mode("json") }, "JSON (OME config)");
   const submit = h("button", { type: "submit", class: "primary" }, "Create sweep");
-  const form = h("form", { class: "create", novalidate: true }, h("div", { class: "tabs", role: "tablist" }, formTab, jsonTab), formPane, jsonPane, errors,
+  const tabs = formAndJson<Record<string, any>>({
+    formPane, jsonPane, editor, errors, jsonLabel: "JSON (OME config)",
+    read: () => { fromForm(); return tuning; },
+    show: (value) => { tuning = value; toForm(); },
+  });
+  const form = h("form", { class: "create", novalidate: true }, tabs.tabs, formPane, jsonPane, errors,
     h("div", { class: "form-buttons" }, h("a", { class: "button", href: from ? `#/jobs/${encodeURIComponent(from)}` : "#/sweeps" }, "Cancel"), submit));
 
   function toForm(): void {
@@ -97,40 +101,12 @@ export function sweepCreateView(params: URLSearchParams): View {
     tuning = { ...tuning, method: method.value, metric: { name: metric.value.trim(), goal: goal.value }, maxTrials: Number(maxTrials.value), maxParallelTrials: Number(parallel.value), parameters };
   }
 
-  let current: "form" | "json" = "form";
-  function mode(to: "form" | "json"): boolean {
-    if (to === current) return true;
-    if (to === "json") {
-      fromForm();
-      editor.value = JSON.stringify(tuning, null, 2);
-    } else {
-      try {
-        tuning = JSON.parse(editor.value);
-      } catch (exc) {
-        clear(errors, h("p", { class: "error" }, `The JSON does not parse: ${(exc as Error).message}`));
-        return false;
-      }
-      toForm();
-    }
-    current = to;
-    formPane.hidden = to !== "form";
-    jsonPane.hidden = to !== "json";
-    formTab.setAttribute("aria-selected", String(to === "form"));
-    jsonTab.setAttribute("aria-selected", String(to === "json"));
-    return true;
-  }
-
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     clear(errors);
-    if (current === "json") {
-      try {
-        tuning = JSON.parse(editor.value);
-      } catch (exc) {
-        clear(errors, h("p", { class: "error" }, `The JSON does not parse: ${(exc as Error).message}`));
-        return;
-      }
-    } else fromForm();
+    const value = tabs.value();
+    if (value === null) return;
+    tuning = value;
     submit.disabled = true;
     try {
       const sweep = await api().post("/sweeps", { name: name.value, job_template: template, hyperParameterTuningConfig: tuning });
