@@ -7,6 +7,7 @@ import { createView } from "./views/create";
 import { detailView } from "./views/detail";
 import { jobsView } from "./views/jobs";
 import { policiesView } from "./views/policies";
+import { budgetsView } from "./views/budgets";
 import { compareView } from "./views/compare";
 import { queuesView } from "./views/queues";
 import { sweepCreateView } from "./views/sweepCreate";
@@ -44,7 +45,7 @@ function renderHeader(): void {
     h("nav", { class: "topnav", "aria-label": "Main" },
       h("a", { class: "brand", href: "#/jobs" }, "trainplane"),
       link("#/jobs", "Jobs", "jobs"), link("#/create", "Create", "create"), link("#/sweeps", "Sweeps", "sweeps"), link("#/queues", "Queues", "queues"), link("#/teams", "Teams", "teams"),
-      link("#/webhooks", "Webhooks", "webhooks"), link("#/policies", "Policies", "policies"),
+      link("#/budgets", "Budgets", "budgets"), link("#/webhooks", "Webhooks", "webhooks"), link("#/policies", "Policies", "policies"),
       h("span", { class: "spacer" }),
       app.creds ? h("span", { class: "who", "data-testid": "principal", title: "Signed in as" }, app.creds.principal) : null,
       h("button", { class: "icon", onclick: toggleTheme, "aria-label": "Toggle dark mode", title: "Dark mode (t)" }, "◐"),
@@ -121,6 +122,7 @@ function viewFor(hash: string): View {
   if (parts[0] === "teams" && parts[1]) return teamView(decodeURIComponent(parts[1]));
   if (parts[0] === "teams") return teamsView();
   if (parts[0] === "webhooks") return webhooksView();
+  if (parts[0] === "budgets") return budgetsView();
   if (parts[0] === "queues") return queuesView();
   if (parts[0] === "policies") return policiesView();
   return jobsView(params);
@@ -183,7 +185,7 @@ document.addEventListener("keydown", (event) => {
   if (event.ctrlKey || event.metaKey || event.altKey || target.matches("input, textarea, select") || document.querySelector("dialog[open]")) return;
   if (pendingG) {
     pendingG = false;
-    const to = ({ j: "#/jobs", c: "#/create", q: "#/queues", p: "#/policies", s: "#/sweeps", t: "#/teams", w: "#/webhooks" } as Record<string, string>)[event.key];
+    const to = ({ j: "#/jobs", c: "#/create", q: "#/queues", p: "#/policies", s: "#/sweeps", t: "#/teams", w: "#/webhooks", b: "#/budgets" } as Record<string, string>)[event.key];
     if (to) { location.hash = to; event.preventDefault(); }
     return;
   }
