@@ -30,6 +30,7 @@ function trialsDone(s: Sweep): string {
 
 export function sweepsView(): View {
   const body = h("div", { class: "table-wrap" });
+  const ended = new Map<string, Sweep>();
   async function load(): Promise<void> {
     const sweeps: Sweep[] = [];
     let token: string | undefined;
@@ -41,8 +42,16 @@ export function sweepsView(): View {
     }
     // GET /sweeps leaves the trial counts at zero (they are counted from the trials, which a listing does
     // not read): ask each of the first COUNTED sweeps for its own.
-    const counted = await Promise.all(sweeps.slice(0, COUNTED).map((s) => api().get(`/sweeps/${encodeURIComponent(s.sweep_id)}`).catch(() => s)));
-    counted.forEach((s, i) => (sweeps[i] = s));
+    // An ended sweep's counts do not change: asked once, not every refresh.
+    const counted = await Promise.all(sweeps.slice(0, COUNTED).map((s) => {
+      const known = ended.get(s.sweep_id);
+      if (known && known.version === s.version) return known;
+      return api().get(`/sweeps/${encodeURIComponent(s.sweep_id)}`).catch(() => s);
+    }));
+    counted.forEach((s, i) => {
+      sweeps[i] = s;
+      if (SWEEP_TERMINAL.has(s.status)) ended.set(s.sweep_id, { ...s, trials: [] });
+    });
     if (!sweeps.length) {
       clear(body, h("div", { class: "empty" }, h("p", null, "No sweeps yet. Open a job and choose “Sweep from this job” to search its hyperparameters.")));
       return;
