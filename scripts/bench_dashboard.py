@@ -7,6 +7,10 @@
    3s. The API's side of that answer, in this process: metrics.jsonl's 100,000 lines parsed, reduced to
    max_points and the kept ones built as models, as JobService.metrics does (functions/service/metrics_reduce.py)
 4. Bytes shipped: index.html + every asset, gzipped (what CloudFront's compression serves)  [<= 300 KB]
+5. A sweep's page with 1,000 trials (3 parameters, 20 intermediate values each): navigation to the trials
+   table and the three charts drawn, p50/p95; and the charts alone                          [<= 1 s]
+6. Comparing 5 runs of 100,000 points each: navigation to the overlaid curves drawn (5 /metrics answers
+   reduced by the API to 2 points per pixel, aligned, uPlot), p50/p95; and the drawing alone  [<= 1 s]
 
 What is measured is the page: the built bundle (dashboard_assets/static) is served and the API answered
 by a stand-in HTTP server on loopback (pre-built answers: no signature check, no DynamoDB), with 1,000
@@ -14,7 +18,7 @@ synthetic jobs of the API's shape filtered and paged like GET /jobs does, and /m
 API's own reduction (reduce_points, computed once per max_points), so server time is kept out of the
 figures as far as a real socket allows; 3s measures the server's part on its own. The list shows
 the API's page (50 rows, `--page-size` to change it: 200 is the API's largest).
-Usage: .venv/bin/python scripts/bench_dashboard.py [--runs 20] [--jobs 1000] [--points 100000] [--page-size 50]
+Usage: .venv/bin/python scripts/bench_dashboard.py [--runs 20] [--jobs 1000] [--points 100000] [--page-size 50] [--trials 1000]
 """
 
 from __future__ import annotations
@@ -81,10 +85,39 @@ def make_jobs(n: int) -> list[dict[str, Any]]:
     return jobs
 
 
-def api_answer(jobs: list[dict[str, Any]], points: list[dict[str, Any]], url: str) -> tuple[int, Any]:
+def make_sweep(trials: int) -> dict[str, Any]:
+    """A finished bayes sweep of the API's shape: `trials` trials over 3 parameters, 20 intermediate values each."""
+    rng = random.Random(11)
+    now = datetime.now(UTC).isoformat()
+    rows: list[dict[str, Any]] = []
+    for n in range(trials):
+        x, y, lr = rng.random(), rng.random(), 10 ** rng.uniform(-5, -2)
+        value = 1 - (x - 0.3) ** 2 - (y - 0.7) ** 2
+        pruned = n % 3 == 0
+        steps = 8 if pruned else 20
+        rows.append({"number": n, "state": "PRUNED" if pruned else "COMPLETE", "params": {"x": x, "y": y, "learning_rate": lr},
+                     "value": value, "job_id": f"job-bench-{n:05d}", "job_status": "COMPLETED", "created_at": now, "ended_at": now,
+                     "intermediate_values": {str(s * 10): value * (1 - math.exp(-s / 4)) for s in range(1, steps + 1)}})  # fmt: skip
+    best = max(rows, key=lambda t: t["value"])
+    parameters = {"x": {"type": "double", "min": 0, "max": 1}, "y": {"type": "double", "min": 0, "max": 1},
+                  "learning_rate": {"type": "double", "min": 1e-5, "max": 1e-2, "scale": "log"}}  # fmt: skip
+    return {
+        "sweep_id": "swp-bench", "owner": "arn:aws:iam::123456789012:user/alice", "name": "bench sweep", "status": "COMPLETED",
+        "job_template": {}, "created_at": now, "updated_at": now, "version": 1,
+        "hyperParameterTuningConfig": {"method": "bayes", "maxTrials": trials, "maxParallelTrials": 8,
+                                       "metric": {"name": "score", "goal": "maximize"}, "parameters": parameters},
+        "counts": {"total": trials, "completed": trials - len(rows[::3]), "pruned": len(rows[::3]), "failed": 0, "running": 0},
+        "best_trial": {"number": best["number"], "value": best["value"], "params": best["params"], "job_id": best["job_id"]},
+        "trials": rows,
+    }  # fmt: skip
+
+
+def api_answer(jobs: list[dict[str, Any]], points: list[dict[str, Any]], url: str, sweep: dict[str, Any] | None = None) -> tuple[int, Any]:
     parts = urlsplit(url)
     query = {k: v[0] for k, v in parse_qs(parts.query).items()}
     path = parts.path
+    if path.startswith("/sweeps/") and sweep is not None:
+        return 200, sweep
     if path == "/summary":
         counts: dict[str, int] = {}
         for job in jobs:
@@ -133,12 +166,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--points", type=int, default=100_000)
     parser.add_argument("--page-size", type=int, default=50)
+    parser.add_argument("--trials", type=int, default=1000)
     parser.add_argument("--timeline", action="store_true", help="print the first measured navigation's resource timeline")
     args = parser.parse_args()
     from playwright.sync_api import sync_playwright
 
     load_before = os.getloadavg()
     jobs = make_jobs(args.jobs)
+    sweep_body = json.dumps(make_sweep(args.trials)).encode()
     rng = random.Random(1)
     points = [
         {
@@ -188,6 +223,9 @@ def main() -> None:
                 asked = parse_qs(urlsplit(self.path).query).get("max_points", [None])[0]
                 self.reply(200, metrics_body(asked), "application/json")
             else:
+                if urlsplit(self.path).path == "/sweeps/swp-bench":
+                    self.reply(200, sweep_body, "application/json")
+                    return
                 status, body = api_answer(jobs, points, self.path)
                 self.reply(status, json.dumps(body).encode(), "application/json")
 
@@ -209,6 +247,10 @@ def main() -> None:
 
     creds = json.dumps({"accessKeyId": "AKIABENCHBENCHBENCH0", "secretAccessKey": "b" * 40, "principal": "bench"})
     first, refilter, curve, draw = [], [], [], []
+    sweep_page: list[float] = []
+    sweep_draw: list[float] = []
+    compare_page: list[float] = []
+    compare_draw: list[float] = []
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         context = browser.new_context(viewport={"width": 1280, "height": 800})
@@ -251,6 +293,21 @@ def main() -> None:
                 curve.append(drawn)
                 draw.append(page.evaluate("performance.getEntriesByName('loss-chart').pop().duration"))
         drawn_points = page.evaluate("document.querySelector('[data-testid=loss-chart]').nextElementSibling.textContent")
+        for run in range(min(args.runs, 10) + 1):
+            page.goto(f"{origin}/?sweep={run}#/sweeps/swp-bench")
+            page.wait_for_selector(f'table.trials[data-rows="{args.trials}"]', timeout=60_000)
+            page.wait_for_selector('[data-testid="intermediate-chart"] canvas')
+            if run:
+                sweep_page.append(page.evaluate("performance.now()"))
+                sweep_draw.append(page.evaluate("performance.getEntriesByName('sweep-charts').pop().duration"))
+        compared = ",".join(f"job-bench-{i:05d}" for i in range(5))
+        for run in range(min(args.runs, 10) + 1):
+            page.goto(f"{origin}/?compare={run}#/compare?jobs={compared}")
+            page.wait_for_selector('[data-testid="compare-chart"][data-runs="5"] canvas', timeout=60_000)
+            if run:
+                compare_page.append(page.evaluate("performance.now()"))
+                compare_draw.append(page.evaluate("performance.getEntriesByName('compare-chart').pop().duration"))
+        compare_note = page.evaluate("document.querySelector('[data-testid=compare-chart]').dataset.points")
         browser.close()
     server.shutdown()
 
@@ -269,6 +326,11 @@ def main() -> None:
     total = sum(shipped.values())
     detail = ", ".join(f"{name} {size / 1024:.1f} KB" for name, size in sorted(shipped.items()))
     print(f"4. bytes shipped, gzipped: {total / 1024:.1f} KB ({detail})   [<= 300 KB]")
+    summary(f"5. sweep page, {args.trials} trials (navigation -> table + charts)", sweep_page, "[<= 1000 ms]")
+    summary("   of which the three charts", sweep_draw, "")
+    summary(f"6. compare 5 runs x {args.points} points (navigation -> drawn)", compare_page, "[<= 1000 ms]")
+    summary("   of which aligning and drawing (uPlot)", compare_draw, "")
+    print(f"   compare note: {compare_note} points in all, each run's /metrics reduced by the API to 2 per pixel")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,14 @@ export const STATUSES = [
 export const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED", "PREEMPTED"]);
 export const RUNNING = new Set(["SCHEDULING", "PREPARING", "TRAINING", "CHECKPOINTING", "EVALUATING", "EXPORTING"]);
 export const EDITABLE = new Set(["PENDING", "QUEUED", "FAILED"]);
+declare const __API_OPTIMIZERS__: string[];
+/** Every optimizer name the API accepts (openapi.json's pattern, read at build time: vite.config.ts). */
+export const OPTIMIZERS: readonly string[] = __API_OPTIMIZERS__;
+/** Log lines written for machines (schemas/trainer.py EVENT_PREFIX, METRIC_LINE_PREFIX): hidden by default. */
+export const MACHINE_LINE_PREFIXES = ["TRAINPLANE_EVENT ", "trainplane_metrics "] as const;
+export const SWEEP_TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
+export const TRIAL_STATES = ["SUBMITTING", "RUNNING", "COMPLETE", "PRUNED", "FAIL"] as const;
+export const WAIT_REASONS = ["QUOTA", "BORROW_LIMIT", "COHORT_FULL", "PRIORITY", "BUDGET"] as const;
 export const TRAINING_TYPES = ["SFT", "LORA", "QLORA", "DPO", "RLHF", "CONTINUED_PRETRAIN", "FULL_FINETUNE"] as const;
 
 /** Badge colour family per status (CSS classes badge-<family>). */

@@ -7,7 +7,13 @@ import { createView } from "./views/create";
 import { detailView } from "./views/detail";
 import { jobsView } from "./views/jobs";
 import { policiesView } from "./views/policies";
+import { budgetsView } from "./views/budgets";
+import { compareView } from "./views/compare";
 import { queuesView } from "./views/queues";
+import { sweepCreateView } from "./views/sweepCreate";
+import { sweepsView, sweepView } from "./views/sweeps";
+import { teamsView, teamView } from "./views/teams";
+import { webhooksView } from "./views/webhooks";
 import type { View } from "./views/view";
 
 const REFRESH_MS = 3000;
@@ -38,7 +44,8 @@ function renderHeader(): void {
     qs("#top"),
     h("nav", { class: "topnav", "aria-label": "Main" },
       h("a", { class: "brand", href: "#/jobs" }, "trainplane"),
-      link("#/jobs", "Jobs", "jobs"), link("#/create", "Create", "create"), link("#/queues", "Queues", "queues"), link("#/policies", "Policies", "policies"),
+      link("#/jobs", "Jobs", "jobs"), link("#/create", "Create", "create"), link("#/sweeps", "Sweeps", "sweeps"), link("#/queues", "Queues", "queues"), link("#/teams", "Teams", "teams"),
+      link("#/budgets", "Budgets", "budgets"), link("#/webhooks", "Webhooks", "webhooks"), link("#/policies", "Policies", "policies"),
       h("span", { class: "spacer" }),
       app.creds ? h("span", { class: "who", "data-testid": "principal", title: "Signed in as" }, app.creds.principal) : null,
       h("button", { class: "icon", onclick: toggleTheme, "aria-label": "Toggle dark mode", title: "Dark mode (t)" }, "◐"),
@@ -108,6 +115,14 @@ function viewFor(hash: string): View {
   if (parts[0] === "signin" || !app.creds) return signInView();
   if (parts[0] === "jobs" && parts[1]) return detailView(decodeURIComponent(parts[1]));
   if (parts[0] === "create") return createView(params);
+  if (parts[0] === "sweeps" && parts[1] === "new") return sweepCreateView(params);
+  if (parts[0] === "sweeps" && parts[1]) return sweepView(decodeURIComponent(parts[1]));
+  if (parts[0] === "sweeps") return sweepsView();
+  if (parts[0] === "compare") return compareView(params);
+  if (parts[0] === "teams" && parts[1]) return teamView(decodeURIComponent(parts[1]));
+  if (parts[0] === "teams") return teamsView();
+  if (parts[0] === "webhooks") return webhooksView();
+  if (parts[0] === "budgets") return budgetsView();
   if (parts[0] === "queues") return queuesView();
   if (parts[0] === "policies") return policiesView();
   return jobsView(params);
@@ -170,7 +185,7 @@ document.addEventListener("keydown", (event) => {
   if (event.ctrlKey || event.metaKey || event.altKey || target.matches("input, textarea, select") || document.querySelector("dialog[open]")) return;
   if (pendingG) {
     pendingG = false;
-    const to = ({ j: "#/jobs", c: "#/create", q: "#/queues", p: "#/policies" } as Record<string, string>)[event.key];
+    const to = ({ j: "#/jobs", c: "#/create", q: "#/queues", p: "#/policies", s: "#/sweeps", t: "#/teams", w: "#/webhooks", b: "#/budgets" } as Record<string, string>)[event.key];
     if (to) { location.hash = to; event.preventDefault(); }
     return;
   }

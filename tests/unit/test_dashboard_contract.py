@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 
 from schemas import status
+from schemas.hyperparameters import OPTIMIZER_SPELLINGS
+from schemas.sweeps import SWEEP_TERMINAL
+from schemas.trainer import EVENT_PREFIX, METRIC_LINE_PREFIX
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "dashboard" / "src"
@@ -52,3 +55,35 @@ def test_every_job_field_the_dashboard_reads_is_in_the_api() -> None:
     # Then each is a property of the API's Job (a renamed or removed field fails here)
     assert read, "no job field found: the pattern no longer matches the dashboard's code"
     assert read <= set(OPENAPI["Job"]["properties"]), sorted(read - set(OPENAPI["Job"]["properties"]))
+
+
+def _api_optimizers() -> list[str]:
+    """The optimizer names openapi.json's hyperparameter pattern accepts (`^(adam|...)$`, any case)."""
+    pattern = OPENAPI["TrainingConfig"]["properties"]["hyperparameters"]["properties"]["optimizer"]["pattern"]
+    body = re.fullmatch(r"\^\((?P<words>.*)\)\$", pattern)
+    assert body is not None, pattern
+    return [re.sub(r"\[(.)(.)\]", lambda m: m.group(2), word) for word in body.group("words").split("|")]
+
+
+def test_the_committed_build_offers_every_optimizer_the_api_accepts() -> None:
+    # Given the names the API accepts (the same set the server reads, schemas/hyperparameters.py)
+    accepted = _api_optimizers()
+    assert sorted(accepted) == sorted(OPTIMIZER_SPELLINGS)
+    # Then the built page's create form lists exactly those (read from openapi.json at build time)
+    bundle = "".join(p.read_text() for p in (REPO / "dashboard_assets" / "static" / "assets").glob("*.js"))
+    listed = re.search(r"\[(\"adafactor\"[^\]]*)\]", bundle)
+    assert listed is not None, "the build holds no optimizer list"
+    assert re.findall(r'"([^"]+)"', listed.group(1)) == accepted
+
+
+def test_the_machine_lines_the_log_view_hides_are_the_trainers() -> None:
+    assert _ts_strings("MACHINE_LINE_PREFIXES") == [EVENT_PREFIX, METRIC_LINE_PREFIX + " "]
+
+
+@pytest.mark.parametrize(("name", "enum"), [("TRIAL_STATES", "TrialState"), ("WAIT_REASONS", "WaitReason")])
+def test_the_dashboards_sweep_and_wait_enums_are_the_apis(name: str, enum: str) -> None:
+    assert _ts_strings(name) == OPENAPI[enum]["enum"]
+
+
+def test_the_dashboards_ended_sweeps_are_the_services() -> None:
+    assert set(_ts_strings("SWEEP_TERMINAL")) == {s.value for s in SWEEP_TERMINAL}

@@ -3,7 +3,8 @@
 import { readResources, resourceInputs } from "../actions";
 import { ApiError } from "../api";
 import { clear, h } from "../dom";
-import { TRAINING_TYPES } from "../format";
+import { OPTIMIZERS, TRAINING_TYPES } from "../format";
+import { formAndJson } from "../tabs";
 import { api, field, reportError, showFieldErrors, toast } from "../ui";
 import type { View } from "./view";
 
@@ -46,13 +47,11 @@ export function createView(params: URLSearchParams): View {
   const maxSteps = h("input", { type: "number", name: "max_steps", min: "1", step: "1", "data-field": "training_config.hyperparameters.max_steps" });
   const batch = h("input", { type: "number", name: "batch_size", min: "1", step: "1", "data-field": "data_config.batch_size" });
   const lr = h("input", { type: "text", inputmode: "decimal", name: "learning_rate", placeholder: "0.00002", "data-field": "training_config.hyperparameters.learning_rate" });
-  // Kaisar's optimizer choices, each one the trainer takes (schemas/hyperparameters.py: AdamW, Adam, SGD).
+  // Every optimizer name the API accepts: read from openapi.json at build time (vite.config.ts).
   const optimizer = h(
     "select",
     { name: "optimizer", "data-field": "training_config.hyperparameters.optimizer" },
-    h("option", { value: "adamw" }, "AdamW"),
-    h("option", { value: "adam" }, "Adam"),
-    h("option", { value: "sgd" }, "SGD"),
+    OPTIMIZERS.map((o) => h("option", { value: o }, o)),
   );
 
   const modelId = h("input", { name: "model_id", "data-field": "training_config.base_model.model_id" });
@@ -63,8 +62,6 @@ export function createView(params: URLSearchParams): View {
   const editor = h("textarea", { class: "mono editor", rows: "28", spellcheck: "false", "aria-label": "The whole request (JSON)", "data-field": "request" });
   const formErrors = h("div", { class: "form-errors", role: "alert" });
   const submit = h("button", { type: "submit", class: "primary" }, "Create job");
-  const formTab = h("button", { type: "button", role: "tab", "aria-selected": "true", onclick: () => mode("form") }, "Form");
-  const jsonTab = h("button", { type: "button", role: "tab", "aria-selected": "false", onclick: () => mode("json") }, "JSON (whole request)");
 
   const formPane = h(
     "div",
@@ -85,10 +82,15 @@ export function createView(params: URLSearchParams): View {
       h("div", { class: "row" }, field("CPU cores", res.cpu), field("Memory (GB)", res.memory), field("GPU count", res.gpu, "0 for CPU-only"))),
   );
   const jsonPane = h("div", { class: "json-pane", hidden: true }, h("p", null, "Every config of the request; what you change here is what is submitted."), editor);
+  const tabs = formAndJson<any>({
+    formPane, jsonPane, editor, errors: formErrors, jsonLabel: "JSON (whole request)",
+    read: () => { fromForm(); return request; },
+    show: (value) => { request = value; toForm(); },
+  });
   const form = h(
     "form",
     { class: "create", novalidate: true },
-    h("div", { class: "tabs", role: "tablist" }, formTab, jsonTab),
+    tabs.tabs,
     formPane,
     jsonPane,
     formErrors,
@@ -109,7 +111,7 @@ export function createView(params: URLSearchParams): View {
     maxSteps.value = hp.max_steps ?? "";
     lr.value = hp.learning_rate ?? "";
     const chosen = String(hp.optimizer ?? hp.optim ?? "adamw").toLowerCase();
-    optimizer.value = ["adamw", "adam", "sgd"].includes(chosen) ? chosen : "adamw";
+    optimizer.value = OPTIMIZERS.includes(chosen) ? chosen : "adamw";
     batch.value = request.data_config?.batch_size ?? "";
     modelId.value = request.training_config?.base_model?.model_id ?? "";
     source.value = request.training_config?.base_model?.source ?? "config";
@@ -143,43 +145,11 @@ export function createView(params: URLSearchParams): View {
     request.scheduling_config = { ...request.scheduling_config, priority: Number(priority.value), queue: queue.value || "default" };
   }
 
-  let current: "form" | "json" = "form";
-  function mode(to: "form" | "json"): void {
-    if (to === current) return;
-    if (to === "json") {
-      fromForm();
-      editor.value = JSON.stringify(request, null, 2);
-    } else {
-      try {
-        request = JSON.parse(editor.value);
-      } catch (exc) {
-        clear(formErrors, h("p", { class: "error" }, `The JSON does not parse: ${(exc as Error).message}`));
-        return;
-      }
-      toForm();
-    }
-    current = to;
-    formPane.hidden = to !== "form";
-    jsonPane.hidden = to !== "json";
-    formTab.setAttribute("aria-selected", String(to === "form"));
-    jsonTab.setAttribute("aria-selected", String(to === "json"));
-  }
-
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     clear(formErrors);
-    let body: any;
-    if (current === "json") {
-      try {
-        body = JSON.parse(editor.value);
-      } catch (exc) {
-        clear(formErrors, h("p", { class: "error" }, `The JSON does not parse: ${(exc as Error).message}`));
-        return;
-      }
-    } else {
-      fromForm();
-      body = request;
-    }
+    const body = tabs.value();
+    if (body === null) return;
     submit.disabled = true;
     try {
       const job = await api().post("/jobs", body);

@@ -4,16 +4,24 @@ import type uPlot from "uplot";
 import { actionsFor, type Job } from "../actions";
 import { lossChart } from "../chart";
 import { clear, h } from "../dom";
-import { absoluteTime, bytes, duration, money, num, relativeTime, TERMINAL } from "../format";
+import { absoluteTime, bytes, duration, MACHINE_LINE_PREFIXES, money, num, relativeTime, TERMINAL } from "../format";
 import { api, toast } from "../ui";
 import { priorityText, progressBar, statusBadge } from "./jobs";
 import { positionText } from "./queues";
 import { renderPlacement } from "./placement";
+import { gpuPanel } from "./gpu";
+import { WAIT_REASON_TEXT, waitBadge } from "./teams";
 import { renderTracking } from "./tracking";
 import type { View } from "./view";
 
 const LEVELS = ["DEBUG", "INFO", "WARNING", "ERROR"] as const;
 const LEVEL_RE = /\b(DEBUG|INFO|WARN(?:ING)?|ERROR|CRITICAL|FATAL|Traceback)\b/;
+
+/** A line written for the plane, not a person: a TRAINPLANE_EVENT report or a metric line. */
+export function isMachineLine(message: string): boolean {
+  const text = message.trimStart();
+  return MACHINE_LINE_PREFIXES.some((prefix) => text.startsWith(prefix));
+}
 
 export function levelOf(message: string): string {
   const m = LEVEL_RE.exec(message);
@@ -38,6 +46,7 @@ export function detailView(jobId: string): View {
   let level = "ALL";
   let streamShown = "ALL";
   let follow = true;
+  let machineShown = false;
 
   const head = h("div", { class: "view-head" });
   const actionBar = h("div", { class: "action-bar", role: "toolbar", "aria-label": "Job actions" });
@@ -52,6 +61,7 @@ export function detailView(jobId: string): View {
   const cost = h("section", { class: "panel", "aria-labelledby": "h-cost" });
   const related = h("section", { class: "panel", "aria-labelledby": "h-related" });
   const configs = h("section", { class: "panel wide", "aria-labelledby": "h-configs" });
+  const gpu = gpuPanel(jobId);
   const logBox = h("pre", { class: "logs", tabindex: "0", "aria-label": "Log lines", "data-testid": "logs" });
   const levelSelect = h("select", { "aria-label": "Log level", name: "level" }, h("option", { value: "ALL" }, "All levels"), LEVELS.map((l) => h("option", { value: l }, `${l} and above`)));
   const followBox = h("input", { type: "checkbox", name: "follow", checked: true });
@@ -61,12 +71,17 @@ export function detailView(jobId: string): View {
   streamSelect.addEventListener("change", () => { streamShown = streamSelect.value; renderLogs(); });
   followBox.addEventListener("change", () => { follow = followBox.checked; });
   const download = h("button", { onclick: () => downloadLogs() }, "Download");
+  // The trainer's reports and metric lines are for the plane; a person reads the rest (issue 27.5).
+  const machineBox = h("input", { type: "checkbox", name: "machine_lines" });
+  machineBox.addEventListener("change", () => { machineShown = machineBox.checked; renderLogs(); });
 
   function renderHead(j: Job): void {
     clear(
       head,
       h("div", null, h("a", { href: "#/jobs", class: "back" }, "← Jobs"), h("h1", null, j.name, " ", statusBadge(j.status))),
-      h("a", { class: "button", href: `#/create?from=${encodeURIComponent(j.job_id)}` }, "Duplicate"),
+      h("div", { class: "head-links" },
+        h("a", { class: "button", href: `#/create?from=${encodeURIComponent(j.job_id)}` }, "Duplicate"),
+        h("a", { class: "button", href: `#/sweeps/new?from=${encodeURIComponent(j.job_id)}`, "data-testid": "sweep-from-job" }, "Sweep from this job")),
     );
     const actions = actionsFor(j, (what, child) => {
       toast(`${j.name}: ${what}`);
@@ -95,12 +110,13 @@ export function detailView(jobId: string): View {
         ["Type", j.training_config?.training_type],
         ["Priority", priorityText(j)],
         ["Experiment", j.labels?.experiment],
+        ...(j.labels?.sweep_id ? ([["Sweep", h("a", { href: `#/sweeps/${encodeURIComponent(j.labels.sweep_id)}` }, `${j.labels.sweep_id} (trial ${j.labels.trial ?? "?"})`)]] as [string, unknown][]) : []),
         ["Labels", Object.entries(j.labels ?? {}).map(([k, v]) => `${k}=${v}`).join(", ")],
         ["Queue", j.scheduling_config?.queue],
         ["Owner", j.owner],
         ["Created", h("time", { datetime: j.created_at, title: absoluteTime(j.created_at) }, `${relativeTime(j.created_at)} (${absoluteTime(j.created_at)})`)],
         ["Attempt", j.attempt],
-        ...(waiting ? ([["Queue position", j.queue_position === null || j.queue_position === undefined ? "—" : `${positionText(j.queue_position)} (1 = next)`], ["Estimated wait", duration(j.estimated_wait_seconds)], ["Waiting because", j.pending_reason]] as [string, unknown][]) : []),
+        ...(waiting ? ([["Queue position", j.queue_position === null || j.queue_position === undefined ? "—" : `${positionText(j.queue_position)} (1 = next)`], ["Estimated wait", duration(j.estimated_wait_seconds)], ["Waiting because", j.wait_reason ? h("span", null, waitBadge(j), ` ${WAIT_REASON_TEXT[j.wait_reason as keyof typeof WAIT_REASON_TEXT] ?? ""}`) : j.pending_reason]] as [string, unknown][]) : []),
         ...(j.error_type ? ([["Error", `${j.error_type}: ${j.error_message ?? ""}`]] as [string, unknown][]) : []),
       ]),
     );
@@ -230,7 +246,7 @@ export function detailView(jobId: string): View {
   function shownLines() {
     const min = LEVELS.indexOf(level as (typeof LEVELS)[number]);
     return logLines.filter(
-      (l) => (streamShown === "ALL" || l.stream === streamShown) && (level === "ALL" || LEVELS.indexOf(levelOf(l.message) as (typeof LEVELS)[number]) >= min),
+      (l) => (machineShown || !isMachineLine(l.message)) && (streamShown === "ALL" || l.stream === streamShown) && (level === "ALL" || LEVELS.indexOf(levelOf(l.message) as (typeof LEVELS)[number]) >= min),
     );
   }
 
@@ -249,8 +265,9 @@ export function detailView(jobId: string): View {
     }
     if (plain) nodes.push(document.createTextNode(plain));
     if (lines.length) logBox.replaceChildren(...nodes);
-    else logBox.textContent = "(no log lines)";
+    else logBox.textContent = logLines.length ? "(no line matches the filters)" : "(no log lines)";
     logBox.dataset.lines = String(lines.length);
+    logBox.dataset.hidden = String(logLines.length - lines.length);
     if (follow && atBottom) logBox.scrollTop = logBox.scrollHeight;
   }
 
@@ -296,6 +313,7 @@ export function detailView(jobId: string): View {
       totalPoints = total;
       renderProgress(j);
       if (moved || !chart) renderChart();
+      await gpu.load(Math.max(100, chartWidth()));
     }
     if (changed) {
       // Only when the job changed: a focused button or an open <details> is not reset every tick.
@@ -320,10 +338,10 @@ export function detailView(jobId: string): View {
         head,
         actionBar,
         h("div", { class: "grid" },
-          overview, progress, checkpoints, tracking, placement, timeline, cost, related,
+          overview, progress, gpu.section, checkpoints, tracking, placement, timeline, cost, related,
           h("section", { class: "panel wide", "aria-labelledby": "h-logs" },
             h("h2", { id: "h-logs" }, "Logs"),
-            h("div", { class: "log-tools" }, levelSelect, streamSelect, h("label", { class: "check" }, followBox, " Follow"), download),
+            h("div", { class: "log-tools" }, levelSelect, streamSelect, h("label", { class: "check" }, followBox, " Follow"), h("label", { class: "check", title: "TRAINPLANE_EVENT reports and metric lines" }, machineBox, " Machine lines"), download),
             logBox),
           configs),
       );
@@ -332,6 +350,7 @@ export function detailView(jobId: string): View {
     refresh,
     dispose() {
       chart?.destroy();
+      gpu.dispose();
     },
   };
 }

@@ -3,6 +3,7 @@ import { actionsMenu, type Job } from "../actions";
 import { clear, h } from "../dom";
 import { absoluteTime, BAND_RANGES, priorityBand, relativeTime, statusFamily, STATUSES } from "../format";
 import { api, reportError, toast } from "../ui";
+import { waitBadge } from "./teams";
 import type { View } from "./view";
 
 const PAGE_SIZE = 50;
@@ -30,6 +31,25 @@ export function priorityText(job: Job): HTMLElement {
   return h("span", { class: `prio prio-${band.toLowerCase()}`, title: `priority ${p} of 0-10` }, `${band} · ${p}`);
 }
 
+/**
+ * The list route leaves out why a queued job waits (the scheduler explains one job at a time, on GET
+ * /jobs/{id}): ask for each queued job of the page (at most WAIT_LOOKUPS) and show its reason.
+ */
+const WAIT_LOOKUPS = 50;
+async function withWaitReasons(jobs: Job[]): Promise<Job[]> {
+  const queued = jobs.filter((j) => j.status === "QUEUED").slice(0, WAIT_LOOKUPS);
+  if (!queued.length) return jobs;
+  const detailed = new Map<string, Job>();
+  await Promise.all(queued.map(async (j) => {
+    try {
+      detailed.set(j.job_id, await api().get(`/jobs/${encodeURIComponent(j.job_id)}`));
+    } catch {
+      // gone or no longer visible between the two calls: the row shows no reason
+    }
+  }));
+  return jobs.map((j) => (detailed.has(j.job_id) ? { ...j, wait_reason: detailed.get(j.job_id)!.wait_reason } : j));
+}
+
 export function jobsView(params: URLSearchParams): View {
   const filters = Object.fromEntries(FILTERS.map((k) => [k, params.get(k) ?? ""])) as Filters;
   let tokens: (string | null)[] = [null]; // the token of each page seen, for Previous
@@ -40,13 +60,24 @@ export function jobsView(params: URLSearchParams): View {
   // ?size= sets the page size (a link reproduces it too); 50 by default.
   const size = Math.max(1, Math.min(MAX_PAGE, Number(params.get("size")) || PAGE_SIZE));
   let experiments = new Set<string>();
+  // Ticked for comparison (kept across pages and refreshes, in the URL as ?compare=a,b).
+  const ticked = new Set((params.get("compare") ?? "").split(",").filter(Boolean));
+  const compare = h("a", { class: "button", "data-testid": "compare", "aria-disabled": "true" }, "Compare");
+  function renderCompare(): void {
+    const ids = [...ticked];
+    compare.textContent = ids.length ? `Compare (${ids.length})` : "Compare";
+    compare.setAttribute("aria-disabled", String(ids.length < 2));
+    if (ids.length >= 2) compare.setAttribute("href", `#/compare?jobs=${ids.map(encodeURIComponent).join(",")}`);
+    else compare.removeAttribute("href");
+    compare.title = ids.length < 2 ? "Tick two or more jobs to compare them" : `Compare ${ids.length} runs`;
+  }
 
   const cards = h("section", { class: "cards", "aria-label": "Summary" });
   const tbody = h("tbody");
   const table = h(
     "table",
     { class: "jobs", "aria-label": "Jobs" },
-    h("thead", null, h("tr", null, ["Job", "Status", "Priority", "Experiment", "Progress", "Created", ""].map((t) => h("th", { scope: "col" }, t)))),
+    h("thead", null, h("tr", null, ["", "Job", "Status", "Priority", "Experiment", "Progress", "Created", ""].map((t) => h("th", { scope: "col" }, t)))),
     tbody,
   );
   const empty = h("div", { class: "empty", hidden: true });
@@ -79,6 +110,7 @@ export function jobsView(params: URLSearchParams): View {
     for (const k of FILTERS) if (filters[k]) query.set(k, filters[k]);
     if (size !== PAGE_SIZE) query.set("size", String(size));
     if (selected) query.set("selected", selected);
+    if (ticked.size) query.set("compare", [...ticked].join(","));
     const qs = query.toString();
     history.replaceState(null, "", `#/jobs${qs ? `?${qs}` : ""}`);
   }
@@ -109,15 +141,19 @@ export function jobsView(params: URLSearchParams): View {
     const tr = h(
       "tr",
       { tabindex: "0", "data-job-id": job.job_id, "aria-selected": String(job.job_id === selected), class: job.job_id === selected ? "selected" : "" },
+      h("td", { class: "pick" }, h("input", {
+        type: "checkbox", name: "compare", "aria-label": `Compare ${job.name}`, checked: ticked.has(job.job_id),
+        onchange: (e: Event) => { if ((e.target as HTMLInputElement).checked) ticked.add(job.job_id); else ticked.delete(job.job_id); renderCompare(); writeUrl(); },
+      })),
       h("td", { class: "job-name" }, h("a", { href: `#/jobs/${encodeURIComponent(job.job_id)}` }, job.name), h("small", null, job.training_config?.training_type ?? "")),
-      h("td", null, statusBadge(job.status)),
+      h("td", null, statusBadge(job.status), waitBadge(job)),
       h("td", null, priorityText(job)),
       h("td", null, job.labels?.experiment ? h("span", { class: "label" }, job.labels.experiment) : "—"),
       h("td", null, progressBar(job)),
       h("td", null, h("time", { datetime: job.created_at, title: absoluteTime(job.created_at) }, relativeTime(job.created_at))),
       h("td", { class: "actions" }, actionsMenu(job, (what, child) => { if (what === "retried" && child) location.hash = `#/jobs/${child.job_id}`; else void load(); }, open)),
     );
-    tr.addEventListener("click", (e) => { if (!(e.target as HTMLElement).closest("button, a")) select(job.job_id, false); });
+    tr.addEventListener("click", (e) => { if (!(e.target as HTMLElement).closest("button, a, input")) select(job.job_id, false); });
     tr.addEventListener("dblclick", open);
     return tr;
   }
@@ -156,7 +192,7 @@ export function jobsView(params: URLSearchParams): View {
 
   async function load(): Promise<void> {
     const result = await api().get("/jobs", query());
-    jobs = result.jobs;
+    jobs = await withWaitReasons(result.jobs);
     nextToken = result.next_token ?? null;
     tokens[page + 1] = nextToken;
     renderRows();
@@ -185,13 +221,14 @@ export function jobsView(params: URLSearchParams): View {
     async render(main) {
       clear(
         main,
-        h("div", { class: "view-head" }, h("h1", null, "Jobs"), h("a", { class: "button primary", href: "#/create", "aria-keyshortcuts": "n" }, "Create job")),
+        h("div", { class: "view-head" }, h("h1", null, "Jobs"), compare, h("a", { class: "button primary", href: "#/create", "aria-keyshortcuts": "n" }, "Create job")),
         cards,
         h("div", { class: "filters", role: "search" }, search, statusSelect, bandSelect, experiment, expList, label, queue, clearButton),
         h("div", { class: "table-wrap" }, table),
         empty,
         h("nav", { class: "pager", "aria-label": "Pages" }, prev, pageInfo, next),
       );
+      renderCompare();
       document.addEventListener("keydown", onKey);
       await Promise.all([loadSummary(), load()]);
     },

@@ -93,6 +93,8 @@ def test_logs_filter_by_level_follow_and_download(fake_plane: LocalPlane, open_d
         page = dash.page
         logs = page.wait_for_selector('[data-testid="logs"]')
         wait_for(lambda: "starting at step 0" in logs.inner_text(), 15, "the trainer's first lines")
+        # Every line, the machine lines too (hidden by default: test_compare_teams_webhooks), as the download has
+        page.check('input[name="machine_lines"]')
         # Follow: new lines arrive by themselves
         count = int(logs.get_attribute("data-lines") or 0)
         wait_for(lambda: int(logs.get_attribute("data-lines") or 0) > count, 20, "followed lines")
@@ -175,7 +177,11 @@ def test_stop_with_confirmation_edit_disabled_while_training_and_delete_of_a_fin
     fake_plane: LocalPlane, open_dashboard: Callable[..., Dashboard]
 ) -> None:
     api = Api(fake_plane)
-    job = submit(fake_plane, fake_spec("verbs-job", max_steps=100_000, step_seconds=0.05))
+    spec = fake_spec("verbs-job", max_steps=100_000, step_seconds=0.05)
+    # No checkpoint every 2 steps: the status would flip TRAINING <-> CHECKPOINTING, and the page's 3 s
+    # refresh could sample CHECKPOINTING each time on a loaded machine (this test is about the verbs).
+    spec["output_config"]["checkpoint"]["save_steps"] = 100_000
+    job = submit(fake_plane, spec)
     job_id = job["job_id"]
     try:
         api.wait_status(job_id, "TRAINING", timeout=60)
