@@ -76,7 +76,8 @@ test-gpu: install
 
 # mutmut over the modules that guard data, one module at a time with only the tests that cover it; prints
 # killed / survived / timeout per module (docs/TESTING.md). Not part of `make test`. MUTATION_MODULES picks
-# some (names in scripts/mutation.py); MUTATION_BUDGET_S stops starting modules after that many seconds.
+# some (names in scripts/mutation.py); MUTATION_BUDGET_S stops starting modules after that many seconds;
+# MUTATION_CHILDREN mutants run at once (default: the CPU count); MUTATION_ONLY runs a few (a smoke run).
 MUTATION_MODULES ?=
 MUTATION_BUDGET_S ?= 5400
 mutation: install

@@ -53,6 +53,9 @@ class Module:
     path: str  # as imported: trainer/storage.py for trainer_image/trainer/storage.py
     tests: tuple[str, ...]
     functions: tuple[str, ...] = ()  # mutant-name globs after the module ("x_enforce*", "xǁClassǁmethod*"); () = all
+    # mutmut's process_isolation: "fork" forks each mutant's worker from the process that ran the tests;
+    # "forkserver" from a clean server, for tests that leave that process unsafe to fork (torch's threads).
+    isolation: str = "fork"
     notes: list[str] = field(default_factory=list)
 
 
@@ -79,6 +82,9 @@ MODULES = [
         ("tests/trainer/test_access.py",),
         # The trainer's check before it reads or writes (not spec_paths' listing of the spec's fields).
         ("x_enforce__*", "x__check_tree__*", "x_own_prefix__*", "x_claim_export__*", "x__marker_owner__*"),
+        # Forked from the process that ran the trainer's tests, every worker hung on a lock (a futex, 0% CPU:
+        # mutmut's CPU-time limit never fires); workers forked from a clean server do not.
+        isolation="forkserver",
     ),
     Module(
         "dynamodb",
@@ -172,6 +178,7 @@ def prepare(module: Module) -> Path:
             f"pytest_add_cli_args_test_selection = {tests!r}",
             'pytest_add_cli_args = ["--no-cov", "-p", "no:cacheprovider", "-q", "-x", "-m", "not gpu", "--durations=0"]',
             "use_git_change_detection = false",
+            f"process_isolation = {module.isolation!r}",
             # Log lines and the text of a raised error are not mutated: the guard is the condition that leads
             # to the raise (its wording is the API tests' business, each message's fragment checked there).
             'do_not_mutate_patterns = ["^\\\\s*(logger|logging|log)\\\\.\\\\w+\\\\(", "^\\\\s*raise \\\\w"]',

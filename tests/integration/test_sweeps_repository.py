@@ -9,6 +9,7 @@ from unittest import mock
 
 import pytest
 
+from functions.adapters import dynamodb_batch as batch
 from functions.adapters import sweeps as layout
 from functions.adapters.aws import AwsClients
 from schemas.sweeps import SweepStatus, Trial, TrialState
@@ -161,3 +162,22 @@ def test_an_update_of_a_deleted_sweep_is_refused(plane: Plane) -> None:
     assert plane.repo.update(read.model_copy(update={"status": SweepStatus.PAUSED}), read.version) is False
     assert plane.repo.update(read, read.version) is False
     assert _partition(plane, sweep_id) == []
+
+
+def test_a_delete_that_cannot_finish_says_which_sweep(plane: Plane, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given a table that leaves every delete request unprocessed (throttled throughout)
+    sweep_id = plane.create()
+    assert plane.repo.claim_trial(sweep_id, _trial(plane, 0)) == "claimed"
+    ddb = plane.repo._ddb
+    monkeypatch.setattr(batch.time, "sleep", lambda _s: None)
+
+    def throttled(RequestItems: dict[str, Any]) -> dict[str, Any]:
+        return {"UnprocessedItems": RequestItems}
+
+    # When the sweep is deleted, the error names it and what is left
+    with (
+        mock.patch.object(ddb, "batch_write_item", throttled),
+        pytest.raises(RuntimeError, match=f"could not delete 1 items of sweep {sweep_id}"),
+    ):
+        plane.repo.delete(sweep_id, plane.repo.get(sweep_id).version)
+    assert len(_partition(plane, sweep_id)) == 1

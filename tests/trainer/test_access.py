@@ -263,3 +263,14 @@ def test_an_ordinary_environment_variable_reaches_the_run(tmp_path: Path, monkey
     outcome = run_in_process(root, spec, monkeypatch, capsys)
     assert outcome.code == ExitCode.COMPLETED, outcome.stdout[-2000:]
     assert os.environ.get("MY_FLAG") == "1"
+
+
+def test_the_own_prefix_is_the_checkpoints_parent_unless_the_run_keeps_the_deepfinery_layout(tmp_path: Path) -> None:
+    spec = RunSpec.model_validate(make_spec(tmp_path / "job"))
+    plain = spec.model_copy(update={"checkpoint_uri": "s3://b/jobs/j-1/checkpoints", "metrics_uri": "s3://b/metrics/j-1.jsonl"})
+    assert access.own_prefix(plain) == "s3://b/jobs/j-1"  # metrics kept elsewhere do not move it
+    deepfinery = plain.model_copy(
+        update={"layout_uri": "s3://b/runs/r-1", "checkpoint_uri": "s3://b/runs/r-1", "metrics_uri": "s3://b/runs/r-1/metrics.jsonl"}
+    )
+    assert access.own_prefix(deepfinery) == "s3://b/runs/r-1"
+    assert access.own_prefix(deepfinery.model_copy(update={"metrics_uri": None})) == "s3://b/runs"
