@@ -22,14 +22,27 @@ def main(argv: list[str] | None = None) -> None:
         default=[],
         help="a directory whose files jobs may name (repeatable; also TRAINPLANE_LOCAL_ALLOWED_DIRS); never the state dir",
     )
+    parser.add_argument("--gpus", default="", help="emulated GPUs (H100=4,A100=8): a job holds its units, trains on the CPU")
+    parser.add_argument(
+        "--principal", action="append", default=[], help="a principal to serve besides admin and alice (repeatable), e.g. bob"
+    )
     # For tests of the front door itself, before/without the real API: module:function.
     parser.add_argument("--api-handler", default=DEFAULT_API_HANDLER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error("--port: must be between 0 and 65535")
     try:
-        run_up(args.host, args.port, args.state_dir, args.compute, api_handler=args.api_handler, allow_dirs=args.allow_dir)
-    except RuntimeError as exc:  # refusals with a message for people: busy port, state dir in use ...
+        run_up(
+            args.host,
+            args.port,
+            args.state_dir,
+            args.compute,
+            api_handler=args.api_handler,
+            allow_dirs=args.allow_dir,
+            gpus=args.gpus,
+            principals=args.principal,
+        )
+    except (RuntimeError, ValueError) as exc:  # refusals with a message for people: busy port, state dir in use ...
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
 

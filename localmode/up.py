@@ -35,7 +35,7 @@ from functions.adapters import aws as aws_clients
 from functions.catalog.quotas import parse_gpu_inventory
 from functions.settings import PREFIX
 from localmode import iam_calls, moto_hooks
-from localmode.credentials import ADMIN, Principal, load_or_create
+from localmode.credentials import ADMIN, Principal, load_or_create, principal_names
 from localmode.dashboard import DashboardSite
 from localmode.frontdoor import FrontDoor, Handler
 from localmode.journal import Journal
@@ -67,6 +67,7 @@ def run_up(
     exit_process: bool = True,
     allow_dirs: Sequence[Path] = (),
     gpus: str = "",
+    principals: Sequence[str] = (),
 ) -> None:
     """Serve until SIGINT/SIGTERM. `port=0` picks a free port (endpoint.json tells which).
 
@@ -82,7 +83,9 @@ def run_up(
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    plane = LocalPlane(host, port, Path(state_dir), compute=compute, api_handler=api_handler, allow_dirs=allow_dirs, gpus=gpus)
+    plane = LocalPlane(
+        host, port, Path(state_dir), compute=compute, api_handler=api_handler, allow_dirs=allow_dirs, gpus=gpus, principals=principals
+    )
     try:
         plane.start()
         print(f"trainplane local mode: API {plane.api_url}  AWS {plane.aws_endpoint_url}  state {plane.state_dir}", flush=True)
@@ -116,11 +119,13 @@ class LocalPlane:
         api_handler: str = DEFAULT_API_HANDLER,
         allow_dirs: Sequence[Path] = (),
         gpus: str = "",
+        principals: Sequence[str] = (),
     ) -> None:
         if compute not in COMPUTE_CHOICES:
             raise ValueError(f"compute: must be one of {', '.join(COMPUTE_CHOICES)}, not {compute!r}")
         parse_gpu_inventory(gpus)  # a bad --gpus fails now, not in the first pass
         self.gpus = gpus
+        self.principal_names = principal_names(principals)  # a bad --principal fails now too
         self.host = host
         self.port = port
         self.state_dir = state_dir.resolve()
@@ -158,7 +163,7 @@ class LocalPlane:
         _private_dir(self.state_dir)
         self._lock_state_dir()
         self._remove_stale_endpoint()
-        self.principals = load_or_create(self.state_dir)
+        self.principals = load_or_create(self.state_dir, self.principal_names)
         admin = next(p for p in self.principals if p.name == ADMIN)
         # Bound now, served at the end: a busy port fails in a second, not after the deployers.
         site = DashboardSite(state_dir=self.state_dir, principals=self.principals, region=constants.LOCAL_REGION)

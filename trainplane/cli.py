@@ -95,6 +95,12 @@ def up(
         ),
     ] = None,
     gpus: Annotated[str | None, typer.Option(help="Emulated GPUs (H100=4,A100=8): a job holds its units, trains on the CPU.")] = None,
+    principal: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--principal", help="A principal to serve besides admin and alice (repeatable), e.g. bob: its keys go to endpoint.json."
+        ),
+    ] = None,
 ) -> None:
     """Serve the whole control plane on this machine (emulated AWS, no account needed) until Ctrl-C.
 
@@ -106,7 +112,11 @@ def up(
         install = escape("pip install 'trainplane[local]'")  # escaped: rich would read [local] as markup
         err.print(f"[red]error[/red] local mode is not available: {escape(str(exc))} (install with: {install})")
         raise typer.Exit(1) from exc
-    run_up(host, port, directory, compute.value, allow_dirs=allow_dir or [], gpus=gpus or "")
+    try:
+        run_up(host, port, directory, compute.value, allow_dirs=allow_dir or [], gpus=gpus or "", principals=principal or [])
+    except ValueError as exc:  # a bad --gpus or --principal, refused before anything starts
+        err.print(f"[red]error[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
 
 
 @app.command()

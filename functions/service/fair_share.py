@@ -8,6 +8,8 @@
   borrower's, then higher F first, then FIFO inside the team.
 - A job is admitted within its team's nominal quota, or beyond it up to its borrow limit from the idle
   nominal quota other teams lend (their lend limits); member caps bound one member.
+- Reclaim: a team within nominal takes lent units back from borrowers (reclaim_victims); a borrower may
+  preempt another team's borrowing only by Kueue's two fair-sharing rules (fair_sharing_victims).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 
 from functions.catalog.gpu_types import gpu_type_of, units_of
 from schemas.job import Job
@@ -93,6 +96,20 @@ class Cohort:
         """Would admitting the job take the team beyond its nominal quota?"""
         return self.in_use[(ask.team, ask.gpu_type)] + ask.units > self.nominal(ask.team, ask.gpu_type)
 
+    def cohort_deficit(self, ask: Ask) -> int:
+        """Units other teams' borrowing must give back before `ask` may borrow (0: the lenders have room)."""
+        after = self.in_use[(ask.team, ask.gpu_type)] + ask.units - self.nominal(ask.team, ask.gpu_type)
+        if after <= 0:
+            return 0  # within nominal: its own quota, not the lenders', is what it needs
+        others_borrowed = sum(self.borrowed(t, ask.gpu_type) for t in self.teams if t != ask.team)
+        lendable = sum(self.lendable(t, ask.gpu_type) for t in self.teams if t != ask.team)
+        return max(others_borrowed + after - lendable, 0)
+
+    def share(self, team: str, gpu_type: str, delta: int = 0) -> float:
+        """Kueue's weighted share of one type: units held beyond nominal (with `delta` more) per unit of weight."""
+        held = self.in_use[(team, gpu_type)] + delta
+        return max(held - self.nominal(team, gpu_type), 0) / self._team(team).weight
+
     def refusal(self, ask: Ask) -> WaitReason | None:
         """Why the job may not be admitted now by its team's rules (None: it may, capacity permitting)."""
         team = self._team(ask.team)
@@ -109,9 +126,7 @@ class Cohort:
         after = self.in_use[(ask.team, ask.gpu_type)] + ask.units - self.nominal(ask.team, ask.gpu_type)
         if after > limit:
             return WaitReason.BORROW_LIMIT
-        others_borrowed = sum(self.borrowed(t, ask.gpu_type) for t in self.teams if t != ask.team)
-        lendable = sum(self.lendable(t, ask.gpu_type) for t in self.teams if t != ask.team)
-        if others_borrowed + after > lendable:
+        if self.cohort_deficit(ask) > 0:
             return WaitReason.COHORT_FULL
         return None
 
@@ -200,3 +215,62 @@ def reclaim_victims(waiting: Ask, holders: Iterable[Holder], needed: int, cohort
         room[holder.ask.team] -= holder.units
         needed -= holder.units
     return chosen if needed <= 0 else []
+
+
+class FairSharingRule(StrEnum):
+    """Kueue's two fair-sharing preemption rules (its `fairSharing.preemptionStrategies`), tried in this order.
+
+    A borrower waiting for capacity that another team's borrowing holds may preempt a job of that team only
+    when, with `preemptor` its team's share with the waiting job and shares as Cohort.share:
+    - LessThanOrEqualToFinalShare: preemptor <= the target team's share without the job;
+    - LessThanInitialShare (tried when the first frees too little): preemptor < the target team's share with
+      the job. Where one team loses several jobs, we ask it of each of them against the team's final share
+      (Kueue asks it of each pick in turn): so that no victim's team, taking any one of them back, would
+      hold a share at or below the preemptor's.
+    Either way a victim's team asking for its job back holds a share above the preemptor's: it can never
+    preempt the preemptor's team in turn (no A-preempts-B-preempts-A ping-pong; a hypothesis property)."""
+
+    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+    LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+
+
+def fair_sharing_victims(
+    waiting: Ask, holders: Iterable[Holder], needed: int, cohort: Cohort
+) -> tuple[list[Holder], FairSharingRule | None]:
+    """Other teams' borrowers to pause so that `waiting`, itself a borrower, gets `needed` units: each step takes
+    a job of the team with the highest share now (then lowest priority, then least work lost), if the rule
+    allows it; the first rule (of FairSharingRule's two) that frees enough wins; ([], None) when neither does."""
+    preemptor = cohort.share(waiting.team, waiting.gpu_type, waiting.units)
+    candidates = [h for h in holders if h.ask.team != waiting.team and h.ask.gpu_type == waiting.gpu_type]
+    for rule in FairSharingRule:
+        removed: dict[str, int] = defaultdict(int)
+        smallest: dict[str, int] = {}  # the smallest job each team has lost so far
+        left = list(candidates)
+        chosen: list[Holder] = []
+        freed = 0
+        while freed < needed:
+            allowed = [h for h in left if _allows(rule, preemptor, cohort, h, removed[h.ask.team], smallest.get(h.ask.team, h.units))]
+            if not allowed:
+                break
+            pick = min(
+                allowed,
+                key=lambda h: (-cohort.share(h.ask.team, h.ask.gpu_type, -removed[h.ask.team]), h.job.priority, h.work_lost, h.job.job_id),
+            )
+            left.remove(pick)
+            chosen.append(pick)
+            removed[pick.ask.team] += pick.units
+            smallest[pick.ask.team] = min(smallest.get(pick.ask.team, pick.units), pick.units)
+            freed += pick.units
+        if freed >= needed:
+            return chosen, rule
+    return [], None
+
+
+def _allows(rule: FairSharingRule, preemptor: float, cohort: Cohort, holder: Holder, removed: int, smallest: int) -> bool:
+    team, gpu_type = holder.ask.team, holder.ask.gpu_type
+    if cohort.share(team, gpu_type, -removed) <= 0:
+        return False  # the team is back within its nominal quota: the rest of its jobs are its own
+    after = -removed - holder.units
+    if rule == FairSharingRule.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
+        return preemptor <= cohort.share(team, gpu_type, after)
+    return preemptor < cohort.share(team, gpu_type, after + min(smallest, holder.units))
