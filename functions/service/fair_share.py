@@ -21,6 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from functions.catalog.gpu_types import gpu_type_of, units_of
+from functions.service.ports import TeamHold
 from schemas.job import Job
 from schemas.teams import Team, WaitReason, limit_units
 
@@ -95,6 +96,12 @@ class Cohort:
     def borrowing(self, ask: Ask) -> bool:
         """Would admitting the job take the team beyond its nominal quota?"""
         return self.in_use[(ask.team, ask.gpu_type)] + ask.units > self.nominal(ask.team, ask.gpu_type)
+
+    def hold_for(self, ask: Ask) -> TeamHold:
+        """The team's limit of the type that the ledger's claim enforces: nominal plus borrow limit (or just
+        nominal for a job that may not borrow), whatever a racing pass read."""
+        limit = self.nominal(ask.team, ask.gpu_type) + (self.borrow_limit(ask.team, ask.gpu_type) if ask.reclaimable else 0)
+        return TeamHold(ask.team, ask.gpu_type, limit)
 
     def cohort_deficit(self, ask: Ask) -> int:
         """Units other teams' borrowing must give back before `ask` may borrow (0: the lenders have room)."""

@@ -269,8 +269,14 @@ class Scheduler:
                 result.waiting += 1
                 continue
             demand = self.capacity.demand(job)
-            if not self.ledger.claim(pool, job.job_id, demand.units, capacity):
-                if job.job_id in self.ledger.holders(pool):
+            if not self.ledger.claim(pool, job.job_id, demand.units, capacity, team=cohort.hold_for(ask)):
+                holders = self.ledger.holders(pool)
+                if job.job_id in holders:
+                    continue
+                if capacity - sum(holders.values()) >= demand.units:
+                    # Room in the pool: its team's hold refused it (a racing pass admitted its team's job)
+                    refused.add((ask.team, ask.gpu_type))
+                    result.waiting += 1
                     continue
                 if not self._reclaim(pool, job, ask, demand, capacity, cohort, result):
                     self._make_room(pool, job, demand, capacity, result)
