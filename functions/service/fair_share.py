@@ -60,6 +60,7 @@ class Cohort:
     in_use: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     member_units: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     member_jobs: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    running: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))  # usage of running jobs, by type
 
     def hold(self, ask: Ask) -> None:
         self.in_use[(ask.team, ask.gpu_type)] += ask.units

@@ -208,7 +208,11 @@ class Scheduler:
     def _read_depth(self) -> int:
         """How far into each queue a pass reads: strict order needs only as many jobs as could start
         now, plus the next one (whose wait may call for a preemption). Reading 100 jobs where 2 matter
-        costs real DynamoDB little, but moto's Query serialises every row returned (~25 ms a job)."""
+        costs real DynamoDB little, but moto's Query serialises every row returned (~25 ms a job).
+        With teams the order is fair share, not the index's FIFO: the oldest few jobs may all be one
+        team's, so a pass reads as deep as it may."""
+        if self.teams is not None and self.teams.active(self.teams.teams()):
+            return _QUEUE_READ_LIMIT
         free = 0
         for pool in self.ledger.pools():
             capacity = self.capacity.capacity(pool)
