@@ -61,7 +61,7 @@ class Cohort:
     member_units: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     member_jobs: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     running: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))  # usage of running jobs, by type
-    holders: dict[str, Job] = field(default_factory=dict)  # the jobs holding capacity, as the pass read them
+    holders: dict[str, tuple[Job, Ask]] = field(default_factory=dict)  # the jobs holding capacity, as the pass read them
 
     def hold(self, ask: Ask) -> None:
         self.in_use[(ask.team, ask.gpu_type)] += ask.units
@@ -114,9 +114,11 @@ class Cohort:
         lendable = sum(self.lendable(t, ask.gpu_type) for t in self.teams if t != ask.team)
         return max(others_borrowed + after - lendable, 0)
 
-    def others_borrow(self, ask: Ask) -> bool:
-        """Do other teams hold units of the type beyond their nominal quota (someone to preempt by fair sharing)?"""
-        return any(self.borrowed(t, ask.gpu_type) > 0 for t in self.teams if t != ask.team)
+    def others_borrow_more(self, ask: Ask) -> bool:
+        """Does another team hold a larger share of the type than `ask`'s team would with the job? Else neither of
+        Kueue's rules (FairSharingRule) can let it preempt anyone: no need to weigh the holders."""
+        preemptor = self.share(ask.team, ask.gpu_type, ask.units)
+        return any(self.share(t, ask.gpu_type) > preemptor for t in self.teams if t != ask.team)
 
     def share(self, team: str, gpu_type: str, delta: int = 0) -> float:
         """Kueue's weighted share of one type: units held beyond nominal (with `delta` more) per unit of weight."""

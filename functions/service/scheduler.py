@@ -267,7 +267,7 @@ class Scheduler:
         for index, (job, ask) in enumerate(order):
             refusal = None if (ask.team, ask.gpu_type) in refused else cohort.refusal(ask)
             if (ask.team, ask.gpu_type) in refused or refusal is not None:
-                if refusal == WaitReason.COHORT_FULL and cohort.others_borrow(ask):  # Kueue's fair sharing between borrowers
+                if refusal == WaitReason.COHORT_FULL and cohort.others_borrow_more(ask):  # Kueue's fair sharing between borrowers
                     self._reclaim(pool, job, ask, self.capacity.demand(job), capacity, cohort, result)
                 refused.add((ask.team, ask.gpu_type))
                 result.waiting += 1
@@ -306,12 +306,14 @@ class Scheduler:
         eligible: list[Holder] = []
         for job_id, units in holders.items():
             # As the pass read it (a stale one loses its conditional write below), else read now
-            holder = cohort.holders.get(job_id)
-            try:
-                holder = holder or self.repository.get(job_id)
-            except JobNotFound:
-                continue
-            held = Ask.of(holder, DEFAULT_TEAM)
+            if job_id in cohort.holders:
+                holder, held = cohort.holders[job_id]
+            else:
+                try:
+                    holder = self.repository.get(job_id)
+                except JobNotFound:
+                    continue
+                held = Ask.of(holder, DEFAULT_TEAM)
             if held.team == ask.team or held.team not in cohort.teams or cohort.borrowed(held.team, held.gpu_type) <= 0:
                 continue
             if holder.pending_action == PendingAction.PREEMPT:

@@ -131,7 +131,7 @@ class TeamDirectory:
                 if ask.team not in teams:
                     ask = Ask(DEFAULT_TEAM, ask.gpu_type, ask.units, ask.owner)
                 cohort.hold(ask)
-                cohort.holders[job_id] = job
+                cohort.holders[job_id] = (job, ask)
                 if job.run_started_at is not None:
                     hours = max((now - job.run_started_at).total_seconds(), 0.0) / 3600.0
                     running = ask.units * hours * unit_hourly_usd(ask.gpu_type)
