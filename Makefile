@@ -11,7 +11,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install iam-tools iam-check test test-fast test-gpu mutation fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types bench-sweeps synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
+.PHONY: install iam-tools iam-check test test-fast test-gpu mutation fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types bench-sweeps bench-teams synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
 
 install: $(STAMP) dashboard browser iam-tools
 
@@ -143,6 +143,12 @@ bench-dashboard: install
 # The sweep controller's decision time and local mode's trial-to-trial turnaround (docs/BENCHMARKS.md, "Sweeps").
 bench-sweeps: install
 	$(BIN)/python scripts/bench_sweeps.py
+
+# Teams (issue 24): the scheduler's decision time with 10,000 queued jobs across 20 teams, then the 7-day
+# fair-share simulator (3 teams x 2 GPU types: shares, Jain's index, reclaims) (docs/BENCHMARKS.md, "Teams").
+bench-teams: install
+	$(BIN)/python scripts/bench_teams.py
+	$(BIN)/python scripts/sim_teams.py
 
 # Offline: no AWS credentials, no Docker (docs/DEPLOY.md). SYNTH_ARGS: more -c key=value.
 synth: install
