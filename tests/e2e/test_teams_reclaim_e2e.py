@@ -98,11 +98,11 @@ def test_a_lender_takes_its_h100s_back_through_a_checkpoint_and_the_borrower_res
     assert 2 <= reclaimed_at < STEPS and requeued["reclaims"] == 1
     timeline = bob.events(job_id)
     statuses = [e["to"] for e in timeline]
-    back = len(statuses) - 1 - statuses[::-1].index("QUEUED")
+    requeued_at = len(statuses) - 1 - statuses[::-1].index("QUEUED")
     # The trainer reports CHECKPOINTING while it saves on SIGTERM (then TRAINING again as it exits): the run's
     # statuses since it started end CHECKPOINTING ... QUEUED, never a stop without that save
-    assert "CHECKPOINTING" in statuses[statuses.index("TRAINING") : back], statuses
-    back = timeline[back]
+    assert "CHECKPOINTING" in statuses[statuses.index("TRAINING") : requeued_at], statuses
+    back = timeline[requeued_at]
     assert back["reason"].startswith(f"reclaimed by team lender for job {lender_job}") and "work lost" in back["reason"]
     # And alice's job starts on the H100s, and ends
     alice.wait(lender_job, lambda j: j["status"] not in {"PENDING", "QUEUED"}, 240, "the lender's job to start")
