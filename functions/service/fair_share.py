@@ -4,8 +4,8 @@
   price-weighted unit-hours (functions/catalog/gpu_types.py).
 - Slurm's fair-share factor F = 2^(-(usage/total usage)/(weight/total weight)): 1 for an unused team, 0.5
   for a team using exactly its share, towards 0 above it.
-- Within a priority class, a job of a team still under its nominal quota (with the job) goes before any
-  borrower's, then higher F first, then FIFO inside the team.
+- Within a priority class, a job of a team still under its nominal quota goes before any borrower's (even
+  when the job itself takes the team beyond it), then higher F first, then FIFO inside the team.
 - A job is admitted within its team's nominal quota, or beyond it up to its borrow limit from the idle
   nominal quota other teams lend (their lend limits); member caps bound one member.
 - Reclaim: a team within nominal takes lent units back from borrowers (reclaim_victims); a borrower may
@@ -156,8 +156,8 @@ class Cohort:
 
 
 def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> list[tuple[Job, Ask]]:
-    """The order a pass offers capacity in: priority class first; within one, jobs that keep their team
-    within nominal before borrowers, then the higher fair-share factor, then FIFO inside the team.
+    """The order a pass offers capacity in: priority class first; within one, jobs of teams under their
+    nominal quota before borrowers', then the higher fair-share factor, then FIFO inside the team.
 
     Greedy: each step takes the best head among the teams' queues, assuming every job before it was
     admitted (so a team's second job may already be a borrower). The cohort is not changed."""
@@ -172,7 +172,9 @@ def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> l
 
         def key(team: str) -> tuple[int, bool, float, datetime, str]:
             job, ask = queues[team][0]
-            borrower = held[(ask.team, ask.gpu_type)] + ask.units > cohort.nominal(ask.team, ask.gpu_type)
+            # A team under its nominal quota goes before any borrower, even with a job bigger than what it has
+            # left (else a team whose nominal is small next to its jobs' sizes would only ever borrow).
+            borrower = held[(ask.team, ask.gpu_type)] >= cohort.nominal(ask.team, ask.gpu_type)
             return (-job.priority, borrower, -factors.get(ask.team, 1.0), job.created_at, job.job_id)
 
         best = min(queues, key=key)
