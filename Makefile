@@ -11,7 +11,7 @@ export CDK_DISABLE_VERSION_CHECK := 1
 CDK := npx --yes aws-cdk@2.1148.1
 STAGE ?= dev
 
-.PHONY: install iam-tools iam-check test test-fast test-gpu mutation fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types bench-sweeps synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard sim-placement
+.PHONY: install iam-tools iam-check test test-fast test-gpu mutation fuzz lint mypy format demo bench bench-trainer bench-rlhf bench-trainer-types bench-sweeps sim-placement bench-teams synth bootstrap deploy openapi architectures clean up dashboard browser bench-dashboard
 
 install: $(STAMP) dashboard browser iam-tools
 
@@ -147,6 +147,12 @@ bench-sweeps: install
 # Placement against the offline optimum on 1,000 seeded capacity traces (docs/BENCHMARKS.md, "Placement").
 sim-placement: install
 	$(BIN)/python scripts/sim_placement.py
+
+# Teams (issue 24): the scheduler's decision time with 10,000 queued jobs across 20 teams, then the 7-day
+# fair-share simulator (3 teams x 2 GPU types: shares, Jain's index, reclaims) (docs/BENCHMARKS.md, "Teams").
+bench-teams: install
+	$(BIN)/python scripts/bench_teams.py
+	$(BIN)/python scripts/sim_teams.py
 
 # Offline: no AWS credentials, no Docker (docs/DEPLOY.md). SYNTH_ARGS: more -c key=value.
 synth: install

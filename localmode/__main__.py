@@ -25,6 +25,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--capacity-pools", type=Path, default=None, help="with --compute ec2: each pool's free units and interruptions (docs/PLACEMENT.md)"
     )
+    parser.add_argument("--gpus", default="", help="emulated GPUs (H100=4,A100=8): a job holds its units, trains on the CPU")
+    parser.add_argument(
+        "--principal", action="append", default=[], help="a principal to serve besides admin and alice (repeatable), e.g. bob"
+    )
     # For tests of the front door itself, before/without the real API: module:function.
     parser.add_argument("--api-handler", default=DEFAULT_API_HANDLER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -39,8 +43,10 @@ def main(argv: list[str] | None = None) -> None:
             api_handler=args.api_handler,
             allow_dirs=args.allow_dir,
             capacity_pools=args.capacity_pools,
+            gpus=args.gpus,
+            principals=args.principal,
         )
-    except RuntimeError as exc:  # refusals with a message for people: busy port, state dir in use ...
+    except (RuntimeError, ValueError) as exc:  # refusals with a message for people: busy port, state dir in use ...
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(1) from None
 

@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import string
 import uuid
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -70,6 +72,18 @@ def new_dashboard_user(name: str, account_id: str = constants.LOCAL_ACCOUNT_ID, 
         user_id="AROA" + "".join(secrets.choice(_UPPER_DIGITS) for _ in range(17)) + ":" + COGNITO_SESSION,
         cognito_identity_id=f"{region}:{uuid.uuid4()}",
     )
+
+
+# IAM's user-name rule: the name becomes the principal's ARN (arn:aws:iam::ACCOUNT:user/NAME).
+_PRINCIPAL_NAME = re.compile(r"[A-Za-z0-9+=,.@_-]{1,64}")
+
+
+def principal_names(extra: Sequence[str]) -> tuple[str, ...]:
+    """admin and alice, then `trainplane up --principal NAME`'s (repeatable); ValueError naming a bad one."""
+    for name in extra:
+        if not _PRINCIPAL_NAME.fullmatch(name):
+            raise ValueError(f"--principal: {name!r} is not an IAM user name (1-64 of letters, digits and +=,.@_-)")
+    return tuple(dict.fromkeys([*DEFAULT_PRINCIPALS, *extra]))
 
 
 def load_or_create(state_dir: Path, names: tuple[str, ...] = DEFAULT_PRINCIPALS) -> list[Principal]:

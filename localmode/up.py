@@ -35,7 +35,7 @@ from functions.adapters import aws as aws_clients
 from functions.catalog.quotas import parse_gpu_inventory
 from functions.settings import PREFIX
 from localmode import iam_calls, moto_hooks
-from localmode.credentials import ADMIN, Principal, load_or_create
+from localmode.credentials import ADMIN, Principal, load_or_create, principal_names
 from localmode.dashboard import DashboardSite
 from localmode.frontdoor import FrontDoor, Handler
 from localmode.journal import Journal
@@ -68,6 +68,7 @@ def run_up(
     allow_dirs: Sequence[Path] = (),
     gpus: str = "",
     capacity_pools: Path | None = None,
+    principals: Sequence[str] = (),
 ) -> None:
     """Serve until SIGINT/SIGTERM. `port=0` picks a free port (endpoint.json tells which).
 
@@ -92,6 +93,7 @@ def run_up(
         allow_dirs=allow_dirs,
         gpus=gpus,
         capacity_pools=capacity_pools,
+        principals=principals,
     )
     try:
         plane.start()
@@ -127,6 +129,7 @@ class LocalPlane:
         allow_dirs: Sequence[Path] = (),
         gpus: str = "",
         capacity_pools: Path | None = None,
+        principals: Sequence[str] = (),
     ) -> None:
         if compute not in COMPUTE_CHOICES:
             raise ValueError(f"compute: must be one of {', '.join(COMPUTE_CHOICES)}, not {compute!r}")
@@ -135,6 +138,7 @@ class LocalPlane:
         self.capacity_pools = capacity_pools
         parse_gpu_inventory(gpus)  # a bad --gpus fails now, not in the first pass
         self.gpus = gpus
+        self.principal_names = principal_names(principals)  # a bad --principal fails now too
         self.host = host
         self.port = port
         self.state_dir = state_dir.resolve()
@@ -172,7 +176,7 @@ class LocalPlane:
         _private_dir(self.state_dir)
         self._lock_state_dir()
         self._remove_stale_endpoint()
-        self.principals = load_or_create(self.state_dir)
+        self.principals = load_or_create(self.state_dir, self.principal_names)
         admin = next(p for p in self.principals if p.name == ADMIN)
         # Bound now, served at the end: a busy port fails in a second, not after the deployers.
         site = DashboardSite(state_dir=self.state_dir, principals=self.principals, region=constants.LOCAL_REGION)

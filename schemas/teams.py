@@ -167,6 +167,14 @@ class TypeUsage(BaseModel):
     borrowed: int = Field(description="Units in use beyond nominal (taken from idle teams).")
     lent: int = Field(description="Units of the team's idle nominal other teams are using.")
     queued: int = Field(description="Units its queued jobs ask for.")
+    usage: float = Field(
+        default=0.0, description="This type's usage decayed over the half-life, in price-weighted unit-hours (USD), running jobs included."
+    )
+
+
+def usage_key(team: str, gpu_type: str) -> str:
+    """Where a team's usage of one type is recorded beside its total (team names have no '#')."""
+    return f"{team}#{gpu_type}"
 
 
 class TeamView(BaseModel):

@@ -22,7 +22,7 @@ from functions import composition, constants
 from functions.adapters.launchers.local import LocalLauncher
 from functions.adapters.stepfunctions import StepFunctionsWorkflow
 from functions.service.lifecycle import LifecycleConfig, LifecycleService
-from functions.service.ports import Transition
+from functions.service.ports import TeamHold, Transition
 from functions.service.scheduler import LocalCapacity, Scheduler
 from functions.settings import Settings
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
@@ -43,24 +43,40 @@ class InMemoryLedger:
 
     def __init__(self) -> None:
         self.pools_held: dict[str, dict[str, int]] = {}
+        self.teams_held: dict[tuple[str, str], dict[str, int]] = {}  # (team, gpu type) -> job id -> units
+        self.team_of: dict[tuple[str, str], tuple[str, str]] = {}  # (pool, job id) -> its team hold's key
         self.queue_names: set[str] = set()
         self._lock = threading.Lock()
         self.claims = 0
 
-    def claim(self, pool: str, job_id: str, units: int, capacity: int) -> bool:
+    def claim(self, pool: str, job_id: str, units: int, capacity: int, team: TeamHold | None = None) -> bool:
         with self._lock:
             held = self.pools_held.setdefault(pool, {})
             if job_id in held:
                 return False  # already held: only the call that made a claim may undo it
             if sum(held.values()) + units > capacity:
                 return False
+            if team is not None:
+                key = (team.team, team.gpu_type)
+                team_held = self.teams_held.setdefault(key, {})
+                if job_id in team_held or sum(team_held.values()) + units > team.limit:
+                    return False
+                team_held[job_id] = units
+                self.team_of[(pool, job_id)] = key
             held[job_id] = units
             self.claims += 1
             return True
 
     def release(self, pool: str, job_id: str) -> bool:
         with self._lock:
+            key = self.team_of.pop((pool, job_id), None)
+            if key is not None:
+                self.teams_held[key].pop(job_id, None)
             return self.pools_held.get(pool, {}).pop(job_id, None) is not None
+
+    def team_holders(self, team: str, gpu_type: str) -> dict[str, int]:
+        with self._lock:
+            return dict(self.teams_held.get((team, gpu_type), {}))
 
     def holders(self, pool: str) -> dict[str, int]:
         with self._lock:

@@ -101,6 +101,12 @@ def up(
             help="With --compute ec2: a JSON/YAML file of each pool's free units and interruptions over time (docs/PLACEMENT.md)."
         ),
     ] = None,
+    principal: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--principal", help="A principal to serve besides admin and alice (repeatable), e.g. bob: its keys go to endpoint.json."
+        ),
+    ] = None,
 ) -> None:
     """Serve the whole control plane on this machine (emulated AWS, no account needed) until Ctrl-C.
 
@@ -112,7 +118,20 @@ def up(
         install = escape("pip install 'trainplane[local]'")  # escaped: rich would read [local] as markup
         err.print(f"[red]error[/red] local mode is not available: {escape(str(exc))} (install with: {install})")
         raise typer.Exit(1) from exc
-    run_up(host, port, directory, compute.value, allow_dirs=allow_dir or [], gpus=gpus or "", capacity_pools=capacity_pools)
+    try:
+        run_up(
+            host,
+            port,
+            directory,
+            compute.value,
+            allow_dirs=allow_dir or [],
+            gpus=gpus or "",
+            principals=principal or [],
+            capacity_pools=capacity_pools,
+        )
+    except ValueError as exc:  # a bad --gpus or --principal, refused before anything starts
+        err.print(f"[red]error[/red] {escape(str(exc))}")
+        raise typer.Exit(2) from exc
 
 
 @app.command()

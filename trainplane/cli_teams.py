@@ -1,7 +1,7 @@
 """`trainplane teams ...`: teams, their quotas per GPU type and fair share (registered in trainplane/cli.py).
 
 trainplane teams list
-trainplane teams get research          # nominal, in use, borrowed, lent, queued per GPU type
+trainplane teams get research          # nominal, in use, borrowed, lent, queued, usage per GPU type
 trainplane teams put research team.yaml   # admins: the whole team (members, quotas, weight, ...)
 trainplane teams delete research       # admins: its members fall back to the default team
 """
@@ -55,10 +55,10 @@ def get_team(ctx: typer.Context, name: str) -> None:
     t = view.team
     out.print(f"team {t.name}: weight {t.weight:g}, max priority {t.max_priority}, queues {_queues(t)}")
     out.print(f"fair share {view.fair_share:.3f}, decayed usage {view.usage:.2f} price-weighted unit-hours")
-    table = Table("GPU TYPE", "NOMINAL", "IN USE", "BORROWED", "LENT", "QUEUED")
+    table = Table("GPU TYPE", "NOMINAL", "IN USE", "BORROWED", "LENT", "QUEUED", "USAGE")
     for r in view.types:
         nominal = "no limit" if r.nominal >= 1_000_000 else str(r.nominal)
-        table.add_row(r.gpu_type, nominal, str(r.in_use), str(r.borrowed), str(r.lent), str(r.queued))
+        table.add_row(r.gpu_type, nominal, str(r.in_use), str(r.borrowed), str(r.lent), str(r.queued), f"{r.usage:.2f}")
     _print_table(table)
 
 

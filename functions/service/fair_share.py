@@ -4,10 +4,12 @@
   price-weighted unit-hours (functions/catalog/gpu_types.py).
 - Slurm's fair-share factor F = 2^(-(usage/total usage)/(weight/total weight)): 1 for an unused team, 0.5
   for a team using exactly its share, towards 0 above it.
-- Within a priority class, a job of a team still under its nominal quota (with the job) goes before any
-  borrower's, then higher F first, then FIFO inside the team.
+- Within a priority class, a job of a team still under its nominal quota goes before any borrower's (even
+  when the job itself takes the team beyond it), then higher F first, then FIFO inside the team.
 - A job is admitted within its team's nominal quota, or beyond it up to its borrow limit from the idle
   nominal quota other teams lend (their lend limits); member caps bound one member.
+- Reclaim: a team within nominal takes lent units back from borrowers (reclaim_victims); a borrower may
+  preempt another team's borrowing only by Kueue's two fair-sharing rules (fair_sharing_victims).
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 
 from functions.catalog.gpu_types import gpu_type_of, units_of
+from functions.service.ports import TeamHold
 from schemas.job import Job
 from schemas.teams import Team, WaitReason, limit_units
 
@@ -56,6 +60,8 @@ class Cohort:
     in_use: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     member_units: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     member_jobs: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    running: dict[tuple[str, str], float] = field(default_factory=lambda: defaultdict(float))  # usage of running jobs, by type
+    holders: dict[str, tuple[Job, Ask]] = field(default_factory=dict)  # the jobs holding capacity, as the pass read them
 
     def hold(self, ask: Ask) -> None:
         self.in_use[(ask.team, ask.gpu_type)] += ask.units
@@ -93,6 +99,32 @@ class Cohort:
         """Would admitting the job take the team beyond its nominal quota?"""
         return self.in_use[(ask.team, ask.gpu_type)] + ask.units > self.nominal(ask.team, ask.gpu_type)
 
+    def hold_for(self, ask: Ask) -> TeamHold:
+        """The team's limit of the type that the ledger's claim enforces: nominal plus borrow limit (or just
+        nominal for a job that may not borrow), whatever a racing pass read."""
+        limit = self.nominal(ask.team, ask.gpu_type) + (self.borrow_limit(ask.team, ask.gpu_type) if ask.reclaimable else 0)
+        return TeamHold(ask.team, ask.gpu_type, limit)
+
+    def cohort_deficit(self, ask: Ask) -> int:
+        """Units other teams' borrowing must give back before `ask` may borrow (0: the lenders have room)."""
+        after = self.in_use[(ask.team, ask.gpu_type)] + ask.units - self.nominal(ask.team, ask.gpu_type)
+        if after <= 0:
+            return 0  # within nominal: its own quota, not the lenders', is what it needs
+        others_borrowed = sum(self.borrowed(t, ask.gpu_type) for t in self.teams if t != ask.team)
+        lendable = sum(self.lendable(t, ask.gpu_type) for t in self.teams if t != ask.team)
+        return max(others_borrowed + after - lendable, 0)
+
+    def others_borrow_more(self, ask: Ask) -> bool:
+        """Does another team hold a larger share of the type than `ask`'s team would with the job? Else neither of
+        Kueue's rules (FairSharingRule) can let it preempt anyone: no need to weigh the holders."""
+        preemptor = self.share(ask.team, ask.gpu_type, ask.units)
+        return any(self.share(t, ask.gpu_type) > preemptor for t in self.teams if t != ask.team)
+
+    def share(self, team: str, gpu_type: str, delta: int = 0) -> float:
+        """Kueue's weighted share of one type: units held beyond nominal (with `delta` more) per unit of weight."""
+        held = self.in_use[(team, gpu_type)] + delta
+        return max(held - self.nominal(team, gpu_type), 0) / self._team(team).weight
+
     def refusal(self, ask: Ask) -> WaitReason | None:
         """Why the job may not be admitted now by its team's rules (None: it may, capacity permitting)."""
         team = self._team(ask.team)
@@ -109,9 +141,7 @@ class Cohort:
         after = self.in_use[(ask.team, ask.gpu_type)] + ask.units - self.nominal(ask.team, ask.gpu_type)
         if after > limit:
             return WaitReason.BORROW_LIMIT
-        others_borrowed = sum(self.borrowed(t, ask.gpu_type) for t in self.teams if t != ask.team)
-        lendable = sum(self.lendable(t, ask.gpu_type) for t in self.teams if t != ask.team)
-        if others_borrowed + after > lendable:
+        if self.cohort_deficit(ask) > 0:
             return WaitReason.COHORT_FULL
         return None
 
@@ -126,8 +156,8 @@ class Cohort:
 
 
 def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> list[tuple[Job, Ask]]:
-    """The order a pass offers capacity in: priority class first; within one, jobs that keep their team
-    within nominal before borrowers, then the higher fair-share factor, then FIFO inside the team.
+    """The order a pass offers capacity in: priority class first; within one, jobs of teams under their
+    nominal quota before borrowers', then the higher fair-share factor, then FIFO inside the team.
 
     Greedy: each step takes the best head among the teams' queues, assuming every job before it was
     admitted (so a team's second job may already be a borrower). The cohort is not changed."""
@@ -142,7 +172,9 @@ def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> l
 
         def key(team: str) -> tuple[int, bool, float, datetime, str]:
             job, ask = queues[team][0]
-            borrower = held[(ask.team, ask.gpu_type)] + ask.units > cohort.nominal(ask.team, ask.gpu_type)
+            # A team under its nominal quota goes before any borrower, even with a job bigger than what it has
+            # left (else a team whose nominal is small next to its jobs' sizes would only ever borrow).
+            borrower = held[(ask.team, ask.gpu_type)] >= cohort.nominal(ask.team, ask.gpu_type)
             return (-job.priority, borrower, -factors.get(ask.team, 1.0), job.created_at, job.job_id)
 
         best = min(queues, key=key)
@@ -200,3 +232,62 @@ def reclaim_victims(waiting: Ask, holders: Iterable[Holder], needed: int, cohort
         room[holder.ask.team] -= holder.units
         needed -= holder.units
     return chosen if needed <= 0 else []
+
+
+class FairSharingRule(StrEnum):
+    """Kueue's two fair-sharing preemption rules (its `fairSharing.preemptionStrategies`), tried in this order.
+
+    A borrower waiting for capacity that another team's borrowing holds may preempt a job of that team only
+    when, with `preemptor` its team's share with the waiting job and shares as Cohort.share:
+    - LessThanOrEqualToFinalShare: preemptor <= the target team's share without the job;
+    - LessThanInitialShare (tried when the first frees too little): preemptor < the target team's share with
+      the job. Where one team loses several jobs, we ask it of each of them against the team's final share
+      (Kueue asks it of each pick in turn): so that no victim's team, taking any one of them back, would
+      hold a share at or below the preemptor's.
+    Either way a victim's team asking for its job back holds a share above the preemptor's: it can never
+    preempt the preemptor's team in turn (no A-preempts-B-preempts-A ping-pong; a hypothesis property)."""
+
+    LESS_THAN_OR_EQUAL_TO_FINAL_SHARE = "LessThanOrEqualToFinalShare"
+    LESS_THAN_INITIAL_SHARE = "LessThanInitialShare"
+
+
+def fair_sharing_victims(
+    waiting: Ask, holders: Iterable[Holder], needed: int, cohort: Cohort
+) -> tuple[list[Holder], FairSharingRule | None]:
+    """Other teams' borrowers to pause so that `waiting`, itself a borrower, gets `needed` units: each step takes
+    a job of the team with the highest share now (then lowest priority, then least work lost), if the rule
+    allows it; the first rule (of FairSharingRule's two) that frees enough wins; ([], None) when neither does."""
+    preemptor = cohort.share(waiting.team, waiting.gpu_type, waiting.units)
+    candidates = [h for h in holders if h.ask.team != waiting.team and h.ask.gpu_type == waiting.gpu_type]
+    for rule in FairSharingRule:
+        removed: dict[str, int] = defaultdict(int)
+        smallest: dict[str, int] = {}  # the smallest job each team has lost so far
+        left = list(candidates)
+        chosen: list[Holder] = []
+        freed = 0
+        while freed < needed:
+            allowed = [h for h in left if _allows(rule, preemptor, cohort, h, removed[h.ask.team], smallest.get(h.ask.team, h.units))]
+            if not allowed:
+                break
+            pick = min(
+                allowed,
+                key=lambda h: (-cohort.share(h.ask.team, h.ask.gpu_type, -removed[h.ask.team]), h.job.priority, h.work_lost, h.job.job_id),
+            )
+            left.remove(pick)
+            chosen.append(pick)
+            removed[pick.ask.team] += pick.units
+            smallest[pick.ask.team] = min(smallest.get(pick.ask.team, pick.units), pick.units)
+            freed += pick.units
+        if freed >= needed:
+            return chosen, rule
+    return [], None
+
+
+def _allows(rule: FairSharingRule, preemptor: float, cohort: Cohort, holder: Holder, removed: int, smallest: int) -> bool:
+    team, gpu_type = holder.ask.team, holder.ask.gpu_type
+    if cohort.share(team, gpu_type, -removed) <= 0:
+        return False  # the team is back within its nominal quota: the rest of its jobs are its own
+    after = -removed - holder.units
+    if rule == FairSharingRule.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE:
+        return preemptor <= cohort.share(team, gpu_type, after)
+    return preemptor < cohort.share(team, gpu_type, after + min(smallest, holder.units))

@@ -356,15 +356,26 @@ class Demand:
     units: int
 
 
+@dataclass(frozen=True)
+class TeamHold:
+    """A claim's second condition (issue 24): its team's units of one GPU type, across every pool, stay
+    within `limit` (the team's nominal quota plus its borrow limit)."""
+
+    team: str
+    gpu_type: str
+    limit: int
+
+
 class CapacityLedger(Protocol):
     """Capacity claims per pool, each a conditional write (DynamoDB in AWS and local mode)."""
 
-    def claim(self, pool: str, job_id: str, units: int, capacity: int) -> bool:
-        """Hold `units` of `pool` for the job if that keeps the pool within `capacity` and the job holds
-        none yet; True only for the call that made the claim (so only its maker may undo it)."""
+    def claim(self, pool: str, job_id: str, units: int, capacity: int, team: TeamHold | None = None) -> bool:
+        """Hold `units` of `pool` for the job if that keeps the pool within `capacity`, the job holds none
+        yet and (given `team`) the team's units of that type within its limit, all in one write; True only
+        for the call that made the claim (so only its maker may undo it)."""
 
     def release(self, pool: str, job_id: str) -> bool:
-        """Give the job's units back; False if it held none (idempotent)."""
+        """Give the job's units back (to its pool and to its team's hold); False if it held none (idempotent)."""
 
     def holders(self, pool: str) -> dict[str, int]: ...
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from functions.catalog.gpu_types import gpu_type_of, inventory_problem
 from functions.catalog.quotas import parse_gpu_inventory, parse_quotas
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, JobNotFound
-from functions.service.fair_share import Ask, Cohort, Holder, admission_order, reclaim_victims, work_lost
+from functions.service.fair_share import Ask, Cohort, Holder, admission_order, fair_sharing_victims, reclaim_victims, work_lost
 from functions.service.ports import CapacityLedger, CapacityModel, Demand, JobRepository, Reclaim, RunStopper, TokenAnswerer, Transition
 from schemas.job import Actor, Job, PendingAction
 from schemas.lifecycle import Next, WaitKind
@@ -224,7 +224,11 @@ class Scheduler:
     def _read_depth(self) -> int:
         """How far into each queue a pass reads: strict order needs only as many jobs as could start
         now, plus the next one (whose wait may call for a preemption). Reading 100 jobs where 2 matter
-        costs real DynamoDB little, but moto's Query serialises every row returned (~25 ms a job)."""
+        costs real DynamoDB little, but moto's Query serialises every row returned (~25 ms a job).
+        With teams the order is fair share, not the index's FIFO: the oldest few jobs may all be one
+        team's, so a pass reads as deep as it may."""
+        if self.teams is not None and self.teams.active(self.teams.teams()):
+            return _QUEUE_READ_LIMIT
         free = 0
         for pool in self.ledger.pools():
             capacity = self.capacity.capacity(pool)
@@ -236,8 +240,9 @@ class Scheduler:
         return min(_QUEUE_READ_LIMIT, free + _LOOKAHEAD)
 
     def worth_a_pass(self, job: Job) -> bool:
-        """Could this job's arrival start anything? Free units in its pool, or a lower-priority
-        preemptible job to stop. When not, the next release runs the pass that will serve it."""
+        """Could this job's arrival start anything? Free units in its pool, a lower-priority preemptible job
+        to stop, or another team's job (a borrower to reclaim from). When not, the next release runs the
+        pass that will serve it."""
         try:
             demand = self.capacity.demand(job)
         except NeverFits:
@@ -252,6 +257,8 @@ class Scheduler:
                 return True  # an orphan claim: let a pass (and the reconciler) sort it out
             if holder.scheduling_config.preemptible and holder.priority < job.priority:
                 return True
+            if self.teams is not None and holder.team != job.team:
+                return True  # maybe a borrower its team may reclaim from: the pass decides
         return False
 
     def _serve_pool(self, pool: str, jobs: list[Job], result: PassResult) -> None:
@@ -277,7 +284,10 @@ class Scheduler:
         order = admission_order(jobs, cohort, DEFAULT_TEAM)
         refused: set[tuple[str, str]] = set()  # FIFO inside a team: behind its refused job, its later ones wait too
         for index, (job, ask) in enumerate(order):
-            if (ask.team, ask.gpu_type) in refused or cohort.refusal(ask) is not None:
+            refusal = None if (ask.team, ask.gpu_type) in refused else cohort.refusal(ask)
+            if (ask.team, ask.gpu_type) in refused or refusal is not None:
+                if refusal == WaitReason.COHORT_FULL and cohort.others_borrow_more(ask):  # Kueue's fair sharing between borrowers
+                    self._reclaim(pool, job, ask, self.capacity.demand(job), capacity, cohort, result)
                 refused.add((ask.team, ask.gpu_type))
                 result.waiting += 1
                 continue
@@ -285,8 +295,14 @@ class Scheduler:
                 result.waiting += 1
                 continue
             demand = self.capacity.demand(job)
-            if not self.ledger.claim(pool, job.job_id, demand.units, capacity):
-                if job.job_id in self.ledger.holders(pool):
+            if not self.ledger.claim(pool, job.job_id, demand.units, capacity, team=cohort.hold_for(ask)):
+                holders = self.ledger.holders(pool)
+                if job.job_id in holders:
+                    continue
+                if capacity - sum(holders.values()) >= demand.units:
+                    # Room in the pool: its team's hold refused it (a racing pass admitted its team's job)
+                    refused.add((ask.team, ask.gpu_type))
+                    result.waiting += 1
                     continue
                 if not self._reclaim(pool, job, ask, demand, capacity, cohort, result):
                     self._make_room(pool, job, demand, capacity, result)
@@ -311,11 +327,15 @@ class Scheduler:
         incoming = 0
         eligible: list[Holder] = []
         for job_id, units in holders.items():
-            try:
-                holder = self.repository.get(job_id)
-            except JobNotFound:
-                continue
-            held = Ask.of(holder, DEFAULT_TEAM)
+            # As the pass read it (a stale one loses its conditional write below), else read now
+            if job_id in cohort.holders:
+                holder, held = cohort.holders[job_id]
+            else:
+                try:
+                    holder = self.repository.get(job_id)
+                except JobNotFound:
+                    continue
+                held = Ask.of(holder, DEFAULT_TEAM)
             if held.team == ask.team or held.team not in cohort.teams or cohort.borrowed(held.team, held.gpu_type) <= 0:
                 continue
             if holder.pending_action == PendingAction.PREEMPT:
@@ -328,14 +348,23 @@ class Scheduler:
                 and holder.reclaims < self.teams.settings.max_reclaims
             ):
                 eligible.append(Holder(holder, held, units, work_lost(holder, units, now)))
-        needed = demand.units - free - incoming
+        needed = max(demand.units - free, cohort.cohort_deficit(ask)) - incoming
         if needed <= 0:
             return incoming > 0
-        victims = reclaim_victims(ask, eligible, needed, cohort)
+        if cohort.borrowing(ask):  # a borrower: only from borrowers with a larger share (Kueue's two rules)
+            victims, fair_rule = fair_sharing_victims(ask, eligible, needed, cohort)
+            rule = str(fair_rule)
+        else:
+            victims, rule = reclaim_victims(ask, eligible, needed, cohort), RECLAIM_RULE
         for victim in victims:
+            why_text = (
+                f"team {victim.ask.team} borrowed beyond its nominal {victim.ask.gpu_type} quota"
+                if rule == RECLAIM_RULE
+                else f"team {victim.ask.team}'s borrowed share exceeds team {ask.team}'s (fair sharing, {rule})"
+            )
             reason = (
-                f"reclaimed by team {ask.team} for job {waiting.job_id}: team {victim.ask.team} borrowed beyond its nominal "
-                f"{victim.ask.gpu_type} quota (work lost {victim.work_lost:.0f} GPU-s since its last checkpoint)"
+                f"reclaimed by team {ask.team} for job {waiting.job_id}: {why_text} "
+                f"(work lost {victim.work_lost:.0f} GPU-s since its last checkpoint)"
             )
             why = Reclaim(
                 team=victim.ask.team,
@@ -343,7 +372,7 @@ class Scheduler:
                 gpus=victim.units,
                 beneficiary_job_id=waiting.job_id,
                 beneficiary_team=ask.team,
-                rule=RECLAIM_RULE,
+                rule=rule,
                 work_lost_gpu_seconds=round(victim.work_lost, 1),
             )
             if self._preempt(victim.job, waiting, reason=reason, changes={"reclaims": victim.job.reclaims + 1}, reclaim=why):

@@ -21,7 +21,18 @@ from functions.service.ports import CapacityLedger, JobRepository, TeamRepositor
 from functions.service.principal import Principal, role_arn_of
 from functions.settings import Settings
 from schemas.job import Job, SubmitJobRequest
-from schemas.teams import DEFAULT_TEAM, UNLIMITED_UNITS, Team, TeamList, TeamMembers, TeamSpec, TeamView, TypeQuota, TypeUsage
+from schemas.teams import (
+    DEFAULT_TEAM,
+    UNLIMITED_UNITS,
+    Team,
+    TeamList,
+    TeamMembers,
+    TeamSpec,
+    TeamView,
+    TypeQuota,
+    TypeUsage,
+    usage_key,
+)
 
 _QUEUED_READ = 1000  # queued jobs a team view counts per queue
 
@@ -102,7 +113,9 @@ class TeamDirectory:
         ask = Ask.of(job, DEFAULT_TEAM)
         hours = max((now - job.run_started_at).total_seconds(), 0.0) / 3600.0
         if hours > 0:
-            self.repository.add_usage(ask.team, ask.units * hours * unit_hourly_usd(ask.gpu_type), now, self.half_life_seconds)
+            amount = ask.units * hours * unit_hourly_usd(ask.gpu_type)
+            self.repository.add_usage(ask.team, amount, now, self.half_life_seconds)
+            self.repository.add_usage(usage_key(ask.team, ask.gpu_type), amount, now, self.half_life_seconds)
 
     def cohort(self, teams: dict[str, Team], ledger: CapacityLedger, repository: JobRepository, now: datetime) -> Cohort:
         """Every team's quotas, what its jobs hold now (the ledger's claims) and its usage (with running time)."""
@@ -118,9 +131,12 @@ class TeamDirectory:
                 if ask.team not in teams:
                     ask = Ask(DEFAULT_TEAM, ask.gpu_type, ask.units, ask.owner)
                 cohort.hold(ask)
+                cohort.holders[job_id] = (job, ask)
                 if job.run_started_at is not None:
                     hours = max((now - job.run_started_at).total_seconds(), 0.0) / 3600.0
-                    usage[ask.team] = usage.get(ask.team, 0.0) + ask.units * hours * unit_hourly_usd(ask.gpu_type)
+                    running = ask.units * hours * unit_hourly_usd(ask.gpu_type)
+                    usage[ask.team] = usage.get(ask.team, 0.0) + running
+                    cohort.running[(ask.team, ask.gpu_type)] += running
         return cohort
 
 
@@ -171,6 +187,7 @@ class TeamService:
         team = teams[name]
         types = sorted(set(team.quotas) | {t for (n, t) in cohort.in_use if n == name} | set(queued), key=GPU_TYPES.index)
         recorded = self.directory.usage([name], now)[name]
+        by_type = self.directory.usage([usage_key(name, t) for t in types], now)
         rows = [
             TypeUsage(
                 gpu_type=t,
@@ -179,6 +196,7 @@ class TeamService:
                 borrowed=cohort.borrowed(name, t),
                 lent=cohort.lent(name, t),
                 queued=queued.get(t, 0),
+                usage=by_type[usage_key(name, t)] + cohort.running[(name, t)],
             )
             for t in types
         ]

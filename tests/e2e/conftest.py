@@ -7,8 +7,9 @@
       s3 = local_plane.client("s3")                                   # the emulated AWS
 - every plane allows jobs to name local files under the repo's `examples/` and pytest's base temp dir
   (`--allow-dir`), never under its state dir: put a test's local data in tmp_path / tmp_path_factory.
-- `local_plane_factory` (session): `make(api_handler=None, state_dir=None, env=None, port=0)` starts a plane of your
-  own (restarts, kill -9, a stand-in handler, extra TRAINPLANE_* variables); every plane it made is stopped
+- `local_plane_factory` (session): `make(api_handler=None, state_dir=None, env=None, port=0, args=None)` starts a plane
+  of your own (restarts, kill -9, a stand-in handler, extra TRAINPLANE_* variables, more `up` options such as
+  `--gpus H100=2 --principal bob`); every plane it made is stopped
   at the end of the session.
 
 A plane: `api_url`, `aws_endpoint_url`, `region`, `bucket`, `credentials` (endpoint.json's list),
@@ -48,8 +49,10 @@ class LocalPlane:
         env: dict[str, str] | None = None,
         port: int = 0,
         allow_dirs: list[Path] | None = None,
+        args: list[str] | None = None,
     ) -> None:
         self.state_dir = state_dir
+        self.args = list(args or [])  # more `trainplane up` options, e.g. --gpus H100=2 --principal bob
         # Local files jobs may name (docs/SECURITY.md): tests put their data under these.
         self.allow_dirs = list(allow_dirs or [])
         self.api_handler = api_handler
@@ -119,6 +122,7 @@ class LocalPlane:
         common = ["--port", str(self.port), "--state-dir", str(self.state_dir)]
         for directory in self.allow_dirs:
             common += ["--allow-dir", str(directory)]
+        common += self.args
         if self.api_handler is None:
             return [sys.executable, "-m", "trainplane", "up", *common]  # the real CLI, the real API
         return [sys.executable, "-m", "localmode", *common, "--api-handler", self.api_handler]
@@ -183,11 +187,17 @@ PlaneFactory = Callable[..., LocalPlane]
 def local_plane_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlaneFactory]:
     planes: list[LocalPlane] = []
 
-    def make(api_handler: str | None = None, state_dir: Path | None = None, env: dict[str, str] | None = None, port: int = 0) -> LocalPlane:
+    def make(
+        api_handler: str | None = None,
+        state_dir: Path | None = None,
+        env: dict[str, str] | None = None,
+        port: int = 0,
+        args: list[str] | None = None,
+    ) -> LocalPlane:
         # The repo's examples/ and pytest's base temp dir (tmp_path, tmp_path_factory) are allowed; each
         # plane's state dir lies inside the latter and is refused all the same (docs/SECURITY.md).
         allow = [REPO_ROOT / "examples", tmp_path_factory.getbasetemp()]
-        plane = LocalPlane(state_dir or tmp_path_factory.mktemp("plane") / "state", api_handler, env, port, allow)
+        plane = LocalPlane(state_dir or tmp_path_factory.mktemp("plane") / "state", api_handler, env, port, allow, args)
         planes.append(plane)
         return plane.start()
 

@@ -100,7 +100,8 @@ def test_the_cli_puts_lists_and_gets_teams(url: str, tmp_path: Path, monkeypatch
     assert "nlp" in listed.output and "A100=4 (+50% borrow" in listed.output, listed.output
     got = invoke("--output", "json", "teams", "get", "nlp")
     shown = "\n".join(line for line in got.stdout.splitlines() if not line.startswith('{"_aws"'))  # the Lambda's metrics, in process
-    assert json.loads(shown)["types"][0] == {"gpu_type": "A100", "nominal": 4, "in_use": 0, "borrowed": 0, "lent": 0, "queued": 0}
+    row = {"gpu_type": "A100", "nominal": 4, "in_use": 0, "borrowed": 0, "lent": 0, "queued": 0, "usage": 0.0}
+    assert json.loads(shown)["types"][0] == row
     assert invoke("teams", "delete", "nlp").exit_code == 0
     missing = invoke("teams", "get", "nlp")
     assert missing.exit_code == 1 and "not found" in missing.output

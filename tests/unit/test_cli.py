@@ -337,6 +337,7 @@ def test_up_hands_its_options_to_local_mode(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setitem(sys.modules, "localmode.up", fake)
     # When `up` runs with every option, and with the global --state-dir only
     every = ["--state-dir", str(tmp_path), "--compute", "sagemaker", "--allow-dir", "/data/a", "--allow-dir", "/data/b", "--gpus", "H100=4"]
+    every += ["--principal", "bob", "--principal", "carol"]
     CliRunner().invoke(app, ["up", "--host", "0.0.0.0", "--port", "0", *every, "--capacity-pools", str(tmp_path / "pools.yaml")])
     CliRunner().invoke(app, ["--state-dir", str(tmp_path / "g"), "up"])
     # Then run_up got them, with the defaults filled in (no --allow-dir: no local files allowed)
@@ -346,9 +347,14 @@ def test_up_hands_its_options_to_local_mode(monkeypatch: pytest.MonkeyPatch, tmp
             0,
             tmp_path,
             "sagemaker",
-            {"allow_dirs": [Path("/data/a"), Path("/data/b")], "gpus": "H100=4", "capacity_pools": tmp_path / "pools.yaml"},
+            {
+                "allow_dirs": [Path("/data/a"), Path("/data/b")],
+                "gpus": "H100=4",
+                "capacity_pools": tmp_path / "pools.yaml",
+                "principals": ["bob", "carol"],
+            },
         ),
-        ("127.0.0.1", 8080, tmp_path / "g", "local", {"allow_dirs": [], "gpus": "", "capacity_pools": None}),
+        ("127.0.0.1", 8080, tmp_path / "g", "local", {"allow_dirs": [], "gpus": "", "capacity_pools": None, "principals": []}),
     ]
 
 

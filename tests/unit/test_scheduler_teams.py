@@ -132,3 +132,23 @@ def test_the_queue_view_shows_why_each_job_waits() -> None:
     assert (shown.wait_reason, shown.queue_position) == (WaitReason.QUOTA, 0)
     listed = view.list(lambda job: True).queues[0]
     assert [(x.job_id, x.wait_reason) for x in listed.waits] == [(waiting.job_id, WaitReason.QUOTA)]
+
+
+def test_a_team_under_its_nominal_goes_before_borrowers_even_with_a_job_bigger_than_what_it_has_left() -> None:
+    # Given team a under its nominal 2 (holding none) with a 3-GPU job, and borrower b's older 3-GPU job:
+    # c lends its idle 3; the pool (5) fits one of them
+    w = TeamWorld(
+        0,
+        team("a", A, H100={"nominal": 2, "borrow_limit": 3}),
+        team("b", B, H100={"nominal": 0, "borrow_limit": 3}),
+        team("c", C, H100={"nominal": 3}),
+        default_team_quotas="H100=0",
+    )
+    w.scheduler = Scheduler(w.repo, w.ledger, LocalCapacity(gpu_slots=0, inventory={"H100": 5}), w.rec, w.rec, teams=w.directory)
+    older = w.gpu_job(B, gpus=3)
+    mine = w.gpu_job(A, gpus=3)
+    # When a pass runs
+    w.scheduler.run_pass()
+    # Then a's job goes first (a team under nominal before any borrower), b's waits
+    assert w.started() == [mine.job_id]
+    assert w.repo.get(older.job_id).status == JobStatus.QUEUED
