@@ -80,7 +80,7 @@ def test_the_forecast_shows_before_submit_and_creates_nothing(fake_plane: LocalP
         assert shown("resources") == f"{forecast['units']} x {forecast['gpu_type']}"
         assert shown("hourly") == f"{money(forecast['hourly_usd'])} / hour"
         assert shown("total").startswith(money(forecast["total_usd"]))
-        assert f"{money(forecast['total_low_usd'])} – {money(forecast['total_high_usd'])}" in shown("total")
+        assert f"{money(forecast['total_low_usd'])} \u2013 {money(forecast['total_high_usd'])}" in shown("total")
         assert shown("queue_position") == str(forecast["queue_position"])
         assert ("prior" in shown("basis")) == (forecast["basis"] == "prior")
         [budget] = [b for b in forecast["budgets"] if b["budget_id"] == budget_id]
