@@ -106,3 +106,45 @@ def test_the_forecast_shows_before_submit_and_creates_nothing(fake_plane: LocalP
     finally:
         cancel_all(fake_plane, job_ids(fake_plane))
         fake_plane.request("DELETE", f"/budgets/{budget_id}", principal="admin")
+
+
+def test_the_forecast_says_which_budget_would_hold_the_job_and_lists_the_json_editors_422(
+    fake_plane: LocalPlane, open_dashboard: Callable[..., Dashboard]
+) -> None:
+    # Given: a deployment budget of one cent, less than any CPU job's forecast (nothing is submitted meanwhile)
+    spec = {"name": "one cent", "scope": {"kind": "deployment"}, "amount_usd": 0.01}
+    made = fake_plane.request("POST", "/budgets", json=spec, principal="admin")
+    assert made.status_code == 201, made.text
+    budget_id = made.json()["budget_id"]
+    try:
+        dash = open_dashboard(fake_plane)
+        dash.go("#/create")
+        page = dash.page
+        page.wait_for_selector("form.create")
+        page.fill('input[name="name"]', "would be held")
+        page.fill('input[name="experiment"]', LABEL)
+        page.fill('input[name="data_path"]', TINY_DATA)
+        page.fill('input[name="cpu_cores"]', "1")
+        page.fill('input[name="memory_gb"]', "2")
+        before = job_ids(fake_plane)
+        # A 422 on a field the form does not show (JSON editor): listed above the buttons, no forecast drawn
+        page.click("text=JSON (whole request)")
+        request = json.loads(page.input_value("textarea.editor"))
+        request["data_config"]["batch_size"] = 0
+        page.fill("textarea.editor", json.dumps(request))
+        page.click('button[name="forecast"]')
+        assert "data_config.batch_size" in page.wait_for_selector(".form-errors .error").inner_text()
+        assert page.locator('[data-testid="forecast"]').count() == 0
+        # Fixed: the forecast says the budget would hold it
+        request["data_config"]["batch_size"] = 2
+        page.fill("textarea.editor", json.dumps(request))
+        page.click('button[name="forecast"]')
+        page.wait_for_selector('[data-testid="forecast"]')
+        assert page.locator(".form-errors .error").count() == 0
+        row = page.locator(f'[data-testid="forecast-budgets"] tr[data-budget="{budget_id}"]')
+        assert "would hold: BUDGET" in row.inner_text()
+        assert "one cent would not cover it" in page.inner_text('[data-testid="forecast"] [role="alert"]')
+        dash.shot("create-forecast-would-hold")
+        assert job_ids(fake_plane) == before
+    finally:
+        fake_plane.request("DELETE", f"/budgets/{budget_id}", principal="admin")
