@@ -123,8 +123,7 @@ export function dialog(opts: {
  * prefix of it) gets the message under it; errors no field shows go to `fallback`.
  */
 export function showFieldErrors(form: HTMLElement, exc: ApiError, fallback: HTMLElement): void {
-  form.querySelectorAll(".field-error").forEach((el) => el.remove());
-  form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
+  clearFieldErrors(form);
   const unplaced: string[] = [];
   const errors = exc.errors.length ? exc.errors : [{ field: "", message: exc.message }];
   let first: HTMLElement | null = null;
@@ -142,6 +141,12 @@ export function showFieldErrors(form: HTMLElement, exc: ApiError, fallback: HTML
   clear(fallback, ...unplaced.map((m) => h("p", { class: "error" }, m)));
   if (unplaced.length && !exc.errors.length) fallback.prepend(h("strong", null, `${exc.status}: `));
   first?.focus();
+}
+
+/** Removes the notes and marks the last 422 left at the form's fields. */
+export function clearFieldErrors(form: HTMLElement): void {
+  form.querySelectorAll(".field-error").forEach((el) => el.remove());
+  form.querySelectorAll("[aria-invalid]").forEach((el) => el.removeAttribute("aria-invalid"));
 }
 
 function fieldElement(form: HTMLElement, field: string): HTMLElement | null {

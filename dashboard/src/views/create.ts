@@ -1,11 +1,13 @@
 // Create job: Kaisar's sections (Basic, Configuration, Resources) plus Model & data, and an editor for the
-// whole five-config request. The server's 422 errors are shown at the fields they name.
+// whole five-config request. The server's 422 errors are shown at the fields they name. "Forecast" asks for the
+// dry run (POST /jobs?dry_run=true: the submit's checks and 422s, then the forecast; nothing is created).
 import { readResources, resourceInputs } from "../actions";
 import { ApiError } from "../api";
 import { clear, h } from "../dom";
 import { OPTIMIZERS, TRAINING_TYPES } from "../format";
 import { formAndJson } from "../tabs";
-import { api, field, reportError, showFieldErrors, toast } from "../ui";
+import { api, clearFieldErrors, field, reportError, showFieldErrors, toast } from "../ui";
+import { type Forecast, forecastPanel } from "./forecast";
 import type { View } from "./view";
 
 const TEMPLATE = {
@@ -62,6 +64,8 @@ export function createView(params: URLSearchParams): View {
   const editor = h("textarea", { class: "mono editor", rows: "28", spellcheck: "false", "aria-label": "The whole request (JSON)", "data-field": "request" });
   const formErrors = h("div", { class: "form-errors", role: "alert" });
   const submit = h("button", { type: "submit", class: "primary" }, "Create job");
+  const forecastButton = h("button", { type: "button", name: "forecast" }, "Forecast");
+  const forecastArea = h("div", { class: "forecast-area" });
 
   const formPane = h(
     "div",
@@ -94,7 +98,8 @@ export function createView(params: URLSearchParams): View {
     formPane,
     jsonPane,
     formErrors,
-    h("div", { class: "form-buttons" }, h("a", { class: "button", href: "#/jobs" }, "Cancel"), submit),
+    forecastArea,
+    h("div", { class: "form-buttons" }, h("a", { class: "button", href: "#/jobs" }, "Cancel"), forecastButton, submit),
   );
 
   function toForm(): void {
@@ -145,23 +150,39 @@ export function createView(params: URLSearchParams): View {
     request.scheduling_config = { ...request.scheduling_config, priority: Number(priority.value), queue: queue.value || "default" };
   }
 
-  form.addEventListener("submit", async (event) => {
-    event.preventDefault();
+  /** The submit and the dry run alike: the body from the active tab, the server's 422s at their fields. */
+  async function send<T>(dryRun: boolean, done: (answer: T) => void): Promise<void> {
     clear(formErrors);
+    clear(forecastArea);
     const body = tabs.value();
     if (body === null) return;
-    submit.disabled = true;
+    submit.disabled = forecastButton.disabled = true;
     try {
-      const job = await api().post("/jobs", body);
-      toast(`Created ${job.name}`);
-      location.hash = `#/jobs/${encodeURIComponent(job.job_id)}`;
+      const query = dryRun ? { dry_run: "true" } : undefined;
+      done(await api().call<T>("POST", "/jobs", { query, body }));
     } catch (exc) {
       if (exc instanceof ApiError && !exc.authProblem) showFieldErrors(form, exc, formErrors);
       else reportError(exc);
     } finally {
-      submit.disabled = false;
+      submit.disabled = forecastButton.disabled = false;
     }
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    void send<any>(false, (job) => {
+      toast(`Created ${job.name}`);
+      location.hash = `#/jobs/${encodeURIComponent(job.job_id)}`;
+    });
   });
+  forecastButton.addEventListener("click", () => {
+    void send<Forecast>(true, (forecast) => {
+      clearFieldErrors(form); // the request passes every check now: the last 422's notes go
+      forecastArea.append(forecastPanel(forecast));
+    });
+  });
+  // A forecast is of the request as it was: any edit marks it out of date.
+  form.addEventListener("input", () => forecastArea.querySelector(".forecast")?.classList.add("stale"));
 
   return {
     title: "Create job",
