@@ -17,9 +17,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from schemas.api import MetricsPoint
 from schemas.job import Job
 from schemas.status import JobStatus
+from trainplane.cli_job_text import (
+    fmt,
+    metric_columns,
+    metrics_text,
+    print_job_line,
+    progress_text,
+    resources_text,
+    status_text,
+)
 from trainplane.cli_output import (
     Options,
     Output,
@@ -45,16 +53,6 @@ from trainplane.errors import EndpointNotConfigured
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="trainplane: a control plane for ML training jobs.")
 jobs_app = typer.Typer(no_args_is_help=True, help="Submit, inspect and control training jobs.")
 app.add_typer(jobs_app, name="jobs")
-
-
-UNSUCCESSFUL = frozenset({JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.PREEMPTED})
-STATUS_STYLE = {
-    JobStatus.COMPLETED: "green",
-    JobStatus.FAILED: "red",
-    JobStatus.CANCELLED: "yellow",
-    JobStatus.PREEMPTED: "yellow",
-    JobStatus.PAUSED: "cyan",
-}
 
 
 @app.callback()
@@ -197,7 +195,7 @@ def summary(ctx: typer.Context) -> None:
     counts = Table("status", "jobs")
     for status, n in sorted(s.counts.items()):
         if n:
-            counts.add_row(_status_text(status), str(n))
+            counts.add_row(status_text(status), str(n))
     if counts.row_count:
         _print_table(counts)
 
@@ -232,7 +230,7 @@ def submit(
     if not wait:
         if follow:
             raise typer.BadParameter("--follow needs --wait")
-        _print_job_line(o, job, "submitted")
+        print_job_line(o, job, "submitted")
         return
     if not o.json:
         out.print(f"submitted {job.job_id} ({escape(job.name)})")
@@ -267,7 +265,7 @@ def list_jobs(
         table.add_row(
             j.job_id,
             escape(j.name),
-            _status_text(j.status),
+            status_text(j.status),
             j.training_config.training_type.value,
             j.queue,
             str(j.priority),
@@ -330,8 +328,8 @@ def get(
         "training_type": job.training_config.training_type.value,
         "base_model": job.training_config.base_model.model_id,
         "queue / priority": f"{job.queue} / {job.priority}",
-        "resources": _resources(job),
-        "progress": _progress_text(job),
+        "resources": resources_text(job),
+        "progress": progress_text(job),
         "created / updated": f"{_when(job.created_at)} / {_when(job.updated_at)}",
     }
     if job.labels:
@@ -349,7 +347,7 @@ def get(
     if job.checkpoints:
         table = Table("CHECKPOINT", "STEP", "METRICS", "URI")
         for c in job.checkpoints:
-            table.add_row(c.checkpoint_id, str(c.step), _metrics_text(c.metrics), escape(c.uri))
+            table.add_row(c.checkpoint_id, str(c.step), metrics_text(c.metrics), escape(c.uri))
         _print_table(table)
 
 
@@ -358,7 +356,7 @@ def get(
 def cancel(ctx: typer.Context, job_id: str, reason: Annotated[str, typer.Option(help="Recorded in the job's history.")] = "") -> None:
     """Stop the job and release its GPUs (from any non-final status)."""
     o = _opts(ctx)
-    _print_job_line(o, o.client().cancel(job_id, reason=reason), "cancel requested")
+    print_job_line(o, o.client().cancel(job_id, reason=reason), "cancel requested")
 
 
 @jobs_app.command("pause")
@@ -370,7 +368,7 @@ def pause(
 ) -> None:
     """Checkpoint, release the GPUs and hold the job in PAUSED."""
     o = _opts(ctx)
-    _print_job_line(o, o.client().pause(job_id, save_checkpoint=save_checkpoint), "pause requested")
+    print_job_line(o, o.client().pause(job_id, save_checkpoint=save_checkpoint), "pause requested")
 
 
 @jobs_app.command("resume")
@@ -382,7 +380,7 @@ def resume(
 ) -> None:
     """Queue a paused job again, from its latest or a named checkpoint."""
     o = _opts(ctx)
-    _print_job_line(o, o.client().resume(job_id, checkpoint_id=checkpoint), "resumed")
+    print_job_line(o, o.client().resume(job_id, checkpoint_id=checkpoint), "resumed")
 
 
 @jobs_app.command("retry")
@@ -405,7 +403,7 @@ def retry(
         base = new_resources if new_resources is not None else client.get(job_id).resource_config.model_dump(mode="json")
         new_resources = {**base, **overrides}
     child = client.retry(job_id, checkpoint_id=checkpoint, new_resource_config=new_resources)
-    _print_job_line(o, child, f"retry of {job_id} submitted as")
+    print_job_line(o, child, f"retry of {job_id} submitted as")
 
 
 @jobs_app.command("patch")
@@ -429,7 +427,7 @@ def patch(
         changes["resource_config"] = load_document(resources)
     if not changes:
         raise typer.BadParameter("give at least one of --name, --description, --priority, --hp, --resources")
-    _print_job_line(o, o.client().patch(job_id, changes), "updated")
+    print_job_line(o, o.client().patch(job_id, changes), "updated")
 
 
 @jobs_app.command("delete")
@@ -497,7 +495,7 @@ def events(ctx: typer.Context, job_id: str) -> None:
     for column in table.columns[:4]:
         column.no_wrap = True
     for e in history:
-        table.add_row(_when(e.at), e.from_status.value if e.from_status else "-", _status_text(e.to_status), e.actor, escape(e.reason))
+        table.add_row(_when(e.at), e.from_status.value if e.from_status else "-", status_text(e.to_status), e.actor, escape(e.reason))
     _print_table(table)
 
 
@@ -515,11 +513,11 @@ def metrics(
         _print_raw({"points": [p.model_dump(mode="json", exclude_none=True) for p in points]})
         return
     shown = points[-tail:] if tail else points
-    names = _metric_columns(shown)
+    names = metric_columns(shown)
     table = Table("STEP", *(n.upper() for n in names))
     for p in shown:
         values = p.model_dump(exclude_none=True)
-        table.add_row(str(p.step), *(_fmt(values.get(n)) for n in names))
+        table.add_row(str(p.step), *(fmt(values.get(n)) for n in names))
     _print_table(table)
     losses = [p.loss for p in points if p.loss is not None]
     if losses:
@@ -568,50 +566,6 @@ def _watch(o: Options, job_id: str, timeout: float | None, poll: float = 2.0, *,
         follow=follow,
         wait=lambda client, **kw: client.wait_for_existing(job_id, timeout_s=timeout, poll_interval_s=poll, **kw),
     )
-
-
-def _print_job_line(o: Options, job: Job, verb: str) -> None:
-    if o.json:
-        _print_json(job)
-    else:
-        out.print(f"{verb} {job.job_id} ({escape(job.name)}): {_status_text(job.status)}")
-
-
-def _status_text(status: JobStatus) -> str:
-    style = STATUS_STYLE.get(status)
-    return f"[{style}]{status.value}[/{style}]" if style else status.value
-
-
-def _progress_text(job: Job) -> str:
-    p = job.progress
-    parts = [f"step {p.step}/{p.total_steps}" if p.total_steps else f"step {p.step}"]
-    if p.loss is not None:
-        parts.append(f"loss {p.loss:.4f}")
-    if p.eta_seconds:
-        parts.append(f"eta {p.eta_seconds:.0f}s")
-    return f"{p.percent:.0f}% " + ", ".join(parts)
-
-
-def _resources(job: Job) -> str:
-    r = job.resource_config
-    gpus = "cpu only" if r.gpu_count == 0 else f"{r.gpu_count}x {r.gpu_type or 'GPU'}"
-    return gpus + (f" x {r.node_count} nodes" if r.node_count > 1 else "")
-
-
-def _metrics_text(values: dict[str, float]) -> str:
-    return ", ".join(f"{k}={v:.4g}" for k, v in sorted(values.items()))
-
-
-def _metric_columns(points: list[MetricsPoint]) -> list[str]:
-    preferred = ["epoch", "loss", "eval_loss", "learning_rate", "grad_norm", "tokens_per_second"]
-    present = {k for p in points for k in p.model_dump(exclude_none=True) if k not in {"step", "attempt"}}
-    return [n for n in preferred if n in present] + sorted(present - set(preferred))
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return ""
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 app.add_typer(policies_app, name="policies")
