@@ -83,7 +83,12 @@ MODULES = [
     Module(
         "dynamodb",
         "functions/adapters/dynamodb.py",
-        ("tests/integration/test_guarded_writes.py", "tests/integration/test_dynamodb_repository.py", "tests/unit/test_dynamodb_items.py"),
+        (
+            "tests/integration/test_guarded_writes.py",
+            "tests/integration/test_dynamodb_repository.py",
+            "tests/unit/test_dynamodb_items.py",
+            "tests/integration/test_dynamodb_requests.py",
+        ),
         # The conditional writes: creation with its name claim, transitions, updates, progress, checkpoints, delete.
         (
             *(f"*ǁ{m}__*" for m in ("create", "transition", "update", "record_progress", "add_checkpoint", "delete", "_transact")),
