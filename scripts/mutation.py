@@ -103,6 +103,7 @@ MODULES = [
             "tests/integration/test_sweeps_repository.py",
             "tests/integration/test_sweeps_guards.py",
             "tests/integration/test_sweeps_controller.py",
+            "tests/integration/test_sweeps_mutants_requests.py",
         ),
         # The conditional writes: a sweep's create/update/delete, a trial's claim, update, end and value.
         tuple(f"*ǁ{m}__*" for m in ("create", "update", "delete", "claim_trial", "update_trial", "end_trial", "record_value")),
