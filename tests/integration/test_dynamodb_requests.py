@@ -8,7 +8,7 @@ survivors of `make mutation`'s dynamodb module (docs/TESTING.md).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -323,7 +323,7 @@ def test_the_first_checkpoint_of_a_deleted_job_is_not_written(repo: DynamoJobRep
 class _Canceling:
     """A client whose transactions are cancelled with `codes` (one list per call; the last repeats)."""
 
-    def __init__(self, real: Any, codes: list[list[str] | None]) -> None:
+    def __init__(self, real: Any, codes: Sequence[list[str] | None]) -> None:
         self.exceptions = real.exceptions
         self._codes = codes
         self.attempts = 0
@@ -346,7 +346,9 @@ def no_sleep(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     return slept
 
 
-def _transact_on(aws: AwsClients, monkeypatch: pytest.MonkeyPatch, codes: list[list[str] | None]) -> tuple[DynamoJobRepository, _Canceling]:
+def _transact_on(
+    aws: AwsClients, monkeypatch: pytest.MonkeyPatch, codes: Sequence[list[str] | None]
+) -> tuple[DynamoJobRepository, _Canceling]:
     fake = _Canceling(aws.dynamodb(), codes)
     repo = DynamoJobRepository(aws, "unused")
     monkeypatch.setattr(DynamoJobRepository, "_ddb", property(lambda _self: fake))
