@@ -89,7 +89,12 @@ MODULES = [
     Module(
         "dynamodb",
         "functions/adapters/dynamodb.py",
-        ("tests/integration/test_guarded_writes.py", "tests/integration/test_dynamodb_repository.py", "tests/unit/test_dynamodb_items.py"),
+        (
+            "tests/integration/test_guarded_writes.py",
+            "tests/integration/test_dynamodb_repository.py",
+            "tests/unit/test_dynamodb_items.py",
+            "tests/integration/test_dynamodb_requests.py",
+        ),
         # The conditional writes: creation with its name claim, transitions, updates, progress, checkpoints, delete.
         (
             *(f"*ǁ{m}__*" for m in ("create", "transition", "update", "record_progress", "add_checkpoint", "delete", "_transact")),
@@ -104,6 +109,7 @@ MODULES = [
             "tests/integration/test_sweeps_repository.py",
             "tests/integration/test_sweeps_guards.py",
             "tests/integration/test_sweeps_controller.py",
+            "tests/integration/test_sweeps_mutants_requests.py",
         ),
         # The conditional writes: a sweep's create/update/delete, a trial's claim, update, end and value.
         tuple(f"*ǁ{m}__*" for m in ("create", "update", "delete", "claim_trial", "update_trial", "end_trial", "record_value")),
