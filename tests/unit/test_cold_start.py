@@ -32,6 +32,7 @@ ALLOWED = {
     "schemas.ome",
     "schemas.placement",  # resource_config.placement: part of the job model (issue 26)
     "schemas.shapes",
+    "schemas.strict",  # Strict, the base of every request model (split out of schemas.configs)
     "schemas.teams",
     "schemas.tracking",
     "schemas.telemetry",  # GET /jobs/{id}/metrics/system: a job route's answer (issue 27.3)
