@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from functions.adapters.stepfunctions import StepFunctionsWorkflow
     from functions.adapters.sweeps import DynamoSweepRepository
     from functions.service.budgets import BudgetGate, BudgetMeter, BudgetRepository, BudgetService
-    from functions.service.forecast_learning import ForecastLearner
     from functions.service.cloud_events import CloudEventsService
     from functions.service.event_publisher import EventPublisher
+    from functions.service.forecast_learning import ForecastLearner
     from functions.service.jobs import JobService
     from functions.service.lifecycle import LifecycleService
     from functions.service.paths import PathRules
