@@ -638,6 +638,10 @@ def budget_service() -> BudgetService:
     return current().budgets
 
 
+def forecast_learner() -> ForecastLearner:
+    return current().forecast_learner
+
+
 def webhook_service() -> WebhookService:
     return current().webhooks
 
