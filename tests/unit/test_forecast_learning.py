@@ -97,3 +97,34 @@ def test_completions_racing_on_one_shape_are_all_recorded() -> None:
     # Then: none lost
     [record_] = records.list()
     assert record_.count == 16 and sorted(record_.job_ids) == sorted(j.job_id for j in jobs)
+
+
+def test_the_lifecycle_teaches_the_forecast_each_completed_job_once_and_no_failed_one() -> None:
+    from functions.service.ports import RunDescription, RunState
+    from schemas.trainer import TrainerEventKind
+    from tests.unit.test_statemachine_tasks import World, event
+
+    # Given: the lifecycle wired to a learner (as functions/composition.py wires it)
+    w = World()
+    records = InMemoryShapeRecords()
+    w.svc.completions = ForecastLearner(records).record
+
+    def run(max_steps: int) -> str:
+        job = w.submit(max_steps=max_steps)
+        w.to_training(job.job_id)
+        w.svc.on_trainer_event(job.job_id, 1, event(TrainerEventKind.PROGRESS, step=4, total_steps=4, loss=1.0))
+        return job.job_id
+
+    # When: one job completes (its end reported twice: the launcher monitor and the reconciler), another fails
+    done = run(4)
+    finished = RunDescription(state=RunState.COMPLETED, run_seconds=42.0)
+    w.svc.on_run_finished(done, 1, finished)
+    w.svc.on_run_finished(done, 1, finished)
+    failed = run(4)
+    w.svc.on_run_finished(failed, 1, RunDescription(state=RunState.FAILED, run_seconds=10.0))
+    assert w.repo.get(done).status == JobStatus.COMPLETED and w.repo.get(failed).status == JobStatus.FAILED
+
+    # Then: the completed one is learned from once, with its measured seconds per step; the failed one not
+    [record] = records.list()
+    assert record.job_ids == [done] and record.durations == [42.0]
+    assert record.seconds_per_step == [pytest.approx(42.0 / 4)]
