@@ -249,6 +249,7 @@ class ShapeRecord(BaseModel):
     shape: str
     count: int = Field(default=0, description="Completed jobs recorded.")
     seconds_per_step: list[float] = Field(default_factory=list, description="Newest completed jobs' run seconds / steps.")
+    steps: list[int] = Field(default_factory=list, description="Those jobs' steps, pair by pair with seconds_per_step.")
     durations: list[float] = Field(default_factory=list, description="Newest completed jobs' run seconds.")
     tokens_per_second: list[float] = Field(default_factory=list, description="Newest reported throughputs (tokens/s).")
     errors_percent: list[float] = Field(default_factory=list, description="Newest |forecast - actual| / actual x 100.")

@@ -4,8 +4,10 @@ Per shape (GPU type x units x training type: budget_meter.shape_of) one record k
 jobs' measured seconds per step (run seconds over all attempts / the steps the trainer reported), their
 durations, their reported tokens/s, and how far the forecast was from each one's actual duration. A job is
 then forecast as its steps (hyperparameters.max_steps) x the shape's measured seconds per step, or, when it
-sets no max_steps, as the shape's durations; the range is the samples' 10th..90th percentiles widened while
-there are few of them. With no history the forecast is the documented prior (budget_meter.forecast).
+sets no max_steps, as the shape's durations. From 3 jobs of 2 sizes on, a least-squares line of run seconds
+= startup + steps x seconds/step replaces the plain ratio (a fixed startup weighs on short runs). The range
+is the samples' 10th..90th percentiles, widened while there are few of them. With no history the forecast
+is the job's cap or the documented prior (budget_meter.forecast).
 
 A completion is recorded once: the lifecycle calls `record` after the conditional transition to COMPLETED
 that it alone won, and the record keeps the newest job ids so a retried call does not count a job twice.
@@ -59,13 +61,43 @@ def run_seconds(job: Job) -> float:
     return math.fsum(entry.run_seconds for entry in job.cost.attempts)
 
 
+def startup_and_per_step(record: ShapeRecord) -> tuple[float, float] | None:
+    """Least squares of run seconds = startup + steps x seconds/step over the shape's jobs (a run's fixed cost,
+    loading the model and data, weighs on short runs); None with under 3 jobs or one size only."""
+    pairs = list(zip(record.steps, record.seconds_per_step, strict=False))
+    if len(pairs) < 3 or len({steps for steps, _ in pairs}) < 2:
+        return None
+    xs = [float(steps) for steps, _ in pairs]
+    ys = [steps * per_step for steps, per_step in pairs]
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    slope = math.fsum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / math.fsum((x - mean_x) ** 2 for x in xs)
+    if slope <= 0:
+        return None
+    startup = mean_y - slope * mean_x
+    if startup < 0:  # no fixed cost to see: a line through the origin
+        return 0.0, math.fsum(ys) / math.fsum(xs)
+    return startup, slope
+
+
+def _step_samples(record: ShapeRecord, steps: int) -> tuple[list[float], str]:
+    """What the shape's jobs say a run of `steps` takes: the fit scaled by each job's own ratio to it, or
+    (before a fit) steps x each job's seconds/step."""
+    fit = startup_and_per_step(record)
+    if fit is None:
+        return [per_step * steps for per_step in record.seconds_per_step], "steps x measured seconds/step"
+    startup, per_step = fit
+    expected = startup + per_step * steps
+    ratios = [(n * s) / (startup + per_step * n) for n, s in zip(record.steps, record.seconds_per_step, strict=False)]
+    return [expected * r for r in ratios], "startup + steps x measured seconds/step"
+
+
 def learned(record: ShapeRecord | None, job: Job) -> meter.JobForecast | None:
     """The job's forecast from its shape's history; None with no history (the caller falls back to the prior)."""
     if record is None or not record.durations:
         return None
     steps = steps_of(job)
     if steps is not None and record.seconds_per_step:
-        samples, basis = [s * steps for s in record.seconds_per_step], "steps x measured seconds/step"
+        samples, basis = _step_samples(record, steps)
     else:
         samples, basis = list(record.durations), "the shape's measured durations"
     mid = statistics.median(samples)
@@ -92,11 +124,13 @@ def observed(record: ShapeRecord, job: Job) -> ShapeRecord | None:
     error = abs(forecast(record, job).seconds - actual) / actual * 100.0
     steps = job.progress.step or job.progress.total_steps or 0
     per_step = [*record.seconds_per_step, actual / steps][-WINDOW:] if steps > 0 else record.seconds_per_step
+    step_counts = [*record.steps, steps][-WINDOW:] if steps > 0 else record.steps
     tokens = job.progress.tokens_per_second
     return record.model_copy(
         update={
             "count": record.count + 1,
             "seconds_per_step": per_step,
+            "steps": step_counts,
             "durations": [*record.durations, actual][-WINDOW:],
             "tokens_per_second": [*record.tokens_per_second, tokens][-WINDOW:] if tokens else record.tokens_per_second,
             "errors_percent": [*record.errors_percent, round(error, 3)][-SCORED:],

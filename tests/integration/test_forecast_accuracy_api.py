@@ -66,4 +66,3 @@ def test_forecast_accuracy_and_the_dry_run_learn_from_completed_jobs(call: Api) 
     assert forecast["basis"].startswith("steps x measured seconds/step")
     assert forecast["duration_seconds"] == pytest.approx(1000.0)
     assert forecast["duration_low_seconds"] < 1000.0 < forecast["duration_high_seconds"]
-

@@ -30,11 +30,23 @@ def test_finished_jobs_teach_seconds_per_step_and_the_forecast_scales_with_steps
     # Then: steps x measured seconds/step, with a range around it, at the shape's rate
     assert guess.seconds == pytest.approx(1000.0)
     assert guess.low_seconds < 1000.0 < guess.high_seconds
-    assert guess.basis.startswith("steps x measured seconds/step (3 finished jobs")
+    assert "steps x measured seconds/step (3 finished jobs" in guess.basis
     assert guess.hourly_usd == meter.unit_rate(finished_job(1, 1.0))
     [shape] = learner.accuracy().shapes
     assert shape.shape == "H100x1/LORA" and shape.count == 3
     assert shape.seconds_per_step == pytest.approx(0.5) and shape.tokens_per_second == 900.0
+
+
+def test_a_fixed_startup_is_learned_so_short_runs_do_not_skew_long_ones() -> None:
+    # Given: runs of 100, 400 and 1,000 steps, each 60 s of startup then 0.5 s/step
+    learner = ForecastLearner(InMemoryShapeRecords())
+    for steps in (100, 400, 1000):
+        learner.record(finished_job(steps, 60.0 + steps * 0.5))
+
+    # Then: a 4,000-step run is forecast at 60 + 2,000 s (plain seconds/step would say far more: 0.56..1.1 s/step)
+    guess = learner.forecast(finished_job(4000, 0.0, status=JobStatus.PENDING))
+    assert guess.seconds == pytest.approx(2060.0)
+    assert guess.basis.startswith("startup + steps x measured seconds/step")
 
 
 def test_another_shape_does_not_learn_from_these_jobs() -> None:
