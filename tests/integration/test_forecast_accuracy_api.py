@@ -63,6 +63,6 @@ def test_forecast_accuracy_and_the_dry_run_learn_from_completed_jobs(call: Api) 
     assert shape["shape"] == "H100x1/LORA" and shape["count"] == 3 and shape["scored"] == 3
     assert shape["seconds_per_step"] == pytest.approx(0.5) and shape["median_abs_error_percent"] is not None
     forecast = call.route("POST", "/jobs", caller=ALICE_CALLER, body=body, query={"dry_run": "true"}).body
-    assert forecast["basis"].startswith("steps x measured seconds/step")
+    assert "steps x measured seconds/step (3 finished jobs" in forecast["basis"]
     assert forecast["duration_seconds"] == pytest.approx(1000.0)
     assert forecast["duration_low_seconds"] < 1000.0 < forecast["duration_high_seconds"]

@@ -8,6 +8,7 @@ import pytest
 
 from functions.service import budget_meter as meter
 from functions.service.forecast_learning import ForecastLearner
+from schemas.job import Job
 from schemas.status import JobStatus
 from tests.helpers.forecast import InMemoryShapeRecords, finished_job
 
@@ -95,10 +96,11 @@ def test_completions_racing_on_one_shape_are_all_recorded() -> None:
     learner = ForecastLearner(records)
     jobs = [finished_job(100, 50.0 + i) for i in range(16)]
     barrier = threading.Barrier(len(jobs))
+    added: list[bool] = []
 
-    def record(job: object) -> None:
+    def record(job: Job) -> None:
         barrier.wait()
-        learner.record(job)  # type: ignore[arg-type]
+        added.append(learner.record(job))
 
     threads = [threading.Thread(target=record, args=(job,)) for job in jobs]
     for t in threads:
@@ -107,6 +109,7 @@ def test_completions_racing_on_one_shape_are_all_recorded() -> None:
         t.join()
 
     # Then: none lost
+    assert added == [True] * len(jobs)
     [record_] = records.list()
     assert record_.count == 16 and sorted(record_.job_ids) == sorted(j.job_id for j in jobs)
 
