@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from functions.service.budgets import BudgetGate, BudgetMeter, BudgetRepository, BudgetService
     from functions.service.cloud_events import CloudEventsService
     from functions.service.event_publisher import EventPublisher
+    from functions.service.forecast_learning import ForecastLearner
     from functions.service.jobs import JobService
     from functions.service.lifecycle import LifecycleService
     from functions.service.paths import PathRules
@@ -325,6 +326,7 @@ class Composition:
             )
             service.sweep_hooks = self.sweep_hooks  # a trial's reports and ends wake its sweep's controller
             service.placement = self.placement
+            service.completions = self.forecast_learner.record  # the forecast learns from each completed job
             return service
 
         return self._given_or("lifecycle", build)
@@ -520,9 +522,22 @@ class Composition:
             resume = resumer(self.repository, lambda job_id: self.jobs.resume(job_id, system))
             directory = self.team_directory
             team_of = lambda arn: directory.team_of(arn).name  # noqa: E731
-            return BudgetService(self.budget_repository, team_of, resume, jobs=self.repository, **self._clock_kw())
+            learned = self.forecast_learner.forecast
+            return BudgetService(self.budget_repository, team_of, resume, jobs=self.repository, learned=learned, **self._clock_kw())
 
         return self._once("_budgets", build)
+
+    @property
+    def forecast_learner(self) -> ForecastLearner:
+        """The forecast's per-shape records (functions/service/forecast_learning.py) in the jobs table."""
+
+        def build() -> ForecastLearner:
+            from functions.adapters.forecast_records import DynamoShapeRecords
+            from functions.service.forecast_learning import ForecastLearner
+
+            return ForecastLearner(DynamoShapeRecords(self.clients, self.settings.jobs_table))
+
+        return self._once("_forecast_learner", build)
 
     @property
     def budget_meter(self) -> BudgetMeter:
@@ -621,6 +636,10 @@ def sweep_service() -> SweepService:
 
 def budget_service() -> BudgetService:
     return current().budgets
+
+
+def forecast_learner() -> ForecastLearner:
+    return current().forecast_learner
 
 
 def webhook_service() -> WebhookService:

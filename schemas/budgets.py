@@ -238,3 +238,35 @@ class OverrideRequest(Strict):
 
 class BudgetList(BaseModel):
     budgets: list[BudgetView]
+
+
+class ShapeRecord(BaseModel):
+    """What finished jobs of one forecast shape taught (functions/service/forecast_learning.py): stored as one
+    item per shape, every write conditional on `version`. Bounded windows: the newest samples only."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    shape: str
+    count: int = Field(default=0, description="Completed jobs recorded.")
+    seconds_per_step: list[float] = Field(default_factory=list, description="Newest completed jobs' run seconds / steps.")
+    steps: list[int] = Field(default_factory=list, description="Those jobs' steps, pair by pair with seconds_per_step.")
+    durations: list[float] = Field(default_factory=list, description="Newest completed jobs' run seconds.")
+    tokens_per_second: list[float] = Field(default_factory=list, description="Newest reported throughputs (tokens/s).")
+    errors_percent: list[float] = Field(default_factory=list, description="Newest |forecast - actual| / actual x 100.")
+    job_ids: list[str] = Field(default_factory=list, description="Newest recorded job ids: a repeated completion counts once.")
+    version: int = 0
+
+
+class ShapeAccuracy(BaseModel):
+    shape: str
+    count: int = Field(description="Completed jobs recorded for the shape.")
+    scored: int = Field(description="Of those, the ones whose forecast was scored (the window of the newest).")
+    median_abs_error_percent: float | None = Field(description="Median |forecast - actual| / actual x 100; null before any.")
+    seconds_per_step: float | None = Field(description="The shape's median measured seconds per step.")
+    tokens_per_second: float | None = Field(description="The shape's median reported tokens/s, where the trainer reports it.")
+
+
+class ForecastAccuracy(BaseModel):
+    """GET /forecast-accuracy: how far the duration forecast was from what finished jobs took, per shape."""
+
+    shapes: list[ShapeAccuracy]

@@ -32,7 +32,12 @@ class Forecast(BaseModel):
     total_usd: float
     total_low_usd: float
     total_high_usd: float
-    basis: str = Field(description="`max_runtime_seconds` (the job's own cap) or `prior` (docs/BUDGETS.md).")
+    basis: str = Field(
+        description=(
+            "What the duration comes from: the shape's finished jobs (steps x measured seconds/step, or their durations),"
+            " else `max_runtime_seconds` (the job's own cap) or `prior` (docs/BUDGETS.md)."
+        )
+    )
     shape: str = Field(description="The forecast's shape key: GPU type x units x training type.")
     queue_position: int
     estimated_wait_seconds: float

@@ -6,6 +6,7 @@ trainplane budgets get BUDGET_ID
 trainplane budgets raise BUDGET_ID 800     # resumes the jobs it paused
 trainplane budgets delete BUDGET_ID
 trainplane budgets override BUDGET_ID JOB_ID --reason "..."   # admins: one job over budget
+trainplane budgets forecast-accuracy       # the forecast's median absolute % error per shape
 trainplane jobs submit job.yaml --dry-run  # the forecast; nothing is created
 """
 
@@ -112,6 +113,24 @@ def override_budget(
     """Let one job run over the budget (admins): it resumes; a budget.override event records who and why."""
     o = _opts(ctx)
     _print_budget(o, o.client().override_budget(budget_id, job_id, reason), f"job {job_id} may run over")
+
+
+@budgets_app.command("forecast-accuracy")
+@handles_api_errors
+def forecast_accuracy(ctx: typer.Context) -> None:
+    """How far the duration forecast was from what finished jobs took, per shape (it learns from each)."""
+    o = _opts(ctx)
+    accuracy = o.client().forecast_accuracy()
+    if o.json:
+        _print_json(accuracy)
+        return
+    table = Table("SHAPE", "JOBS", "MEDIAN |ERROR|", "S/STEP", "TOKENS/S")
+    for s in accuracy.shapes:
+        error = "-" if s.median_abs_error_percent is None else f"{s.median_abs_error_percent:.1f}%"
+        per_step = "-" if s.seconds_per_step is None else f"{s.seconds_per_step:.3f}"
+        tokens = "-" if s.tokens_per_second is None else f"{s.tokens_per_second:.0f}"
+        table.add_row(s.shape, str(s.count), error, per_step, tokens)
+    _print_table(table)
 
 
 def print_forecast(o: Options, forecast: Forecast) -> None:

@@ -4,6 +4,7 @@ trainplane.AsyncClient: each call is written once as steps, made a method (synce
     client.create_budget({"name": "research-nov", "scope": {"kind": "team", "value": "research"}, "amount_usd": 500})
     client.raise_budget(budget_id, 800)          # PATCH amount_usd: resumes the jobs it paused
     client.forecast(request).total_high_usd      # POST /jobs?dry_run=true: nothing is created
+    client.forecast_accuracy().shapes            # GET /forecast-accuracy: the forecast's error per shape
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from schemas.budgets import BudgetList, BudgetPatch, BudgetSpec, BudgetView, Forecast
+from schemas.budgets import BudgetList, BudgetPatch, BudgetSpec, BudgetView, Forecast, ForecastAccuracy
 from trainplane.operations import JobRequest, request_body
 from trainplane.transport import Requester, Steps, asynced, synced
 
@@ -65,6 +66,11 @@ def forecast(api: Requester, request: JobRequest) -> Steps[Forecast]:
     return Forecast.model_validate((yield from api._request("POST", "/jobs", body=request_body(request), params={"dry_run": "true"})))
 
 
+def forecast_accuracy(api: Requester) -> Steps[ForecastAccuracy]:
+    """GET /forecast-accuracy: per shape, the completed jobs learned from and the forecast's median absolute % error."""
+    return ForecastAccuracy.model_validate((yield from api._request("GET", "/forecast-accuracy")))
+
+
 class BudgetMethods:
     """The budget calls as Client's methods."""
 
@@ -76,6 +82,7 @@ class BudgetMethods:
     delete_budget = synced(delete_budget)
     override_budget = synced(override_budget)
     forecast = synced(forecast)
+    forecast_accuracy = synced(forecast_accuracy)
 
 
 class AsyncBudgetMethods:
@@ -89,3 +96,4 @@ class AsyncBudgetMethods:
     delete_budget = asynced(delete_budget)
     override_budget = asynced(override_budget)
     forecast = asynced(forecast)
+    forecast_accuracy = asynced(forecast_accuracy)

@@ -97,3 +97,18 @@ add_collection(
     tags=TAGS,
     delete_errors=(404, 422),
 )
+
+
+@router.get(
+    "/forecast-accuracy",
+    summary="How far the duration forecast was from what finished jobs took, per shape",
+    description=(
+        "Per shape (GPU type x units / training type): completed jobs recorded, the median absolute % error of the "
+        "forecast each was scored against before it was learned from, and the measured seconds/step and tokens/s."
+    ),
+    responses=rules.responses(200, "The per-shape accuracy (no job ids: aggregates only)", 422),
+    tags=TAGS,
+)
+def forecast_accuracy() -> models.ForecastAccuracy:
+    rules.principal()  # any signed caller: the figures are aggregates over shapes, no job or owner in them
+    return composition.forecast_learner().accuracy()

@@ -121,6 +121,12 @@ class JobForecast:
         return self.hourly_usd * self.high_seconds / HOUR
 
 
+def shape_of(job: Job) -> str:
+    """The forecast's shape key: GPU type x units / training type (what finished jobs are learned by)."""
+    rc = job.resource_config
+    return f"{gpu_type_of(rc)}x{units_of(rc)}/{job.training_config.training_type}"
+
+
 def forecast(job: Job) -> JobForecast:
     """The job's forecast: its cap (max_runtime_seconds) when it sets one, else the documented prior."""
     rate = unit_rate(job)

@@ -114,8 +114,12 @@ class BudgetService:
         clock: Callable[[], datetime] = _utcnow,
         ids: Callable[[], str] = lambda: f"bgt-{uuid.uuid4().hex[:16]}",
         jobs: JobRepository | None = None,
+        learned: Callable[[Job], meter.JobForecast] = meter.forecast,
     ) -> None:
         self.repository = repository
+        # The duration forecast: ForecastLearner.forecast (functions/service/forecast_learning.py) in the
+        # composition root, the job's cap or the prior without one.
+        self.learned = learned
         self.team_of = team_of
         self.resume = resume
         self.jobs = jobs
@@ -159,7 +163,7 @@ class BudgetService:
     def forecast(self, job: Job, principal: Principal, position: Callable[[Job], Job]) -> Forecast:
         """POST /jobs?dry_run=true: the job's price, duration and total ranges, its place in the queue and
         what each covering budget it may see would have left. `job` is a draft (JobService.draft): stored nowhere."""
-        guess = meter.forecast(job)
+        guess = self.learned(job)
         placed = position(job.model_copy(update={"status": JobStatus.QUEUED}))
         now = self.clock()
         lefts = []
@@ -188,7 +192,7 @@ class BudgetService:
             total_low_usd=round(guess.low_usd, 6),
             total_high_usd=round(guess.high_usd, 6),
             basis=guess.basis,
-            shape=f"{gpu_type_of(rc)}x{units_of(rc)}/{job.training_config.training_type}",
+            shape=meter.shape_of(job),
             queue_position=placed.queue_position or 0,
             estimated_wait_seconds=placed.estimated_wait_seconds or 0.0,
             budgets=lefts,

@@ -115,6 +115,8 @@ class LifecycleService:
         self.sweep_hooks: Any = None
         # Placement (functions/service/placement.py): each attempt's candidate and pool; None: jobs' own resource_config.
         self.placement: PlacementService | None = None
+        # Each job that completes, once (after the transition this task won): the forecast learns from it.
+        self.completions: Callable[[Job], object] | None = None
 
     # ================================================================ state-machine tasks
     def admit(self, job_id: str, execution: str | None) -> dict[str, Any]:
@@ -403,10 +405,22 @@ class LifecycleService:
                 # Once per run end: a lost race re-decides, but must not count the pool's failure twice.
                 placed = self.placement.on_run_end(job, run) if placed is None else placed
                 changes.update(placed)
-            if self._move(job, decision.status, decision.reason, decision.actor, changes) is not None:
-                self._release(self.repository.get(job_id))
+            if (moved := self._move(job, decision.status, decision.reason, decision.actor, changes)) is not None:
+                ended = self.repository.get(job_id)  # with the attempt's cost and final progress
+                self._release(ended)
+                if moved.status == S.COMPLETED:
+                    self._completed(ended)
                 return {"next": decision.next}
         raise TransientError(f"run end of {job_id}: kept losing races")
+
+    def _completed(self, job: Job) -> None:
+        if self.completions is None:
+            return
+        try:
+            self.completions(job)
+        except Exception:
+            # Bookkeeping: the forecast missing one job never undoes the completion already written.
+            logger.exception("the forecast did not learn from %s", job.job_id)
 
     def _catch_up_before_end(self, job: Job, run: RunDescription) -> None:
         """The run's checkpoints and progress from S3 before its end is decided: a pause lands with the

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from schemas.api import LogsResponse
 from schemas.checkpoint import CheckpointManifest
@@ -24,6 +24,9 @@ from schemas.status import JobStatus
 from schemas.sweeps import Sweep, Trial
 from schemas.teams import Team
 from schemas.trainer import RunSpec, TrainerEvent
+
+if TYPE_CHECKING:
+    from schemas.budgets import ShapeRecord
 
 
 @dataclass(frozen=True)
@@ -611,3 +614,16 @@ class TeamRepository(Protocol):
 
     def add_usage(self, name: str, amount: float, now: datetime, half_life_seconds: float) -> None:
         """Decay the team's usage to `now` and add `amount` (a conditional write, retried on a race)."""
+
+
+class ShapeRecords(Protocol):
+    """What finished jobs taught the forecast, one record per shape (functions/service/forecast_learning.py)."""
+
+    def get(self, shape: str) -> ShapeRecord | None: ...
+
+    def put(self, record: ShapeRecord, expected_version: int) -> None:
+        """Store `record` as version expected_version + 1 if the stored one is still expected_version (0: none yet);
+        raises ConcurrentModification otherwise."""
+        ...
+
+    def list(self) -> list[ShapeRecord]: ...

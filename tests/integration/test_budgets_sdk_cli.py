@@ -22,6 +22,7 @@ from localmode.credentials import new_principal
 from localmode.frontdoor import FrontDoor
 from tests.fakes import RecordingWorkflow
 from tests.helpers.aws import fresh_resources
+from tests.helpers.forecast import finished_job
 from tests.helpers.jobs import request_body
 from tests.unit.test_waits import run_async
 from trainplane import AsyncClient, Client
@@ -39,6 +40,7 @@ BUDGET_CALLS = (
     "delete_budget",
     "override_budget",
     "forecast",
+    "forecast_accuracy",
 )
 
 
@@ -132,3 +134,29 @@ def test_the_cli_creates_lists_raises_and_dry_runs(url: str, tmp_path: Path, mon
     assert missing.exit_code == 1 and "job job-missing not found" in missing.output, missing.output
     assert invoke("budgets", "delete", budget_id).exit_code == 0
     assert invoke("budgets", "get", budget_id).exit_code == 1
+
+
+def test_the_sdk_and_the_cli_show_the_forecast_accuracy_per_shape(url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # Given: two completed H100 x 1 LoRA jobs learned from (as the lifecycle records a completion)
+    for steps in (100, 400):
+        assert composition.forecast_learner().record(finished_job(steps, steps * 0.5, tokens_per_second=800.0))
+
+    # Then: the SDK, the AsyncClient and the CLI give the shape's count and median error
+    [shape] = _client(BOB, url).forecast_accuracy().shapes
+    assert (shape.shape, shape.count, shape.seconds_per_step, shape.tokens_per_second) == ("H100x1/LORA", 2, 0.5, 800.0)
+    assert shape.median_abs_error_percent is not None
+
+    async def from_async() -> int:
+        async with AsyncClient(url, credentials=Credentials(BOB.access_key_id, BOB.secret_access_key), region="us-east-1") as client:
+            return (await client.forecast_accuracy()).shapes[0].count
+
+    assert run_async(from_async()) == 2
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", BOB.access_key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", BOB.secret_access_key)
+    monkeypatch.setenv("TRAINPLANE_ENDPOINT", url)
+    monkeypatch.setenv("TRAINPLANE_STATE_DIR", str(tmp_path / "no-state"))
+    shown = CliRunner().invoke(app, ["budgets", "forecast-accuracy"], env={"COLUMNS": "250"}, catch_exceptions=False)
+    assert shown.exit_code == 0 and "H100x1/LORA" in shown.output and f"{shape.median_abs_error_percent:.1f}%" in shown.output, shown.output
+    as_json = CliRunner().invoke(app, ["--output", "json", "budgets", "forecast-accuracy"], catch_exceptions=False)
+    document = as_json.output[as_json.output.index('{\n  "shapes"') :]  # after the in-process API's metric lines
+    assert as_json.exit_code == 0 and json.loads(document)["shapes"][0]["count"] == 2, as_json.output
