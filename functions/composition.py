@@ -27,11 +27,14 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from functions.composition_budgets import BUDGETS_ACTOR as BUDGETS_ACTOR
+from functions.composition_budgets import BudgetParts
+
 if TYPE_CHECKING:
     from functions.adapters.aws import AwsClients
     from functions.adapters.stepfunctions import StepFunctionsWorkflow
     from functions.adapters.sweeps import DynamoSweepRepository
-    from functions.service.budgets import BudgetGate, BudgetMeter, BudgetRepository, BudgetService
+    from functions.service.budgets import BudgetService
     from functions.service.cloud_events import CloudEventsService
     from functions.service.event_publisher import EventPublisher
     from functions.service.forecast_learning import ForecastLearner
@@ -52,9 +55,6 @@ if TYPE_CHECKING:
     from functions.service.webhooks import WebhookService
     from functions.settings import Settings
 
-# Who resumes the jobs a budget paused (raised, deleted, or a new period): the control plane itself, as an admin.
-BUDGETS_ACTOR = "trainplane:budgets"
-
 # The cloud launchers, by the `launcher` name stored in a job's run_handle (cloud_launchers below).
 CLOUD_LAUNCHER_NAMES = frozenset({"sagemaker", "ec2"})
 
@@ -74,7 +74,7 @@ def cloud_launchers(settings: Settings, clients: AwsClients) -> dict[str, Launch
     return {}
 
 
-class Composition:
+class Composition(BudgetParts):
     """Everything a handler needs, each part built on first use (thread-safe) and then kept."""
 
     def __init__(
@@ -486,79 +486,6 @@ class Composition:
             )
 
         return self._once("_queue_view", build)
-
-    @property
-    def budget_repository(self) -> BudgetRepository:
-        def build() -> BudgetRepository:
-            from functions.adapters.budgets import DynamoBudgetRepository
-
-            return DynamoBudgetRepository(self.clients, self.settings.jobs_table)
-
-        return self._once("_budget_repository", build)
-
-    def _clock_kw(self) -> dict[str, Any]:
-        return {"clock": self._clock} if self._clock is not None else {}
-
-    @property
-    def budget_gate(self) -> BudgetGate:
-        """The scheduler's admission hold: a job's forecast reserved against the budgets covering it."""
-
-        def build() -> BudgetGate:
-            from functions.service.budgets import BudgetGate
-
-            return BudgetGate(self.budget_repository, **self._clock_kw())
-
-        return self._once("_budget_gate", build)
-
-    @property
-    def budgets(self) -> BudgetService:
-        """/budgets (functions/service/budgets.py): raising a budget resumes the jobs it paused."""
-
-        def build() -> BudgetService:
-            from functions.service.budgets import BudgetService, resumer
-            from functions.service.principal import Principal
-
-            system = Principal(arn=BUDGETS_ACTOR, is_admin=True)
-            resume = resumer(self.repository, lambda job_id: self.jobs.resume(job_id, system))
-            directory = self.team_directory
-            team_of = lambda arn: directory.team_of(arn).name  # noqa: E731
-            learned = self.forecast_learner.forecast
-            return BudgetService(self.budget_repository, team_of, resume, jobs=self.repository, learned=learned, **self._clock_kw())
-
-        return self._once("_budgets", build)
-
-    @property
-    def forecast_learner(self) -> ForecastLearner:
-        """The forecast's per-shape records (functions/service/forecast_learning.py) in the jobs table."""
-
-        def build() -> ForecastLearner:
-            from functions.adapters.forecast_records import DynamoShapeRecords
-            from functions.service.forecast_learning import ForecastLearner
-
-            return ForecastLearner(DynamoShapeRecords(self.clients, self.settings.jobs_table))
-
-        return self._once("_forecast_learner", build)
-
-    @property
-    def budget_meter(self) -> BudgetMeter:
-        """The budgets' tick (the events function's schedule, local mode's reconciler loop)."""
-
-        def build() -> BudgetMeter:
-            from functions.service.budgets import BudgetMeter, resumer
-            from functions.service.principal import Principal
-
-            system = Principal(arn=BUDGETS_ACTOR, is_admin=True)
-            resume = resumer(self.repository, lambda job_id: self.jobs.resume(job_id, system))
-            return BudgetMeter(
-                self.budget_repository,
-                self.repository,
-                self.workflow,
-                dashboard_url=self.settings.dashboard_url,
-                resume=resume,
-                **self._clock_kw(),
-            )
-
-        return self._once("_budget_meter", build)
 
     def new_reconciler(self) -> Reconciler:
         """A reconciler on this root's parts (the events Lambda builds one per tick; local mode keeps one)."""
