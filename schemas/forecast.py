@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class BudgetLeft(BaseModel):
     """What one covering budget would have left if the job ran as forecast."""
+
+    model_config = ConfigDict(defer_build=True)  # built on first use: cold start
 
     budget_id: str
     name: str
@@ -21,6 +23,8 @@ class BudgetLeft(BaseModel):
 
 class Forecast(BaseModel):
     """POST /jobs?dry_run=true: what the job would get and cost; nothing is created."""
+
+    model_config = ConfigDict(defer_build=True)  # built on first use: cold start
 
     dry_run: Literal[True] = True
     gpu_type: str

@@ -29,7 +29,7 @@ class Purchase(StrEnum):
 
 
 class PlacementCandidate(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     gpu_type: str = Field(min_length=1, max_length=32, description="e.g. H100, A100-80GB, L40S (resource_config.gpu_type's grammar).")
     gpus_per_node: int = Field(default=1, ge=1, le=64)
@@ -46,7 +46,7 @@ class PlacementCandidate(BaseModel):
 
 
 class PlacementConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    model_config = ConfigDict(defer_build=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
 
     candidates: list[PlacementCandidate] = Field(
         min_length=1, max_length=MAX_CANDIDATES, description="Ordered: the first healthy one is used for each attempt."
@@ -86,6 +86,8 @@ class PlacementConfig(BaseModel):
 class Adaptation(BaseModel):
     """How the trainer runs on one candidate so that the global batch stays the same."""
 
+    model_config = ConfigDict(defer_build=True)  # built on first use: cold start (tests/unit/test_cold_start.py)
+
     candidate: int
     world_size: int
     per_device_train_batch_size: int
@@ -95,6 +97,8 @@ class Adaptation(BaseModel):
 
 class PlacementTry(BaseModel):
     """One attempt's placement: the pool it went to and how it ended."""
+
+    model_config = ConfigDict(defer_build=True)  # built on first use: cold start (tests/unit/test_cold_start.py)
 
     attempt: int
     candidate: int
@@ -114,6 +118,7 @@ class PlacementTry(BaseModel):
 
 
 class Recovery(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use: cold start (tests/unit/test_cold_start.py)
     preempted_at: datetime
     training_at: datetime | None = None
     seconds: float | None = None
@@ -121,6 +126,8 @@ class Recovery(BaseModel):
 
 class PlacementRecord(BaseModel):
     """What happened to a job's placement (GET /jobs/{id}: `placement`; `trainplane placement JOB`)."""
+
+    model_config = ConfigDict(defer_build=True)  # built on first use: cold start (tests/unit/test_cold_start.py)
 
     tries: list[PlacementTry] = Field(default_factory=list)
     pools_blocked: list[str] = Field(default_factory=list)

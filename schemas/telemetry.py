@@ -24,7 +24,7 @@ _FILE = re.compile(r"^(?P<attempt>\d{3,})-(?P<node>\d{3,})\.jsonl$")
 class DeviceReading(BaseModel):
     """One GPU at one instant. None: NVML did not answer that field for this device (e.g. no power sensor)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
     index: int = Field(ge=0, description="The device's NVML index on its node.")
     name: str | None = None
     utilization_pct: float | None = Field(default=None, description="GPU (SM) busy time over the last sample period, percent.")
@@ -37,7 +37,7 @@ class DeviceReading(BaseModel):
 class SystemSample(BaseModel):
     """One sample of one node's GPUs: a line of the system file and the data of a `system` report."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(defer_build=True, extra="forbid")
     time: float = Field(description="Epoch seconds.")
     attempt: int = Field(ge=1)
     node: int = Field(default=0, ge=0)
@@ -79,6 +79,7 @@ def system_file_uri(metrics_uri: str, attempt: int, node: int) -> str:
 
 
 class DeviceSample(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use: cold start (tests/unit/test_cold_start.py)
     time: float = Field(description="Epoch seconds.")
     utilization_pct: float | None = None
     memory_used_mib: float | None = None
@@ -88,6 +89,7 @@ class DeviceSample(BaseModel):
 
 
 class DeviceSeries(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use: cold start (tests/unit/test_cold_start.py)
     node: int
     index: int
     name: str | None = None
@@ -95,6 +97,7 @@ class DeviceSeries(BaseModel):
 
 
 class AttemptSystemMetrics(BaseModel):
+    model_config = ConfigDict(defer_build=True)  # built on first use: cold start (tests/unit/test_cold_start.py)
     attempt: int
     available: bool = Field(description="False: the trainer had no NVML (no GPU or no driver) on at least one node of this attempt.")
     reason: str | None = Field(default=None, description="Why NVML was not available.")
