@@ -14,15 +14,17 @@ report the same end): the attempt's entry is replaced, the totals recomputed fro
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Literal
 
 from functions.catalog import pricing
 from functions.catalog.instances import spec_for
+from functions.errors import ConcurrentModification, IllegalTransition
 from functions.service.ports import JobRepository, LaunchHandle, RunDescription
-from schemas.job import AttemptCost, Cost, Job
-from schemas.status import RUNNING
+from schemas.job import AttemptCost, Cost, ErrorType, Job, PendingAction
+from schemas.status import PAUSABLE, RUNNING
 
 logger = logging.getLogger(__name__)
 
@@ -179,3 +181,38 @@ def _gpus(instance_type: str | None) -> int:
         return spec_for(instance_type).gpus
     except KeyError:
         return 0
+
+
+def price_attempt(repository: JobRepository, job: Job, attempt: int, run: RunDescription, *, now: datetime) -> None:
+    """Price an attempt before its end is decided (the lifecycle's; idempotent per attempt: every reporter may
+    call it). Never raises: the cost record must never keep a run's end from being decided."""
+    if run.run_seconds is None and run.billable_seconds is None:
+        if any(e.attempt == attempt for e in job.cost.attempts):
+            return  # an end without timings (lost, timed out) must not erase a priced entry
+        if job.run_started_at is not None:
+            # No timings reported: the run lasted at most from its launch until now.
+            run = replace(run, run_seconds=max((now - job.run_started_at).total_seconds(), 0.0))
+    try:
+        record_run_cost(repository, job, attempt, run)
+    except Exception:
+        logger.exception("cost of %s attempt %d not recorded", job.job_id, attempt)
+
+
+def stop_over_budget(repository: JobRepository, job: Job, verdict: BudgetVerdict, *, stop: Callable[[Job, str], None]) -> None:
+    """Stop a run that passed scheduling_config.max_cost_usd (the lifecycle's budget check decided it).
+
+    max_cost_on_exceed `pause` (the default): the checkpointed pause (pending_action pause, reason BUDGET), so
+    the job ends PAUSED and resumes exactly once its limit is raised. `fail`: error_type BUDGET on the running
+    job; decide_run_end then ends the run FAILED with it, whichever way the stopped run reports its end."""
+    if job.scheduling_config.max_cost_on_exceed == "pause":
+        reason = f"{ErrorType.BUDGET.value}: {verdict.message}"
+        try:
+            job = repository.update(
+                job.job_id, job.version, {"pending_action": PendingAction.PAUSE, "pending_reason": reason}, PAUSABLE, action="pause"
+            )
+        except (ConcurrentModification, IllegalTransition):
+            return  # it moved on since it was read (a pause, a cancel, its end): that writer decided
+        stop(job, reason)
+        return
+    repository.annotate(job.job_id, {"error_type": ErrorType.BUDGET, "error_message": verdict.message})
+    stop(job, verdict.message)

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,7 +40,7 @@ from functions.service.ports import (
 )
 from functions.service.run_specs import RunSpecs, progress_of
 from functions.service.scheduler import NeverFits, Scheduler
-from schemas.job import Actor, ErrorType, Job, PendingAction
+from schemas.job import Actor, ErrorType, Job
 from schemas.lifecycle import Next, WaitKind
 from schemas.status import PAUSABLE, RUNNING, TERMINAL, JobStatus
 from schemas.tracking import TrackingRecord
@@ -433,26 +433,10 @@ class LifecycleService:
 
     def _record_cost(self, job: Job, attempt: int, run: RunDescription) -> None:
         """Price the attempt before its end is decided (idempotent per attempt: every reporter may call it)."""
-        if run.run_seconds is None and run.billable_seconds is None:
-            if any(e.attempt == attempt for e in job.cost.attempts):
-                return  # an end without timings (lost, timed out) must not erase a priced entry
-            if job.run_started_at is not None:
-                # No timings reported: the run lasted at most from its launch until now.
-                run = replace(run, run_seconds=max((self.clock() - job.run_started_at).total_seconds(), 0.0))
-        try:
-            costs.record_run_cost(self.repository, job, attempt, run)
-        except Exception:
-            # The cost record must never keep a run's end from being decided.
-            logger.exception("cost of %s attempt %d not recorded", job.job_id, attempt)
+        costs.price_attempt(self.repository, job, attempt, run, now=self.clock())
 
     def _check_budget(self, job: Job) -> None:
-        """Stop a run (gracefully, with a checkpoint) that would pass scheduling_config.max_cost_usd.
-
-        max_cost_on_exceed `pause` (the default): the checkpointed pause (pending_action pause, reason
-        BUDGET), so the job ends PAUSED and resumes exactly once its limit is raised. `fail`: the reason is
-        written as error_type BUDGET on the running job; decide_run_end then ends the run FAILED with it,
-        whichever way the stopped run reports its end.
-        """
+        """Stop a run (gracefully, with a checkpoint) that would pass scheduling_config.max_cost_usd (costs.stop_over_budget)."""
         if job.scheduling_config.max_cost_usd is None or not job.run_handle:
             return
         if job.pending_action is not None or job.error_type == ErrorType.BUDGET:
@@ -467,18 +451,7 @@ class LifecycleService:
         if not verdict.exceeded:
             return
         logger.info("budget exceeded, stopping the run", extra={"job_id": job.job_id, "spent_usd": verdict.spent_usd})
-        if job.scheduling_config.max_cost_on_exceed == "pause":
-            reason = f"{ErrorType.BUDGET.value}: {verdict.message}"
-            try:
-                job = self.repository.update(
-                    job.job_id, job.version, {"pending_action": PendingAction.PAUSE, "pending_reason": reason}, PAUSABLE, action="pause"
-                )
-            except (ConcurrentModification, IllegalTransition):
-                return  # it moved on since it was read (a pause, a cancel, its end): that writer decided
-            self.runs.stop_run(job, graceful=True, reason=reason)
-            return
-        self.repository.annotate(job.job_id, {"error_type": ErrorType.BUDGET, "error_message": verdict.message})
-        self.runs.stop_run(job, graceful=True, reason=verdict.message)
+        costs.stop_over_budget(self.repository, job, verdict, stop=lambda j, reason: self.runs.stop_run(j, graceful=True, reason=reason))
 
     def _check_deadline(self, job: Job) -> None:
         if self.placement is not None:
