@@ -149,7 +149,10 @@ def test_the_wandb_secret_must_be_the_jobs_own_principals(tmp_path: Path) -> Non
         # No layout: the checkpoints' parent, whatever metrics_uri says
         ({"checkpoint_uri": "s3://b/jobs/j1/checkpoints", "metrics_uri": "s3://b/elsewhere/m/metrics.jsonl"}, "s3://b/jobs/j1"),
         # A deepfinery layout: the parent of metrics_uri (checkpoints in the run's root)
-        ({"checkpoint_uri": "s3://b/jobs/j1", "metrics_uri": "s3://b/jobs/j1/metrics.jsonl/", "layout_uri": "s3://b/l.json"}, "s3://b/jobs/j1"),
+        (
+            {"checkpoint_uri": "s3://b/jobs/j1", "metrics_uri": "s3://b/jobs/j1/metrics.jsonl/", "layout_uri": "s3://b/l.json"},
+            "s3://b/jobs/j1",
+        ),
         ({"checkpoint_uri": "/r/jobs/j1", "metrics_uri": "/r/jobs/X/X", "layout_uri": "/r/l.json"}, "/r/jobs/X"),
         ({"checkpoint_uri": "/r/jobs/j1", "metrics_uri": "/r/jobs/j1/metrics 1.jsonl", "layout_uri": "/r/l.json"}, "/r/jobs/j1"),
     ],
