@@ -80,6 +80,15 @@ def test_a_link_under_a_place_the_job_writes_may_not_lead_outside_it(tmp_path: P
     assert message.startswith("checkpoint_uri: ") and f"links to {os.path.realpath(bobs)}" in message and "may not write" in message
 
 
+def test_a_link_under_a_place_the_job_writes_may_not_lead_to_a_place_it_only_reads(tmp_path: Path) -> None:
+    shared = _place(tmp_path / "shared")
+    spec = _spec(tmp_path, read=[shared])
+    checkpoints = Path(spec.checkpoint_uri)
+    checkpoints.mkdir(parents=True)
+    (checkpoints / "step-000001").symlink_to(shared)
+    assert f"links to {os.path.realpath(shared)}, which this job may not write" in _refusal(spec)
+
+
 def test_a_link_under_a_place_the_job_writes_may_lead_to_what_it_writes(tmp_path: Path) -> None:
     spec = _spec(tmp_path)
     checkpoints = Path(spec.checkpoint_uri)
@@ -93,6 +102,7 @@ def test_a_link_to_a_readable_directory_is_followed_so_a_link_inside_it_cannot_e
     # Given data/ -> other/ (both readable), and other/ holding a link to bob's files
     data, other, bobs = _place(tmp_path / "data"), _place(tmp_path / "other"), _place(tmp_path / "bob")
     (data / "more").symlink_to(other)
+    (data / "also.jsonl").symlink_to(data / "part-0.jsonl")  # a link to a file: nothing more to walk there
     (other / "sneaky.jsonl").symlink_to(bobs / "part-0.jsonl")
     spec = _spec(tmp_path, read=[data, other], data_config={"sources": [{"path": str(data)}]})
     assert "sneaky.jsonl links to" in _refusal(spec)
