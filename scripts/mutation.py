@@ -79,7 +79,7 @@ MODULES = [
     Module(
         "access",
         "trainer/access.py",
-        ("tests/trainer/test_access.py",),
+        ("tests/trainer/test_access.py", "tests/trainer/test_access_rules.py"),
         # The trainer's check before it reads or writes (not spec_paths' listing of the spec's fields).
         ("x_enforce__*", "x__check_tree__*", "x_own_prefix__*", "x_claim_export__*", "x__marker_owner__*"),
         # Forked from the process that ran the trainer's tests, every worker hung on a lock (a futex, 0% CPU:

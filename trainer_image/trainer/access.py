@@ -114,7 +114,7 @@ def enforce(spec: RunSpec) -> None:
         if not allowed:
             verb = "write" if path.write else "read"
             raise UserError(f"{path.field}: this job may not {verb} {path.value} (outside the paths the control plane allowed it)")
-        if not path.write and is_local(path.value):
+        if is_local(path.value):
             _check_tree(path, access)
     wandb = spec.tracking.config.wandb if spec.tracking is not None else None
     if wandb is not None and wandb.api_key_secret_arn and not access.can_read_secret(wandb.api_key_secret_arn):
@@ -126,19 +126,34 @@ def enforce(spec: RunSpec) -> None:
 
 
 def _check_tree(path: SpecPath, access: AccessSet) -> None:
+    """Every entry under a local directory the job reads (writes) resolves inside what it may read (write):
+    a link planted there, or a denied directory inside it (local mode's state), refuses the run. A link to
+    a directory is walked too (once: a link cycle ends), since the job reads or writes through it."""
+    allowed = access.can_write if path.write else access.can_read
+    verb = "write" if path.write else "read"
     try:
         root = normalize(path.value)
     except PathError as exc:
         raise UserError(f"{path.field}: {exc}") from exc
-    if not os.path.isdir(root):
-        return
-    for n, (directory, dirs, files) in enumerate(os.walk(root, followlinks=False)):
-        if n > MAX_TREE_ENTRIES:
-            raise UserError(f"{path.field}: {path.value} holds too many directories to check")
-        for name in [*dirs, *files]:
-            entry = os.path.join(directory, name)
-            if os.path.islink(entry) and not access.can_read(os.path.realpath(entry)):
-                raise UserError(f"{path.field}: {entry} links to {os.path.realpath(entry)}, which this job may not read")
+    pending, walked, directories = [root], set(), 0
+    while pending:
+        top = pending.pop()
+        if top in walked or not os.path.isdir(top):
+            continue
+        walked.add(top)
+        for directory, dirs, files in os.walk(top, followlinks=False):
+            directories += 1
+            if directories > MAX_TREE_ENTRIES:
+                raise UserError(f"{path.field}: {path.value} holds too many directories to check")
+            for name in [*dirs, *files]:
+                entry = os.path.join(directory, name)
+                real = os.path.realpath(entry)
+                link = os.path.islink(entry)
+                if not allowed(real):
+                    how = f"links to {real}, which" if link else "is a place"
+                    raise UserError(f"{path.field}: {entry} {how} this job may not {verb}")
+                if link:
+                    pending.append(real)
 
 
 def own_prefix(spec: RunSpec) -> str:
