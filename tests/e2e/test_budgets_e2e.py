@@ -72,7 +72,8 @@ class GpusPlane(LocalPlane):
 
 @pytest.fixture(scope="module", params=["fake", "real"])
 def plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GpusPlane]:
-    started = GpusPlane(tmp_path_factory.mktemp("budgets") / "state", "H100=5", request.param).start()
+    started = GpusPlane(tmp_path_factory.mktemp("budgets") / "state", "H100=5", request.param)
+    started.start()
     yield started
     started.stop()
 
@@ -210,7 +211,8 @@ def test_a_few_cents_team_budget_notifies_pauses_holds_and_a_raise_resumes_exact
 
 @pytest.fixture(scope="module")
 def sagemaker_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CloudPlane]:
-    started = CloudPlane(tmp_path_factory.mktemp("budgets-sm") / "state", "sagemaker", FAKE_TRAINER).start()
+    started = CloudPlane(tmp_path_factory.mktemp("budgets-sm") / "state", "sagemaker", FAKE_TRAINER)
+    started.start()
     yield started
     started.stop()
 
