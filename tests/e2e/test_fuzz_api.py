@@ -336,6 +336,17 @@ _TUNING = r"(hyperParameterTuningConfig|hyperparameter_tuning_config)(\..*)?"
 _ISSUE16_OPS = ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /train", "POST /sweeps")
 LEGITIMATE_REFUSALS = (
     Refusal(
+        "placement's rules across fields and against the deployment (issue 26, docs/PLACEMENT.md): deadline or"
+        " max_wait_seconds, not both, and a deadline in the future that some candidate can meet with an on-demand"
+        " fallback; each candidate a GPU type of the instance table, on a platform this deployment launches, able"
+        " to keep the global batch and resume the checkpoint on its world size; the top-level GPU fields agree with"
+        " candidate 0; zones, affinity labels and capabilities that name known pools, and leave one",
+        422,
+        _ISSUE16_OPS,
+        r"(.*\.)?(new_)?resource_config\.(placement.*|gpu_type|gpu_count|node_count|training_shape|node_affinity.*|node_anti_affinity.*)"
+        r"|(.*\.)?scheduling_config\.required_capabilities.*",
+    ),
+    Refusal(
         "a /train run_id that made no job of the caller's, or a training shape (version) the deployment lacks",
         404,
         ("GET /train/", "GET /training-shapes/"),
