@@ -117,22 +117,30 @@ def take_sequence(update: dict[str, Any], current: int) -> int:
     return current + 1
 
 
+def _job_envelope(job: Job, *, sequence: int, at: datetime, actor: str, reason: str, dashboard_url: str | None) -> dict[str, Any]:
+    """The fields every job event carries (its id and sequence, owner, labels, who and why, the link, the job's
+    name and state): one place, so no detail type drifts from the others."""
+    return {
+        "event_id": event_id(et.SUBJECT_JOB, job.job_id, sequence),
+        "sequence": sequence,
+        "at": at,
+        "owner": job.owner,
+        "labels": job.labels,
+        "actor": actor,
+        "reason": reason,
+        "dashboard_url": job_link(dashboard_url, job.job_id),
+        "job_id": job.job_id,
+        "job_name": job.name,
+        "state": job.status,
+    }
+
+
 def job_state_detail(
     job: Job, previous: Job | None, *, sequence: int, at: datetime, reason: str, actor: str, dashboard_url: str | None
 ) -> EventDetail:
     return JobStateChange(
-        event_id=event_id(et.SUBJECT_JOB, job.job_id, sequence),
-        sequence=sequence,
-        at=at,
-        owner=job.owner,
-        labels=job.labels,
-        actor=actor,
-        reason=clip(reason) or "",
-        dashboard_url=job_link(dashboard_url, job.job_id),
-        job_id=job.job_id,
-        job_name=job.name,
+        **_job_envelope(job, sequence=sequence, at=at, actor=actor, reason=clip(reason) or "", dashboard_url=dashboard_url),
         previous_state=previous.status if previous is not None else None,
-        state=job.status,
         error_type=job.error_type,
         error_message=clip(job.error_message),
         attempt=job.attempt,
@@ -163,18 +171,9 @@ def placement_summary(job: Job) -> PlacementSummary | None:
 
 
 def reclaim_detail(job: Job, reclaim: Reclaim, *, sequence: int, at: datetime, dashboard_url: str | None) -> EventDetail:
+    reason = clip(job.pending_reason) or ""
     return JobReclaimed(
-        event_id=event_id(et.SUBJECT_JOB, job.job_id, sequence),
-        sequence=sequence,
-        at=at,
-        owner=job.owner,
-        labels=job.labels,
-        actor="scheduler",
-        reason=clip(job.pending_reason) or "",
-        dashboard_url=job_link(dashboard_url, job.job_id),
-        job_id=job.job_id,
-        job_name=job.name,
-        state=job.status,
+        **_job_envelope(job, sequence=sequence, at=at, actor="scheduler", reason=reason, dashboard_url=dashboard_url),
         attempt=job.attempt,
         team=reclaim.team,
         gpu_type=reclaim.gpu_type,
@@ -189,18 +188,9 @@ def reclaim_detail(job: Job, reclaim: Reclaim, *, sequence: int, at: datetime, d
 
 
 def gpu_idle_detail(job: Job, idle: GpuIdle, *, sequence: int, at: datetime, dashboard_url: str | None) -> EventDetail:
+    reason = f"every GPU of node {idle.node} under {idle.threshold_pct:g}% utilization for {idle.idle_seconds / 60:.0f} minutes"
     return JobGpusIdle(
-        event_id=event_id(et.SUBJECT_JOB, job.job_id, sequence),
-        sequence=sequence,
-        at=at,
-        owner=job.owner,
-        labels=job.labels,
-        actor="trainer",
-        reason=f"every GPU of node {idle.node} under {idle.threshold_pct:g}% utilization for {idle.idle_seconds / 60:.0f} minutes",
-        dashboard_url=job_link(dashboard_url, job.job_id),
-        job_id=job.job_id,
-        job_name=job.name,
-        state=job.status,
+        **_job_envelope(job, sequence=sequence, at=at, actor="trainer", reason=reason, dashboard_url=dashboard_url),
         attempt=idle.attempt,
         node=idle.node,
         idle_since=datetime.fromtimestamp(idle.idle_since, tz=UTC),
@@ -212,18 +202,9 @@ def gpu_idle_detail(job: Job, idle: GpuIdle, *, sequence: int, at: datetime, das
 
 def checkpoint_detail(job: Job, checkpoint_id: str, *, sequence: int, at: datetime, dashboard_url: str | None) -> EventDetail:
     ref = next(r for r in job.checkpoints if r.checkpoint_id == checkpoint_id)
+    reason = f"checkpoint {checkpoint_id} at step {ref.step}"
     return CheckpointSaved(
-        event_id=event_id(et.SUBJECT_JOB, job.job_id, sequence),
-        sequence=sequence,
-        at=at,
-        owner=job.owner,
-        labels=job.labels,
-        actor="trainer",
-        reason=f"checkpoint {checkpoint_id} at step {ref.step}",
-        dashboard_url=job_link(dashboard_url, job.job_id),
-        job_id=job.job_id,
-        job_name=job.name,
-        state=job.status,
+        **_job_envelope(job, sequence=sequence, at=at, actor="trainer", reason=reason, dashboard_url=dashboard_url),
         checkpoint_id=checkpoint_id,
         step=ref.step,
         attempt=ref.attempt,
