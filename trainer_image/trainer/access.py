@@ -149,7 +149,10 @@ def _check_tree(path: SpecPath, access: AccessSet) -> None:
                 entry = os.path.join(directory, name)
                 real = os.path.realpath(entry)
                 link = os.path.islink(entry)
-                if not allowed(real):
+                # A link must resolve inside what the job may read (write); a plain entry is checked in a place
+                # it reads (a denied directory inside a data dir, local mode's state): in a place it writes, the
+                # trainer's own files (checkpoints it wrote, a resumed attempt's) are below the place it may write.
+                if (link or not path.write) and not allowed(real):
                     how = f"links to {real}, which" if link else "is a place"
                     raise UserError(f"{path.field}: {entry} {how} this job may not {verb}")
                 if link:
