@@ -20,6 +20,7 @@ from functions import composition
 from functions.adapters.launchers.ec2 import EC2Launcher
 from functions.adapters.launchers.sagemaker import SageMakerLauncher, describe_training_job
 from functions.handlers import events as handler
+from functions.service.budgets import TickResult
 from functions.service.cloud_events import CloudEventsService
 from functions.service.lifecycle import LifecycleConfig, LifecycleService
 from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
@@ -240,16 +241,24 @@ def test_a_still_running_instance_after_a_terminated_event_waits_for_the_reconci
     assert w.repo.get(w.job_id).status == S.TRAINING
 
 
-def test_the_handler_parses_the_envelope_and_routes_schedules_to_the_reconciler() -> None:
-    # Given the handler wired to a world's service and a recording reconciler
+def test_the_handler_parses_the_envelope_and_routes_schedules_to_the_reconciler(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given the handler wired to a world's service, a recording reconciler and a recording budget meter
     w = World("sagemaker", "tp-job-0a1b2c3d-a1")
     w.to_training()
     sweeps: list[int] = []
+    ticks: list[int] = []
 
     class RecordingReconciler:
         def run_once(self, *, startup: bool = False) -> ReconcileReport:
             sweeps.append(1)
             return ReconcileReport()
+
+    class RecordingMeter:
+        def tick(self) -> TickResult:
+            ticks.append(1)
+            return TickResult(budgets=2, paused=["job-x"])
+
+    monkeypatch.setattr(composition.Composition, "budget_meter", property(lambda root: RecordingMeter()))
 
     composition.configure(cloud_events=w.events, reconciler=lambda root: RecordingReconciler())  # type: ignore[arg-type,return-value]
     try:
@@ -265,7 +274,8 @@ def test_the_handler_parses_the_envelope_and_routes_schedules_to_the_reconciler(
         composition.reset()
     # Then the state change finished the job and the tick ran one sweep
     assert finished["action"] == "finished" and w.repo.get(w.job_id).status == S.COMPLETED
-    assert tick == {"action": "reconciled"} and sweeps == [1]
+    # (and the budgets' meter ticked on the same schedule: docs/BUDGETS.md)
+    assert tick == {"action": "reconciled", "budgets_metered": 2, "budget_pauses": ["job-x"]} and sweeps == [1] and ticks == [1]
 
 
 class _Context:
