@@ -399,7 +399,10 @@ class Compute(Construct):
                 why="The streams of SageMaker's training-job log group, one per training job and host, named at run time.",
             )
         else:
-            allow(role, ["logs:DescribeLogStreams", "logs:FilterLogEvents"], [self.trainer_log_group.log_group_arn])
+            # The group's own ARN (DescribeLogStreams and FilterLogEvents name the group: make iam-check found
+            # the API's calls denied on it) and CDK's `log_group_arn`, which ends in ":*" (its streams).
+            group = arn(self, "logs", f"log-group:{self.trainer_log_group.log_group_name}")
+            allow(role, ["logs:DescribeLogStreams", "logs:FilterLogEvents"], [group, self.trainer_log_group.log_group_arn])
 
 
 # functions/adapters/launchers/sagemaker.py names training jobs tp-<job id>-a<attempt> (or tpx-<digest>...);
