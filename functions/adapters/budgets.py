@@ -14,7 +14,7 @@ from typing import Any
 
 from functions import constants
 from functions.adapters import outbox
-from functions.adapters.aws import AwsClients
+from functions.adapters.partition import PartitionTable
 from functions.catalog import own_events as et
 from functions.errors import BudgetChanged, BudgetNotFound
 from schemas.budgets import Budget
@@ -24,18 +24,9 @@ _PK = "BUDGETS"
 _PREFIX = "BUDGET#"
 
 
-class DynamoBudgetRepository:
-    def __init__(self, clients: AwsClients, table: str) -> None:
-        self._clients = clients
-        self.table = table
-
-    @property
-    def _ddb(self) -> Any:
-        return self._clients.client("dynamodb")
-
-    @staticmethod
-    def _key(budget_id: str) -> dict[str, Any]:
-        return {constants.PK: {"S": _PK}, constants.SK: {"S": _PREFIX + budget_id}}
+class DynamoBudgetRepository(PartitionTable):
+    PK = _PK
+    PREFIX = _PREFIX
 
     def _item(self, budget: Budget) -> dict[str, Any]:
         return {**self._key(budget.budget_id), "doc": {"S": budget.model_dump_json()}, "version": {"N": str(budget.version)}}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from functions import constants
-from functions.adapters.aws import AwsClients
+from functions.adapters.partition import PartitionTable
 from functions.errors import ConcurrentModification
 from schemas.budgets import ShapeRecord
 
@@ -18,18 +18,9 @@ _PK = "FORECAST"
 _PREFIX = "SHAPE#"
 
 
-class DynamoShapeRecords:
-    def __init__(self, clients: AwsClients, table: str) -> None:
-        self._clients = clients
-        self.table = table
-
-    @property
-    def _ddb(self) -> Any:
-        return self._clients.client("dynamodb")
-
-    @staticmethod
-    def _key(shape: str) -> dict[str, Any]:
-        return {constants.PK: {"S": _PK}, constants.SK: {"S": _PREFIX + shape}}
+class DynamoShapeRecords(PartitionTable):
+    PK = _PK
+    PREFIX = _PREFIX
 
     def get(self, shape: str) -> ShapeRecord | None:
         item = self._ddb.get_item(TableName=self.table, Key=self._key(shape), ConsistentRead=True).get("Item")

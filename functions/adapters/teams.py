@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from functions import constants
-from functions.adapters.aws import AwsClients
+from functions.adapters.partition import PartitionTable
 from functions.catalog.gpu_types import decayed
 from functions.errors import TeamChanged, TeamNotFound
 from schemas.teams import Team
@@ -27,18 +27,9 @@ def _failed(exc: Exception) -> bool:
     return isinstance(exc, ClientError) and exc.response["Error"]["Code"] == "ConditionalCheckFailedException"
 
 
-class DynamoTeamRepository:
-    def __init__(self, clients: AwsClients, table: str) -> None:
-        self._clients = clients
-        self.table = table
-
-    @property
-    def _ddb(self) -> Any:
-        return self._clients.client("dynamodb")
-
-    @staticmethod
-    def _key(sk: str) -> dict[str, Any]:
-        return {constants.PK: {"S": _PK}, constants.SK: {"S": sk}}
+class DynamoTeamRepository(PartitionTable):
+    PK = _PK
+    PREFIX = ""
 
     def _query(self, prefix: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
