@@ -132,6 +132,10 @@ def install() -> None:
     moto_speedups.install()
 
 
+def installed() -> bool:
+    return bool(_patches)
+
+
 def uninstall() -> None:
     """Undo install() (tests): restore every patched attribute, newest first."""
     global _journal

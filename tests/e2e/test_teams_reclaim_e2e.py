@@ -61,8 +61,10 @@ def plane(local_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
 
 
 def h100_spec(name: str, *, max_steps: int) -> dict[str, Any]:
-    # Accumulation 8: slow enough for the reclaim to land mid-training, quick enough for three runs on a busy machine.
-    spec = real_spec(name, max_steps=max_steps, save_steps=1000, accumulate=8)  # no periodic checkpoint: the reclaim's is the one
+    # Accumulation 128 (tenths of a second a step): the victim trains for seconds after step 2, so the reclaim (one
+    # scheduler pass) lands mid-training even on a quiet machine; at 8 a quiet CI machine ran all 16 steps between
+    # two polls. Still quick enough for three runs on a busy machine.
+    spec = real_spec(name, max_steps=max_steps, save_steps=1000, accumulate=128)  # no periodic checkpoint: the reclaim's is the one
     spec["resource_config"] = {"gpu_count": 2, "gpu_type": "H100"}
     return spec
 

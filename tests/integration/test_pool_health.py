@@ -12,6 +12,7 @@ from moto import mock_aws
 
 from functions.adapters.dynamodb_items import create_tables
 from functions.adapters.pool_health import DynamoDBPoolHealth
+from localmode import moto_hooks
 
 TABLE = "jobs-pool-health-test"
 POOL = "ec2/p5.48xlarge/us-east-1a/spot"
@@ -57,6 +58,19 @@ def test_a_block_is_only_ever_extended(health: DynamoDBPoolHealth) -> None:
     assert health.states([POOL])[POOL].blocked_until == 2500.0
 
 
+@pytest.fixture
+def atomic_requests() -> Iterator[None]:
+    """Each DynamoDB request atomic, as DynamoDB's are: moto alone is not thread-safe (docs/LOCAL_AWS.md) and
+    lost one of eight ADDs in CI. Local mode runs moto under the same locks; a read-then-write adapter would
+    still lose reports here, since the lock holds one request, not a read and the write after it."""
+    installed_here = not moto_hooks.installed()
+    moto_hooks.install()
+    yield
+    if installed_here:
+        moto_hooks.uninstall()
+
+
+@pytest.mark.usefixtures("atomic_requests")
 def test_concurrent_reports_are_all_counted(health: DynamoDBPoolHealth) -> None:
     threads = [threading.Thread(target=health.record, args=(POOL, "preempted", 1.0, "r")) for _ in range(8)]
     for thread in threads:
