@@ -423,10 +423,25 @@ def valid_checkpoint_id(ref: str) -> bool:
 
 
 def _walk(root: str) -> Iterator[str]:
-    """Every entry under `root` (without following directory links: a link is checked where it points)."""
-    for directory, dirs, files in os.walk(root, followlinks=False):
-        for name in [*dirs, *files]:
-            yield os.path.join(directory, name)
+    """Every entry under `root`, each yielded before anything under it. A linked directory is yielded (so the
+    caller checks where it points, and stops there if that is refused) and then walked too: an allowed
+    directory a link reaches may hold a link out. Each real directory is walked once (link cycles end)."""
+    seen: set[str] = set()
+    pending = [root]
+    while pending:
+        directory = pending.pop()
+        real = os.path.realpath(directory)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            entries = sorted(os.scandir(directory), key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            yield entry.path
+            if entry.is_dir(follow_symlinks=True):
+                pending.append(entry.path)
 
 
 def _local_marker_owner(directory: Path) -> str | None:

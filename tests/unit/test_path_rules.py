@@ -244,6 +244,23 @@ def test_a_link_inside_a_read_directory_is_checked_where_it_points(local: Simple
     local.rule.check_output(NamedPath(FIELD, str(data), write=True, claim=False), ALICE)
 
 
+def test_a_linked_directory_is_walked_too_and_link_cycles_end(tmp_path: Path) -> None:
+    # Given two allowed directories: data in the first links to a directory of the second, which links out
+    first, second, outside = tmp_path / "first", tmp_path / "second", tmp_path / "outside"
+    (first / "data").mkdir(parents=True)
+    (second / "shared").mkdir(parents=True)
+    outside.mkdir()
+    (first / "data" / "shared").symlink_to(second / "shared")
+    (first / "data" / "loop").symlink_to(first / "data")
+    rule = rules(local_state_dir=str(tmp_path / "state"), local_allowed_dirs=(str(first), str(second)))
+    # Then the tree reads while every link stays inside (the cycle is walked once)
+    rule.check_read(NamedPath("f", str(first / "data")), ALICE)
+    # And a link out, one linked directory down, is found
+    (second / "shared" / "escape").symlink_to(outside)
+    message = refused(lambda f, v: rule.check_read(NamedPath(f, v), ALICE), "f", str(first / "data"))
+    assert f"a link to {outside}" in message
+
+
 def test_a_local_tree_too_large_to_check_is_refused(local: SimpleNamespace, monkeypatch: pytest.MonkeyPatch) -> None:
     data = local.allowed / "data"
     data.mkdir()
