@@ -28,6 +28,7 @@ from typing import Any
 from functions import constants as c
 from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
+from functions.adapters.dynamodb_batch import delete_keys
 from functions.catalog import own_events as et
 from functions.service.ports import GpuIdle, Reclaim
 from schemas.events import (
@@ -287,11 +288,8 @@ class DynamoOutbox:
         return [record_from_item(i) for i in response.get("Items", [])]
 
     def remove(self, records: Sequence[OutboxRecord]) -> None:
-        ddb = self._clients.dynamodb()
-        for i in range(0, len(records), 25):  # BatchWriteItem takes at most 25 requests
-            request = {self.table: [{"DeleteRequest": {"Key": {c.PK: {"S": OUTBOX_PK}, c.SK: {"S": r.key}}}} for r in records[i : i + 25]]}
-            while request:
-                request = ddb.batch_write_item(RequestItems=request).get("UnprocessedItems") or {}
+        keys = [{c.PK: {"S": OUTBOX_PK}, c.SK: {"S": r.key}} for r in records]
+        delete_keys(self._clients.dynamodb(), self.table, keys, "the published outbox records")
 
 
 class EventBridgeBus:

@@ -27,6 +27,7 @@ from functions import constants as c
 from functions.adapters import dynamodb_items as items
 from functions.adapters import outbox
 from functions.adapters.aws import AwsClients
+from functions.adapters.dynamodb_batch import delete_keys
 from functions.catalog import own_events as et
 from functions.errors import InvalidRequest, PolicyConflict, PolicyNotFound, TooLarge
 from functions.service.ports import EventRecord, FireClaim, Route
@@ -372,13 +373,7 @@ class DynamoPolicyRepository:
         raise AssertionError("unreachable")
 
     def _batch_delete(self, keys: list[dict[str, Any]]) -> None:
-        for i in range(0, len(keys), 25):  # BatchWriteItem takes at most 25 requests
-            request = {self.table: [{"DeleteRequest": {"Key": k}} for k in keys[i : i + 25]]}
-            for attempt in range(_ATTEMPTS):
-                request = self._ddb.batch_write_item(RequestItems=request).get("UnprocessedItems") or {}
-                if not request:
-                    break
-                time.sleep(0.05 * 2**attempt)
+        delete_keys(self._ddb, self.table, keys, "a retraining policy's records")
 
 
 # --- items ---------------------------------------------------------------------------------------
