@@ -83,12 +83,7 @@ class QueueView:
         """Each QUEUED job of `jobs` with its queue_position, estimated_wait_seconds and wait_reason (GET
         /jobs/{id} and every page of GET /jobs), the others as they are; one read per queue, not per job."""
         waits = {wait.job_id: wait for wait in self._waits(jobs)}
-        return [
-            job.model_copy(update={"queue_position": w.position, "estimated_wait_seconds": w.estimated_wait_seconds, "wait_reason": w.wait_reason})
-            if (w := waits.get(job.job_id))
-            else job
-            for job in jobs
-        ]
+        return [_placed(job, waits[job.job_id]) if job.job_id in waits else job for job in jobs]
 
     def _waits(self, jobs: list[Job]) -> list[QueuedWait]:
         if not any(job.status == JobStatus.QUEUED for job in jobs):
@@ -128,6 +123,12 @@ class QueueView:
                 )
             )
         return QueueList(queues=infos)
+
+
+def _placed(job: Job, wait: QueuedWait) -> Job:
+    return job.model_copy(
+        update={"queue_position": wait.position, "estimated_wait_seconds": wait.estimated_wait_seconds, "wait_reason": wait.wait_reason}
+    )
 
 
 def _shown(capacity: int) -> int | None:

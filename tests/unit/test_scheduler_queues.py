@@ -63,7 +63,12 @@ def test_a_page_of_jobs_gets_each_queued_jobs_wait_with_one_read_per_queue(view:
     one_by_one = [qv.with_position(job) for job in page]
     reads: list[str] = []
     queued = repo.queued
-    monkeypatch.setattr(repo, "queued", lambda queue, limit=100: reads.append(queue) or queued(queue, limit))
+
+    def counted(queue: str, limit: int = 100) -> list[Any]:
+        reads.append(queue)
+        return queued(queue, limit)
+
+    monkeypatch.setattr(repo, "queued", counted)
     # When the page is explained at once (GET /jobs)
     shown = qv.with_positions(page)
     # Then each job is as GET /jobs/{id} shows it, in the page's order, and each queue was read once
