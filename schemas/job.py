@@ -400,7 +400,9 @@ class Job(BaseModel):
     team: str | None = None
     queue_position: int | None = None
     estimated_wait_seconds: float | None = None
-    wait_reason: str | None = Field(default=None, description="Why a QUEUED job waits: QUOTA, BORROW_LIMIT, COHORT_FULL or PRIORITY.")
+    wait_reason: str | None = Field(
+        default=None, description="Why a QUEUED job waits: QUOTA, BORROW_LIMIT, COHORT_FULL, PRIORITY or BUDGET."
+    )
     execution_arn: str | None = None
     run_handle: dict[str, str] | None = None
     # Lifecycle engine bookkeeping (additive): the Step Functions task token the job's execution waits

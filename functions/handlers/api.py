@@ -172,7 +172,8 @@ def _submit_once(principal: Principal, key: str, body: SubmitJobRequest) -> Job:
     description=(
         "Filters are ANDed: status, queue, name (substring), priority_min/priority_max "
         "(scheduling_config.priority, inclusive), and any number of labels.<key>=<value>. "
-        "A page holds at most `limit` jobs; pass next_token to get the next one."
+        "A page holds at most `limit` jobs; pass next_token to get the next one. "
+        "Each QUEUED job carries queue_position, estimated_wait_seconds and wait_reason, as GET /jobs/{job_id} does."
     ),
     responses=responses(200, "A page of jobs", 422),
     tags=["jobs"],
@@ -190,7 +191,7 @@ def list_jobs(
     reject_unknown_params(jobs, LIST_PARAMS, LABEL_PREFIX)
     params = jobs.current_event.query_string_parameters or {}
     labels = {k[len(LABEL_PREFIX) :]: v for k, v in params.items() if k.startswith(LABEL_PREFIX)}
-    return composition.job_service().list_jobs(
+    page = composition.job_service().list_jobs(
         principal,
         status=status,
         queue=queue,
@@ -201,6 +202,7 @@ def list_jobs(
         limit=limit,
         next_token=next_token,
     )
+    return page.model_copy(update={"jobs": queues.with_positions(page.jobs)})
 
 
 @jobs.get(

@@ -1,7 +1,7 @@
 """GET /queues: each queue's waiting jobs, the capacity it draws on and an estimated wait (a Router of the API).
 
-Also `with_position(job)`, which the job detail route uses to fill queue_position and
-estimated_wait_seconds for a QUEUED job (read at request time by Query on the queue index: no write
+Also `with_position(job)` and `with_positions(jobs)`, which the job detail and job list routes use to fill
+queue_position, estimated_wait_seconds and wait_reason for a QUEUED job (read at request time by Query on the queue index: no write
 per scheduler pass, no Scan).
 """
 
@@ -23,6 +23,10 @@ def queue_view() -> QueueView:
 
 def with_position(job: Job) -> Job:
     return queue_view().with_position(job)
+
+
+def with_positions(jobs: list[Job]) -> list[Job]:
+    return queue_view().with_positions(jobs)
 
 
 @router.get(

@@ -77,21 +77,27 @@ class QueueView:
         self.teams = teams
 
     def with_position(self, job: Job) -> Job:
-        if job.status != JobStatus.QUEUED:
-            return job
-        wait = self._wait(job)
-        return job.model_copy(
-            update={"queue_position": wait.position, "estimated_wait_seconds": wait.estimated_wait_seconds, "wait_reason": wait.wait_reason}
-        )
+        return self.with_positions([job])[0]
 
-    def _wait(self, job: Job) -> QueuedWait:
+    def with_positions(self, jobs: list[Job]) -> list[Job]:
+        """Each QUEUED job of `jobs` with its queue_position, estimated_wait_seconds and wait_reason (GET
+        /jobs/{id} and every page of GET /jobs), the others as they are; one read per queue, not per job."""
+        waits = {wait.job_id: wait for wait in self._waits(jobs)}
+        return [_placed(job, waits[job.job_id]) if job.job_id in waits else job for job in jobs]
+
+    def _waits(self, jobs: list[Job]) -> list[QueuedWait]:
+        if not any(job.status == JobStatus.QUEUED for job in jobs):
+            return []  # no scheduler built (and nothing read) for a page without a queued job
         from functions.service.scheduler import Scheduler  # on first use: not in the API Lambda's cold start
 
         scheduler = Scheduler(
             self.repository, self.ledger, self.capacity, _NoTokens(), _NoStops(), teams=self.teams, admission=self.admission
         )
-        position, eta, reason = scheduler.explain(job, default_runtime_seconds=self.default_runtime_seconds)
-        return QueuedWait(job_id=job.job_id, position=position, estimated_wait_seconds=eta, wait_reason=reason)
+        explained = scheduler.explain_all(jobs, default_runtime_seconds=self.default_runtime_seconds)
+        return [
+            QueuedWait(job_id=job_id, position=position, estimated_wait_seconds=eta, wait_reason=reason)
+            for job_id, (position, eta, reason) in explained.items()
+        ]
 
     def list(self, can_see: Callable[[Job], bool]) -> QueueList:
         pools = {pool: self.ledger.holders(pool) for pool in self.ledger.pools()}
@@ -110,13 +116,19 @@ class QueueView:
                     queued=len(waiting),
                     counted_up_to=self.COUNT_LIMIT,
                     head=[j.job_id for j in head],
-                    waits=[self._wait(j) for j in head[:10]],
+                    waits=self._waits(head[:10]),
                     oldest_queued_at=min((j.created_at for j in waiting), default=None),
                     pools=usage,
                     estimated_wait_seconds=eta,
                 )
             )
         return QueueList(queues=infos)
+
+
+def _placed(job: Job, wait: QueuedWait) -> Job:
+    return job.model_copy(
+        update={"queue_position": wait.position, "estimated_wait_seconds": wait.estimated_wait_seconds, "wait_reason": wait.wait_reason}
+    )
 
 
 def _shown(capacity: int) -> int | None:

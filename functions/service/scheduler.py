@@ -458,15 +458,31 @@ class Scheduler:
     def explain(self, job: Job, *, default_runtime_seconds: float = 3600.0) -> tuple[int | None, float | None, WaitReason | None]:
         """Position, estimated wait and why a QUEUED job waits: its team's quota (QUOTA), borrow limit
         (BORROW_LIMIT) or no idle capacity to borrow (COHORT_FULL); a higher priority class ahead of it
-        (PRIORITY); else no room in its pool (COHORT_FULL). None for a job not queued."""
-        if job.status != JobStatus.QUEUED:
-            return None, None, None
-        waiting = self.repository.queued(job.queue, limit=1000)
+        (PRIORITY); a budget (BUDGET); else no room in its pool (COHORT_FULL). None for a job not queued."""
+        return self.explain_all([job], default_runtime_seconds=default_runtime_seconds).get(job.job_id, (None, None, None))
+
+    def explain_all(
+        self, jobs: Iterable[Job], *, default_runtime_seconds: float = 3600.0
+    ) -> dict[str, tuple[int | None, float | None, WaitReason | None]]:
+        """`explain` for each QUEUED job of `jobs` (a page of GET /jobs), by job id: each queue's waiting
+        line and the teams' cohort are read once for the whole page, not once per job."""
+        queued = [job for job in jobs if job.status == JobStatus.QUEUED]
+        if not queued:
+            return {}
         cohort = self._cohort()
-        reason: WaitReason | None = None
-        if cohort is not None:
-            reason = cohort.refusal(Ask.of(job, DEFAULT_TEAM))
-            waiting = [j for j, _ in admission_order(waiting, cohort, DEFAULT_TEAM)]
+        lines: dict[str, list[Job]] = {}
+        explained: dict[str, tuple[int | None, float | None, WaitReason | None]] = {}
+        for job in queued:
+            if job.queue not in lines:
+                waiting = self.repository.queued(job.queue, limit=1000)
+                lines[job.queue] = waiting if cohort is None else [j for j, _ in admission_order(waiting, cohort, DEFAULT_TEAM)]
+            explained[job.job_id] = self._explain_in(job, lines[job.queue], cohort, default_runtime_seconds)
+        return explained
+
+    def _explain_in(
+        self, job: Job, waiting: list[Job], cohort: Cohort | None, default_runtime_seconds: float
+    ) -> tuple[int | None, float | None, WaitReason | None]:
+        reason = cohort.refusal(Ask.of(job, DEFAULT_TEAM)) if cohort is not None else None
         ahead = 0
         runtimes: list[float] = []
         for other in waiting:

@@ -111,6 +111,23 @@ def test_a_bad_budget_is_a_422_naming_the_field(call: Api, changes: dict[str, An
     assert reply.body["errors"][0]["field"].startswith(field), reply.body
 
 
+def test_the_job_list_says_a_queued_job_waits_for_its_budget_as_its_own_page_does(call: Api) -> None:
+    # Given: a one-cent deployment budget, and Alice's 1 x H100 job queued (its forecast far over what is left)
+    _create(call, ADMIN_CALLER, scope={"kind": "deployment"}, amount_usd=0.01, period="lifetime")
+    held = call.route("POST", "/jobs", caller=ALICE_CALLER, body=request_body(resource_config={"gpu_count": 1, "gpu_type": "H100"}))
+    assert held.status == 201, held.body
+    other = call.route("POST", "/jobs", caller=ALICE_CALLER, body=request_body(name="not queued")).body
+    call.move(held.body["job_id"], JobStatus.QUEUED)
+    # When: she lists her jobs
+    listed = {j["job_id"]: j for j in call.route("GET", "/jobs", caller=ALICE_CALLER).body["jobs"]}
+    # Then: the queued job carries why it waits, its position and estimated wait, exactly as GET /jobs/{id} shows them
+    one = call.route("GET", "/jobs/{job_id}", {"job_id": held.body["job_id"]}, caller=ALICE_CALLER).body
+    wait = ("wait_reason", "queue_position", "estimated_wait_seconds")
+    assert [listed[one["job_id"]][k] for k in wait] == [one[k] for k in wait] == ["BUDGET", 0, 0.0]
+    # And: a job that is not queued carries none
+    assert [listed[other["job_id"]][k] for k in wait] == [None, None, None]
+
+
 def test_a_dry_run_creates_nothing_and_answers_the_forecast(call: Api) -> None:
     # Given: a lifetime budget on Alice of 1 USD
     _create(call, ADMIN_CALLER, scope={"kind": "principal", "value": ALICE}, amount_usd=1.0, period="lifetime")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -16,52 +15,8 @@ from trainer.telemetry import GpuSampler, SystemMonitor, SystemRecorder
 
 from schemas.telemetry import IDLE_SECONDS, SystemSample, idle_long_enough, parse_system_file_name, system_file_uri
 from schemas.trainer import ExitCode, TrainerEvent, TrainerEventKind
+from tests.fake_nvml import FakeNvml
 from tests.trainer.runs import make_spec, run_in_process
-
-
-class NotSupported(Exception):
-    """pynvml's NVMLError_NotSupported, as far as the sampler cares."""
-
-
-class FakeNvml:
-    """The pynvml calls the sampler makes, over devices whose readings a test sets."""
-
-    NVML_CLOCK_SM = 1
-
-    def __init__(self, devices: list[dict[str, Any]]) -> None:
-        self.devices = devices
-        self.shut = False
-
-    def nvmlDeviceGetCount(self) -> int:
-        return len(self.devices)
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
-        return index
-
-    def _get(self, handle: int, key: str) -> Any:
-        value = self.devices[handle].get(key)
-        if value is None:
-            raise NotSupported(key)
-        return value
-
-    def nvmlDeviceGetName(self, handle: int) -> bytes:
-        return self._get(handle, "name").encode()  # older pynvml answers bytes
-
-    def nvmlDeviceGetUtilizationRates(self, handle: int) -> Any:
-        return SimpleNamespace(gpu=self._get(handle, "util"), memory=0)
-
-    def nvmlDeviceGetMemoryInfo(self, handle: int) -> Any:
-        return SimpleNamespace(used=self._get(handle, "used_mib") * 1024 * 1024, total=80 * 1024 * 1024 * 1024, free=0)
-
-    def nvmlDeviceGetPowerUsage(self, handle: int) -> int:
-        return self._get(handle, "power_mw")
-
-    def nvmlDeviceGetClockInfo(self, handle: int, clock: int) -> int:
-        assert clock == self.NVML_CLOCK_SM
-        return self._get(handle, "sm_mhz")
-
-    def nvmlShutdown(self) -> None:
-        self.shut = True
 
 
 class Clock:

@@ -53,6 +53,35 @@ def test_job_detail_gets_its_position_and_estimated_wait(view: Any) -> None:
     assert qv.with_position(repo.get(jobs[1].job_id)).queue_position == 0
 
 
+def test_a_page_of_jobs_gets_each_queued_jobs_wait_with_one_read_per_queue(view: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Given: four jobs queued in two queues and one that is not queued
+    qv, repo, ledger = view
+    default = [_queued(repo, ledger, n, ALICE) for n in range(3)]
+    research = _queued(repo, ledger, 10, BOB, queue="research")
+    running = repo.transition(Transition(default[0].job_id, default[0].version, S.QUEUED, S.SCHEDULING, "go"))
+    page = [running, *default[1:], research]
+    one_by_one = [qv.with_position(job) for job in page]
+    reads: list[str] = []
+    queued = repo.queued
+
+    def counted(queue: str, limit: int = 100) -> list[Any]:
+        reads.append(queue)
+        return queued(queue, limit)
+
+    monkeypatch.setattr(repo, "queued", counted)
+    # When the page is explained at once (GET /jobs)
+    shown = qv.with_positions(page)
+    # Then each job is as GET /jobs/{id} shows it, in the page's order, and each queue was read once
+    assert shown == one_by_one and [j.job_id for j in shown] == [j.job_id for j in page]
+    assert [(j.queue_position, j.estimated_wait_seconds, j.wait_reason) for j in shown] == [
+        (None, None, None), (0, 0.0, "COHORT_FULL"), (1, 600.0, "COHORT_FULL"), (0, 0.0, "COHORT_FULL")
+    ]  # fmt: skip
+    assert sorted(reads) == ["default", "research"]
+    # And a page without a queued job reads nothing
+    reads.clear()
+    assert qv.with_positions([running]) == [running] and reads == []
+
+
 def test_queue_list_counts_and_shows_only_the_callers_jobs(view: Any) -> None:
     qv, repo, ledger = view
     mine = [_queued(repo, ledger, n, ALICE) for n in range(3)]

@@ -1,7 +1,5 @@
-// Budgets (issue 27.4 on issue 25's GET /budgets, built on the `budgets` branch, not on main yet): each
-// budget's scope and period, spent / reserved / left against its amount, its thresholds (crossed ones
-// marked) and the jobs it paused. An API without the route says so instead of failing.
-import { ApiError } from "../api";
+// Budgets (issue 27.4 on issue 25's GET /budgets): each budget's scope and period, spent / reserved / left
+// against its amount, its thresholds (crossed ones marked) and the jobs it paused.
 import { clear, h } from "../dom";
 import { absoluteTime, money, num } from "../format";
 import { api } from "../ui";
@@ -26,16 +24,7 @@ function meter(b: Budget): HTMLElement {
 export function budgetsView(): View {
   const body = h("div", { class: "table-wrap" });
   async function load(): Promise<void> {
-    let budgets: Budget[];
-    try {
-      budgets = (await api().get("/budgets")).budgets;
-    } catch (exc) {
-      if (exc instanceof ApiError && exc.status === 404) {
-        clear(body, h("p", { class: "empty", "data-budgets": "not-served" }, "This API does not serve budgets yet (issue 25)."));
-        return;
-      }
-      throw exc;
-    }
+    const budgets: Budget[] = (await api().get("/budgets")).budgets;
     if (!budgets.length) {
       clear(body, h("p", { class: "empty" }, "No budgets. Create one with ", h("code", null, "trainplane budgets create"), " or POST /budgets."));
       return;

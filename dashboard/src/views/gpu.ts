@@ -1,8 +1,7 @@
 // What the job's GPUs did (issue 27.3): GET /jobs/{id}/metrics/system, the trainer's NVML samples (every
 // 10 s) per attempt and device: utilization and memory over time, the latest reading of each device; a job
-// whose trainer had no NVML says so. An API without the route (before issue 27.3) hides the panel.
+// whose trainer had no NVML says so.
 import uPlot from "uplot";
-import { ApiError } from "../api";
 import { clear, h } from "../dom";
 import { num } from "../format";
 import { api } from "../ui";
@@ -28,7 +27,6 @@ export function gpuSeries(devices: Device[], value: (s: Sample) => number | null
 export function gpuPanel(jobId: string) {
   const section = h("section", { class: "panel wide", "aria-labelledby": "h-gpu", "data-testid": "gpu-panel" });
   const charts: uPlot[] = [];
-  let served = true;
 
   function chart(box: HTMLElement, devices: Device[], label: string, value: (s: Sample) => number | null): void {
     const dark = document.documentElement.dataset.theme === "dark";
@@ -75,19 +73,8 @@ export function gpuPanel(jobId: string) {
   }
 
   async function load(maxSamples: number): Promise<void> {
-    if (!served) return;
-    try {
-      const answer = await api().get(`/jobs/${encodeURIComponent(jobId)}/metrics/system`, { max_samples: maxSamples });
-      render(answer.attempts ?? [], answer.sample_seconds ?? 10);
-    } catch (exc) {
-      // An API before issue 27.3 has no such route: no panel (the job itself was just read, so a 404 is the route's).
-      if (exc instanceof ApiError && (exc.status === 404 || exc.status === 422) && !charts.length) {
-        served = false;
-        section.hidden = true;
-        return;
-      }
-      throw exc;
-    }
+    const answer = await api().get(`/jobs/${encodeURIComponent(jobId)}/metrics/system`, { max_samples: maxSamples });
+    render(answer.attempts ?? [], answer.sample_seconds ?? 10);
   }
 
   section.hidden = true;

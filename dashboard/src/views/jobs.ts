@@ -31,25 +31,6 @@ export function priorityText(job: Job): HTMLElement {
   return h("span", { class: `prio prio-${band.toLowerCase()}`, title: `priority ${p} of 0-10` }, `${band} · ${p}`);
 }
 
-/**
- * The list route leaves out why a queued job waits (the scheduler explains one job at a time, on GET
- * /jobs/{id}): ask for each queued job of the page (at most WAIT_LOOKUPS) and show its reason.
- */
-const WAIT_LOOKUPS = 50;
-async function withWaitReasons(jobs: Job[]): Promise<Job[]> {
-  const queued = jobs.filter((j) => j.status === "QUEUED").slice(0, WAIT_LOOKUPS);
-  if (!queued.length) return jobs;
-  const detailed = new Map<string, Job>();
-  await Promise.all(queued.map(async (j) => {
-    try {
-      detailed.set(j.job_id, await api().get(`/jobs/${encodeURIComponent(j.job_id)}`));
-    } catch {
-      // gone or no longer visible between the two calls: the row shows no reason
-    }
-  }));
-  return jobs.map((j) => (detailed.has(j.job_id) ? { ...j, wait_reason: detailed.get(j.job_id)!.wait_reason } : j));
-}
-
 export function jobsView(params: URLSearchParams): View {
   const filters = Object.fromEntries(FILTERS.map((k) => [k, params.get(k) ?? ""])) as Filters;
   let tokens: (string | null)[] = [null]; // the token of each page seen, for Previous
@@ -192,7 +173,7 @@ export function jobsView(params: URLSearchParams): View {
 
   async function load(): Promise<void> {
     const result = await api().get("/jobs", query());
-    jobs = await withWaitReasons(result.jobs);
+    jobs = result.jobs; // a queued job carries its wait_reason and queue position: no call per row
     nextToken = result.next_token ?? null;
     tokens[page + 1] = nextToken;
     renderRows();

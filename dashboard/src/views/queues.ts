@@ -14,10 +14,9 @@ export function queuesView(): View {
   const body = h("div", { class: "queues" });
   async function load(): Promise<void> {
     const [queues, queued] = await Promise.all([api().get("/queues"), api().get("/jobs", { status: "QUEUED", limit: 200 })]);
-    // The list route leaves queue_position out (it is computed per job): ask each waiting job (first 50).
-    const detailed = await Promise.all(queued.jobs.slice(0, 50).map((j: any) => api().get(`/jobs/${encodeURIComponent(j.job_id)}`).catch(() => j)));
+    // Each queued job of the list carries its queue_position and estimated wait: no call per job.
     const byQueue = new Map<string, any[]>();
-    for (const job of detailed) {
+    for (const job of queued.jobs) {
       const q = job.scheduling_config?.queue ?? "default";
       byQueue.set(q, [...(byQueue.get(q) ?? []), job]);
     }

@@ -2,9 +2,10 @@
 // demand and fair-share usage, and its waiting jobs with why they wait (QUOTA, BORROW_LIMIT, ...).
 import type { Job } from "../actions";
 import { clear, h } from "../dom";
-import { num, type WAIT_REASONS } from "../format";
+import { duration, num, type WAIT_REASONS } from "../format";
 import { api } from "../ui";
 import { statusBadge } from "./jobs";
+import { positionText } from "./queues";
 import type { View } from "./view";
 
 export const WAIT_REASON_TEXT: Record<(typeof WAIT_REASONS)[number], string> = {
@@ -15,11 +16,13 @@ export const WAIT_REASON_TEXT: Record<(typeof WAIT_REASONS)[number], string> = {
   BUDGET: "a budget covering it has too little left (docs/BUDGETS.md)",
 };
 
-/** A queued job's wait reason as a badge with its meaning on hover; nothing for a job that does not wait. */
+/** A queued job's wait reason as a badge with its meaning, queue position and estimated wait on hover; nothing for a job that does not wait. */
 export function waitBadge(job: Job): HTMLElement | null {
   const reason: string | null | undefined = job.wait_reason;
   if (!reason) return null;
-  return h("span", { class: "wait-reason", "data-wait-reason": reason, title: WAIT_REASON_TEXT[reason as (typeof WAIT_REASONS)[number]] ?? reason }, reason);
+  const meaning = WAIT_REASON_TEXT[reason as (typeof WAIT_REASONS)[number]] ?? reason;
+  const place = job.queue_position === null || job.queue_position === undefined ? "" : ` (position ${positionText(job.queue_position)} in its queue, estimated wait ${duration(job.estimated_wait_seconds)})`;
+  return h("span", { class: "wait-reason", "data-wait-reason": reason, title: meaning + place }, reason);
 }
 
 export function teamsView(): View {

@@ -9,6 +9,7 @@ import threading
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -124,12 +125,23 @@ def test_a_teams_page_shows_its_quota_and_why_its_job_waits(
         dash.go("#/teams")
         dash.page.locator(f'tr[data-team="{research_team}"]').wait_for()
 
-        # And: alice sees why her job waits, in the list and on its page
+        # And: the team's page lists the job with why it waits, read from the list route
+        dash.go(f"#/teams/{research_team}")
+        team_badge = dash.page.locator(f'li[data-job-id="{waiting}"] [data-wait-reason]')
+        team_badge.wait_for()
+        assert team_badge.get_attribute("data-wait-reason") == reason
+
+        # And: alice sees why her job waits, in the list and on its page; the list asked GET /jobs only, no job by itself
         mine = open_dashboard(fake_plane)
+        asked: list[str] = []
+        mine.page.on("request", lambda r: asked.append(urlsplit(r.url).path))
         mine.go("#/jobs?q=team+waiter")
         badge = mine.page.locator(f'tr[data-job-id="{waiting}"] [data-wait-reason]')
         badge.wait_for()
         assert badge.get_attribute("data-wait-reason") == reason
+        assert "position " in (badge.get_attribute("title") or "") and "estimated wait" in (badge.get_attribute("title") or "")
+        # (the old page asked GET /jobs/{id} for each queued row before it drew the badges)
+        assert any(path.endswith("/jobs") for path in asked) and not [p for p in asked if "/jobs/" in p], asked
         mine.go(f"#/jobs/{waiting}")
         mine.page.locator(f'#main [data-wait-reason="{reason}"]').wait_for()
         mine.shot("job-waits")
