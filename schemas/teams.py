@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.configs import Priority, Strict
 
@@ -64,6 +64,10 @@ class TypeQuota(Strict):
 ArnPattern = Annotated[str, Field(pattern=r"^arn:", max_length=2048)]
 
 
+# A Cognito user-pool group name as Cognito allows it (1-128 letters, marks, symbols, digits, punctuation).
+CognitoGroup = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[\p{L}\p{M}\p{S}\p{N}\p{P}]+$")]
+
+
 class TeamMembers(Strict):
     model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     arns: list[ArnPattern] = Field(
@@ -74,13 +78,16 @@ class TeamMembers(Strict):
             "arn:aws:sts::123:assumed-role/Dashboard/* every dashboard user)."
         ),
     )
-    cognito_groups: list[ArnPattern] = Field(
+    cognito_groups: list[CognitoGroup] = Field(
         default_factory=list,
         max_length=50,
-        description="Dashboard users by Cognito group: the group's IAM role ARN patterns (a group's users sign in as its role).",
+        description=(
+            "Dashboard users by the groups of the deployment's Cognito user pool (e.g. ml-research): the server looks "
+            "a signed-in person's groups up in the pool, never reads them from the request."
+        ),
     )
 
-    @field_validator("arns", "cognito_groups")
+    @field_validator("arns")
     @classmethod
     def _arns(cls, values: list[str]) -> list[str]:
         for value in values:
@@ -88,6 +95,17 @@ class TeamMembers(Strict):
                 raise ValueError(f"{value!r} is not an ARN or ARN pattern (arn:...)")
         return values
 
+    @field_validator("cognito_groups")
+    @classmethod
+    def _groups(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if value.startswith("arn:"):
+                raise ValueError(f"{value!r} is an ARN: name the user pool's group (e.g. ml-research); role ARNs go in members.arns")
+            if value.strip() != value or any(c.isspace() for c in value):
+                raise ValueError(f"{value!r} is not a Cognito group name (no whitespace)")
+        if len(set(values)) != len(values):
+            raise ValueError("lists a group more than once")
+        return values
 
 class MemberCaps(Strict):
     model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
@@ -137,6 +155,19 @@ class TeamSpec(Strict):
 
 class Team(TeamSpec):
     model_config = ConfigDict(defer_build=True, extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_role_patterns(cls, data: Any) -> Any:
+        """A team stored before groups were looked up in the user pool held role ARN patterns in
+        members.cognito_groups: they are ARN patterns, read as such (members.arns) so it still loads."""
+        members = data.get("members") if isinstance(data, dict) else None
+        groups = members.get("cognito_groups") if isinstance(members, dict) else None
+        if isinstance(groups, list) and any(isinstance(g, str) and g.startswith("arn:") for g in groups):
+            arns = [g for g in groups if isinstance(g, str) and g.startswith("arn:")]
+            kept = [g for g in groups if g not in arns]
+            data = {**data, "members": {**members, "arns": [*members.get("arns", []), *arns], "cognito_groups": kept}}
+        return data
     name: str = Field(pattern=TEAM_NAME_PATTERN)
     version: int = 1
     updated_at: datetime | None = None
