@@ -64,8 +64,9 @@ class TypeQuota(Strict):
 ArnPattern = Annotated[str, Field(pattern=r"^arn:", max_length=2048)]
 
 
-# A Cognito user-pool group name as Cognito allows it (1-128 letters, marks, symbols, digits, punctuation).
-CognitoGroup = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[\p{L}\p{M}\p{S}\p{N}\p{P}]+$")]
+# A Cognito user-pool group name as Cognito allows it (1-128 letters, marks, symbols, digits, punctuation: no
+# whitespace, no control characters; the pattern says the first in a form every JSON Schema regex reads).
+CognitoGroup = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^\S+$")]
 
 
 class TeamMembers(Strict):
@@ -101,11 +102,12 @@ class TeamMembers(Strict):
         for value in values:
             if value.startswith("arn:"):
                 raise ValueError(f"{value!r} is an ARN: name the user pool's group (e.g. ml-research); role ARNs go in members.arns")
-            if value.strip() != value or any(c.isspace() for c in value):
-                raise ValueError(f"{value!r} is not a Cognito group name (no whitespace)")
+            if any(c.isspace() or not c.isprintable() for c in value):
+                raise ValueError(f"{value!r} is not a Cognito group name (no whitespace or control characters)")
         if len(set(values)) != len(values):
             raise ValueError("lists a group more than once")
         return values
+
 
 class MemberCaps(Strict):
     model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
@@ -162,12 +164,15 @@ class Team(TeamSpec):
         """A team stored before groups were looked up in the user pool held role ARN patterns in
         members.cognito_groups: they are ARN patterns, read as such (members.arns) so it still loads."""
         members = data.get("members") if isinstance(data, dict) else None
-        groups = members.get("cognito_groups") if isinstance(members, dict) else None
+        if not isinstance(members, dict):
+            return data
+        groups = members.get("cognito_groups")
         if isinstance(groups, list) and any(isinstance(g, str) and g.startswith("arn:") for g in groups):
             arns = [g for g in groups if isinstance(g, str) and g.startswith("arn:")]
             kept = [g for g in groups if g not in arns]
             data = {**data, "members": {**members, "arns": [*members.get("arns", []), *arns], "cognito_groups": kept}}
         return data
+
     name: str = Field(pattern=TEAM_NAME_PATTERN)
     version: int = 1
     updated_at: datetime | None = None

@@ -99,7 +99,9 @@ def dashboard_user(name: str, identity_id: str, user_pool_id: str | None = None,
     if user_pool_id and sub:
         issuer = f"cognito-idp.us-east-1.amazonaws.com/{user_pool_id}"
         provider = f"{issuer},{issuer}:CognitoSignIn:{sub}"
-    return Caller(name, DASHBOARD_SESSION, identity_id, unique_id="AROAEXAMPLEDASHBOARD:CognitoIdentityCredentials", cognito_provider=provider)
+    return Caller(
+        name, DASHBOARD_SESSION, identity_id, unique_id="AROAEXAMPLEDASHBOARD:CognitoIdentityCredentials", cognito_provider=provider
+    )
 
 
 def route_event(

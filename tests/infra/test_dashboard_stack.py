@@ -128,6 +128,7 @@ def test_who_submits_for_a_dashboard_user_reads_their_groups_in_this_pool_alone(
     readers = {"api", "retraining", "sweeps_controller"} & set(roles)
     assert "api" in readers
     for short, role in roles.items():
+        assert role is not None, short
         actions = role_actions(synth.templates[stage], role)
         reads = {a: s for a, s in actions.items() if a.startswith("cognito-idp:")}
         if short not in readers:
@@ -137,5 +138,7 @@ def test_who_submits_for_a_dashboard_user_reads_their_groups_in_this_pool_alone(
         for statements in reads.values():
             assert all(resolve_ref(s["Resource"]) == pool_id and s["Resource"]["Fn::GetAtt"][1] == "Arn" for s in statements)
     # Every function knows the pool (TRAINPLANE_DASHBOARD_USER_POOL_ID), so a stored owner resolves as a request would
-    api = next(f for f in synth.resources(stage, "AWS::Lambda::Function").values() if f["Properties"]["Handler"].endswith("api.lambda_handler"))
+    api = next(
+        f for f in synth.resources(stage, "AWS::Lambda::Function").values() if f["Properties"]["Handler"].endswith("api.lambda_handler")
+    )
     assert resolve_ref(api["Properties"]["Environment"]["Variables"]["TRAINPLANE_DASHBOARD_USER_POOL_ID"]) == pool_id

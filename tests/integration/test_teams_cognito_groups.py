@@ -4,6 +4,7 @@ the pool, looked up by the sub API Gateway reports, never from the request."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,10 +38,8 @@ class Pool:
         return next(a["Value"] for a in created["Attributes"] if a["Name"] == "sub")
 
     def group(self, group: str) -> None:
-        try:
+        with contextlib.suppress(self.idp.exceptions.GroupExistsException):
             self.idp.create_group(UserPoolId=self.id, GroupName=group)
-        except self.idp.exceptions.GroupExistsException:
-            pass
 
 
 @pytest.fixture
@@ -142,5 +141,5 @@ def test_the_adapter_serves_its_last_answer_when_cognito_fails(aws: AwsClients, 
     pool.idp.delete_user_pool(UserPoolId=pool.id)  # every call fails from now on
     now[0] = 120.0
     assert adapter.groups_of(user) == {"ml-research"}
-    with pytest.raises(Exception, match="ResourceNotFound|does not exist"):
+    with pytest.raises(Exception, match=r"ResourceNotFound|does not exist"):
         adapter.groups_of(CognitoUser(pool.id, "11111111-1111-1111-1111-111111111111"))

@@ -16,8 +16,25 @@ FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
 HOME = (FUNCTIONS / "handlers" / "errors.py", "signed_caller")
 
 # APIGatewayProxyEvent's identity accessors, and the raw event's keys for the same values.
-IDENTITY_ATTRIBUTES = {"request_context", "identity", "user_arn", "cognito_identity_id", "cognito_authentication_type", "cognito_authentication_provider", "caller"}
-IDENTITY_KEYS = {"requestContext", "identity", "userArn", "cognitoIdentityId", "cognitoAuthenticationType", "cognitoAuthenticationProvider", "caller", "user"}
+IDENTITY_ATTRIBUTES = {
+    "request_context",
+    "identity",
+    "user_arn",
+    "cognito_identity_id",
+    "cognito_authentication_type",
+    "cognito_authentication_provider",
+    "caller",
+}
+IDENTITY_KEYS = {
+    "requestContext",
+    "identity",
+    "userArn",
+    "cognitoIdentityId",
+    "cognitoAuthenticationType",
+    "cognitoAuthenticationProvider",
+    "caller",
+    "user",
+}
 READERS = {"caller_arn"}
 
 

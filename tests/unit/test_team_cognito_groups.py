@@ -109,7 +109,9 @@ def test_a_body_naming_a_team_or_group_has_no_effect() -> None:
 
 def test_the_ceiling_applied_is_the_groups_team_s() -> None:
     directory, _, _ = _directory(ana={"ml-research"})
-    request = make_request("ana-job").model_copy(update={"scheduling_config": make_request().scheduling_config.model_copy(update={"priority": 8})})
+    request = make_request("ana-job").model_copy(
+        update={"scheduling_config": make_request().scheduling_config.model_copy(update={"priority": 8})}
+    )
     with pytest.raises(InvalidRequest) as err:
         directory.check_submit(request, ANA)  # research's max_priority is 6
     assert err.value.field == "scheduling_config.priority" and "research" in str(err.value)
@@ -123,6 +125,7 @@ def test_members_cognito_groups_are_group_names_422_naming_the_field() -> None:
         (["arn:aws:sts::123:assumed-role/R/*"], "role ARNs go in members.arns"),
         (["ml research"], "pattern"),
         ([""], "at least 1"),
+        (["bell\x07"], "control characters"),
         (["x" * 129], "at most 128"),
         (["a", "a"], "more than once"),
     ):
@@ -148,9 +151,7 @@ def test_a_member_sees_its_team_by_group_and_not_the_others() -> None:
 
 
 def test_api_gateways_provider_string_names_the_pool_and_the_sub() -> None:
-    provider = (
-        f"cognito-idp.us-east-1.amazonaws.com/{POOL},cognito-idp.us-east-1.amazonaws.com/{POOL}:CognitoSignIn:{ANA_USER.sub}"
-    )
+    provider = f"cognito-idp.us-east-1.amazonaws.com/{POOL},cognito-idp.us-east-1.amazonaws.com/{POOL}:CognitoSignIn:{ANA_USER.sub}"
     assert cognito_user_of(provider) == ANA_USER
     assert cognito_user_of(None) is None
     assert cognito_user_of("graph.facebook.com,graph.facebook.com:12345") is None
