@@ -99,6 +99,7 @@ class TeamDirectory:
         teams = self.teams() if teams is None else teams
         arn = who if isinstance(who, str) else who.arn
         named = [t for n, t in sorted(teams.items()) if n != DEFAULT_TEAM]
+        self.remember(who)
         # The user pool is asked only when a team names a group (an IAM caller never has any).
         groups = self.cognito_groups(who) if any(t.members.cognito_groups for t in named) else frozenset()
         for team in named:
@@ -118,22 +119,27 @@ class TeamDirectory:
         identity = cognito_identity_of(arn)
         if identity is None or self.groups is None:
             return frozenset()
-        user = None if isinstance(who, str) else who.cognito
-        if user is not None:
-            self._link(identity, user)
-        else:
+        user = who.cognito if isinstance(who, Principal) else None
+        if user is None:
             user = self._linked.get(identity) or self._recall(identity)
         if user is None or user.user_pool_id != self.settings.dashboard_user_pool_id:
             return frozenset()
         return self.groups.groups_of(user)
 
-    def _link(self, identity: str, user: CognitoUser) -> None:
+    def remember(self, who: Member) -> None:
+        """Keep a request's dashboard user by identity id (written once per process and person), whether or
+        not a team names groups yet: what they start now (a sweep, a policy) may submit after one does."""
+        if isinstance(who, str) or who.cognito is None or self.groups is None:
+            return
+        identity = cognito_identity_of(who.arn)
+        if identity is None:
+            return
         with self._lock:
-            if self._linked.get(identity) == user:
+            if self._linked.get(identity) == who.cognito:
                 return
-        self.repository.link_identity(identity, user)
+        self.repository.link_identity(identity, who.cognito)
         with self._lock:
-            self._linked[identity] = user
+            self._linked[identity] = who.cognito
 
     def _recall(self, identity: str) -> CognitoUser | None:
         user = self.repository.linked_user(identity)

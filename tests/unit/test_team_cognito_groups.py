@@ -88,6 +88,11 @@ def test_a_stored_owner_arn_is_the_person_a_signed_request_showed() -> None:
     # Then: another process (a fresh directory on the same store) finds her team from her ARN alone
     later = TeamDirectory(repository, Settings(dashboard_user_pool_id=POOL), groups=FakeUserGroups({ANA_USER: {"ml-research"}}))
     assert later.team_of(ANA.arn).name == "research"
+    # A person seen while no team named groups yet is remembered all the same (their sweep may submit later)
+    quiet = InMemoryTeamRepository()
+    quiet.put(Team(name="vision", members={"arns": [ALICE.arn]}), None)
+    TeamDirectory(quiet, Settings(dashboard_user_pool_id=POOL), groups=FakeUserGroups()).team_of(BEN)
+    assert quiet.identities == {BEN_ID: BEN_USER}
     # A dashboard identity never seen has no groups
     assert later.team_of(f"{ROLE_SESSION}/us-east-1:00000000-0000-0000-0000-00000000dead").name == "default"
 
