@@ -18,7 +18,12 @@ def test_specs_give_each_person_their_groups() -> None:
 
 @pytest.mark.parametrize(
     ("spec", "why"),
-    [("alice:g", "not a new user name"), ("a b:g", "not a new user name"), (":g", "not a new user name"), ("ana:arn:aws:x", "not a Cognito")],
+    [
+        ("alice:g", "not a new user name"),
+        ("a b:g", "not a new user name"),
+        (":g", "not a new user name"),
+        ("ana:arn:aws:x", "not a Cognito"),
+    ],
 )
 def test_a_bad_spec_is_refused_naming_it(spec: str, why: str) -> None:
     with pytest.raises(ValueError, match=why):
