@@ -232,9 +232,14 @@ class Composition(BudgetParts):
             from functions.service.teams import TeamDirectory
 
             repository = DynamoTeamRepository(self.clients, self.settings.jobs_table)
+            groups = None
+            if self.settings.dashboard_user_pool_id:
+                from functions.adapters.cognito_groups import CognitoUserGroups
+
+                groups = CognitoUserGroups(self.clients)  # dashboard users' groups: members.cognito_groups
             if self._clock is not None:
-                return TeamDirectory(repository, self.settings, self._clock)
-            return TeamDirectory(repository, self.settings)
+                return TeamDirectory(repository, self.settings, self._clock, groups=groups)
+            return TeamDirectory(repository, self.settings, groups=groups)
 
         return self._once("_team_directory", build)
 

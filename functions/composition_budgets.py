@@ -81,7 +81,7 @@ class BudgetParts:
             system = Principal(arn=BUDGETS_ACTOR, is_admin=True)
             resume = resumer(self.repository, lambda job_id: self.jobs.resume(job_id, system))
             directory = self.team_directory
-            team_of = lambda arn: directory.team_of(arn).name  # noqa: E731
+            team_of = lambda principal: directory.team_of(principal).name  # noqa: E731
             learned = self.forecast_learner.forecast
             return BudgetService(self.budget_repository, team_of, resume, jobs=self.repository, learned=learned, **self._clock_kw())
 

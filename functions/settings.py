@@ -34,6 +34,9 @@ class Settings(BaseModel):
     webhook_retry_delays: tuple[float, ...] = ()
     # Principals (IAM ARNs) that see and act on every job.
     admin_arns: tuple[str, ...] = ()
+    # The dashboard's Cognito user pool (the stack sets it; local mode's emulated one): a signed-in person's
+    # groups are looked up there for team membership (members.cognito_groups, docs/TEAMS.md). "": no pool.
+    dashboard_user_pool_id: str = ""
     compute: Literal["local", "sagemaker", "ec2"] = "local"
     # Endpoint of the (emulated) AWS APIs; None means the real ones.
     aws_endpoint_url: str | None = None

@@ -62,6 +62,8 @@ class TrainplaneStack(Stack):
             {
                 **event_bus.settings(),
                 "dashboard_url": dashboard.origin if dashboard else None,
+                # Team membership by Cognito group (docs/TEAMS.md): the pool a dashboard user's groups are read in.
+                "dashboard_user_pool_id": dashboard.user_pool.user_pool_id if dashboard else None,
                 **(retraining.settings() if retraining else {}),
                 **(sweeps.settings() if sweeps else {}),
                 "jobs_table": storage.jobs_table.table_name,
@@ -123,6 +125,9 @@ class TrainplaneStack(Stack):
                 environment=environment,
             )
             functions.append(webhooks.function)
+        # Who reads a dashboard user's Cognito groups (team membership): the API for a request's caller, and the
+        # functions that submit for a stored owner (a retraining policy's jobs, a sweep's trials).
+        group_readers = [api.handler]
         if retraining:
             functions.append(
                 retraining.add_dispatcher(
@@ -134,6 +139,7 @@ class TrainplaneStack(Stack):
                     environment=environment,
                 )
             )
+            group_readers.append(functions[-1])
             retraining.grant_manage_schedules(api.handler.role)  # policies are created through the API
         if sweeps and sweeps_bundle is not None:
             sweeps_code = lambda_.Code.from_asset(
@@ -149,9 +155,13 @@ class TrainplaneStack(Stack):
                     environment=environment,
                 )
             )
+            group_readers.append(functions[-1])
             # Woken by the API (create, pause, resume, cancel) and by whoever records trainer reports and run ends.
             for waker in (api.handler, lifecycle.tasks, events.handler):
                 sweeps.grant_wake(waker.role)
+        if dashboard:
+            for reader in group_readers:
+                dashboard.grant_read_groups(reader.role)
         Observability(
             self,
             "Observability",

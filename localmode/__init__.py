@@ -12,9 +12,10 @@ Everything that exists only to run the control plane on one machine lives here (
 - frontdoor.py      the HTTP server in front of the API handler, as API Gateway (REST, AWS_IAM) would be
 - sigv4.py          SigV4 verification of what arrived at the front door
 - credentials.py    the local principals ("admin", "alice"; dashboard users of one Cognito role when the file
-                    holds them), stable across restarts
+                    holds them or `--dashboard-user` asks), stable across restarts
 - deploy/           the cloud stack's resources created in the emulated AWS (tables, buckets, the state
-                    machine from infra/statemachine, the emulated SageMaker/EC2 compute, the retraining pump)
+                    machine from infra/statemachine, the emulated SageMaker/EC2 compute, the retraining pump,
+                    the dashboard's user pool with its people's groups)
 
 It depends on functions, schemas and infra/statemachine (shared with the cloud stack); only the CLI's
 `trainplane up` (lazily) and tests import it. The client (trainplane/) reads endpoint.json; it must not pay for moto.

@@ -29,6 +29,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--principal", action="append", default=[], help="a principal to serve besides admin and alice (repeatable), e.g. bob"
     )
+    parser.add_argument(
+        "--dashboard-user",
+        action="append",
+        default=[],
+        help="a person signed in to the dashboard, in groups of the emulated user pool (repeatable), e.g. ana:ml-research,vision",
+    )
     # For tests of the front door itself, before/without the real API: module:function.
     parser.add_argument("--api-handler", default=DEFAULT_API_HANDLER, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -45,6 +51,7 @@ def main(argv: list[str] | None = None) -> None:
             capacity_pools=args.capacity_pools,
             gpus=args.gpus,
             principals=args.principal,
+            dashboard_users=args.dashboard_user,
         )
     except (RuntimeError, ValueError) as exc:  # refusals with a message for people: busy port, state dir in use ...
         print(f"error: {exc}", file=sys.stderr)

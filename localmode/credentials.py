@@ -86,8 +86,32 @@ def principal_names(extra: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*DEFAULT_PRINCIPALS, *extra]))
 
 
-def load_or_create(state_dir: Path, names: tuple[str, ...] = DEFAULT_PRINCIPALS) -> list[Principal]:
-    """The principals stored in the state dir, creating (and persisting) any of `names` that is missing."""
+# A Cognito group name (schemas/teams.py CognitoGroup, without the letters of other scripts a shell rarely types).
+_GROUP_NAME = re.compile(r"[\w+=,.@:/!#$%&*?^~|'`\"()\[\]{}<>;-]{1,128}")
+
+
+def dashboard_user_specs(specs: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """`trainplane up --dashboard-user NAME[:GROUP,GROUP...]` (repeatable) -> each person's user-pool groups.
+
+    A person signed in to the dashboard (new_dashboard_user), in local mode's emulated user pool, a member of
+    those groups (team membership by members.cognito_groups). ValueError naming a bad one.
+    """
+    users: dict[str, tuple[str, ...]] = {}
+    for spec in specs:
+        name, _, groups = spec.partition(":")
+        if not _PRINCIPAL_NAME.fullmatch(name) or name in DEFAULT_PRINCIPALS:
+            raise ValueError(f"--dashboard-user: {name!r} is not a new user name (1-64 of letters, digits and +=,.@_-; not admin or alice)")
+        named = tuple(dict.fromkeys(g.strip() for g in groups.split(",") if g.strip()))
+        bad = [g for g in named if not _GROUP_NAME.fullmatch(g) or g.startswith("arn:")]
+        if bad:
+            raise ValueError(f"--dashboard-user {name}: {bad[0]!r} is not a Cognito group name")
+        users[name] = tuple(dict.fromkeys([*users.get(name, ()), *named]))
+    return users
+
+
+def load_or_create(state_dir: Path, names: tuple[str, ...] = DEFAULT_PRINCIPALS, dashboard: Sequence[str] = ()) -> list[Principal]:
+    """The principals stored in the state dir, creating (and persisting) any of `names` that is missing, and of
+    `dashboard` as dashboard users; ValueError if a name is one kind and asked for as the other."""
     path = state_dir / CREDENTIALS_FILE
     principals: list[Principal] = []
     if path.exists():
@@ -96,10 +120,14 @@ def load_or_create(state_dir: Path, names: tuple[str, ...] = DEFAULT_PRINCIPALS)
             principals = [Principal(**entry) for entry in raw["principals"]]
         except (ValueError, KeyError, TypeError) as exc:
             raise RuntimeError(f"{path} is not a valid credentials file ({exc}); fix or delete it") from exc
-    known = {p.name for p in principals}
-    missing = [n for n in names if n not in known]
+    known = {p.name: p for p in principals}
+    clash = [n for n in dashboard if n in names or (n in known and known[n].cognito_identity_id is None)]
+    clash += [n for n in names if n in known and known[n].cognito_identity_id is not None]
+    if clash:
+        raise ValueError(f"{clash[0]!r} cannot be both an IAM principal and a dashboard user (in {path})")
+    missing = [new_principal(n) for n in names if n not in known] + [new_dashboard_user(n) for n in dashboard if n not in known]
     if missing:
-        principals += [new_principal(n) for n in missing]
+        principals += missing
         _write_private(path, json.dumps({"principals": [asdict(p) for p in principals]}, indent=2))
     return principals
 

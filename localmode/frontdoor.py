@@ -71,7 +71,14 @@ class LambdaContext:
 
 
 def build_event(
-    request: ArrivedRequest, principal: Principal, *, source_ip: str, account_id: str, request_id: str, received: datetime
+    request: ArrivedRequest,
+    principal: Principal,
+    *,
+    source_ip: str,
+    account_id: str,
+    request_id: str,
+    received: datetime,
+    cognito_provider: str | None = None,
 ) -> dict[str, Any]:
     """The API Gateway REST (v1) Lambda proxy event for a `/{proxy+}` resource."""
     headers: dict[str, str] = {}
@@ -123,7 +130,7 @@ def build_event(
                 "cognitoIdentityPoolId": _pool_of(principal.cognito_identity_id),
                 "cognitoIdentityId": principal.cognito_identity_id,
                 "cognitoAuthenticationType": "authenticated" if principal.cognito_identity_id else None,
-                "cognitoAuthenticationProvider": None,
+                "cognitoAuthenticationProvider": cognito_provider if principal.cognito_identity_id else None,
                 "principalOrgId": None,
                 "apiKey": None,
                 "apiKeyId": None,
@@ -185,6 +192,8 @@ class FrontDoor:
         site: Site | None = None,
     ) -> None:
         self._keys = {p.access_key_id: p for p in principals}
+        # A dashboard user's cognitoAuthenticationProvider by principal name (localmode/deploy/user_pool.py).
+        self.cognito_providers: dict[str, str] = {}
         self._site = site  # the dashboard's pages (local/dashboard.py), answered before the API
         self._handler = handler
         self._invoke_lock = threading.Lock()  # one execution environment
@@ -281,7 +290,15 @@ class FrontDoor:
             principal = verify(request, self._keys.get, region=self.region)
         except AuthError as exc:
             return _error(exc.status, exc.message, request_id, error_type=exc.error_type)
-        event = build_event(request, principal, source_ip=source_ip, account_id=self.account_id, request_id=request_id, received=received)
+        event = build_event(
+            request,
+            principal,
+            source_ip=source_ip,
+            account_id=self.account_id,
+            request_id=request_id,
+            received=received,
+            cognito_provider=self.cognito_providers.get(principal.name),
+        )
         try:
             assert self._handler is not None  # start() refuses to serve without one
             with self._invoke_lock:

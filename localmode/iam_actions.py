@@ -80,6 +80,8 @@ def _resource(prefix: str, params: Mapping[str, Any], names: Names) -> str | Non
     if prefix == "scheduler" and "Name" in params:
         group = names.of("schedule-group", params.get("GroupName") or "default")
         return _arn(names, "scheduler", f"schedule/{group}/{params['Name']}")
+    if prefix == "cognito-idp" and "UserPoolId" in params:
+        return _arn(names, "cognito-idp", f"userpool/{names.of('user-pool', params['UserPoolId'])}")
     if prefix in {"ec2", "cloudwatch", "scheduler", "sts"}:
         return "*"  # Describe*/List*/PutMetricData: no resource-level permissions
     if prefix == "sqs" and "QueueUrl" in params:

@@ -294,6 +294,7 @@ class DeploymentNames:
             ("schedule-group", settings.retraining_schedule_group, "${ScheduleGroup}"),
             ("function", _name_of(settings.retraining_function_arn), "${RetrainingFunction}"),
             ("function", settings.sweep_controller_function, "${SweepsFunction}"),
+            ("user-pool", settings.dashboard_user_pool_id, "${DashboardUserPool}"),
         ):
             if value:
                 add((kind, value), token)

@@ -35,8 +35,9 @@ from functions.adapters import aws as aws_clients
 from functions.catalog.quotas import parse_gpu_inventory
 from functions.settings import PREFIX
 from localmode import iam_calls, moto_hooks
-from localmode.credentials import ADMIN, Principal, load_or_create, principal_names
+from localmode.credentials import ADMIN, Principal, dashboard_user_specs, load_or_create, principal_names
 from localmode.dashboard import DashboardSite
+from localmode.deploy.user_pool import DashboardUser
 from localmode.frontdoor import FrontDoor, Handler
 from localmode.journal import Journal
 from localmode.moto_inprocess import InProcessAws
@@ -69,6 +70,7 @@ def run_up(
     gpus: str = "",
     capacity_pools: Path | None = None,
     principals: Sequence[str] = (),
+    dashboard_users: Sequence[str] = (),
 ) -> None:
     """Serve until SIGINT/SIGTERM. `port=0` picks a free port (endpoint.json tells which).
 
@@ -94,6 +96,7 @@ def run_up(
         gpus=gpus,
         capacity_pools=capacity_pools,
         principals=principals,
+        dashboard_users=dashboard_users,
     )
     try:
         plane.start()
@@ -130,6 +133,7 @@ class LocalPlane:
         gpus: str = "",
         capacity_pools: Path | None = None,
         principals: Sequence[str] = (),
+        dashboard_users: Sequence[str] = (),
     ) -> None:
         if compute not in COMPUTE_CHOICES:
             raise ValueError(f"compute: must be one of {', '.join(COMPUTE_CHOICES)}, not {compute!r}")
@@ -139,6 +143,7 @@ class LocalPlane:
         parse_gpu_inventory(gpus)  # a bad --gpus fails now, not in the first pass
         self.gpus = gpus
         self.principal_names = principal_names(principals)  # a bad --principal fails now too
+        self.dashboard_groups = dashboard_user_specs(dashboard_users)  # --dashboard-user NAME:GROUP,...: likewise
         self.host = host
         self.port = port
         self.state_dir = state_dir.resolve()
@@ -176,7 +181,7 @@ class LocalPlane:
         _private_dir(self.state_dir)
         self._lock_state_dir()
         self._remove_stale_endpoint()
-        self.principals = load_or_create(self.state_dir, self.principal_names)
+        self.principals = load_or_create(self.state_dir, self.principal_names, tuple(self.dashboard_groups))
         admin = next(p for p in self.principals if p.name == ADMIN)
         # Bound now, served at the end: a busy port fails in a second, not after the deployers.
         site = DashboardSite(state_dir=self.state_dir, principals=self.principals, region=constants.LOCAL_REGION)
@@ -205,8 +210,14 @@ class LocalPlane:
             compute=self.compute,
             env={k: v for k, v in os.environ.items() if k.startswith(PREFIX)},
             capacity_pools=self.capacity_pools,
+            dashboard_users=[
+                DashboardUser(p.name, p.cognito_identity_id, self.dashboard_groups.get(p.name, ()))
+                for p in self.principals
+                if p.cognito_identity_id is not None
+            ],
         )
         deploy_all(self.ctx)
+        self.front_door.cognito_providers.update(self.ctx.user_pool.providers)  # dashboard users, as API Gateway names them
 
         self.journal = Journal(self.state_dir / JOURNAL_DIR)
         state = self.journal.fold()

@@ -11,9 +11,9 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from schemas.configs import Priority, Strict
 
@@ -64,6 +64,11 @@ class TypeQuota(Strict):
 ArnPattern = Annotated[str, Field(pattern=r"^arn:", max_length=2048)]
 
 
+# A Cognito user-pool group name as Cognito allows it (1-128 letters, marks, symbols, digits, punctuation: no
+# whitespace, no control characters; the pattern says the first in a form every JSON Schema regex reads).
+CognitoGroup = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^\S+$")]
+
+
 class TeamMembers(Strict):
     model_config = ConfigDict(defer_build=True)  # built on first use, not in the API Lambda's cold start
     arns: list[ArnPattern] = Field(
@@ -74,18 +79,33 @@ class TeamMembers(Strict):
             "arn:aws:sts::123:assumed-role/Dashboard/* every dashboard user)."
         ),
     )
-    cognito_groups: list[ArnPattern] = Field(
+    cognito_groups: list[CognitoGroup] = Field(
         default_factory=list,
         max_length=50,
-        description="Dashboard users by Cognito group: the group's IAM role ARN patterns (a group's users sign in as its role).",
+        description=(
+            "Dashboard users by the groups of the deployment's Cognito user pool (e.g. ml-research): the server looks "
+            "a signed-in person's groups up in the pool, never reads them from the request."
+        ),
     )
 
-    @field_validator("arns", "cognito_groups")
+    @field_validator("arns")
     @classmethod
     def _arns(cls, values: list[str]) -> list[str]:
         for value in values:
             if not value.startswith("arn:") or len(value) > 2048:
                 raise ValueError(f"{value!r} is not an ARN or ARN pattern (arn:...)")
+        return values
+
+    @field_validator("cognito_groups")
+    @classmethod
+    def _groups(cls, values: list[str]) -> list[str]:
+        for value in values:
+            if value.startswith("arn:"):
+                raise ValueError(f"{value!r} is an ARN: name the user pool's group (e.g. ml-research); role ARNs go in members.arns")
+            if any(c.isspace() or not c.isprintable() for c in value):
+                raise ValueError(f"{value!r} is not a Cognito group name (no whitespace or control characters)")
+        if len(set(values)) != len(values):
+            raise ValueError("lists a group more than once")
         return values
 
 
@@ -137,6 +157,22 @@ class TeamSpec(Strict):
 
 class Team(TeamSpec):
     model_config = ConfigDict(defer_build=True, extra="ignore")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stored_role_patterns(cls, data: Any) -> Any:
+        """A team stored before groups were looked up in the user pool held role ARN patterns in
+        members.cognito_groups: they are ARN patterns, read as such (members.arns) so it still loads."""
+        members = data.get("members") if isinstance(data, dict) else None
+        if not isinstance(members, dict):
+            return data
+        groups = members.get("cognito_groups")
+        if isinstance(groups, list) and any(isinstance(g, str) and g.startswith("arn:") for g in groups):
+            arns = [g for g in groups if isinstance(g, str) and g.startswith("arn:")]
+            kept = [g for g in groups if g not in arns]
+            data = {**data, "members": {**members, "arns": [*members.get("arns", []), *arns], "cognito_groups": kept}}
+        return data
+
     name: str = Field(pattern=TEAM_NAME_PATTERN)
     version: int = 1
     updated_at: datetime | None = None

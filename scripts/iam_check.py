@@ -62,6 +62,7 @@ TOKENS = {
     "EventsFunction": ("EventsHandlerFunction", "name"),
     "RetrainingFunction": ("RetrainingDispatcherFunction", "name"),
     "SweepsFunction": ("SweepsControllerFunction", "name"),
+    "DashboardUserPool": ("DashboardUsers", "ref"),  # infra/constructs/dashboard.py: the user pool "Users"
     "TrainplaneBus": ("EventBus", "name"),  # infra/constructs/event_bus.py: the construct "EventBus" (its AWS::Events::EventBus)
 }
 _NAME_PROPERTIES = ("TableName", "BucketName", "FunctionName", "StateMachineName", "LogGroupName", "QueueName", "Name", "RoleName")
@@ -110,6 +111,7 @@ class Template:
             "AWS::StepFunctions::StateMachine": f"arn:aws:states:{r}:{a}:stateMachine:{name}",
             "AWS::Scheduler::ScheduleGroup": f"arn:aws:scheduler:{r}:{a}:schedule-group/{name}",
             "AWS::Events::EventBus": f"arn:aws:events:{r}:{a}:event-bus/{name}",
+            "AWS::Cognito::UserPool": f"arn:aws:cognito-idp:{r}:{a}:userpool/{name}",
         }.get(kind, f"arn:aws:cloudformation:{r}:{a}:{kind}/{name}")
 
     def resolve(self, value: Any) -> Any:

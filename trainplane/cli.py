@@ -105,6 +105,14 @@ def up(
             "--principal", help="A principal to serve besides admin and alice (repeatable), e.g. bob: its keys go to endpoint.json."
         ),
     ] = None,
+    dashboard_user: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--dashboard-user",
+            help="A person signed in to the dashboard, in Cognito groups of the emulated user pool (repeatable), "
+            "e.g. ana:ml-research,vision (teams name groups in members.cognito_groups).",
+        ),
+    ] = None,
 ) -> None:
     """Serve the whole control plane on this machine (emulated AWS, no account needed) until Ctrl-C.
 
@@ -125,9 +133,10 @@ def up(
             allow_dirs=allow_dir or [],
             gpus=gpus or "",
             principals=principal or [],
+            dashboard_users=dashboard_user or [],
             capacity_pools=capacity_pools,
         )
-    except ValueError as exc:  # a bad --gpus or --principal, refused before anything starts
+    except ValueError as exc:  # a bad --gpus, --principal or --dashboard-user, refused before anything starts
         err.print(f"[red]error[/red] {escape(str(exc))}")
         raise typer.Exit(2) from exc
 

@@ -27,6 +27,13 @@ def _queues(team: Team) -> str:
     return "any" if team.queues is None else ", ".join(team.queues) or "none"
 
 
+def _members(team: Team) -> str:
+    """Who is in it, as admins see it (a member's own view has no member list: "-")."""
+    m = team.members
+    parts = [*m.arns, *(f"group:{g}" for g in m.cognito_groups)]
+    return ", ".join(parts) or "-"
+
+
 @teams_app.command("list")
 @handles_api_errors
 def list_teams(ctx: typer.Context) -> None:
@@ -36,10 +43,10 @@ def list_teams(ctx: typer.Context) -> None:
     if o.json:
         _print_raw({"teams": [t.model_dump(mode="json") for t in teams]})
         return
-    table = Table("TEAM", "WEIGHT", "MAX PRIORITY", "QUEUES", "QUOTAS (nominal, borrow, lend)")
+    table = Table("TEAM", "MEMBERS (ARNs, Cognito groups)", "WEIGHT", "MAX PRIORITY", "QUEUES", "QUOTAS (nominal, borrow, lend)")
     for t in teams:
         quotas = "; ".join(f"{k}={_quota(q)}" for k, q in t.quotas.items() if q.nominal < 1_000_000) or "no limit of its own"
-        table.add_row(t.name, f"{t.weight:g}", str(t.max_priority), _queues(t), quotas)
+        table.add_row(t.name, _members(t), f"{t.weight:g}", str(t.max_priority), _queues(t), quotas)
     _print_table(table)
 
 
@@ -54,6 +61,7 @@ def get_team(ctx: typer.Context, name: str) -> None:
         return
     t = view.team
     out.print(f"team {t.name}: weight {t.weight:g}, max priority {t.max_priority}, queues {_queues(t)}")
+    out.print(f"members: {_members(t)}")
     out.print(f"fair share {view.fair_share:.3f}, decayed usage {view.usage:.2f} price-weighted unit-hours")
     table = Table("GPU TYPE", "NOMINAL", "IN USE", "BORROWED", "LENT", "QUEUED", "USAGE")
     for r in view.types:

@@ -1,8 +1,10 @@
 """The SDK's team methods (issue 24), mixed into trainplane.Client and trainplane.AsyncClient: each call is
 written once as steps in trainplane/operations.py, made a method (synced) or a coroutine (asynced).
 
-    client.put_team("research", {"members": {"arns": ["arn:aws:iam::123456789012:role/Research"]},
+    client.put_team("research", {"members": {"arns": ["arn:aws:iam::123456789012:role/Research"],
+                                             "cognito_groups": ["ml-research"]},   # dashboard users by user-pool group
                                  "quotas": {"H100": {"nominal": 8, "borrow_limit": "50%"}}, "weight": 2})
+    client.list_teams()[0].members.cognito_groups
     client.get_team("research").types   # nominal, in use, borrowed, lent, queued per GPU type
 """
 

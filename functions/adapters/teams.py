@@ -1,7 +1,9 @@
 """Teams and their decayed usage in the jobs table (issue 24; TABLE_DESIGN.md), Query only, never Scan.
 
 One partition, `pk = TEAMS`: a team is `sk = TEAM#<name>` with `doc` (the Team as JSON) and `version`;
-its usage is `sk = USAGE#<name>` with `usage` (price-weighted unit-hours, decayed to `at`) and `at`. Every
+its usage is `sk = USAGE#<name>` with `usage` (price-weighted unit-hours, decayed to `at`) and `at`; a
+dashboard identity seen in a signed request is `sk = IDENTITY#<identity id>` with its user pool's
+`user_pool_id` and `sub` (whose Cognito groups decide its team when it acts without a request: a trial). Every
 write is conditional (a team on its version, usage on the `at` it was read at), so two admins or two
 scheduler passes racing never lose an update.
 """
@@ -15,6 +17,7 @@ from functions import constants
 from functions.adapters.partition import PartitionTable
 from functions.catalog.gpu_types import decayed
 from functions.errors import TeamChanged, TeamNotFound
+from functions.service.ports import CognitoUser
 from schemas.teams import Team
 
 _PK = "TEAMS"
@@ -115,3 +118,12 @@ class DynamoTeamRepository(PartitionTable):
                 if not _failed(exc):
                     raise
         raise TeamChanged(name, "its usage kept changing")
+
+    def link_identity(self, identity_id: str, user: CognitoUser) -> None:
+        # A plain put: what a signed request last showed is true (an identity id names one login).
+        item = {**self._key(f"IDENTITY#{identity_id}"), "user_pool_id": {"S": user.user_pool_id}, "sub": {"S": user.sub}}
+        self._ddb.put_item(TableName=self.table, Item=item)
+
+    def linked_user(self, identity_id: str) -> CognitoUser | None:
+        item = self._ddb.get_item(TableName=self.table, Key=self._key(f"IDENTITY#{identity_id}"), ConsistentRead=True).get("Item")
+        return CognitoUser(user_pool_id=item["user_pool_id"]["S"], sub=item["sub"]["S"]) if item else None

@@ -8,7 +8,7 @@ reached; 500 anything else, without internals (never an input's fault: edge.py s
 Each route's OpenAPI entry declares exactly the codes it returns (`responses()` below).
 
 The rules every router follows live here too, once: `principal_of` (who the caller is, through
-`caller_of`, the only reader of the request's identity), `reject_unknown_params` (422 naming a query
+`signed_caller`, the only reader of the request's identity), `reject_unknown_params` (422 naming a query
 parameter the route does not know), `responses` (the documented codes, worded per router), a listing's
 page parameters (`PageLimit`, `PageToken`), and `ResourceRules`, which binds them for the router of one
 kind of resource (a policy, a sweep, a webhook) so that its routes say only what is theirs.
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler.api_gateway import Router
     from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
+    from functions.service.ports import CognitoUser
     from functions.service.principal import Principal
 
 logger = logging.getLogger(__name__)
@@ -72,28 +73,39 @@ class Forbidden(DomainError):
     """No IAM caller in the request context (API Gateway with AWS_IAM auth always sets one)."""
 
 
-def caller_of(router: Router) -> str:
+def signed_caller(router: Router) -> tuple[str, CognitoUser | None]:
     """The caller of the request a route is serving: THE one place a route's identity is read.
 
     An IAM user's or role's ARN; for the dashboard's Cognito sign-ins (one role, one session name for
     everyone) the role session named by the person's identity id (functions/service/principal.py
-    caller_arn). 403 when there is none. tests/unit/test_route_rules.py fails on any other reader, and
-    tests/integration/test_every_route_principals.py walks every route as four callers.
+    caller_arn), with the user pool and sub API Gateway names them by (what their Cognito groups, and so
+    their team, are looked up by: docs/TEAMS.md). 403 when there is none. tests/unit/test_route_rules.py
+    fails on any other reader, and tests/integration/test_every_route_principals.py walks every route as
+    four callers.
     """
-    from functions.service.principal import caller_arn  # IAM user/role ARN, or the Cognito identity's (dashboard)
+    from functions.service.principal import caller_arn, cognito_user_of
 
     identity = cast("APIGatewayProxyEvent", router.current_event).request_context.identity
     arn = caller_arn(identity.user_arn, identity.cognito_identity_id, identity.cognito_authentication_type)
     if not arn:
         raise Forbidden("no IAM caller in the request context: the API requires AWS_IAM (SigV4) authorization")
-    return arn
+    # Only an authenticated identity-pool session is a dashboard user (caller_arn renamed it by its identity).
+    dashboard = arn != identity.user_arn
+    return arn, cognito_user_of(identity.cognito_authentication_provider) if dashboard else None
+
+
+def caller_of(router: Router) -> str:
+    """The caller's principal ARN (signed_caller's); 403 without one."""
+    return signed_caller(router)[0]
 
 
 def principal_of(router: Router) -> Principal:
-    """The principal every route acts as (its caller, and whether it is an admin); 403 without a caller."""
+    """The principal every route acts as (its caller, whether it is an admin, a dashboard user's user-pool
+    identity); 403 without a caller."""
     from functions import composition  # the composition loads adapters lazily; errors.py stays import-light
 
-    return composition.job_service().principal(caller_of(router))
+    arn, cognito = signed_caller(router)
+    return composition.job_service().principal(arn, cognito)
 
 
 def reject_unknown_params(router: Router, known: frozenset[str], prefix: str | None = None) -> None:

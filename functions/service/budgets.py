@@ -79,7 +79,9 @@ class BudgetRepository(Protocol):
 
 
 class TeamOf(Protocol):
-    def __call__(self, arn: str) -> str: ...
+    """The team of a principal (a dashboard user's by their Cognito groups too: functions/service/teams.py)."""
+
+    def __call__(self, principal: Principal) -> str: ...
 
 
 def _utcnow() -> datetime:
@@ -130,7 +132,7 @@ class BudgetService:
         if scope.kind == ScopeKind.PRINCIPAL:
             return scope.value == principal.arn
         if scope.kind == ScopeKind.TEAM:
-            return scope.value == self.team_of(principal.arn)
+            return scope.value == self.team_of(principal)
         return False
 
     def _visible(self, budget: Budget, principal: Principal) -> bool:

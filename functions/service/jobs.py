@@ -30,7 +30,7 @@ from functions.service.controls import LifecycleControls, WorkflowUnavailable
 from functions.service.metrics_reduce import MIN_MAX_POINTS, parse_documents, reduce_documents
 from functions.service.paths import PathRules
 from functions.service.ports import ArtifactStore, JobQuery, JobRepository, LogSource, NameClaim, Transition, Workflow
-from functions.service.principal import Principal
+from functions.service.principal import CognitoUser, Principal
 from functions.settings import Settings
 from schemas.api import EventList, JobList, LogLine, LogsResponse, LogStream, MetricsPoint, MetricsResponse, PatchJobRequest, Summary
 from schemas.job import Actor, ErrorType, Job, StatusEvent, SubmitJobRequest, without_reserved_labels
@@ -84,8 +84,8 @@ class JobService(LifecycleControls):
         # The composition root hands the one PathRules it wires; tests that build a JobService alone get their own.
         self.paths = paths if paths is not None else PathRules(settings, repo, store)
 
-    def principal(self, arn: str) -> Principal:
-        return Principal.from_arn(arn, self.settings.admin_arns)
+    def principal(self, arn: str, cognito: CognitoUser | None = None) -> Principal:
+        return Principal.from_arn(arn, self.settings.admin_arns, cognito)
 
     # --- submit ----------------------------------------------------------------------------------
 
@@ -134,7 +134,7 @@ class JobService(LifecycleControls):
         """The job a submit would create (every check of validate_submit made), stored nowhere: submit stores
         it; the dry run (POST /jobs?dry_run=true) forecasts it."""
         request, shape = self.validate_submit(request, principal, owner=owner)
-        team = self.teams.team_of(owner or principal.arn).name if self.teams is not None else None
+        team = self.teams.team_of(self.owner_principal(principal, owner)).name if self.teams is not None else None
         now = self.clock()
         priority = request.effective_priority
         return Job(
@@ -180,7 +180,7 @@ class JobService(LifecycleControls):
         )
         self.check_paths(request, principal, owner=owner)
         if self.teams is not None:
-            self.teams.check_submit(request, owner or principal.arn)  # the team of the job's owner, from its identity
+            self.teams.check_submit(request, self.owner_principal(principal, owner))  # the team of the job's owner, from its identity
         return request, shape
 
     def shape_catalog(self) -> ShapeCatalog:
@@ -394,7 +394,7 @@ class JobService(LifecycleControls):
             training = training.model_copy(update={"hyperparameters": {**training.hyperparameters, **request.hyperparameters}})
         if "priority" in given and request.priority is not None:
             if self.teams is not None:
-                self.teams.check_priority(job.owner, request.priority, "priority")
+                self.teams.check_priority(self.owner_principal(principal, job.owner), request.priority, "priority")
             # scheduling_config.priority is the one the scheduler reads; the repository re-keys the
             # queue index from it. training_config.priority follows so the two never disagree.
             training = training.model_copy(update={"priority": request.priority})

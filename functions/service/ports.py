@@ -615,6 +615,27 @@ class TeamRepository(Protocol):
     def add_usage(self, name: str, amount: float, now: datetime, half_life_seconds: float) -> None:
         """Decay the team's usage to `now` and add `amount` (a conditional write, retried on a race)."""
 
+    def link_identity(self, identity_id: str, user: CognitoUser) -> None:
+        """Remember which user-pool user a dashboard identity is (as a signed request showed it)."""
+
+    def linked_user(self, identity_id: str) -> CognitoUser | None:
+        """The user-pool user a dashboard identity was last seen as; None if never."""
+
+
+@dataclass(frozen=True)
+class CognitoUser:
+    """A person of the dashboard's Cognito user pool, as API Gateway names them: the pool and the user's sub."""
+
+    user_pool_id: str
+    sub: str
+
+
+class UserGroups(Protocol):
+    """The Cognito user-pool groups of a dashboard user (functions/adapters/cognito_groups.py), what team
+    membership by `members.cognito_groups` reads; a user the pool does not know has none."""
+
+    def groups_of(self, user: CognitoUser) -> frozenset[str]: ...
+
 
 class ShapeRecords(Protocol):
     """What finished jobs taught the forecast, one record per shape (functions/service/forecast_learning.py)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from functions.service.ports import CognitoUser
 from schemas.job import Job
 
 
@@ -23,6 +24,33 @@ def role_arn_of(arn: str) -> str:
         role = parts[5].split("/")[1]
         return f"arn:{parts[1]}:iam::{parts[4]}:role/{role}"
     return arn
+
+
+def cognito_user_of(provider: str | None) -> CognitoUser | None:
+    """The user pool and sub in API Gateway's `cognitoAuthenticationProvider`, None if it names none.
+
+    API Gateway takes the string from the identity pool credentials that signed the request, never from the
+    client: `cognito-idp.REGION.amazonaws.com/POOL,cognito-idp.REGION.amazonaws.com/POOL:CognitoSignIn:SUB`.
+    """
+    for part in (provider or "").split(","):
+        issuer, marker, sub = part.strip().partition(":CognitoSignIn:")
+        host, slash, pool = issuer.partition("/")
+        if marker and slash and sub and pool and host.startswith("cognito-idp."):
+            return CognitoUser(user_pool_id=pool, sub=sub)
+    return None
+
+
+def cognito_identity_of(arn: str) -> str | None:
+    """The identity id in a dashboard user's principal ARN (caller_arn's), None for any other ARN.
+
+    An IAM role session name never holds ':' (it is [\\w+=,.@-]), an identity id always does (region:uuid).
+    """
+    parts = arn.split(":", 5)
+    if len(parts) == 6 and parts[2] == "sts" and parts[5].startswith("assumed-role/"):
+        session = parts[5].split("/", 2)[-1]
+        if ":" in session:
+            return session
+    return None
 
 
 def caller_arn(user_arn: str | None, cognito_identity_id: str | None = None, cognito_authentication_type: str | None = None) -> str | None:
@@ -42,11 +70,14 @@ def caller_arn(user_arn: str | None, cognito_identity_id: str | None = None, cog
 class Principal:
     arn: str
     is_admin: bool = False
+    # A dashboard user's user-pool identity (from the request context; None for IAM callers and for a
+    # principal rebuilt from a stored owner ARN): what their Cognito groups are looked up by.
+    cognito: CognitoUser | None = None
 
     @classmethod
-    def from_arn(cls, arn: str, admin_arns: Iterable[str] = ()) -> Principal:
+    def from_arn(cls, arn: str, admin_arns: Iterable[str] = (), cognito: CognitoUser | None = None) -> Principal:
         admins = set(admin_arns)
-        return cls(arn=arn, is_admin=arn in admins or role_arn_of(arn) in admins)
+        return cls(arn=arn, is_admin=arn in admins or role_arn_of(arn) in admins, cognito=cognito)
 
     @property
     def owner_scope(self) -> str | None:

@@ -1,7 +1,9 @@
 """Teams (issue 24): admins define them; the server decides a caller's team from its identity.
 
 A caller belongs to the first team (by name) one of whose member patterns (fnmatch, `*`) matches its ARN or
-its role's ARN (principal.role_arn_of: every session of a role); a caller in no team belongs to `default`,
+its role's ARN (principal.role_arn_of: every session of a role), or, for a dashboard user, that names one of
+their Cognito user-pool groups (looked up in the pool by the UserGroups port, never read from a request);
+a caller in no team belongs to `default`,
 which the deployment's settings define (default_team_quotas, default_team_weight) until an admin PUTs
 /teams/default. A submit above the team's max_priority, or to a queue it may not use, is a 422 naming the
 field. Only admins PUT or DELETE teams (403); a non-admin sees only its own team, without its member list.
@@ -10,15 +12,16 @@ field. Only admins PUT or DELETE teams (403); a non-admin sees only its own team
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Iterable
+import threading
+from collections.abc import Callable, Collection, Iterable
 from datetime import UTC, datetime
 
 from functions.catalog.gpu_types import GPU_TYPES, decayed, unit_hourly_usd
 from functions.catalog.quotas import parse_team_quotas
 from functions.errors import AdminOnly, InvalidRequest, JobNotFound, TeamNotFound
 from functions.service.fair_share import Ask, Cohort
-from functions.service.ports import CapacityLedger, JobRepository, TeamRepository
-from functions.service.principal import Principal, role_arn_of
+from functions.service.ports import CapacityLedger, CognitoUser, JobRepository, TeamRepository, UserGroups
+from functions.service.principal import Principal, cognito_identity_of, role_arn_of
 from functions.settings import Settings
 from schemas.job import Job, SubmitJobRequest
 from schemas.teams import (
@@ -49,18 +52,35 @@ def settings_default_team(settings: Settings) -> Team:
     return Team(name=DEFAULT_TEAM, quotas=quotas, weight=settings.default_team_weight, configured=False)
 
 
-def is_member(arn: str, members: TeamMembers) -> bool:
+def is_member(arn: str, members: TeamMembers, groups: Collection[str] = ()) -> bool:
+    """Does the caller `arn` (in the user-pool `groups`, for a dashboard user) belong to `members`?"""
     names = (arn, role_arn_of(arn))
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in (*members.arns, *members.cognito_groups) for name in names)
+    if any(fnmatch.fnmatchcase(name, pattern) for pattern in members.arns for name in names):
+        return True
+    return any(group in groups for group in members.cognito_groups)
+
+
+# Who a team's membership is decided for: a principal (a request's caller, with a dashboard user's user-pool
+# identity) or a stored owner ARN (a sweep's trials, a retraining policy's jobs, an admin acting for someone).
+Member = Principal | str
 
 
 class TeamDirectory:
     """Teams as the scheduler and submit see them: stored teams and the default one, and who is in which."""
 
-    def __init__(self, repository: TeamRepository, settings: Settings, clock: Callable[[], datetime] = _utcnow) -> None:
+    def __init__(
+        self,
+        repository: TeamRepository,
+        settings: Settings,
+        clock: Callable[[], datetime] = _utcnow,
+        groups: UserGroups | None = None,
+    ) -> None:
         self.repository = repository
         self.settings = settings
         self.clock = clock
+        self.groups = groups  # None: no user pool (Cognito groups match nobody)
+        self._linked: dict[str, CognitoUser] = {}  # identity id -> user, as this process last stored it
+        self._lock = threading.Lock()
 
     @property
     def half_life_seconds(self) -> float:
@@ -75,14 +95,60 @@ class TeamDirectory:
         """Do teams change anything? Not while the default team, without limits, is the only one."""
         return len(teams) > 1 or teams[DEFAULT_TEAM].configured or bool(self.settings.default_team_quotas)
 
-    def team_of(self, arn: str, teams: dict[str, Team] | None = None) -> Team:
+    def team_of(self, who: Member, teams: dict[str, Team] | None = None) -> Team:
         teams = self.teams() if teams is None else teams
-        for name in sorted(teams):
-            if name != DEFAULT_TEAM and is_member(arn, teams[name].members):
-                return teams[name]
+        arn = who if isinstance(who, str) else who.arn
+        named = [t for n, t in sorted(teams.items()) if n != DEFAULT_TEAM]
+        self.remember(who)
+        # The user pool is asked only when a team names a group (an IAM caller never has any).
+        groups = self.cognito_groups(who) if any(t.members.cognito_groups for t in named) else frozenset()
+        for team in named:
+            if is_member(arn, team.members, groups):
+                return team
         return teams[DEFAULT_TEAM]
 
-    def check_submit(self, request: SubmitJobRequest, owner: str) -> str:
+    def cognito_groups(self, who: Member) -> frozenset[str]:
+        """A dashboard user's user-pool groups; none for anyone else.
+
+        A request's principal carries its user (API Gateway's cognitoAuthenticationProvider), which is
+        remembered by identity id, so that a stored owner ARN (a sweep's trial, a policy's job) is looked up
+        as the same person later. Only the deployment's own user pool counts (settings
+        dashboard_user_pool_id): a user of any other pool has no groups here.
+        """
+        arn = who if isinstance(who, str) else who.arn
+        identity = cognito_identity_of(arn)
+        if identity is None or self.groups is None:
+            return frozenset()
+        user = who.cognito if isinstance(who, Principal) else None
+        if user is None:
+            user = self._linked.get(identity) or self._recall(identity)
+        if user is None or user.user_pool_id != self.settings.dashboard_user_pool_id:
+            return frozenset()
+        return self.groups.groups_of(user)
+
+    def remember(self, who: Member) -> None:
+        """Keep a request's dashboard user by identity id (written once per process and person), whether or
+        not a team names groups yet: what they start now (a sweep, a policy) may submit after one does."""
+        if isinstance(who, str) or who.cognito is None or self.groups is None:
+            return
+        identity = cognito_identity_of(who.arn)
+        if identity is None:
+            return
+        with self._lock:
+            if self._linked.get(identity) == who.cognito:
+                return
+        self.repository.link_identity(identity, who.cognito)
+        with self._lock:
+            self._linked[identity] = who.cognito
+
+    def _recall(self, identity: str) -> CognitoUser | None:
+        user = self.repository.linked_user(identity)
+        if user is not None:
+            with self._lock:
+                self._linked.setdefault(identity, user)
+        return user
+
+    def check_submit(self, request: SubmitJobRequest, owner: Member) -> str:
         """The team a job of `owner` is recorded under; 422 naming the field it may not use."""
         team = self.check_priority(owner, request.effective_priority, "scheduling_config.priority")
         queue = request.scheduling_config.queue
@@ -91,7 +157,7 @@ class TeamDirectory:
             raise InvalidRequest("scheduling_config.queue", f"team {team.name!r} may not use queue {queue!r}; its queues: {allowed}")
         return team.name
 
-    def check_priority(self, owner: str, priority: int, field: str) -> Team:
+    def check_priority(self, owner: Member, priority: int, field: str) -> Team:
         """`owner`'s team, if it may use `priority`; 422 naming `field` if the team's ceiling is lower."""
         team = self.team_of(owner)
         if priority > team.max_priority:
@@ -170,11 +236,11 @@ class TeamService:
         teams = self.directory.teams()
         if principal.is_admin:
             return TeamList(teams=list(teams.values()))
-        return TeamList(teams=[_redacted(self.directory.team_of(principal.arn, teams))])
+        return TeamList(teams=[_redacted(self.directory.team_of(principal, teams))])
 
     def get(self, name: str, principal: Principal) -> TeamView:
         teams = self.directory.teams()
-        if name not in teams or not (principal.is_admin or self.directory.team_of(principal.arn, teams).name == name):
+        if name not in teams or not (principal.is_admin or self.directory.team_of(principal, teams).name == name):
             raise TeamNotFound(name)
         now = self.directory.clock()
         cohort = self.directory.cohort(teams, self.ledger, self.jobs, now)

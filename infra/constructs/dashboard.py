@@ -220,6 +220,11 @@ class Dashboard(Construct):
             self, "Roles", identity_pool_id=self.identity_pool.ref, roles={"authenticated": self.users_role.role_arn}
         )
 
+    def grant_read_groups(self, role: iam.IRole) -> None:
+        """Read a signed-in person's groups (team membership, members.cognito_groups): the user by their sub
+        (ListUsers), then their groups (AdminListGroupsForUser); on this pool alone (functions/adapters/cognito_groups.py)."""
+        allow(role, ["cognito-idp:ListUsers", "cognito-idp:AdminListGroupsForUser"], [self.user_pool.user_pool_arn])
+
     def publish(self, api: Api) -> None:
         """Let signed-in users invoke `api`; the page's settings (dashboard-config.json) name it."""
         allow(

@@ -29,7 +29,8 @@ from typing import Any
 
 from functions import constants
 from functions.settings import PREFIX, Settings
-from localmode.deploy import emulated_compute, event_bus, lifecycle, retraining, storage, sweeps, trainer_reports, webhooks
+from localmode.deploy import emulated_compute, event_bus, lifecycle, retraining, storage, sweeps, trainer_reports, user_pool, webhooks
+from localmode.deploy.user_pool import DashboardUser, UserPool
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ DEPLOYERS: list[Deployer] = [
     sweeps.deploy,  # the sweep controller's worker thread
     event_bus.deploy,  # the deployment's own bus and the outbox's publisher loop
     webhooks.deploy,  # the webhook delivery loop (the publisher queues the deliveries)
+    user_pool.deploy,  # the dashboard's Cognito user pool: its people and their groups (team membership)
 ]
 
 
@@ -60,6 +62,9 @@ class LocalContext:
     compute: str = "local"
     # `trainplane up --capacity-pools FILE`: the emulated EC2's scripted pools (emulated_compute/capacity_pools.py).
     capacity_pools: Path | None = None
+    # The state dir's dashboard users (their identity ids, `--dashboard-user` groups); user_pool.deploy's result.
+    dashboard_users: list[DashboardUser] = field(default_factory=list)
+    user_pool: UserPool = field(default_factory=UserPool)
     # TRAINPLANE_* variables for the in-process handlers (functions/settings.py reads them once).
     env: dict[str, str] = field(default_factory=dict)
     # Filled by `trainplane up` after the journal replay: counts of restored tables/items/buckets/objects.

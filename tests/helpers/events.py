@@ -66,6 +66,8 @@ class Caller:
     user_arn: str
     cognito_identity_id: str | None = None
     unique_id: str = "AIDAEXAMPLE"  # identity.caller / identity.user: the key's principal id
+    # A dashboard user's user pool and sub as API Gateway reports them (cognitoAuthenticationProvider).
+    cognito_provider: str | None = None
 
     @property
     def principal(self) -> str:
@@ -82,6 +84,7 @@ class Caller:
                 cognitoIdentityId=self.cognito_identity_id,
                 cognitoAuthenticationType="authenticated",
                 cognitoIdentityPoolId="us-east-1:00000000-0000-0000-0000-000000000000",
+                cognitoAuthenticationProvider=self.cognito_provider,
             )
         return event
 
@@ -89,9 +92,16 @@ class Caller:
 DASHBOARD_SESSION = "arn:aws:sts::123456789012:assumed-role/trainplane-dev-dashboard-users/CognitoIdentityCredentials"
 
 
-def dashboard_user(name: str, identity_id: str) -> Caller:
-    """A person signed in to the dashboard: the pool role's one shared session, their own identity id."""
-    return Caller(name, DASHBOARD_SESSION, identity_id, unique_id="AROAEXAMPLEDASHBOARD:CognitoIdentityCredentials")
+def dashboard_user(name: str, identity_id: str, user_pool_id: str | None = None, sub: str | None = None) -> Caller:
+    """A person signed in to the dashboard: the pool role's one shared session, their own identity id (and,
+    given a user pool and sub, the provider string API Gateway reports for a user-pool sign-in)."""
+    provider = None
+    if user_pool_id and sub:
+        issuer = f"cognito-idp.us-east-1.amazonaws.com/{user_pool_id}"
+        provider = f"{issuer},{issuer}:CognitoSignIn:{sub}"
+    return Caller(
+        name, DASHBOARD_SESSION, identity_id, unique_id="AROAEXAMPLEDASHBOARD:CognitoIdentityCredentials", cognito_provider=provider
+    )
 
 
 def route_event(

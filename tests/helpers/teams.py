@@ -8,6 +8,7 @@ from typing import Any
 
 from functions.catalog.gpu_types import decayed
 from functions.errors import TeamChanged, TeamNotFound
+from functions.service.ports import CognitoUser
 from schemas.teams import Team
 
 
@@ -15,6 +16,7 @@ class InMemoryTeamRepository:
     def __init__(self) -> None:
         self.teams: dict[str, Team] = {}
         self.recorded: dict[str, tuple[float, datetime]] = {}
+        self.identities: dict[str, CognitoUser] = {}
         self._lock = threading.Lock()
 
     def get(self, name: str) -> Team:
@@ -44,6 +46,24 @@ class InMemoryTeamRepository:
         with self._lock:
             old, at = self.recorded.get(name, (0.0, now))
             self.recorded[name] = (decayed(old, at, now, half_life_seconds) + amount, max(at, now))
+
+    def link_identity(self, identity_id: str, user: CognitoUser) -> None:
+        self.identities[identity_id] = user
+
+    def linked_user(self, identity_id: str) -> CognitoUser | None:
+        return self.identities.get(identity_id)
+
+
+class FakeUserGroups:
+    """The UserGroups port: each user's groups as a test sets them, and every lookup made."""
+
+    def __init__(self, groups: dict[CognitoUser, set[str]] | None = None) -> None:
+        self.groups = groups or {}
+        self.lookups: list[CognitoUser] = []
+
+    def groups_of(self, user: CognitoUser) -> frozenset[str]:
+        self.lookups.append(user)
+        return frozenset(self.groups.get(user, ()))
 
 
 def team(name: str, *members: str, weight: float = 1.0, **quotas: Any) -> Team:

@@ -406,6 +406,9 @@ ENGINE = {
 }
 
 
+GROUP_READS = {"cognito-idp:ListUsers", "cognito-idp:AdminListGroupsForUser"}  # both stages have the dashboard
+
+
 def expected_actions(stage: str, retraining: bool) -> dict[str, set[str]]:
     engine = ENGINE[stage]
     expected = {
@@ -442,6 +445,10 @@ def expected_actions(stage: str, retraining: bool) -> dict[str, set[str]]:
     expected["sweeps_controller"] = (
         COMMON | {"sqs:SendMessage", "s3:GetObject", "s3:ListBucket"} | JOBS | KEY | EXECUTIONS | TOKENS | engine["stop"]
     )
+    # Team membership by Cognito group: whoever submits for a dashboard user reads their groups in the user pool
+    for submitter in ("api", "retraining", "sweeps_controller"):
+        if submitter in expected:
+            expected[submitter] |= GROUP_READS
     return expected
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.infra.conftest import Synth, resolve_ref
-from tests.infra.test_checks import STAGES, role_actions
+from tests.infra.test_checks import STAGES, function_roles, role_actions
 
 pytestmark = pytest.mark.infra
 
@@ -117,3 +117,28 @@ def test_cors_allows_the_dashboard_origin_or_the_configured_one(synth: Synth) ->
         assert {"DashboardUrl", "DashboardBucketName", "DashboardDistributionId", "DashboardConfig", "DashboardUserPoolId"} <= set(outputs)
         config = json.dumps(outputs["DashboardConfig"]["Value"])
         assert "cognito" in config and "identity_pool_id" in config and "api_url" in config
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_who_submits_for_a_dashboard_user_reads_their_groups_in_this_pool_alone(synth: Synth, stage: str) -> None:
+    # Team membership by Cognito group (docs/TEAMS.md): the API, the retraining dispatcher and the sweep
+    # controller look a person's groups up; exactly the two reads, on the dashboard's user pool only.
+    (pool_id,) = dashboard_resources(synth, stage, "AWS::Cognito::UserPool")
+    roles = function_roles(synth, stage)
+    readers = {"api", "retraining", "sweeps_controller"} & set(roles)
+    assert "api" in readers
+    for short, role in roles.items():
+        assert role is not None, short
+        actions = role_actions(synth.templates[stage], role)
+        reads = {a: s for a, s in actions.items() if a.startswith("cognito-idp:")}
+        if short not in readers:
+            assert not reads, short
+            continue
+        assert set(reads) == {"cognito-idp:ListUsers", "cognito-idp:AdminListGroupsForUser"}, short
+        for statements in reads.values():
+            assert all(resolve_ref(s["Resource"]) == pool_id and s["Resource"]["Fn::GetAtt"][1] == "Arn" for s in statements)
+    # Every function knows the pool (TRAINPLANE_DASHBOARD_USER_POOL_ID), so a stored owner resolves as a request would
+    api = next(
+        f for f in synth.resources(stage, "AWS::Lambda::Function").values() if f["Properties"]["Handler"].endswith("api.lambda_handler")
+    )
+    assert resolve_ref(api["Properties"]["Environment"]["Variables"]["TRAINPLANE_DASHBOARD_USER_POOL_ID"]) == pool_id

@@ -64,9 +64,11 @@ def test_both_clients_have_every_team_call_with_the_same_arguments() -> None:
 def test_the_sdk_defines_reads_and_deletes_a_team(url: str) -> None:
     admin = Client(url, credentials=_credentials(ADMIN), region="us-east-1", max_retries=0)
     bob = Client(url, credentials=_credentials(BOB), region="us-east-1", max_retries=0)
-    spec = TeamSpec.model_validate({"members": {"arns": [BOB.arn]}, "quotas": {"H100": {"nominal": 2}}, "max_priority": 7})
+    members = {"arns": [BOB.arn], "cognito_groups": ["cv-team"]}
+    spec = TeamSpec.model_validate({"members": members, "quotas": {"H100": {"nominal": 2}}, "max_priority": 7})
     stored = admin.put_team("vision", spec)
     assert (stored.name, stored.version, stored.max_priority) == ("vision", 1, 7)
+    assert [t.members.cognito_groups for t in admin.list_teams() if t.name == "vision"] == [["cv-team"]]
     with pytest.raises(AuthError):
         bob.put_team("vision", {"weight": 5})
     assert [t.name for t in bob.list_teams()] == ["vision"]  # his own team, decided from his identity
@@ -89,7 +91,8 @@ def test_the_cli_puts_lists_and_gets_teams(url: str, tmp_path: Path, monkeypatch
     monkeypatch.setenv("TRAINPLANE_STATE_DIR", str(tmp_path / "no-state"))
     runner = CliRunner()
     doc = tmp_path / "team.json"
-    doc.write_text(json.dumps({"quotas": {"A100": {"nominal": 4, "borrow_limit": "50%"}}, "weight": 2}))
+    members = {"arns": [BOB.arn], "cognito_groups": ["nlp-research"]}
+    doc.write_text(json.dumps({"members": members, "quotas": {"A100": {"nominal": 4, "borrow_limit": "50%"}}, "weight": 2}))
 
     def invoke(*args: str) -> Any:
         return runner.invoke(app, list(args), env={"COLUMNS": "250"}, catch_exceptions=False)
@@ -98,6 +101,8 @@ def test_the_cli_puts_lists_and_gets_teams(url: str, tmp_path: Path, monkeypatch
     assert put.exit_code == 0 and "team nlp stored (version 1)" in put.output, put.output
     listed = invoke("teams", "list")
     assert "nlp" in listed.output and "A100=4 (+50% borrow" in listed.output, listed.output
+    assert f"{BOB.arn}, group:nlp-research" in listed.output, listed.output
+    assert f"members: {BOB.arn}, group:nlp-research" in invoke("teams", "get", "nlp").output
     got = invoke("--output", "json", "teams", "get", "nlp")
     shown = "\n".join(line for line in got.stdout.splitlines() if not line.startswith('{"_aws"'))  # the Lambda's metrics, in process
     row = {"gpu_type": "A100", "nominal": 4, "in_use": 0, "borrowed": 0, "lent": 0, "queued": 0, "usage": 0.0}

@@ -1,5 +1,5 @@
 """One home for who the caller is: nothing in functions/ reads the request's identity but
-functions/handlers/errors.py `caller_of` (routes ask `principal_of`, which asks `caller_of`).
+functions/handlers/errors.py `signed_caller` (routes ask `principal_of`, which asks `caller_of`).
 
 The sweeps router once read `identity.user_arn` itself: every dashboard user, one role session, became one
 sweeps principal. This scan fails on such a copy, however it is spelt (the data class's attributes, the
@@ -13,11 +13,28 @@ import textwrap
 from pathlib import Path
 
 FUNCTIONS = Path(__file__).resolve().parents[2] / "functions"
-HOME = (FUNCTIONS / "handlers" / "errors.py", "caller_of")
+HOME = (FUNCTIONS / "handlers" / "errors.py", "signed_caller")
 
 # APIGatewayProxyEvent's identity accessors, and the raw event's keys for the same values.
-IDENTITY_ATTRIBUTES = {"request_context", "identity", "user_arn", "cognito_identity_id", "cognito_authentication_type", "caller"}
-IDENTITY_KEYS = {"requestContext", "identity", "userArn", "cognitoIdentityId", "cognitoAuthenticationType", "caller", "user"}
+IDENTITY_ATTRIBUTES = {
+    "request_context",
+    "identity",
+    "user_arn",
+    "cognito_identity_id",
+    "cognito_authentication_type",
+    "cognito_authentication_provider",
+    "caller",
+}
+IDENTITY_KEYS = {
+    "requestContext",
+    "identity",
+    "userArn",
+    "cognitoIdentityId",
+    "cognitoAuthenticationType",
+    "cognitoAuthenticationProvider",
+    "caller",
+    "user",
+}
 READERS = {"caller_arn"}
 
 

@@ -81,6 +81,9 @@ def test_a_dashboard_user_is_reported_as_api_gateway_reports_an_identity_pool_se
     ana, ben = new_dashboard_user("ana"), new_dashboard_user("ben")
     recorder = Recorder()
     front = FrontDoor("127.0.0.1", 0, principals=[ALICE, ana, ben], handler=recorder, region=REGION, account_id="123456789012")
+    # Ana is a user of local mode's user pool (localmode/deploy/user_pool.py); ben's pool user is unknown
+    provider = "cognito-idp.us-east-1.amazonaws.com/us-east-1_Local,cognito-idp.us-east-1.amazonaws.com/us-east-1_Local:CognitoSignIn:s-1"
+    front.cognito_providers.update({"ana": provider, "alice": provider})
     front.start()
     try:
         for person in (ana, ben, ALICE):
@@ -94,6 +97,8 @@ def test_a_dashboard_user_is_reported_as_api_gateway_reports_an_identity_pool_se
     assert [i["cognitoIdentityId"] for i in identities] == [ana.cognito_identity_id, ben.cognito_identity_id, None]
     assert [i["cognitoAuthenticationType"] for i in identities] == ["authenticated", "authenticated", None]
     assert identities[0]["cognitoIdentityPoolId"].startswith(REGION + ":") and identities[2]["cognitoIdentityPoolId"] is None
+    # Only a dashboard user is reported with a user-pool login, as API Gateway does (never an IAM user)
+    assert [i["cognitoAuthenticationProvider"] for i in identities] == [provider, None, None]
 
 
 def test_root_path_has_no_proxy_parameter(door) -> None:

@@ -25,6 +25,11 @@ export function waitBadge(job: Job): HTMLElement | null {
   return h("span", { class: "wait-reason", "data-wait-reason": reason, title: meaning + place }, reason);
 }
 
+/** A team's members as admins see them: its ARNs (or patterns), then its Cognito groups as "group:NAME". */
+function members(team: any): string[] {
+  return [...(team.members?.arns ?? []), ...(team.members?.cognito_groups ?? []).map((g: string) => `group:${g}`)];
+}
+
 export function teamsView(): View {
   const body = h("div", { class: "table-wrap" });
   async function load(): Promise<void> {
@@ -66,7 +71,9 @@ export function teamView(name: string): View {
         h("dt", null, "Fair share"), h("dd", { "data-testid": "fair-share", title: "2^(-usage/share): 1 unused, 0.5 at its share, towards 0 above it" }, num(view.fair_share)),
         h("dt", null, "Usage (decayed, USD)"), h("dd", { "data-testid": "usage" }, num(view.usage)),
         h("dt", null, "Weight"), h("dd", null, num(team.weight)),
-        h("dt", null, "Max priority"), h("dd", null, String(team.max_priority))),
+        h("dt", null, "Max priority"), h("dd", null, String(team.max_priority)),
+        // Admins see who is in it (IAM ARNs or patterns, Cognito user-pool groups); a member's own view has no list.
+        ...(members(team).length ? [h("dt", null, "Members"), h("dd", { "data-testid": "members" }, members(team).join(", "))] : [])),
       view.types.length
         ? h("table", { class: "compact", "aria-label": "Quota per GPU type" },
             h("thead", null, h("tr", null, ["GPU type", "In use", "Nominal", "Borrowed", "Lent", "Queued demand"].map((t) => h("th", { scope: "col" }, t)))),

@@ -89,7 +89,7 @@ def test_the_create_form_offers_every_optimizer_the_api_accepts(fake_plane: Loca
 def research_team(fake_plane: LocalPlane) -> Iterator[str]:
     """Alice in team `research` (as the admin defines it): one CPU, one running job per member."""
     spec = {
-        "members": {"arns": [fake_plane.principal("alice")["arn"]]},
+        "members": {"arns": [fake_plane.principal("alice")["arn"]], "cognito_groups": ["ml-research"]},
         "quotas": {"cpu": {"nominal": 1}},
         "member_caps": {"max_running_jobs": 1},
     }
@@ -121,6 +121,8 @@ def test_a_teams_page_shows_its_quota_and_why_its_job_waits(
             assert row.locator(f'td[data-col="{col}"]').inner_text() == str(cpu[col]), col
         assert cpu["nominal"] == 1 and cpu["in_use"] >= 1
         assert dash.page.locator('[data-testid="fair-share"]').inner_text() != "—"
+        # Its members as the admin sees them: ARNs, then Cognito groups
+        assert dash.page.locator('[data-testid="members"]').inner_text() == f"{fake_plane.principal('alice')['arn']}, group:ml-research"
         dash.shot("team-page")
         dash.go("#/teams")
         dash.page.locator(f'tr[data-team="{research_team}"]').wait_for()
