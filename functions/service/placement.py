@@ -245,7 +245,9 @@ def apply_to_run_spec(job: Job, spec: RunSpec) -> RunSpec:
             }
         )
     resources = rules.candidate_resources(spec.resource_config, candidate)
-    return spec.model_copy(update={"resource_config": resources, "training_config": training, "data_config": data})
+    # A training shape pins its instance types to its own GPUs only: on another candidate the launcher picks.
+    shape = rules.shape_for(spec.training_shape, candidate)
+    return spec.model_copy(update={"resource_config": resources, "training_config": training, "data_config": data, "training_shape": shape})
 
 
 def remaining_work(job: Job) -> float:
