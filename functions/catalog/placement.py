@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functions.catalog import pricing, resharding
 from functions.catalog.instances import (
     CAPABILITIES,
+    GPU_THROUGHPUT,
     INSTANCE_TYPES,
     InstanceChoice,
     InstanceSpec,
@@ -184,6 +185,27 @@ def resolve(resources: ResourceConfig, shape: TrainingShapeProfile | None = None
             raise InvalidRequest(f"{FIELD}.candidates[{i}]", f"{spec.label()}: {exc.message}") from exc
         found.append(Candidate(i, spec, choice))
     return found
+
+
+def throughput(candidate: PlacementCandidate) -> float:
+    """The candidate's relative training throughput: its GPUs' (instances.GPU_THROUGHPUT, A100 = 1.0) times
+    its world size. Work measured on one candidate takes `throughput(a) / throughput(b)` times as long on b."""
+    try:
+        gpu = parse_gpu_type(candidate.gpu_type).gpu_type
+    except InvalidRequest:
+        gpu = None
+    return GPU_THROUGHPUT.get(gpu or "", 0.0) * world_size(candidate.gpus_per_node, candidate.nodes)
+
+
+def work_on(seconds: float, measured_on: PlacementCandidate, runs_on: PlacementCandidate) -> float:
+    """`seconds` of training measured on one candidate, as seconds on another (its relative throughput)."""
+    have, want = throughput(measured_on), throughput(runs_on)
+    return seconds * have / want if have and want else seconds
+
+
+def first_on_demand(candidates: Sequence[PlacementCandidate]) -> int | None:
+    """The index of the candidate the deadline policy falls back to: the first on-demand one."""
+    return next((i for i, c in enumerate(candidates) if c.purchase == Purchase.ON_DEMAND), None)
 
 
 def world_size(gpus_per_node: int, nodes: int) -> int:
@@ -379,13 +401,19 @@ def check_deadline(candidates: Sequence[Candidate], deadline: float | None, work
         return
     if deadline <= now:
         raise InvalidRequest(f"{FIELD}.deadline", "is in the past")
-    if work is not None and now + work + RESTART_OVERHEAD_SECONDS > deadline:
-        hours = (deadline - now) / 3600
-        raise InvalidRequest(
-            f"{FIELD}.deadline",
-            f"no candidate can finish {work} s of training plus {RESTART_OVERHEAD_SECONDS} s of start-up in the {hours:.2f} h left",
-        )
-    if not any(c.spec.purchase == Purchase.ON_DEMAND for c in candidates):
+    fallback = first_on_demand([c.spec for c in candidates])
+    if fallback is None:
         raise InvalidRequest(
             f"{FIELD}.candidates", "a deadline needs an on_demand candidate to fall back to when spot leaves no slack (docs/PLACEMENT.md)"
         )
+    if work is not None:
+        # The guarantee is the on-demand fallback's: it must finish the work (candidate 0's seconds, at its own speed).
+        needed = work_on(work, candidates[0].spec, candidates[fallback].spec)
+        if now + needed + RESTART_OVERHEAD_SECONDS > deadline:
+            hours = (deadline - now) / 3600
+            raise InvalidRequest(
+                f"{FIELD}.deadline",
+                f"the on-demand fallback (candidate {fallback}, {candidates[fallback].spec.label()}) cannot finish {work} s of "
+                f"candidate 0's training ({needed:.0f} s at its speed) plus {RESTART_OVERHEAD_SECONDS} s of start-up in the "
+                f"{hours:.2f} h left",
+            )
