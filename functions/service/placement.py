@@ -168,7 +168,9 @@ class PlacementService:
             blocked.add(pool)
         changes: dict[str, Any] = {}
         if instance_type is not None:
-            pool = rules.pool_key(platform, instance_type, zone or "any", purchase)
+            # The zone the instances landed in; a pool of the list without a zone ("any") when the job allows every zone.
+            landed = [rules.pool_key(platform, instance_type, where, purchase) for where in (zone or "any", "any")]
+            pool = next((p for p in landed if p in current.fleet_pools), landed[0])
             if pool != current.pool and pool in current.fleet_pools:
                 candidate = _candidate_of(job, instance_type, current)
                 changes = {

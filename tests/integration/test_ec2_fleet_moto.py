@@ -143,7 +143,8 @@ def test_the_fleets_errors_block_their_pools_and_the_try_moves_to_the_pool_that_
     # When the launcher's fleet lands on A100 and placement reads the handle
     handle = _launcher(aws).launch(_fleet_request(fleet_pools(job)))
     landed = LaunchHandle.from_dict(handle.to_dict())
-    changes = service.on_launched(job, landed.extra["instance_type"], None, PoolFailure.from_extra(landed.extra))
+    assert landed.extra["zone"]  # the zone EC2 chose (the job allows any)
+    changes = service.on_launched(job, landed.extra["instance_type"], landed.extra["zone"], PoolFailure.from_extra(landed.extra))
     job = job.model_copy(update=placement_fields(changes))
     # Then H100 spot is blocked for a capacity error, and the try is A100 spot's (a preemption counts there)
     assert health.pools["ec2/p5.48xlarge/any/spot"].capacity_errors == 1
