@@ -151,3 +151,37 @@ def test_the_fleets_errors_block_their_pools_and_the_try_moves_to_the_pool_that_
     assert job.placement is not None and job.placement.pools_blocked == ["ec2/p5.48xlarge/any/spot"]
     current = job.placement.tries[-1]
     assert (current.pool, current.candidate, current.instance_type) == ("ec2/p4d.24xlarge/any/spot", 1, "p4d.24xlarge")
+
+
+def test_plain_moto_fails_the_fleet_path_as_docs_placement_md_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reason for localmode/moto_ec2.py: when a moto upgrade makes this fail, the patch can go."""
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    reinstall = bool(moto_ec2._patches)  # moto_hooks.install() may have installed it for the process
+    moto_ec2.uninstall()
+    try:
+        _plain_moto_fleet()
+    finally:
+        if reinstall:
+            moto_ec2.install()
+
+
+def _plain_moto_fleet() -> None:
+    with mock_aws():
+        ec2 = Clients().client("ec2")
+        template = ec2.create_launch_template(LaunchTemplateName="t", LaunchTemplateData={"ImageId": TEMPLATE_AMI})["LaunchTemplate"]
+        made = ec2.create_launch_template_version(
+            LaunchTemplateId=template["LaunchTemplateId"], SourceVersion="1", LaunchTemplateData={"UserData": "ZWNobw=="}
+        )["LaunchTemplateVersion"]
+        # moto keeps only the given fields: no ImageId from the source version
+        assert "ImageId" not in made["LaunchTemplateData"]
+        with pytest.raises(Exception, match="ImageId"):
+            ec2.create_fleet(
+                Type="instant",
+                TargetCapacitySpecification={"TotalTargetCapacity": 1, "DefaultTargetCapacityType": "on-demand"},
+                LaunchTemplateConfigs=[
+                    {
+                        "LaunchTemplateSpecification": {"LaunchTemplateId": template["LaunchTemplateId"], "Version": "2"},
+                        "Overrides": [{"InstanceType": "p5.48xlarge"}],
+                    }
+                ],
+            )
