@@ -63,7 +63,10 @@ class Settings(BaseModel):
     sagemaker_keep_alive_seconds: int | None = Field(default=None, ge=0, le=21_600)  # warm pool (AWS: at most 6 h); None = off
     ec2_launch_template_id: str | None = None
     ec2_launch_template_name: str | None = None
-    ec2_launch_template_version: str = "$Latest"
+    # $Default, not $Latest: each EC2 Fleet attempt adds a version of its own for a moment (its user data,
+    # docs/PLACEMENT.md), which $Latest would hand to a launch running beside it. Roll a new AMI by making its
+    # version the default.
+    ec2_launch_template_version: str = "$Default"
     ec2_instance_profile_arn: str | None = None
     # The cluster placement group every multi-node EC2 job launches into (all its instances in one RunInstances
     # call); the CDK stack creates it. Without it, a multi-node job on compute 'ec2' cannot launch.

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from schemas.access import BucketGrant
 
@@ -219,10 +219,11 @@ class StageConfig(BaseModel):
 
     @field_validator("training_shapes")
     @classmethod
-    def _shapes(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _shapes(cls, value: list[dict[str, Any]], info: ValidationInfo) -> list[dict[str, Any]]:
         from functions.catalog.shapes import catalog_from_json  # the control plane's own check: one grammar
 
-        catalog_from_json(json.dumps(value))
+        # compute is declared above: a shape's placement candidates must launch on it.
+        catalog_from_json(json.dumps(value), compute=info.data.get("compute"))
         return value
 
     @model_validator(mode="after")

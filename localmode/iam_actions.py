@@ -216,6 +216,47 @@ def _run_instances(params: Mapping[str, Any], names: Names) -> list[Authorizatio
     return out
 
 
+def _template_arn(params: Mapping[str, Any], names: Names) -> str:
+    spec = params.get("LaunchTemplateSpecification") or params
+    template_id = str(spec.get("LaunchTemplateId") or spec.get("LaunchTemplateName"))
+    return _arn(names, "ec2", f"launch-template/{names.of('launch-template', template_id)}")
+
+
+def _template_version(action: str) -> Callable[[Mapping[str, Any], Names], list[Authorization]]:
+    return lambda params, names: [_auth(action, _template_arn(params, names))]
+
+
+def _create_fleet(params: Mapping[str, Any], names: Names) -> list[Authorization]:
+    """An instant fleet launches through RunInstances on the caller's behalf: CreateFleet on the fleet and its
+    template, RunInstances on what each launch creates (as RunInstances itself), CreateTags as CreateFleet."""
+    configs = params.get("LaunchTemplateConfigs", [])
+    templates = sorted({_template_arn(c, names) for c in configs})
+    spot = (params.get("TargetCapacitySpecification") or {}).get("DefaultTargetCapacityType") == "spot"
+    out = [_auth("ec2:CreateFleet", _arn(names, "ec2", "fleet/*"))] + [_auth("ec2:CreateFleet", t) for t in templates]
+    groups = {o["Placement"]["GroupName"] for c in configs for o in c.get("Overrides", []) if (o.get("Placement") or {}).get("GroupName")}
+    for template in templates:
+        launch: dict[str, Any] = {"LaunchTemplate": {"LaunchTemplateId": template.rsplit("/", 1)[1]}}
+        if spot:
+            launch["InstanceMarketOptions"] = {"MarketType": "spot"}
+        for group in sorted(groups) or [None]:
+            placed = {**launch, "Placement": {"GroupName": group}} if group else launch
+            out += [a for a in _run_instances(placed, _Known(names, template)) if a["action"] == "ec2:RunInstances"]
+    for kind in ("instance/*", "volume/*"):
+        out.append(_auth("ec2:CreateTags", _arn(names, "ec2", kind), {"ec2:CreateAction": "CreateFleet"}))
+    return out
+
+
+class _Known:
+    """Names whose launch template is already resolved (its ARN's last part is the template's name)."""
+
+    def __init__(self, names: Names, template_arn: str) -> None:
+        self._names, self._template = names, template_arn
+        self.region, self.account = names.region, names.account
+
+    def of(self, kind: str, name: str) -> str:
+        return name if kind == "launch-template" else self._names.of(kind, name)
+
+
 def _on_instances(action: str) -> Callable[[Mapping[str, Any], Names], list[Authorization]]:
     def authorize(params: Mapping[str, Any], names: Names) -> list[Authorization]:
         ids = list(params.get("InstanceIds") or params.get("Resources") or [])
@@ -273,6 +314,9 @@ _SPECIAL: dict[tuple[str, str], Callable[[Mapping[str, Any], Names], list[Author
     ("dynamodb", "TransactGetItems"): _ddb_transact,
     ("sagemaker", "CreateTrainingJob"): _create_training_job,
     ("ec2", "RunInstances"): _run_instances,
+    ("ec2", "CreateFleet"): _create_fleet,
+    ("ec2", "CreateLaunchTemplateVersion"): _template_version("ec2:CreateLaunchTemplateVersion"),
+    ("ec2", "DeleteLaunchTemplateVersions"): _template_version("ec2:DeleteLaunchTemplateVersions"),
     ("ec2", "CreateTags"): _on_instances("ec2:CreateTags"),
     ("ec2", "TerminateInstances"): _on_instances("ec2:TerminateInstances"),
     ("scheduler", "CreateSchedule"): _schedule("scheduler:CreateSchedule"),

@@ -115,6 +115,10 @@ class PlacementTry(BaseModel):
         default_factory=list,
         description="SageMaker on-demand: the instance types offered in order (InstancePreferences); SageMaker picks one.",
     )
+    fleet_pools: list[str] = Field(
+        default_factory=list,
+        description="EC2: the pools of the attempt's one instant EC2 Fleet, in order; EC2 picks one (the try's pool is then that one).",
+    )
 
 
 class Recovery(BaseModel):

@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.configs import DType, FrameworkType, StrMap
+from schemas.placement import PlacementConfig
 
 ShapeName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
 # "name" (the latest version) or "name@version".
@@ -43,6 +44,11 @@ class TrainingShapeProfile(BaseModel):
     framework: FrameworkType | None = Field(default=None, description="training_config.framework.type (sharding).")
     framework_config: StrMap | None = Field(default=None, description="training_config.framework.config, e.g. zero_stage.")
     base_model_weight_precision: DType | None = Field(default=None, description="training_config.base_model.dtype.")
+    placement: PlacementConfig | None = Field(
+        default=None,
+        description="resource_config.placement a job naming the shape inherits (its own placement replaces it); "
+        "candidate 0 is the shape's own GPUs (docs/PLACEMENT.md).",
+    )
 
     @property
     def ref(self) -> str:
@@ -54,6 +60,18 @@ class TrainingShapeProfile(BaseModel):
             raise ValueError("accelerator_type needs accelerator_count >= 1")
         if self.framework_config is not None and self.framework is None:
             raise ValueError("framework_config needs framework")
+        if self.placement is not None:
+            if self.accelerator_count == 0:
+                raise ValueError("placement candidates are GPU placements: a CPU-only shape (accelerator_count 0) cannot have them")
+            if self.placement.deadline is not None:
+                # A shape serves many jobs; a deadline is one job's instant.
+                raise ValueError("placement.deadline is one job's: give it in the job's own resource_config.placement")
+            first = self.placement.candidates[0]
+            if (first.gpus_per_node, first.nodes) != (self.accelerator_count, self.node_count):
+                raise ValueError(
+                    f"placement.candidates[0] is the shape's own GPUs: {self.accelerator_count} per node on {self.node_count} "
+                    f"node(s), not {first.gpus_per_node} on {first.nodes}"
+                )
         return self
 
 

@@ -62,12 +62,23 @@ class InstanceSpec:
             found.add("efa")
         return frozenset(found)
 
+    @property
+    def gpu_throughput(self) -> float:
+        """Relative training throughput of one of its GPUs (GPU_THROUGHPUT; 0 for CPU-only types)."""
+        return GPU_THROUGHPUT.get(self.gpu_type or "", 0.0)
+
     def offered_on(self, platform: Platform) -> bool:
         return self.sagemaker if platform == "sagemaker" else self.ec2
 
     def type_name(self, platform: Platform) -> str:
         return f"ml.{self.name}" if platform == "sagemaker" else self.name
 
+
+# Relative training throughput of one GPU, A100 = 1.0: a planning figure for mixed-precision transformer
+# training (dense BF16/FP16 tensor-core peak, tempered by memory bandwidth: H100 SXM 989 TFLOPS and 3.35 TB/s
+# against A100's 312 and 1.6-2.0; L40S 362 at 0.86 TB/s; A10G, L4, T4 far below), not a benchmark of one model.
+# Placement converts the work left between candidates with it (the deadline policy, scripts/sim_placement.py).
+GPU_THROUGHPUT: dict[str, float] = {"H100": 2.5, "A100": 1.0, "L40S": 0.6, "A10G": 0.3, "L4": 0.25, "T4": 0.12}
 
 # Instance features (AWS instance type pages): FP8 tensor cores on Hopper and Ada GPUs; NVLink/NVSwitch
 # between the GPUs of P5 and P4; EFA on P5/P4 and on the G-family sizes of 8xlarge and up.

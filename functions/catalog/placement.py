@@ -13,9 +13,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from functions.catalog import pricing, resharding
-from functions.catalog.instances import CAPABILITIES, INSTANCE_TYPES, InstanceChoice, InstanceSpec, Platform, select_instance
+from functions.catalog.instances import (
+    CAPABILITIES,
+    GPU_THROUGHPUT,
+    INSTANCE_TYPES,
+    InstanceChoice,
+    InstanceSpec,
+    Platform,
+    parse_gpu_type,
+    select_instance,
+)
 from functions.errors import InvalidRequest
-from schemas.configs import DataConfig, ResourceConfig, SchedulingConfig, TrainingConfig
+from schemas.configs import DataConfig, FrameworkType, ResourceConfig, SchedulingConfig, TrainingConfig
 from schemas.placement import PlacementCandidate, Purchase
 from schemas.shapes import TrainingShapeProfile
 
@@ -101,9 +110,6 @@ def first_candidate(resources: ResourceConfig) -> ResourceConfig:
     would be ignored: 422 naming it."""
     if resources.placement is None:
         return resources
-    if resources.training_shape is not None:
-        # A shape pins one instance type per engine; candidate lists carried by shapes are not built yet.
-        raise InvalidRequest(FIELD, "a training shape fixes the GPUs: give resource_config.placement or a training_shape, not both")
     first = resources.placement.candidates[0]
     wanted = {"gpu_type": first.gpu_type, "gpu_count": first.gpus_per_node, "node_count": first.nodes}
     for name, value in wanted.items():
@@ -123,6 +129,50 @@ def candidate_resources(resources: ResourceConfig, candidate: PlacementCandidate
     )
 
 
+def runs_on_shape(shape: TrainingShapeProfile, candidate: PlacementCandidate) -> bool:
+    """Is `candidate` the shape's own GPUs (type and count per node), the ones its instance types carry?"""
+    if candidate.gpus_per_node != shape.accelerator_count:
+        return False
+    try:
+        return parse_gpu_type(candidate.gpu_type) == parse_gpu_type(shape.accelerator_type)
+    except InvalidRequest:
+        return False
+
+
+def shape_for(shape: TrainingShapeProfile | None, candidate: PlacementCandidate) -> TrainingShapeProfile | None:
+    """The shape as it applies on `candidate`: its instance types pin only its own GPUs; on another candidate
+    the cheapest fitting type is chosen (its framework, precision and image tag still apply)."""
+    if shape is None or not shape.instance_types or runs_on_shape(shape, candidate):
+        return shape
+    return shape.model_copy(update={"instance_types": {}})
+
+
+def check_shape_candidates(shape: TrainingShapeProfile, compute: str | None = None) -> None:
+    """A training shape's own candidate list, when the catalog is built: candidate 0 is the shape's GPUs, each
+    candidate has an instance type on its platform (the deployment's `compute` when known) and the shape's
+    framework can resume a checkpoint on each world size. ValueError naming the shape and the candidate; what
+    depends on the job (its batch, its training type) is checked at submit (`validate`)."""
+    placement = shape.placement
+    if placement is None:
+        return
+    first = placement.candidates[0]
+    where = f"training shape {shape.ref}: placement.candidates"
+    if not runs_on_shape(shape, first) or first.nodes != shape.node_count:
+        raise ValueError(f"{where}[0] ({first.label()}) is not the shape's own {shape.accelerator_count} x {shape.accelerator_type}")
+    framework = shape.framework or FrameworkType.HF_TRAINER
+    resources = ResourceConfig(gpu_type=first.gpu_type, gpu_count=first.gpus_per_node, node_count=first.nodes, placement=placement)
+    for i, candidate in enumerate(placement.candidates):
+        if compute in ("sagemaker", "ec2") and candidate.platform != compute:
+            raise ValueError(f"{where}[{i}]: this deployment launches on {compute}; {candidate.platform!r} cannot run here")
+        try:
+            select_instance(candidate_resources(resources, candidate), candidate.platform, shape_for(shape, candidate))
+        except InvalidRequest as exc:
+            raise ValueError(f"{where}[{i}] ({candidate.label()}): {exc.message}") from None
+        refused = resharding.world_size_refusal(framework, first.world_size, candidate.world_size)
+        if refused is not None:
+            raise ValueError(f"{where}[{i}] ({candidate.label()}) cannot resume a checkpoint of candidate 0: {refused}")
+
+
 def resolve(resources: ResourceConfig, shape: TrainingShapeProfile | None = None) -> list[Candidate]:
     """Every candidate of resource_config.placement with its instance type: 422 naming the candidate that none fits."""
     if resources.placement is None:
@@ -130,11 +180,32 @@ def resolve(resources: ResourceConfig, shape: TrainingShapeProfile | None = None
     found = []
     for i, spec in enumerate(resources.placement.candidates):
         try:
-            choice = select_instance(candidate_resources(resources, spec), spec.platform, shape)
+            choice = select_instance(candidate_resources(resources, spec), spec.platform, shape_for(shape, spec))
         except InvalidRequest as exc:
             raise InvalidRequest(f"{FIELD}.candidates[{i}]", f"{spec.label()}: {exc.message}") from exc
         found.append(Candidate(i, spec, choice))
     return found
+
+
+def throughput(candidate: PlacementCandidate) -> float:
+    """The candidate's relative training throughput: its GPUs' (instances.GPU_THROUGHPUT, A100 = 1.0) times
+    its world size. Work measured on one candidate takes `throughput(a) / throughput(b)` times as long on b."""
+    try:
+        gpu = parse_gpu_type(candidate.gpu_type).gpu_type
+    except InvalidRequest:
+        gpu = None
+    return GPU_THROUGHPUT.get(gpu or "", 0.0) * world_size(candidate.gpus_per_node, candidate.nodes)
+
+
+def work_on(seconds: float, measured_on: PlacementCandidate, runs_on: PlacementCandidate) -> float:
+    """`seconds` of training measured on one candidate, as seconds on another (its relative throughput)."""
+    have, want = throughput(measured_on), throughput(runs_on)
+    return seconds * have / want if have and want else seconds
+
+
+def first_on_demand(candidates: Sequence[PlacementCandidate]) -> int | None:
+    """The index of the candidate the deadline policy falls back to: the first on-demand one."""
+    return next((i for i, c in enumerate(candidates) if c.purchase == Purchase.ON_DEMAND), None)
 
 
 def world_size(gpus_per_node: int, nodes: int) -> int:
@@ -330,13 +401,19 @@ def check_deadline(candidates: Sequence[Candidate], deadline: float | None, work
         return
     if deadline <= now:
         raise InvalidRequest(f"{FIELD}.deadline", "is in the past")
-    if work is not None and now + work + RESTART_OVERHEAD_SECONDS > deadline:
-        hours = (deadline - now) / 3600
-        raise InvalidRequest(
-            f"{FIELD}.deadline",
-            f"no candidate can finish {work} s of training plus {RESTART_OVERHEAD_SECONDS} s of start-up in the {hours:.2f} h left",
-        )
-    if not any(c.spec.purchase == Purchase.ON_DEMAND for c in candidates):
+    fallback = first_on_demand([c.spec for c in candidates])
+    if fallback is None:
         raise InvalidRequest(
             f"{FIELD}.candidates", "a deadline needs an on_demand candidate to fall back to when spot leaves no slack (docs/PLACEMENT.md)"
         )
+    if work is not None:
+        # The guarantee is the on-demand fallback's: it must finish the work (candidate 0's seconds, at its own speed).
+        needed = work_on(work, candidates[0].spec, candidates[fallback].spec)
+        if now + needed + RESTART_OVERHEAD_SECONDS > deadline:
+            hours = (deadline - now) / 3600
+            raise InvalidRequest(
+                f"{FIELD}.deadline",
+                f"the on-demand fallback (candidate {fallback}, {candidates[fallback].spec.label()}) cannot finish {work} s of "
+                f"candidate 0's training ({needed:.0f} s at its speed) plus {RESTART_OVERHEAD_SECONDS} s of start-up in the "
+                f"{hours:.2f} h left",
+            )

@@ -113,21 +113,32 @@ def _refusal(change: ShapeChange, same_size: bool) -> str | None:
         return f"RLHF runs in one process: world size {change.to_world_size} cannot run it"
     if same_size:
         return None
-    if change.framework == FrameworkType.DEEPSPEED:
-        return (
-            f"a DEEPSPEED checkpoint holds each of its {change.from_world_size} workers' ZeRO partitions: "
-            f"only {change.from_world_size} workers resume it, not {change.to_world_size}"
-        )
-    if change.framework == FrameworkType.CUSTOM:
-        return (
-            "a CUSTOM script writes its own checkpoints, which the trainer cannot reshard "
-            f"from {change.from_world_size} to {change.to_world_size} workers"
-        )
-    if change.framework not in (FrameworkType.HF_TRAINER, FrameworkType.FSDP):
-        return f"framework {change.framework.value} does not resume on another world size"
+    refused = world_size_refusal(change.framework, change.from_world_size, change.to_world_size)
+    if refused is not None:
+        return refused
     if change.global_batch_size % change.to_world_size:
         return (
             f"the global batch of {change.global_batch_size} (per-device batch {change.per_device_batch_size} x accumulation "
             f"{change.gradient_accumulation_steps} x {change.from_world_size} workers) does not divide among {change.to_world_size} workers"
         )
+    return None
+
+
+def world_size_refusal(framework: FrameworkType, from_world_size: int, to_world_size: int) -> str | None:
+    """Why a `framework` checkpoint cannot move between these world sizes whatever the batch, or None.
+    A training shape's candidate list is checked with it when the catalog is built (functions/catalog/shapes.py)."""
+    if from_world_size == to_world_size:
+        return None
+    if framework == FrameworkType.DEEPSPEED:
+        return (
+            f"a DEEPSPEED checkpoint holds each of its {from_world_size} workers' ZeRO partitions: "
+            f"only {from_world_size} workers resume it, not {to_world_size}"
+        )
+    if framework == FrameworkType.CUSTOM:
+        return (
+            "a CUSTOM script writes its own checkpoints, which the trainer cannot reshard "
+            f"from {from_world_size} to {to_world_size} workers"
+        )
+    if framework not in (FrameworkType.HF_TRAINER, FrameworkType.FSDP):
+        return f"framework {framework.value} does not resume on another world size"
     return None

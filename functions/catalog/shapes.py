@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from functions.catalog.instances import parse_gpu_type, spec_for
+from functions.catalog.placement import check_shape_candidates
 from functions.errors import ShapeNotFound
 from schemas.configs import UNSUPPORTED_FRAMEWORKS, DType, FrameworkConfig, FrameworkType
 from schemas.shapes import TrainingShapeProfile
@@ -52,10 +53,10 @@ DEFAULT_SHAPES: tuple[TrainingShapeProfile, ...] = (
 
 
 class ShapeCatalog:
-    def __init__(self, profiles: Iterable[TrainingShapeProfile]) -> None:
+    def __init__(self, profiles: Iterable[TrainingShapeProfile], compute: str | None = None) -> None:
         by_ref: dict[tuple[str, int], TrainingShapeProfile] = {}
         for profile in profiles:
-            check_profile(profile)
+            check_profile(profile, compute)
             by_ref[(profile.name, profile.training_shape_version)] = profile
         self._by_ref = dict(sorted(by_ref.items()))
 
@@ -77,9 +78,10 @@ class ShapeCatalog:
         return sorted({name for name, _ in self._by_ref})
 
 
-def check_profile(profile: TrainingShapeProfile) -> None:
-    """Each instance type exists and carries the shape's accelerators, and its framework settings are
-    ones the submit schema accepts (ValueError naming the shape)."""
+def check_profile(profile: TrainingShapeProfile, compute: str | None = None) -> None:
+    """Each instance type exists and carries the shape's accelerators, its framework settings are ones the
+    submit schema accepts, and its placement candidates (if any) can run and resume on the deployment's
+    `compute` (ValueError naming the shape)."""
     if profile.framework is not None:
         if profile.framework in UNSUPPORTED_FRAMEWORKS:
             raise ValueError(f"training shape {profile.ref}: {UNSUPPORTED_FRAMEWORKS[profile.framework]}")
@@ -88,23 +90,24 @@ def check_profile(profile: TrainingShapeProfile) -> None:
         except ValidationError as exc:
             raise ValueError(f"training shape {profile.ref}: {exc.errors()[0].get('msg', exc)}") from None
     wanted = parse_gpu_type(profile.accelerator_type) if profile.accelerator_type else None
-    for compute, instance_type in profile.instance_types.items():
+    for engine, instance_type in profile.instance_types.items():
         try:
             spec = spec_for(instance_type)
         except KeyError:
-            raise ValueError(f"training shape {profile.ref}: unknown {compute} instance type {instance_type!r}") from None
-        if compute == "sagemaker" and not instance_type.startswith("ml."):
+            raise ValueError(f"training shape {profile.ref}: unknown {engine} instance type {instance_type!r}") from None
+        if engine == "sagemaker" and not instance_type.startswith("ml."):
             raise ValueError(f"training shape {profile.ref}: SageMaker instance types start with ml. ({instance_type!r})")
-        if not spec.offered_on(compute):
-            raise ValueError(f"training shape {profile.ref}: {instance_type} is not offered on {compute}")
+        if not spec.offered_on(engine):
+            raise ValueError(f"training shape {profile.ref}: {instance_type} is not offered on {engine}")
         if spec.gpus < profile.accelerator_count or (profile.accelerator_count == 0 and spec.gpus):
             raise ValueError(f"training shape {profile.ref}: {instance_type} has {spec.gpus} GPUs, the shape {profile.accelerator_count}")
         if wanted is not None and (spec.gpu_type != wanted.gpu_type or spec.gpu_memory_mb < (wanted.memory_mb or 0)):
             raise ValueError(f"training shape {profile.ref}: {instance_type} carries no {profile.accelerator_type}")
+    check_shape_candidates(profile, compute)
 
 
-def catalog_from_json(raw: str, defaults: Iterable[TrainingShapeProfile] = DEFAULT_SHAPES) -> ShapeCatalog:
-    """The defaults plus the deployment's shapes (a JSON list of profiles; "" for none)."""
+def catalog_from_json(raw: str, defaults: Iterable[TrainingShapeProfile] = DEFAULT_SHAPES, compute: str | None = None) -> ShapeCatalog:
+    """The defaults plus the deployment's shapes (a JSON list of profiles; "" for none), checked for `compute`."""
     extra: list[TrainingShapeProfile] = []
     if raw.strip():
         try:
@@ -114,4 +117,4 @@ def catalog_from_json(raw: str, defaults: Iterable[TrainingShapeProfile] = DEFAU
             extra = [TrainingShapeProfile.model_validate(item) for item in items]
         except (ValueError, ValidationError) as exc:
             raise ValueError(f"setting training_shapes: {exc}") from exc
-    return ShapeCatalog([*defaults, *extra])
+    return ShapeCatalog([*defaults, *extra], compute)

@@ -186,7 +186,7 @@ class JobService(LifecycleControls):
     def shape_catalog(self) -> ShapeCatalog:
         """The deployment's training shapes (defaults + settings.training_shapes), built once."""
         if self._shape_catalog is None:
-            self._shape_catalog = catalog_from_json(self.settings.training_shapes)
+            self._shape_catalog = catalog_from_json(self.settings.training_shapes, compute=self.settings.compute)
         return self._shape_catalog
 
     def check_paths(self, request: SubmitJobRequest, principal: Principal, *, owner: str | None = None) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -25,13 +25,15 @@ from functions.errors import ConcurrentModification, IllegalTransition, InvalidR
 from functions.service import costs, telemetry
 from functions.service.lifecycle_outcomes import decide_run_end
 from functions.service.paths import PathRules
-from functions.service.placement import PlacementService, launch_choice, placement_fields
+from functions.service.placement import PlacementService, fleet_pools, launch_choice, placement_fields
 from functions.service.ports import (
     ArtifactStore,
+    CapacityRefused,
     JobRepository,
     Launcher,
     LaunchHandle,
     LaunchRequest,
+    PoolFailure,
     RunDescription,
     RunState,
     RunStopper,
@@ -206,6 +208,7 @@ class LifecycleService:
         except ValueError as exc:
             return self._fail(job, ErrorType.USER_ERROR, str(exc))
         spot, zone, preferences = launch_choice(job)
+        pools = fleet_pools(job)
         request = LaunchRequest(
             job_id=job.job_id,
             attempt=job.attempt,
@@ -217,10 +220,16 @@ class LifecycleService:
             max_runtime_seconds=job.scheduling_config.max_runtime_seconds,
             zone=zone,
             instance_preferences=preferences,
+            fleet_pools=pools,
         )
         launcher = self.launchers[self.config.launcher]
         try:
             handle = launcher.launch(request)
+        except CapacityRefused as exc:
+            # An EC2 Fleet's pools that had none: each blocked, then the run ends as a capacity error (requeue).
+            self._record_launch(job, None, None, exc.failures)
+            description = RunDescription(state=RunState.FAILED, error_type=ErrorType.CAPACITY, message=f"launch failed: {exc}")
+            return self._after_end(job.job_id, job.attempt, description)
         except InvalidRequest as exc:
             # The launch-time checks (a custom image the deployment no longer allows, ...): the job's error, not capacity.
             description = RunDescription(state=RunState.FAILED, error_type=ErrorType.USER_ERROR, message=f"launch refused: {exc}")
@@ -235,6 +244,9 @@ class LifecycleService:
         # Record the handle, then look again (unversioned, as for tokens): a cancel that decided before
         # this write found no handle to stop, so this task stops the run; one deciding after finds it.
         self.repository.annotate(job_id, {"run_handle": handle.to_dict()})
+        if pools:
+            landed = handle.extra.get("instance_type"), handle.extra.get("zone") or None
+            self._record_launch(job, *landed, PoolFailure.from_extra(handle.extra))
         current = self.repository.get(job_id)
         if current.attempt != job.attempt or (current.status not in RUNNING and not current.run_outcome):
             launcher.stop(handle, graceful=False)
@@ -244,6 +256,12 @@ class LifecycleService:
             # A pause or preemption landed while launching: act on it now that there is a run to stop.
             self.runs.stop_run(job, graceful=True, reason=job.pending_reason or str(job.pending_action))
         return self._wait_instructions(job)
+
+    def _record_launch(self, job: Job, instance_type: str | None, zone: str | None, failures: Sequence[PoolFailure]) -> None:
+        """Placement's record of an EC2 Fleet launch: the pools that failed, the one it landed in."""
+        placed = self.placement.on_launched(job, instance_type, zone, failures) if self.placement is not None else {}
+        if placed:
+            self.repository.annotate(job.job_id, placed)
 
     def wait_run(self, job_id: str, execution: str | None, token: str) -> dict[str, Any]:
         job = self.repository.get(job_id)

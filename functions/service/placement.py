@@ -13,13 +13,13 @@ The pure rules (candidates, adaptation, labels, block lengths) live in functions
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from functions.catalog import placement as rules
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound
-from functions.service.ports import JobRepository, PoolHealth, PoolState, RunDescription, RunState, RunStopper
+from functions.service.ports import JobRepository, PoolFailure, PoolHealth, PoolState, RunDescription, RunState, RunStopper
 from schemas.job import ErrorType, Job, PendingAction
 from schemas.placement import Adaptation, PlacementRecord, PlacementTry, Purchase, Recovery
 from schemas.status import PAUSABLE
@@ -68,6 +68,7 @@ class PlacementService:
         at_risk = at_risk or _deadline_risk(job, now.timestamp())
         candidate = pairs[pick][0]
         preferences = _instance_preferences(candidate, [pairs[i][0] for i in healthy if i > pick])
+        fleet = _fleet_pools(pairs[pick], [pairs[i] for i in healthy if i > pick])
         tried = PlacementTry(
             attempt=attempt,
             candidate=candidate.index,
@@ -78,6 +79,7 @@ class PlacementService:
             outcome="running",
             hourly_usd=round(candidate.hourly_usd, 4),
             instance_preferences=preferences,
+            fleet_pools=fleet,
         )
         tries = [t for t in record.tries if t.attempt != attempt] + [tried]
         blocked = [pool for pool in pools if not _healthy(states.get(pool), now.timestamp())]
@@ -116,7 +118,7 @@ class PlacementService:
         return needs_on_demand(
             now,
             placement.deadline.timestamp(),
-            remaining_work(job),
+            remaining_on_fallback(job),
             overhead=rules.RESTART_OVERHEAD_SECONDS,
             loss=_checkpoint_loss(job),
         )
@@ -147,6 +149,40 @@ class PlacementService:
         runs.stop_run(moved, graceful=True, reason=reason)
 
     # ------------------------------------------------------------------ what happened
+    def on_launched(self, job: Job, instance_type: str | None, zone: str | None, failures: Sequence[PoolFailure]) -> dict[str, Any]:
+        """An EC2 Fleet answered: the pools it could not fill are blocked (capacity), and when it launched into
+        another pool of the try's list than the first, the try (and the pool a later failure counts against)
+        is that one. `instance_type` None: nothing launched (the run then ends as a capacity error)."""
+        current = current_try(job)
+        if job.placement is None or current is None or not (failures or instance_type):
+            return {}
+        now = self.clock()
+        platform, _, _, purchase = current.pool.split("/")
+        blocked = set(job.placement.pools_blocked)
+        for failure in failures:
+            pool = rules.pool_key(platform, failure.instance_type, failure.zone or "any", purchase)
+            if pool == current.pool and instance_type is None:
+                continue  # the run's end (a capacity error) counts the try's own pool, once
+            state = self.health.record(pool, "capacity", now.timestamp(), f"{failure.code}: {failure.message}")
+            self.health.block(pool, now.timestamp() + rules.block_seconds("capacity", state.capacity_errors))
+            blocked.add(pool)
+        changes: dict[str, Any] = {}
+        if instance_type is not None:
+            # The zone the instances landed in; a pool of the list without a zone ("any") when the job allows every zone.
+            landed = [rules.pool_key(platform, instance_type, where, purchase) for where in (zone or "any", "any")]
+            pool = next((p for p in landed if p in current.fleet_pools), landed[0])
+            if pool != current.pool and pool in current.fleet_pools:
+                candidate = _candidate_of(job, instance_type, current)
+                changes = {
+                    "pool": pool,
+                    "instance_type": instance_type,
+                    "candidate": candidate.index,
+                    "hourly_usd": round(candidate.hourly_usd, 4),
+                }
+        tries = [t.model_copy(update=changes) if t.attempt == current.attempt else t for t in job.placement.tries]
+        updated = job.placement.model_copy(update={"tries": tries, "pools_blocked": sorted(blocked)})
+        return {"placement": updated.model_dump(mode="json")}
+
     def on_training(self, job: Job) -> dict[str, Any]:
         """The attempt reached TRAINING: closes an open recovery (PREEMPTED -> TRAINING) and times the first start."""
         if job.placement is None:
@@ -211,6 +247,15 @@ def current_try(job: Job) -> PlacementTry | None:
     return next((t for t in reversed(job.placement.tries) if t.attempt == job.attempt), None)
 
 
+def fleet_pools(job: Job) -> tuple[tuple[str, str | None], ...]:
+    """The attempt's EC2 Fleet pools as (instance type, zone or None), in order; empty: one RunInstances."""
+    current = current_try(job)
+    if current is None:
+        return ()
+    pools = [pool.split("/") for pool in current.fleet_pools]
+    return tuple((instance_type, None if zone == "any" else zone) for _, instance_type, zone, _ in pools)
+
+
 def launch_choice(job: Job) -> tuple[bool, str | None, tuple[str, ...]]:
     """(spot?, zone, SageMaker instance preferences) of the attempt's placement; the job's own
     scheduling_config.preemptible without one."""
@@ -245,7 +290,9 @@ def apply_to_run_spec(job: Job, spec: RunSpec) -> RunSpec:
             }
         )
     resources = rules.candidate_resources(spec.resource_config, candidate)
-    return spec.model_copy(update={"resource_config": resources, "training_config": training, "data_config": data})
+    # A training shape pins its instance types to its own GPUs only: on another candidate the launcher picks.
+    shape = rules.shape_for(spec.training_shape, candidate)
+    return spec.model_copy(update={"resource_config": resources, "training_config": training, "data_config": data, "training_shape": shape})
 
 
 def remaining_work(job: Job) -> float:
@@ -258,6 +305,28 @@ def remaining_work(job: Job) -> float:
     if declared is None:
         return 0.0
     return declared * (1.0 - job.progress.percent / 100.0)
+
+
+def remaining_on_fallback(job: Job) -> float:
+    """Seconds of training left as the on-demand fallback would take them: the work left (`remaining_work`,
+    measured on the candidate that last ran, or candidate 0's declared work) converted by the candidates'
+    relative throughput (functions/catalog/instances.py GPU_THROUGHPUT): an H100 hour is 2.5 A100 hours."""
+    placement = job.resource_config.placement
+    work = remaining_work(job)
+    if placement is None:
+        return work
+    fallback = rules.first_on_demand(placement.candidates)
+    if fallback is None:
+        return work
+    return rules.work_on(work, placement.candidates[_measured_on(job)], placement.candidates[fallback])
+
+
+def _measured_on(job: Job) -> int:
+    """The candidate remaining_work's seconds are in: the latest try that trained (its trainer's rate), else 0."""
+    if job.progress.eta_seconds is None or job.placement is None:
+        return 0
+    ran = [t for t in job.placement.tries if t.outcome != "capacity"]
+    return ran[-1].candidate if ran else 0
 
 
 def _adaptations(job: Job) -> list[Adaptation]:
@@ -273,7 +342,7 @@ def _deadline_risk(job: Job, now: float) -> str | None:
     placement = job.resource_config.placement
     if placement is None or placement.deadline is None:
         return None
-    left, work = placement.deadline.timestamp() - now, remaining_work(job)
+    left, work = placement.deadline.timestamp() - now, remaining_on_fallback(job)
     if work and work + rules.RESTART_OVERHEAD_SECONDS > left:
         return f"deadline at risk: {work:.0f} s of work left plus a {rules.RESTART_OVERHEAD_SECONDS} s start, {max(left, 0):.0f} s to go"
     return None
@@ -295,6 +364,30 @@ def _instance_preferences(chosen: rules.Candidate, healthy_after: list[rules.Can
         if same and other.choice.instance_type not in types and len(types) < rules.MAX_INSTANCE_PREFERENCES:
             types.append(other.choice.instance_type)
     return types if len(types) > 1 else []
+
+
+def _fleet_pools(chosen: tuple[rules.Candidate, str], healthy_after: list[tuple[rules.Candidate, str]]) -> list[str]:
+    """EC2: the chosen pool, then the next healthy pools of the same shape and purchase (GPUs per node, nodes:
+    the same run spec and adaptation on any), for one instant EC2 Fleet; empty when there is no second."""
+    candidate, zone = chosen
+    if candidate.spec.platform != "ec2":
+        return []
+    shape = (candidate.spec.purchase, candidate.spec.gpus_per_node, candidate.spec.nodes)
+    pools = [rules.pool_key("ec2", candidate.choice.instance_type, zone, candidate.spec.purchase)]
+    for other, other_zone in healthy_after:
+        if other.spec.platform == "ec2" and (other.spec.purchase, other.spec.gpus_per_node, other.spec.nodes) == shape:
+            pool = rules.pool_key("ec2", other.choice.instance_type, other_zone, other.spec.purchase)
+            if pool not in pools:
+                pools.append(pool)
+    return pools if len(pools) > 1 else []
+
+
+def _candidate_of(job: Job, instance_type: str, current: PlacementTry) -> rules.Candidate:
+    """The candidate of the try's fleet list whose instance type EC2 launched (the try's own when several share it)."""
+    candidates = rules.resolve(job.resource_config, job.training_shape)
+    same = [c for c in candidates if c.choice.instance_type == instance_type and c.spec.purchase == current.purchase]
+    same.sort(key=lambda c: c.index != current.candidate)
+    return same[0] if same else candidates[current.candidate]
 
 
 def _healthy(state: PoolState | None, now: float) -> bool:

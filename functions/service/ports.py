@@ -9,11 +9,12 @@ both directions: a service never imports an adapter).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from schemas.api import LogsResponse
 from schemas.checkpoint import CheckpointManifest
@@ -263,6 +264,40 @@ class LaunchRequest:
     zone: str | None = None  # the availability zone placement chose (docs/PLACEMENT.md); None = any
     # SageMaker on-demand: instance types in order for InstancePreferences (placement's same-shape candidates).
     instance_preferences: tuple[str, ...] = ()
+    # EC2: (instance type, zone or None) pools in order for one instant EC2 Fleet (placement's same-shape,
+    # same-purchase candidates x zones, docs/PLACEMENT.md); empty: one RunInstances of the run spec's type.
+    fleet_pools: tuple[tuple[str, str | None], ...] = ()
+
+
+@dataclass(frozen=True)
+class PoolFailure:
+    """One pool a launch tried that had no capacity (an EC2 Fleet's Errors entry): placement blocks it."""
+
+    instance_type: str
+    zone: str | None
+    code: str
+    message: str
+
+    # A run handle's extra holds strings: the failures travel as one JSON list under this key.
+    EXTRA_KEY: ClassVar[str] = "pool_failures"
+
+    @staticmethod
+    def to_extra(failures: Sequence[PoolFailure]) -> str:
+        rows = [{"instance_type": f.instance_type, "zone": f.zone, "code": f.code, "message": f.message[:200]} for f in failures]
+        return json.dumps(rows, separators=(",", ":"))
+
+    @staticmethod
+    def from_extra(extra: Mapping[str, str]) -> tuple[PoolFailure, ...]:
+        rows = json.loads(extra.get(PoolFailure.EXTRA_KEY) or "[]")
+        return tuple(PoolFailure(str(r["instance_type"]), r.get("zone"), str(r["code"]), str(r["message"])) for r in rows)
+
+
+class CapacityRefused(RuntimeError):
+    """A launcher found no capacity in any pool it tried; `failures` names each pool (may be empty)."""
+
+    def __init__(self, message: str, failures: tuple[PoolFailure, ...] = ()) -> None:
+        super().__init__(message)
+        self.failures = failures
 
 
 @dataclass(frozen=True)

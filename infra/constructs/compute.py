@@ -349,10 +349,19 @@ class Compute(Construct):
             role,
             ["ec2:CreateTags"],
             [arn(self, "ec2", "instance/*"), arn(self, "ec2", "volume/*")],
-            why="Tags set on the instance and its volume while RunInstances creates them (ec2:CreateAction condition), not afterwards.",
-            conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+            why="Tags set on the instance and its volume while RunInstances or an EC2 Fleet creates them (ec2:CreateAction), not later.",
+            conditions={"StringEquals": {"ec2:CreateAction": ["RunInstances", "CreateFleet"]}},
         )
         allow(role, ["iam:PassRole"], [self.instance_role.role_arn], conditions=_passed_to("ec2"))
+        # A placement attempt over several pools is one instant EC2 Fleet (docs/PLACEMENT.md): its user data rides
+        # on a version of the trainer's template made for the attempt and deleted once the fleet answered.
+        allow(role, ["ec2:CreateLaunchTemplateVersion", "ec2:DeleteLaunchTemplateVersions", "ec2:CreateFleet"], [template_arn])
+        allow(
+            role,
+            ["ec2:CreateFleet"],
+            [arn(self, "ec2", "fleet/*")],
+            why="An instant fleet's id is made at launch; what it launches is gated by RunInstances' launch-template condition above.",
+        )
 
     def grant_stop(self, role: iam.IRole) -> None:
         """Stop runs: StopTrainingJob, or on EC2 the trainplane:stop / interrupted tags and termination."""

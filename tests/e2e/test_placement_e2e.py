@@ -1,14 +1,15 @@
 """e2e: placement in local mode (`trainplane up --compute ec2 --capacity-pools FILE`, docs/PLACEMENT.md).
 
 H100 spot is out, A100 spot has room and is interrupted as soon as it runs, A100 on-demand has room: a
-three-candidate job starts on A100 spot in the scheduler pass after H100's capacity error, resumes after
-the interruption on the next healthy candidate (A100 on-demand, not the pool that interrupted), and its
-record shows every placement and the recovery time. Checked through the HTTP API only.
+three-candidate job's first attempt is one EC2 Fleet over H100 spot and A100 spot (the same shape and
+purchase), which starts it on A100 spot at once and blocks H100 spot for its capacity error (the fleet's
+Errors); it resumes after the interruption on the next healthy candidate (A100 on-demand, not the pool that
+interrupted), and its record shows every placement and the recovery time. Checked through the HTTP API only.
 
-The trainer is the fast stand-in (tests/fake_trainer.py): its loss is a function of the step, so the loss
-curve's equality with an uninterrupted run's shows that the resumed run continued from its checkpoint with
-no step lost or repeated; that a real model's curve matches across candidates of another world size is
-the trainer's cross-shape resume (issue 26 point 4), not tested here.
+The trainer is the real one on the tiny LoRA job (tests/e2e/test_lifecycle_e2e.py real_spec, on the CPU):
+the resumed run's loss curve equals an uninterrupted run's at the same global batch, step for step, so the
+checkpointed resume on the next candidate lost and repeated nothing. (Its candidates have the same world
+size; a resume across world sizes is the trainer's, tests/trainer, "Resume across shapes".)
 """
 
 from __future__ import annotations
@@ -16,10 +17,13 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.e2e.test_cloud_compute_e2e import FAKE_TRAINER, CloudPlane, ended, fake_job, get_job, submit, wait_for
+from tests.e2e.conftest import REPO_ROOT
+from tests.e2e.test_cloud_compute_e2e import CloudPlane, ended, get_job, submit, wait_for
+from tests.e2e.test_lifecycle_e2e import real_spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -39,7 +43,7 @@ CANDIDATES = [
 
 class PoolsPlane(CloudPlane):
     def __init__(self, state_dir: Path, pools: Path) -> None:
-        super().__init__(state_dir, "ec2", FAKE_TRAINER)
+        super().__init__(state_dir, "ec2")  # the real trainer
         self.pools = pools
 
     def command(self) -> list[str]:
@@ -56,38 +60,48 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PoolsPlane]:
     started.stop()
 
 
+def placed_job(plane: CloudPlane, name: str, resources: dict[str, Any]) -> dict[str, Any]:
+    """The tiny LoRA job on the real trainer: 12 steps, a checkpoint every 3; its data in the plane's bucket
+    (EC2 reads S3 only)."""
+    key = "shared/placement/tiny-qa.jsonl"
+    plane.client("s3").put_object(Bucket=plane.bucket, Key=key, Body=(REPO_ROOT / "examples" / "data" / "tiny-qa.jsonl").read_bytes())
+    spec = real_spec(name, max_steps=12, save_steps=3, accumulate=2)
+    spec["data_config"]["sources"][0]["path"] = f"s3://{plane.bucket}/{key}"
+    spec["resource_config"] = resources
+    return spec
+
+
 def losses(plane: CloudPlane, job_id: str) -> list[tuple[int, float]]:
     points = plane.request("GET", f"/jobs/{job_id}/metrics").json()["points"]
     return sorted({(p["step"], p["loss"]) for p in points if p.get("loss") is not None})
 
 
 def test_h100_out_a100_interrupted_resumes_on_the_next_healthy_candidate(plane: PoolsPlane) -> None:
-    # Given a job of three candidates, 30 steps with a checkpoint every 5
-    body = fake_job("placed", plane.bucket, max_steps="30", resources={"gpu_count": 8, "placement": {"candidates": CANDIDATES}})
-    job_id = submit(plane, body)
-    # When it runs: H100 spot refuses, A100 spot is interrupted, A100 on-demand finishes
-    done = wait_for(lambda: ended(plane, job_id, "COMPLETED"), 240, "the placed job to complete", plane)
-    # Then its record shows every placement, in order, and why each ended
+    # Given a job of three candidates, 12 steps of the real trainer with a checkpoint every 3
+    job_id = submit(plane, placed_job(plane, "placed", {"gpu_count": 8, "placement": {"candidates": CANDIDATES}}))
+    # When it runs: the fleet's H100 spot pool refuses, A100 spot is interrupted, A100 on-demand finishes
+    done = wait_for(lambda: ended(plane, job_id, "COMPLETED"), 600, "the placed job to complete", plane)
+    # Then its record shows every placement, in order, and why each ended: the first attempt's fleet landed on
+    # A100 spot (candidate 1) in the same launch
     record = done["placement"]
-    assert [(t["attempt"], t["pool"], t["outcome"]) for t in record["tries"]] == [
-        (1, "ec2/p5.48xlarge/any/spot", "capacity"),
-        (2, "ec2/p4d.24xlarge/any/spot", "preempted"),
-        (3, "ec2/p4d.24xlarge/any/on_demand", "completed"),
+    assert [(t["attempt"], t["pool"], t["candidate"], t["outcome"]) for t in record["tries"]] == [
+        (1, "ec2/p4d.24xlarge/any/spot", 1, "preempted"),
+        (2, "ec2/p4d.24xlarge/any/on_demand", 2, "completed"),
     ]
+    assert record["tries"][0]["fleet_pools"] == ["ec2/p5.48xlarge/any/spot", "ec2/p4d.24xlarge/any/spot"]
     assert set(record["pools_blocked"]) == {"ec2/p5.48xlarge/any/spot", "ec2/p4d.24xlarge/any/spot"}
     assert len(record["recoveries"]) == 1 and record["recoveries"][0]["seconds"] > 0
     assert record["time_to_first_step_seconds"] is not None
     assert done["retries_used"] == 0 and done["preemptions"] == 1
-    # And after H100's capacity error the next scheduler pass placed it on A100: queued, scheduled, prepared, trained
+    # And no capacity requeue was needed: the first PREPARING went straight to TRAINING
     events = plane.request("GET", f"/jobs/{job_id}/events").json()["events"]
     moves = [(e["from"], e["to"]) for e in events]
-    requeued = next(i for i, e in enumerate(events) if e["to"] == "QUEUED" and "capacity" in e["reason"])
-    assert moves[requeued + 1 : requeued + 4] == [("QUEUED", "SCHEDULING"), ("SCHEDULING", "PREPARING"), ("PREPARING", "TRAINING")]
+    assert not any(e["to"] == "QUEUED" and "capacity" in (e["reason"] or "") for e in events)
+    assert moves.index(("PREPARING", "TRAINING")) == moves.index(("SCHEDULING", "PREPARING")) + 1
     # And the instances were the candidates': the A100 spot one reclaimed, the on-demand one not spot
     assert get_job(plane, job_id)["cost"]["attempts"][-1]["spot"] is False
     # And its loss curve is an uninterrupted run's at the same global batch
-    alone = fake_job("alone", plane.bucket, max_steps="30", resources={"gpu_count": 8, "gpu_type": "A100"})
-    other = submit(plane, alone)
-    wait_for(lambda: ended(plane, other, "COMPLETED"), 240, "the uninterrupted job", plane)
+    other = submit(plane, placed_job(plane, "alone", {"gpu_count": 8, "gpu_type": "A100"}))
+    wait_for(lambda: ended(plane, other, "COMPLETED"), 600, "the uninterrupted job", plane)
     assert losses(plane, job_id) == losses(plane, other)
-    assert [step for step, _ in losses(plane, job_id)] == list(range(1, 31))
+    assert [step for step, _ in losses(plane, job_id)] == list(range(1, 13))

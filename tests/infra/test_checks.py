@@ -310,7 +310,7 @@ NAMED_WILDCARDS = {
     ":log-group:API-Gateway-Execution-Logs_*": "API Gateway's account-wide logging role, for every API of the account",
 }
 # Resource types RunInstances creates (unnamed until it runs); the instance itself is pinned by its launch template.
-RUN_INSTANCES_CREATES = {"network-interface", "spot-instances-request", "volume", "instance"}
+RUN_INSTANCES_CREATES = {"network-interface", "spot-instances-request", "volume", "instance", "fleet"}
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -342,8 +342,10 @@ def test_no_wildcard_resource_inside_the_account_unless_pinned(synth: Synth, sta
             )
             assert kind and kind.group(1) in RUN_INSTANCES_CREATES, f"{policy}: {actions} on {text}"
             condition = json.dumps(statement.get("Condition"))
-            pinned = any(k in condition for k in ("ec2:LaunchTemplate", "ec2:InstanceProfile", '"ec2:CreateAction": "RunInstances"'))
-            assert pinned or actions == {"ec2:RunInstances"}, f"{policy}: {actions} on {text} with no pinning condition"
+            pinned = any(k in condition for k in ("ec2:LaunchTemplate", "ec2:InstanceProfile", '"ec2:CreateAction": ["RunInstances"'))
+            # An instant fleet (docs/PLACEMENT.md) launches through RunInstances, whose launch-template condition pins it.
+            launches = actions == {"ec2:RunInstances"} or (actions == {"ec2:CreateFleet"} and kind.group(1) == "fleet")
+            assert pinned or launches, f"{policy}: {actions} on {text} with no pinning condition"
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -391,6 +393,7 @@ TOKENS = {"states:SendTaskSuccess", "states:SendTaskHeartbeat"}
 SCHEDULES = {"scheduler:CreateSchedule", "scheduler:UpdateSchedule", "scheduler:DeleteSchedule", "scheduler:ListSchedules", "iam:PassRole"}
 VOLUME_KEY = {"kms:CreateGrant", "kms:GenerateDataKeyWithoutPlaintext", "kms:ReEncryptFrom", "kms:ReEncryptTo"}
 LOGS_READ = {"logs:DescribeLogStreams", "logs:FilterLogEvents"}
+FLEET = {"ec2:CreateFleet", "ec2:CreateLaunchTemplateVersion", "ec2:DeleteLaunchTemplateVersions"}
 ENGINE = {
     # dev runs on SageMaker (the default), prod on EC2: a role holds only its stage's engine.
     "dev": {
@@ -399,7 +402,7 @@ ENGINE = {
         "describe": {"sagemaker:DescribeTrainingJob", "sagemaker:ListTags"},
     },
     "prod": {
-        "launch": {"ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"} | VOLUME_KEY,
+        "launch": {"ec2:RunInstances", "ec2:CreateTags", "iam:PassRole"} | FLEET | VOLUME_KEY,
         "stop": {"ec2:CreateTags", "ec2:TerminateInstances"},
         "describe": {"ec2:DescribeInstances"},
     },

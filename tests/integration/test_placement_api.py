@@ -31,7 +31,7 @@ def _body(resources: dict[str, Any], scheduling: dict[str, Any] | None = None) -
         ({"placement": {"candidates": TWO}}, {"required_capabilities": ["teleport"]}, "scheduling_config.required_capabilities[0]"),
         ({"gpu_type": "L4", "gpu_count": 1}, {"required_capabilities": ["nvlink"]}, "scheduling_config.required_capabilities"),
         ({"placement": {"candidates": TWO}, "gpu_type": "L4"}, None, "resource_config.gpu_type"),
-        ({"placement": {"candidates": TWO}, "training_shape": "a100-80gb-8x"}, None, "resource_config.placement"),
+        ({"placement": {"candidates": TWO}, "training_shape": "a100-80gb-8x"}, None, "resource_config.placement.candidates[0]"),
     ],
 )
 def test_what_placement_refuses_is_a_422_naming_the_field(

@@ -62,7 +62,7 @@ def test_single_gpu_on_demand_request() -> None:
     request = make_launch_request(labels={"team/sub": "nlp"})
     params = build_run_instances_request(request, cloud_settings())
     # Then it launches one g5.xlarge from the template, self-terminating, with its tags and profile
-    assert params["LaunchTemplate"] == {"LaunchTemplateName": "trainplane-gpu", "Version": "$Latest"}
+    assert params["LaunchTemplate"] == {"LaunchTemplateName": "trainplane-gpu", "Version": "$Default"}
     assert (params["InstanceType"], params["MinCount"], params["MaxCount"]) == ("g5.xlarge", 1, 1)
     assert params["InstanceInitiatedShutdownBehavior"] == "terminate"
     assert params["MetadataOptions"]["InstanceMetadataTags"] == "enabled"
@@ -90,7 +90,7 @@ def test_eight_h100_spot_request_with_storage_vpc_and_kms() -> None:
     params = build_run_instances_request(request, settings)
     # Then it is a one-time spot p5 that terminates on interruption, with an encrypted 1 TB root volume
     assert params["InstanceType"] == "p5.48xlarge"
-    assert params["LaunchTemplate"] == {"LaunchTemplateId": "lt-0123", "Version": "$Latest"}
+    assert params["LaunchTemplate"] == {"LaunchTemplateId": "lt-0123", "Version": "$Default"}
     assert params["InstanceMarketOptions"] == {
         "MarketType": "spot",
         "SpotOptions": {"SpotInstanceType": "one-time", "InstanceInterruptionBehavior": "terminate"},

@@ -9,7 +9,7 @@ from typing import Any
 
 from functions.adapters.launchers.cloud import LaunchCapacityError
 from functions.service.placement import PlacementService
-from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
+from functions.service.ports import LaunchHandle, LaunchRequest, PoolFailure, RunDescription, RunState
 from schemas.job import ErrorType, PendingAction, Progress
 from schemas.lifecycle import Next
 from schemas.status import JobStatus
@@ -170,3 +170,61 @@ def test_a_placement_the_rules_no_longer_allow_fails_at_prepare_naming_the_field
     failed = w.repo.get(job.job_id)
     assert (failed.status, failed.error_type) == (S.FAILED, ErrorType.USER_ERROR)
     assert failed.error_message is not None and "resource_config.placement" in failed.error_message
+
+
+class FleetNoH100(FakeLauncher):
+    """EC2 Fleet as the pools stand: the fleet's H100 pool fails (an Errors entry), its A100 pool launches."""
+
+    def launch(self, request: LaunchRequest) -> LaunchHandle:
+        handle = super().launch(request)
+        failures = tuple(PoolFailure(t, z, "InsufficientInstanceCapacity", "none") for t, z in request.fleet_pools if t == "p5.48xlarge")
+        if len(failures) == len(request.fleet_pools):
+            raise LaunchCapacityError("p5.48xlarge", "no pool of the fleet had room", failures)
+        extra = {**handle.extra, "instance_type": "p4d.24xlarge", "zone": "", PoolFailure.EXTRA_KEY: PoolFailure.to_extra(failures)}
+        return LaunchHandle(handle.launcher, handle.run_id, handle.attempt, extra)
+
+
+def test_one_fleet_launch_starts_on_a100_at_once_and_blocks_the_h100_pool_it_could_not_fill() -> None:
+    # Given EC2 pools where H100 spot has no room, and the lifecycle's launcher sending one fleet per attempt
+    w, health = _world()
+    w.launcher = FleetNoH100()
+    w.svc.launchers = {"local": w.launcher}
+    job = w.submit(resource_config={"gpu_count": 8, "placement": PLACEMENT}, training_config={"max_retries": 0})
+    assert w.svc.admit(job.job_id, EXEC) == {"next": "wait_capacity"}
+    assert w.svc.wait_capacity(job.job_id, EXEC, "cap-1") == {"next": "waiting"}
+    assert w.svc.prepare(job.job_id, EXEC) == {"next": "launch"}
+    # When the first attempt launches: one fleet over H100 spot and A100 spot (the same shape and purchase)
+    assert w.svc.launch(job.job_id, EXEC)["next"] == "wait"
+    assert w.launcher.launched[-1].fleet_pools == (("p5.48xlarge", None), ("p4d.24xlarge", None))
+    # Then the job runs on A100 spot in that same launch, and the H100 pool is blocked for its capacity error
+    record = w.repo.get(job.job_id).placement
+    assert record is not None
+    assert [(t.attempt, t.pool, t.candidate, t.outcome) for t in record.tries] == [(1, "ec2/p4d.24xlarge/any/spot", 1, "running")]
+    assert record.pools_blocked == ["ec2/p5.48xlarge/any/spot"]
+    assert health.pools["ec2/p5.48xlarge/any/spot"].capacity_errors == 1
+    # And a preemption now counts against A100 spot, the pool that ran
+    w.now += timedelta(minutes=2)
+    w.svc.on_run_finished(job.job_id, 1, RunDescription(RunState.PREEMPTED, ErrorType.PREEMPTED, "spot reclaimed"))
+    assert health.pools["ec2/p4d.24xlarge/any/spot"].preemptions == 1
+
+
+def test_a_fleet_with_no_room_anywhere_blocks_every_pool_and_requeues() -> None:
+    w, health = _world()
+    w.launcher = FleetNoH100()
+    w.svc.launchers = {"local": w.launcher}
+    h100_spot, _, a100_on_demand = PLACEMENT["candidates"]
+    only_h100: dict[str, Any] = {"candidates": [h100_spot, h100_spot, a100_on_demand], "availability_zones": ["us-east-1a", "us-east-1b"]}
+    job = w.submit(resource_config={"gpu_count": 8, "placement": only_h100}, training_config={"max_retries": 0})
+    w.svc.admit(job.job_id, EXEC)
+    w.svc.wait_capacity(job.job_id, EXEC, "cap-1")
+    w.svc.prepare(job.job_id, EXEC)
+    # When the fleet over H100 spot in both zones finds no room
+    assert w.svc.launch(job.job_id, EXEC) == {"next": Next.REQUEUE}
+    # Then both zones' pools are blocked and the job is queued again without spending a retry
+    assert {p for p, s in health.pools.items() if s.capacity_errors} == {
+        "ec2/p5.48xlarge/us-east-1a/spot",
+        "ec2/p5.48xlarge/us-east-1b/spot",
+    }
+    requeued = w.repo.get(job.job_id)
+    assert (requeued.status, requeued.retries_used) == (S.QUEUED, 0)
+    assert requeued.placement is not None and requeued.placement.tries[-1].outcome == "capacity"

@@ -174,8 +174,11 @@ def test_a_deadline_no_candidate_can_meet_is_refused() -> None:
     # And a deadline in the past
     with pytest.raises(InvalidRequest):
         _validate(_request(_two(deadline=(NOW - timedelta(minutes=1)).isoformat())))
-    # While 2 hours of work by a deadline in 3 hours passes
-    _validate(_request(_two(deadline=(NOW + timedelta(hours=3)).isoformat(), expected_work_seconds=7200)))
+    # While 2 hours of H100 work by a deadline in 6 hours passes: 5 hours on the A100 on-demand fallback
+    _validate(_request(_two(deadline=(NOW + timedelta(hours=6)).isoformat(), expected_work_seconds=7200)))
+    with pytest.raises(InvalidRequest) as caught:
+        _validate(_request(_two(deadline=(NOW + timedelta(hours=5)).isoformat(), expected_work_seconds=7200)))
+    assert caught.value.field == "resource_config.placement.deadline"
 
 
 def test_a_deadline_needs_an_on_demand_candidate() -> None:

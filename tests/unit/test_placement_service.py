@@ -162,14 +162,15 @@ def test_a_job_without_candidates_is_left_alone() -> None:
 
 
 def test_the_deadline_moves_the_job_to_on_demand_when_slack_runs_out() -> None:
-    # Given 3 hours to the deadline and the trainer measuring 1 hour of work left
+    # Given 7 hours to the deadline and the trainer measuring 1 hour of H100 x8 work left: 5 hours on the
+    # A100 x4 on-demand fallback (relative throughput 20 against 4)
     service, _, clock = _service()
-    job = _job(deadline=(T0 + timedelta(hours=3)).isoformat())
+    job = _job(deadline=(T0 + timedelta(hours=7)).isoformat())
     job = _prepared(service, job)
     job = job.model_copy(update={"progress": Progress(step=10, total_steps=20, eta_seconds=3600)})
     # Then with 2 hours of slack spot stays
     assert not service.should_leave_spot(job)
-    # And with 1h40 gone (slack 20 min: less than a restart plus the work between checkpoints) it leaves spot
+    # And with 1h50 gone (slack 10 min: less than a restart plus the work between checkpoints) it leaves spot
     clock.now = T0 + timedelta(hours=1, minutes=50)
     assert service.should_leave_spot(job)
     job = _prepared(service, job)

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 from functions.catalog.cloud_rules import validate_cloud_job
 from functions.catalog.images import check_custom_image, trainer_image
 from functions.catalog.job_names import TAG_ATTEMPT, TAG_JOB_ID, TAG_LABEL_PREFIX, TAG_OWNER, tag_value
-from functions.service.ports import LaunchRequest
+from functions.service.ports import CapacityRefused, LaunchRequest, PoolFailure
 from functions.settings import Settings
 from schemas.job import ErrorType
 from schemas.trainer import ENV_ATTEMPT, ENV_JOB_ID, ENV_RUN_SPEC
@@ -21,16 +21,17 @@ class ClientSource(Protocol):
     def client(self, service: str) -> Any: ...
 
 
-class LaunchCapacityError(RuntimeError):
+class LaunchCapacityError(CapacityRefused):
     """The engine has no capacity (or quota) for the instance type right now: retry later or elsewhere.
 
-    The lifecycle engine treats it like a preemption before start (requeue), not as the job's fault.
+    The lifecycle engine treats it like a preemption before start (requeue), not as the job's fault;
+    `failures` (an EC2 Fleet's Errors) go to placement's pool health.
     """
 
     error_type = ErrorType.CAPACITY
 
-    def __init__(self, instance_type: str, message: str) -> None:
-        super().__init__(message)
+    def __init__(self, instance_type: str, message: str, failures: tuple[PoolFailure, ...] = ()) -> None:
+        super().__init__(message, failures)
         self.instance_type = instance_type
 
 

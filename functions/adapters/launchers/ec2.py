@@ -48,11 +48,12 @@ from functions.adapters.launchers.cloud import (
     launch_tags,
     run_image,
 )
+from functions.adapters.launchers.ec2_fleet import fleet_extra, launch_fleet
 from functions.adapters.launchers.sagemaker import classify_failure
 from functions.catalog.instances import InstanceChoice, select_instance
 from functions.catalog.job_names import TAG_INTERRUPTED, TAG_STOP, exit_status_key, job_ref_from_tags, node_exit_status_key
 from functions.errors import Unsupported
-from functions.service.ports import TERMINAL_RUN_STATES, LaunchHandle, LaunchRequest, RunDescription, RunState
+from functions.service.ports import TERMINAL_RUN_STATES, LaunchHandle, LaunchRequest, PoolFailure, RunDescription, RunState
 from functions.settings import Settings
 from schemas.job import ErrorType
 from schemas.trainer import ENV_GRACE_SECONDS, EXIT_CODE_ERRORS, ExitCode
@@ -304,31 +305,38 @@ class EC2Launcher:
 
         choice = select_instance(request.run_spec.resource_config, "ec2", request.run_spec.training_shape)
         params = build_run_instances_request(request, self._settings, choice)
+        failures: list[PoolFailure] = []
         try:
-            instances = self._ec2.run_instances(**params)["Instances"]
+            if request.fleet_pools:
+                instances, failures = launch_fleet(self._ec2, request, params)
+            else:
+                instances = self._ec2.run_instances(**params)["Instances"]
         except ClientError as exc:
             code, message = _error(exc)
             if code in _CAPACITY_CODES:
                 why = f"EC2 has no {choice.instance_type} for us now ({code}): {message}"
                 raise LaunchCapacityError(choice.instance_type, why) from exc
             raise
+        if not instances:
+            pools = ", ".join(f"{f.instance_type}/{f.zone or 'any'} ({f.code})" for f in failures) or "none answered"
+            why = f"EC2 Fleet found no capacity in any of the attempt's pools: {pools}"
+            raise LaunchCapacityError(choice.instance_type, why, tuple(failures))
         instances = sorted(instances, key=lambda i: int(i.get("AmiLaunchIndex", 0)))
         ids = [i["InstanceId"] for i in instances]
         if len(ids) > 1:
             self._write_rendezvous(request, instances)
-        logger.info("launched instances", extra={"job_id": request.job_id, "instance_ids": ids, "type": choice.instance_type})
-        return LaunchHandle(
-            launcher=NAME,
-            run_id=",".join(ids),
-            attempt=request.attempt,
-            extra={
-                "instance_type": choice.instance_type,
-                "instance_count": str(len(ids)),
-                "spot": str(request.preemptible).lower(),
-                "launched_at": f"{datetime.now(UTC).timestamp():.3f}",
-                "exit_status_key": exit_status_key(request.job_id, request.attempt),
-            },
-        )
+        instance_type = str(instances[0].get("InstanceType") or choice.instance_type)
+        logger.info("launched instances", extra={"job_id": request.job_id, "instance_ids": ids, "type": instance_type})
+        extra = {
+            "instance_type": instance_type,
+            "instance_count": str(len(ids)),
+            "spot": str(request.preemptible).lower(),
+            "launched_at": f"{datetime.now(UTC).timestamp():.3f}",
+            "exit_status_key": exit_status_key(request.job_id, request.attempt),
+        }
+        if request.fleet_pools:
+            extra.update(fleet_extra(instances, failures))
+        return LaunchHandle(launcher=NAME, run_id=",".join(ids), attempt=request.attempt, extra=extra)
 
     def stop(self, handle: LaunchHandle, *, graceful: bool = True) -> None:
         """Every node of the attempt: each watcher SIGTERMs its own trainer; the trainer's ranks agree on

@@ -4,9 +4,11 @@
 Resolving at submit: the job's `resource_config.training_shape` ("name" = the latest version,
 "name@N" = that one) must exist (else 422 naming it); every field the shape owns must be left unset
 by the job, or set to the shape's own value (else 422 naming the field); the shape's values are filled in and the profile is recorded
-on the job. `data_config.max_seq_length` is bounded by max_supported_context_length (default: it), and
-a GPU shape runs one process per GPU on each node (procs_per_node "gpu") unless the job sets world_size
-or procs_per_node itself.
+on the job. A shape's `placement` candidates are the job's unless it gives its own (whose candidate 0 must be the
+shape's GPUs); either list is then checked like any (functions/catalog/placement.py `validate`).
+`data_config.max_seq_length` is bounded by max_supported_context_length (default: it), and a GPU shape
+runs one process per GPU on each node (procs_per_node "gpu") unless the job sets world_size or
+procs_per_node itself.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from functions.catalog import placement as placement_rules
+from functions.catalog.placement import runs_on_shape
 from functions.catalog.shapes import ShapeCatalog
 from functions.errors import InvalidRequest, ShapeNotFound
 from schemas.job import SubmitJobRequest
@@ -59,6 +63,19 @@ def apply_shape(
     updates: dict[str, dict[str, Any]] = {"resources": {}, "framework": {}, "base_model": {}}
     for owned in owned_by(profile):
         updates[owned.model][owned.attr] = owned.value
+    own = request.resource_config.placement
+    if own is not None:
+        # The job's own candidates replace the shape's; the shape still owns the GPUs: they are candidate 0.
+        lead = own.candidates[0]
+        if not runs_on_shape(profile, lead) or lead.nodes != profile.node_count:
+            raise InvalidRequest(
+                f"{placement_rules.FIELD}.candidates[0]",
+                f"{lead.label()} is not training shape {profile.ref}'s own {profile.accelerator_count} x "
+                f"{profile.accelerator_type or 'CPU'} on {profile.node_count} node(s): candidate 0 is the shape's GPUs, "
+                "the others may differ",
+            )
+    elif profile.placement is not None:
+        updates["resources"]["placement"] = profile.placement  # inherited: checked at submit like the job's own
     data = request.data_config
     limit = profile.max_supported_context_length
     if limit is not None:
