@@ -34,7 +34,7 @@ def test_finished_jobs_teach_seconds_per_step_and_the_forecast_scales_with_steps
     assert "steps x measured seconds/step (3 finished jobs" in guess.basis
     assert guess.hourly_usd == meter.unit_rate(finished_job(1, 1.0))
     [shape] = learner.accuracy().shapes
-    assert shape.shape == "H100x1/LORA" and shape.count == 3
+    assert shape.shape == "H100x1/LORA/1B-3B" and shape.count == 3
     assert shape.seconds_per_step == pytest.approx(0.5) and shape.tokens_per_second == 900.0
 
 
