@@ -1,6 +1,6 @@
 """The forecast learns from finished jobs (issue 25 point 6; docs/BUDGETS.md "Learning from finished jobs").
 
-Per shape (GPU type x units x training type: budget_meter.shape_of) one record keeps the newest completed
+Per shape (GPU type x units / training type / model size bucket: budget_meter.shape_of) one record keeps the newest completed
 jobs' measured seconds per step (run seconds over all attempts / the steps the trainer reported), their
 durations, their reported tokens/s, and how far the forecast was from each one's actual duration. A job is
 then forecast as its steps (hyperparameters.max_steps) x the shape's measured seconds per step, or, when it
