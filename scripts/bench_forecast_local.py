@@ -25,7 +25,6 @@ import copy
 import json
 import math
 import random
-import statistics
 import sys
 import tempfile
 import time
@@ -68,7 +67,8 @@ def run_jobs(jobs_per_shape: int, min_steps: int, max_steps: int, seed: int, out
     plan = [(size, round(math.exp(rng.uniform(math.log(min_steps), math.log(max_steps))))) for _ in range(jobs_per_shape) for size in SIZES]
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="bench-forecast-") as scratch:
-        plane = LocalPlane(Path(scratch) / "state", allow_dirs=[REPO / "examples"]).start()
+        # One torch thread per trainer: tiny trainers spinning OpenMP threads on a loaded machine take >10x the CPU.
+        plane = LocalPlane(Path(scratch) / "state", env={"OMP_NUM_THREADS": "1"}, allow_dirs=[REPO / "examples"]).start()
         try:
             for index, (size, steps) in enumerate(plan):
                 spec = job_spec(size, steps, index)
@@ -81,12 +81,17 @@ def run_jobs(jobs_per_shape: int, min_steps: int, max_steps: int, seed: int, out
                 forecast = dry.json()
                 run = {"size": size, "steps": job["progress"]["step"], "seconds": seconds, "forecast": forecast["duration_seconds"]}
                 runs.append({**run, "basis": forecast["basis"], "shape": forecast["shape"]})
-                print(f"{index + 1:>3}/{len(plan)} {forecast['shape']:<22} {steps:>4} steps {seconds:7.1f} s (dry run said {forecast['duration_seconds']:7.1f} s)", flush=True)
+                said = forecast["duration_seconds"]
+                print(
+                    f"{index + 1:>3}/{len(plan)} {forecast['shape']:<22} {steps:>4} steps {seconds:7.1f} s (dry run said {said:7.1f} s)",
+                    flush=True,
+                )
                 if out is not None:
                     out.write_text(json.dumps(runs, indent=1))
             accuracy = plane.request("GET", "/forecast-accuracy").json()
             for shape in accuracy["shapes"]:
-                print(f"GET /forecast-accuracy {shape['shape']}: {shape['count']} jobs, median |err| {shape['median_abs_error_percent']}%, {shape['seconds_per_step']} s/step")
+                error, per_step = shape["median_abs_error_percent"], shape["seconds_per_step"]
+                print(f"GET /forecast-accuracy {shape['shape']}: {shape['count']} jobs, median |err| {error}%, {per_step} s/step")
         finally:
             plane.stop()
     return runs
@@ -143,7 +148,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the measured runs here (JSON), after each job")
     parser.add_argument("--replay", type=Path, help="replay a recorded set of runs instead of running jobs")
     args = parser.parse_args()
-    runs = json.loads(args.replay.read_text()) if args.replay else run_jobs(args.jobs_per_shape, args.min_steps, args.max_steps, args.seed, args.out)
+    runs = (
+        json.loads(args.replay.read_text())
+        if args.replay
+        else run_jobs(args.jobs_per_shape, args.min_steps, args.max_steps, args.seed, args.out)
+    )
     counts = {size: sum(1 for r in runs if r["size"] == size) for size in SIZES}
     sizes = ", ".join(f"{size} parameters: {n} runs" for size, n in counts.items())
     print(f"forecast error on real local runs (tiny LoRA on the CPU, {args.min_steps}..{args.max_steps} steps; {sizes})")

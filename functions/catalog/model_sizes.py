@@ -19,6 +19,7 @@ The buckets are half decades (BUCKET_EDGES): `<1M`, `1M-3M`, `3M-10M`, ... `30B-
 from __future__ import annotations
 
 import re
+from itertools import pairwise
 from typing import Final
 
 from schemas.configs import BYTE_VOCAB_SIZE, BaseModelSpec, ModelSource
@@ -42,7 +43,7 @@ def size_bucket(parameters: int | None) -> str:
         return UNKNOWN
     if parameters < BUCKET_EDGES[0]:
         return f"<{_label(BUCKET_EDGES[0])}"
-    for low, high in zip(BUCKET_EDGES, BUCKET_EDGES[1:], strict=False):
+    for low, high in pairwise(BUCKET_EDGES):
         if parameters < high:
             return f"{_label(low)}-{_label(high)}"
     return f">={_label(BUCKET_EDGES[-1])}"
@@ -122,7 +123,13 @@ def stated_parameters(model_id: str) -> int | None:
 # transformers' defaults of the config fields a count needs, for the families people build from a config
 # (tests/unit/test_model_sizes.py checks the estimate against the models transformers builds).
 ARCHITECTURE_DEFAULTS: Final[dict[str, dict[str, int | bool]]] = {
-    "llama": {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "tie_word_embeddings": False},
+    "llama": {
+        "hidden_size": 4096,
+        "intermediate_size": 11008,
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "tie_word_embeddings": False,
+    },
     "mistral": {
         "hidden_size": 4096,
         "intermediate_size": 14336,
@@ -172,9 +179,17 @@ def config_parameters(spec: BaseModelSpec) -> int | None:
         if hidden is None or layers is None or positions is None:
             return None
         inner = _int(kwargs, "n_inner", {"n_inner": 4 * hidden}) or 4 * hidden
-        block = 4 * hidden + (hidden * 3 * hidden + 3 * hidden) + (hidden * hidden + hidden) + (hidden * inner + inner) + (inner * hidden + hidden)
+        block = (
+            4 * hidden
+            + (hidden * 3 * hidden + 3 * hidden)
+            + (hidden * hidden + hidden)
+            + (hidden * inner + inner)
+            + (inner * hidden + hidden)
+        )
         return vocab * hidden + positions * hidden + layers * block + 2 * hidden + (0 if tied else vocab * hidden)
-    hidden, inter, layers, heads = (_int(kwargs, n, defaults) for n in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"))
+    hidden, inter, layers, heads = (
+        _int(kwargs, n, defaults) for n in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads")
+    )
     if hidden is None or inter is None or layers is None or heads is None:
         return None
     kv_heads = _int(kwargs, "num_key_value_heads", {"num_key_value_heads": heads}) or heads

@@ -14,7 +14,14 @@ from schemas.configs import BaseModelSpec
 from schemas.status import JobStatus
 from tests.helpers.forecast import InMemoryShapeRecords, finished_job
 
-TINY_LLAMA = {"architecture": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
+TINY_LLAMA = {
+    "architecture": "llama",
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+}
 
 
 def config_spec(**model_kwargs: Any) -> BaseModelSpec:
@@ -47,7 +54,14 @@ def test_parameter_counts_fall_in_half_decade_buckets(parameters: int | None, bu
         TINY_LLAMA,
         {"architecture": "LlamaForCausalLM", "hidden_size": 96, "intermediate_size": 256, "num_hidden_layers": 3, "num_attention_heads": 6},
         {"architecture": "mistral", "hidden_size": 128, "intermediate_size": 256, "num_hidden_layers": 2, "num_attention_heads": 8},
-        {"architecture": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2},
+        {
+            "architecture": "qwen2",
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+        },
         {"architecture": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4},
         {"architecture": "gpt2", "hidden_size": 96, "num_hidden_layers": 3, "n_head": 4, "vocab_size": 300},
     ],
