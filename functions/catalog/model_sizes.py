@@ -205,7 +205,8 @@ def model_parameters(spec: BaseModelSpec) -> int | None:
     if spec.resolved_source() == ModelSource.CONFIG:
         return config_parameters(spec)
     name = _repository_name(spec.model_id)
-    return KNOWN_MODELS.get(name) or stated_parameters(name)
+    # the repository's own name first; then the whole id (s3://bucket/llama-13b/checkpoint-final/ names a folder's)
+    return KNOWN_MODELS.get(name) or stated_parameters(name) or stated_parameters(spec.model_id)
 
 
 def model_size_bucket(spec: BaseModelSpec) -> str:

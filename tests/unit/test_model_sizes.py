@@ -107,6 +107,7 @@ def test_what_cannot_be_counted_without_downloading_is_unknown() -> None:
         ("facebook/opt-350m", 350_000_000),  # from its name
         ("s3://bucket/models/llama-13b/", 13_000_000_000),
         ("/data/models/acme-2.7b", 2_700_000_000),
+        ("s3://bucket/llama-13b/checkpoint-final/", 13_000_000_000),  # a folder above states it
     ],
 )
 def test_a_known_id_or_a_stated_size_gives_the_count(model_id: str, parameters: int) -> None:
