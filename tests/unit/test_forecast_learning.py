@@ -50,7 +50,6 @@ def test_a_fixed_startup_is_learned_so_short_runs_do_not_skew_long_ones() -> Non
     assert guess.basis.startswith("startup + steps x measured seconds/step")
 
 
-
 def test_where_run_time_does_not_grow_with_steps_the_forecast_is_the_startup_not_steps_x_seconds_per_step() -> None:
     # Given: runs of 10, 50 and 100 steps that all took about 30 s (loading the model dominates; the load varied)
     learner = ForecastLearner(InMemoryShapeRecords())
@@ -63,6 +62,7 @@ def test_where_run_time_does_not_grow_with_steps_the_forecast_is_the_startup_not
     # Then: about the runs' 30 s (a flat fit), not 20 x their seconds/step (0.3..3 s/step: 6..62 s, median 12 s)
     assert guess.seconds == pytest.approx(30.0, abs=1.0)
     assert guess.basis.startswith("startup + steps x measured seconds/step")
+
 
 def test_another_shape_does_not_learn_from_these_jobs() -> None:
     learner = ForecastLearner(InMemoryShapeRecords())
