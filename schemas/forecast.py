@@ -42,7 +42,9 @@ class Forecast(BaseModel):
             " else `max_runtime_seconds` (the job's own cap) or `prior` (docs/BUDGETS.md)."
         )
     )
-    shape: str = Field(description="The forecast's shape key: GPU type x units x training type.")
+    shape: str = Field(
+        description="The forecast's shape key: GPU type x units / training type / model size bucket (e.g. H100x1/LORA/3B-10B)."
+    )
     queue_position: int
     estimated_wait_seconds: float
     budgets: list[BudgetLeft]

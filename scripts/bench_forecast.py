@@ -9,6 +9,8 @@ lifecycle calls on a completion) into an in-memory ShapeRecords; each held-out r
 ForecastLearner.forecast (what POST /jobs?dry_run=true answers) and compared with its simulated duration.
 
     .venv/bin/python scripts/bench_forecast.py [--seeds 20] [--held-out 50]
+
+scripts/bench_forecast_local.py measures the same on real local runs (`trainplane up`, the real trainer).
 """
 
 from __future__ import annotations
@@ -56,6 +58,20 @@ def errors_after(seed: int, held_out: int) -> dict[int, list[float]]:
     return found
 
 
+def print_errors(found: dict[int, list[float]], worst: dict[int, float] | None = None) -> None:
+    """One line per count of finished jobs: how many forecasts were scored, their median and p90 absolute % error."""
+    extra = f" {'worst seed median %':>20}" if worst else ""
+    print(f"{'finished jobs':>14} {'forecasts':>10} {'median |err| %':>15} {'p90 |err| %':>12}{extra}")
+    for k, errors in found.items():
+        label = f"{k} (prior)" if k == 0 else str(k)
+        if not errors:
+            print(f"{label:>14} {0:>10} {'-':>15} {'-':>12}")
+            continue
+        q90 = statistics.quantiles(errors, n=10)[-1] if len(errors) > 1 else errors[0]
+        tail = f" {worst[k]:>20.1f}" if worst else ""
+        print(f"{label:>14} {len(errors):>10} {statistics.median(errors):>15.1f} {q90:>12.1f}{tail}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=20)
@@ -68,11 +84,7 @@ def main() -> None:
             per_seed[k].append(statistics.median(errors))
             pooled[k].extend(errors)
     print(f"forecast error, {len(SHAPES)} shapes x {args.held_out} held-out runs (50..5,000 steps) x {args.seeds} seeds (simulated)")
-    print(f"{'finished jobs':>14} {'median |err| %':>15} {'p90 |err| %':>12} {'worst seed median %':>20}")
-    for k in FINISHED:
-        label = f"{k} (prior)" if k == 0 else str(k)
-        q90 = statistics.quantiles(pooled[k], n=10)[-1]
-        print(f"{label:>14} {statistics.median(pooled[k]):>15.1f} {q90:>12.1f} {max(per_seed[k]):>20.1f}")
+    print_errors(pooled, {k: max(medians) for k, medians in per_seed.items()})
 
 
 if __name__ == "__main__":

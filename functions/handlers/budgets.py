@@ -103,7 +103,7 @@ add_collection(
     "/forecast-accuracy",
     summary="How far the duration forecast was from what finished jobs took, per shape",
     description=(
-        "Per shape (GPU type x units / training type): completed jobs recorded, the median absolute % error of the "
+        "Per shape (GPU type x units / training type / model size bucket): completed jobs recorded, the median absolute % error of the "
         "forecast each was scored against before it was learned from, and the measured seconds/step and tokens/s."
     ),
     responses=rules.responses(200, "The per-shape accuracy (no job ids: aggregates only)", 422),

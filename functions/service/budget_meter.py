@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from functions.catalog.gpu_types import gpu_type_of, unit_hourly_usd, units_of
+from functions.catalog.model_sizes import model_size_bucket
 from functions.service.costs import hourly_rate
 from functions.service.ports import LaunchHandle
 from schemas.budgets import Budget, BudgetScope, Period, ScopeKind
@@ -122,9 +123,10 @@ class JobForecast:
 
 
 def shape_of(job: Job) -> str:
-    """The forecast's shape key: GPU type x units / training type (what finished jobs are learned by)."""
-    rc = job.resource_config
-    return f"{gpu_type_of(rc)}x{units_of(rc)}/{job.training_config.training_type}"
+    """The forecast's shape key: GPU type x units / training type / model size bucket (what finished jobs are
+    learned by: functions/catalog/model_sizes.py)."""
+    rc, training = job.resource_config, job.training_config
+    return f"{gpu_type_of(rc)}x{units_of(rc)}/{training.training_type}/{model_size_bucket(training.base_model)}"
 
 
 def forecast(job: Job) -> JobForecast:

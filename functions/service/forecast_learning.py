@@ -1,6 +1,6 @@
 """The forecast learns from finished jobs (issue 25 point 6; docs/BUDGETS.md "Learning from finished jobs").
 
-Per shape (GPU type x units x training type: budget_meter.shape_of) one record keeps the newest completed
+Per shape (GPU type x units / training type / model size bucket: budget_meter.shape_of) one record keeps the newest completed
 jobs' measured seconds per step (run seconds over all attempts / the steps the trainer reported), their
 durations, their reported tokens/s, and how far the forecast was from each one's actual duration. A job is
 then forecast as its steps (hyperparameters.max_steps) x the shape's measured seconds per step, or, when it
@@ -63,7 +63,8 @@ def run_seconds(job: Job) -> float:
 
 def startup_and_per_step(record: ShapeRecord) -> tuple[float, float] | None:
     """Least squares of run seconds = startup + steps x seconds/step over the shape's jobs (a run's fixed cost,
-    loading the model and data, weighs on short runs); None with under 3 jobs or one size only."""
+    loading the model and data, weighs on short runs), neither part negative; None with under 3 jobs or one size
+    only."""
     pairs = list(zip(record.steps, record.seconds_per_step, strict=False))
     if len(pairs) < 3 or len({steps for steps, _ in pairs}) < 2:
         return None
@@ -71,8 +72,8 @@ def startup_and_per_step(record: ShapeRecord) -> tuple[float, float] | None:
     ys = [steps * per_step for steps, per_step in pairs]
     mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
     slope = math.fsum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / math.fsum((x - mean_x) ** 2 for x in xs)
-    if slope <= 0:
-        return None
+    if slope <= 0:  # run time does not grow with steps (the startup dominates, e.g. tiny local runs): a flat line
+        return mean_y, 0.0
     startup = mean_y - slope * mean_x
     if startup < 0:  # no fixed cost to see: a line through the origin
         return 0.0, math.fsum(ys) / math.fsum(xs)

@@ -9,9 +9,15 @@ price table (functions/catalog/gpu_types.py unit_hourly_usd), a team budget of a
 - a job whose forecast exceeds what is left is held and never launched: on `--compute sagemaker`, moto's
   SageMaker backend holds no training job for it until a raise lets it run.
 
-The trainer is the fast stand-in (tests/fake_trainer.py): it honours the trainer contract (checkpoint on
-SIGTERM, resume from the latest checkpoint) and its loss is a function of the step, so a lost or repeated step
-shows in the curve.
+The trainer is the real tiny LoRA trainer (the loss curves prove the model itself continued, not only that no step
+was lost or repeated, which is all the fast stand-in tests/fake_trainer.py could show: a stand-in variant would be
+redundant). The budget test's cost is its trainers' CPU time, so (docs/TESTING.md "The budgets e2e"):
+- the trainers run torch on one thread (OMP_NUM_THREADS=1): two or three tiny trainers on a loaded machine each
+  spinning two OpenMP threads took over ten times the CPU per step;
+- the budget is one cent over what the jobs have cost (2 x 1 H100, 13.76 USD/h: crossed about 2.6 s later) and
+  the meter ticks every second, so a job pauses a few seconds after its first step, and 40 steps (of 16 accumulated
+  batches, a few tenths of a second each) are enough to train through the cent, the tick and the pause.
+The sagemaker test's jobs use the fast stand-in (no model to continue: it proves that nothing is launched).
 """
 
 from __future__ import annotations
@@ -33,67 +39,49 @@ from tests.e2e.conftest import REPO_ROOT, LocalPlane
 from tests.e2e.test_cloud_compute_e2e import CloudPlane, ended, fake_job, get_job, submit, training, wait_for
 from tests.e2e.test_events_e2e import _receive_until
 from tests.e2e.test_lifecycle_e2e import Api, real_spec
-from tests.fake_trainer import knobs_apart
 from tests.helpers.waits import wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 FAKE_TRAINER = f"{sys.executable} -m tests.fake_trainer"
-TICK_SECONDS = 2  # the reconciler's interval: the budget meter's tick
+TICK_SECONDS = 1  # the reconciler's interval: the budget meter's tick
 GRACE_SECONDS = 20  # SIGTERM -> checkpoint -> exit
 H100_RATE = unit_hourly_usd("H100")  # USD per emulated H100-hour
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
-STEPS = {"fake": 120, "real": 60}  # enough to train through the few cents, the tick and the pause
+MAX_STEPS = 40  # enough to train through the cent, the tick and the pause
+MARGIN_USD = 0.01  # the budget over what the jobs have cost when it is set: the smallest amount a budget counts in
 
 
 class GpusPlane(LocalPlane):
-    """`trainplane up --gpus ...` with a short tick and grace; the real trainer, or the fast stand-in."""
+    """`trainplane up --gpus ...` with a short tick and grace, its trainers on one torch thread each."""
 
-    def __init__(self, state_dir: Path, gpus: str, trainer: str) -> None:
-        env = {"TRAINPLANE_RECONCILE_INTERVAL_SECONDS": str(TICK_SECONDS), "TRAINPLANE_STOP_GRACE_SECONDS": str(GRACE_SECONDS)}
-        if trainer == "fake":
-            env["TRAINPLANE_TRAINER_COMMAND"] = FAKE_TRAINER
+    def __init__(self, state_dir: Path, gpus: str) -> None:
+        env = {
+            "TRAINPLANE_RECONCILE_INTERVAL_SECONDS": str(TICK_SECONDS),
+            "TRAINPLANE_STOP_GRACE_SECONDS": str(GRACE_SECONDS),
+            "OMP_NUM_THREADS": "1",  # the trainers inherit it (the local launcher passes its environment on)
+        }
         super().__init__(state_dir, env=env, allow_dirs=[REPO_ROOT / "examples"])
         self.gpus = gpus
-        self.trainer = trainer
-        self.max_steps = STEPS[trainer]
+        self.max_steps = MAX_STEPS
 
     def command(self) -> list[str]:
         return [*super().command(), "--gpus", self.gpus]
 
     def job(self, name: str, *, gpus: int = 1) -> dict[str, Any]:
-        """A 1 x H100 job of `max_steps` steps (gpus=0: the same job on the CPU)."""
-        # the real one: the tiny LoRA job, slowed by gradient accumulation, a checkpoint every 10 steps
-        real = self.trainer == "real"
-        spec = real_spec(name, max_steps=self.max_steps, save_steps=10, accumulate=16) if real else fake_job_spec(name, self.max_steps)
+        """A 1 x H100 tiny LoRA job of `max_steps` steps, slowed by gradient accumulation, a checkpoint every 10
+        steps (gpus=0: the same job on the CPU)."""
+        spec = real_spec(name, max_steps=self.max_steps, save_steps=10, accumulate=16)
         spec["resource_config"] = {"gpu_count": gpus, "gpu_type": "H100"} if gpus else {"gpu_count": 0}
         return spec
 
 
-# The real tiny LoRA trainer (the loss curves prove the model itself continued); the stand-in ("fake": its loss is a
-# function of the step, so it proves only that no step was lost or repeated) stays for a quick run by hand
-# (-k fake is not collected: add it to params), and is kept out of `make test` for the suite's time.
-@pytest.fixture(scope="module", params=["real"])
-def plane(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GpusPlane]:
-    started = GpusPlane(tmp_path_factory.mktemp("budgets") / "state", "H100=5", request.param)
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GpusPlane]:
+    started = GpusPlane(tmp_path_factory.mktemp("budgets") / "state", "H100=5")
     started.start()
     yield started
     started.stop()
-
-
-def fake_job_spec(name: str, max_steps: int) -> dict[str, Any]:
-    hyperparameters, environment = knobs_apart({"max_steps": str(max_steps), "fake_step_seconds": "0.1"})
-    return {
-        "name": name,
-        "training_config": {
-            "training_type": "SFT",
-            "base_model": {"model_id": "tiny", "source": "config", "tokenizer_id": "byte", "model_kwargs": {"architecture": "llama"}},
-            "hyperparameters": hyperparameters,
-            "environment": environment,
-        },
-        "data_config": {"sources": [{"path": str(REPO_ROOT / "examples" / "data" / "tiny-qa.jsonl")}]},
-        "output_config": {"checkpoint": {"save_steps": 5}},
-    }
 
 
 def losses(plane: LocalPlane, job_id: str) -> list[tuple[int, float]]:
@@ -133,9 +121,9 @@ def test_a_few_cents_team_budget_notifies_pauses_holds_and_a_raise_resumes_exact
     team = jobs[0]["team"]
     assert team and all(job["team"] == team for job in jobs)
 
-    # And a team budget of a few cents over what they have cost so far (default ladder: 50, 80 notify, 100 hold + pause)
+    # And a team budget of a cent over what they have cost so far (default ladder: 50, 80 notify, 100 hold + pause)
     now = datetime.now(UTC)
-    amount = round(sum(accrued_usd(job, now) for job in jobs) + 0.03, 2)
+    amount = round(sum(accrued_usd(job, now) for job in jobs) + MARGIN_USD, 2)
     spec = {"name": f"team-{run}", "scope": {"kind": "team", "value": team}, "amount_usd": amount, "period": "lifetime"}
     created = plane.request("POST", "/budgets", principal="admin", json=spec)
     assert created.status_code == 201, created.text

@@ -39,11 +39,12 @@ def finished_job(
     tokens_per_second: float | None = None,
     status: JobStatus = JobStatus.COMPLETED,
     scheduling: dict[str, Any] | None = None,
+    model_id: str = "meta-llama/Llama-3.2-1B",
 ) -> Job:
     """A COMPLETED H100 LoRA job of `steps` max_steps whose runs took `seconds` in all."""
     training = {
         "training_type": "LORA",
-        "base_model": {"model_id": "meta-llama/Llama-3.2-1B"},
+        "base_model": {"model_id": model_id},
         "hyperparameters": {"max_steps": str(steps)},
     }
     return make_job(

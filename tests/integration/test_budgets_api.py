@@ -142,7 +142,7 @@ def test_a_dry_run_creates_nothing_and_answers_the_forecast(call: Api) -> None:
     forecast = reply.body
     assert forecast["dry_run"] is True and forecast["basis"] == "max_runtime_seconds"
     assert forecast["hourly_usd"] == pytest.approx(rate) and forecast["total_high_usd"] == pytest.approx(rate / 6)
-    assert forecast["queue_position"] == 0 and forecast["shape"] == "H100x2/LORA"
+    assert forecast["queue_position"] == 0 and forecast["shape"] == "H100x2/LORA/<1M"
     [left] = forecast["budgets"]
     assert left["left_usd"] == 1.0 and left["left_after_usd"] == pytest.approx(1.0 - rate / 6)
     assert left["would_hold"] is (rate / 6 > 1.0)

@@ -143,7 +143,7 @@ def test_the_sdk_and_the_cli_show_the_forecast_accuracy_per_shape(url: str, monk
 
     # Then: the SDK, the AsyncClient and the CLI give the shape's count and median error
     [shape] = _client(BOB, url).forecast_accuracy().shapes
-    assert (shape.shape, shape.count, shape.seconds_per_step, shape.tokens_per_second) == ("H100x1/LORA", 2, 0.5, 800.0)
+    assert (shape.shape, shape.count, shape.seconds_per_step, shape.tokens_per_second) == ("H100x1/LORA/1B-3B", 2, 0.5, 800.0)
     assert shape.median_abs_error_percent is not None
 
     async def from_async() -> int:
@@ -156,7 +156,8 @@ def test_the_sdk_and_the_cli_show_the_forecast_accuracy_per_shape(url: str, monk
     monkeypatch.setenv("TRAINPLANE_ENDPOINT", url)
     monkeypatch.setenv("TRAINPLANE_STATE_DIR", str(tmp_path / "no-state"))
     shown = CliRunner().invoke(app, ["budgets", "forecast-accuracy"], env={"COLUMNS": "250"}, catch_exceptions=False)
-    assert shown.exit_code == 0 and "H100x1/LORA" in shown.output and f"{shape.median_abs_error_percent:.1f}%" in shown.output, shown.output
+    assert shown.exit_code == 0 and "H100x1/LORA/1B-3B" in shown.output, shown.output
+    assert f"{shape.median_abs_error_percent:.1f}%" in shown.output, shown.output
     as_json = CliRunner().invoke(app, ["--output", "json", "budgets", "forecast-accuracy"], catch_exceptions=False)
     document = as_json.output[as_json.output.index('{\n  "shapes"') :]  # after the in-process API's metric lines
     assert as_json.exit_code == 0 and json.loads(document)["shapes"][0]["count"] == 2, as_json.output

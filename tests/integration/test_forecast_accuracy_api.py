@@ -48,6 +48,7 @@ def test_forecast_accuracy_and_the_dry_run_learn_from_completed_jobs(call: Api) 
     # Given: no history, the accuracy is empty and the dry run answers the prior
     body = request_body(resource_config={"gpu_count": 1, "gpu_type": "H100"})
     body["training_config"]["hyperparameters"]["max_steps"] = "2000"
+    body["training_config"]["base_model"] = {"model_id": "meta-llama/Llama-3.2-1B"}  # the finished jobs' model (its size bucket)
     assert call.route("GET", "/forecast-accuracy", caller=ALICE_CALLER).body == {"shapes": []}
     assert call.route("POST", "/jobs", caller=ALICE_CALLER, body=body, query={"dry_run": "true"}).body["basis"] == "prior"
 
@@ -60,7 +61,7 @@ def test_forecast_accuracy_and_the_dry_run_learn_from_completed_jobs(call: Api) 
     reply = call.route("GET", "/forecast-accuracy", caller=ALICE_CALLER)
     assert reply.status == 200, reply.body
     [shape] = reply.body["shapes"]
-    assert shape["shape"] == "H100x1/LORA" and shape["count"] == 3 and shape["scored"] == 3
+    assert shape["shape"] == "H100x1/LORA/1B-3B" and shape["count"] == 3 and shape["scored"] == 3
     assert shape["seconds_per_step"] == pytest.approx(0.5) and shape["median_abs_error_percent"] is not None
     forecast = call.route("POST", "/jobs", caller=ALICE_CALLER, body=body, query={"dry_run": "true"}).body
     assert "steps x measured seconds/step (3 finished jobs" in forecast["basis"]

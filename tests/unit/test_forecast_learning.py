@@ -34,7 +34,7 @@ def test_finished_jobs_teach_seconds_per_step_and_the_forecast_scales_with_steps
     assert "steps x measured seconds/step (3 finished jobs" in guess.basis
     assert guess.hourly_usd == meter.unit_rate(finished_job(1, 1.0))
     [shape] = learner.accuracy().shapes
-    assert shape.shape == "H100x1/LORA" and shape.count == 3
+    assert shape.shape == "H100x1/LORA/1B-3B" and shape.count == 3
     assert shape.seconds_per_step == pytest.approx(0.5) and shape.tokens_per_second == 900.0
 
 
@@ -47,6 +47,20 @@ def test_a_fixed_startup_is_learned_so_short_runs_do_not_skew_long_ones() -> Non
     # Then: a 4,000-step run is forecast at 60 + 2,000 s (plain seconds/step would say far more: 0.56..1.1 s/step)
     guess = learner.forecast(finished_job(4000, 0.0, status=JobStatus.PENDING))
     assert guess.seconds == pytest.approx(2060.0)
+    assert guess.basis.startswith("startup + steps x measured seconds/step")
+
+
+def test_where_run_time_does_not_grow_with_steps_the_forecast_is_the_startup_not_steps_x_seconds_per_step() -> None:
+    # Given: runs of 10, 50 and 100 steps that all took about 30 s (loading the model dominates; the load varied)
+    learner = ForecastLearner(InMemoryShapeRecords())
+    for steps, seconds in ((10, 31.0), (50, 29.0), (100, 30.0)):
+        assert learner.record(finished_job(steps, seconds))
+
+    # When: a 20-step run is forecast
+    guess = learner.forecast(finished_job(20, 0.0, status=JobStatus.PENDING))
+
+    # Then: about the runs' 30 s (a flat fit), not 20 x their seconds/step (0.3..3 s/step: 6..62 s, median 12 s)
+    assert guess.seconds == pytest.approx(30.0, abs=1.0)
     assert guess.basis.startswith("startup + steps x measured seconds/step")
 
 
