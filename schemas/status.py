@@ -36,6 +36,10 @@ S = JobStatus
 TERMINAL: frozenset[JobStatus] = frozenset({S.COMPLETED, S.FAILED, S.CANCELLED, S.PREEMPTED})
 # Holding GPUs (or a capacity slot) right now.
 RUNNING: frozenset[JobStatus] = frozenset({S.SCHEDULING, S.PREPARING, S.TRAINING, S.CHECKPOINTING, S.EVALUATING, S.EXPORTING})
+# Holding capacity before this attempt's run exists: prepare() opens the next attempt (and clears the stored run
+# handle) as the job leaves SCHEDULING, so a handle seen here is a previous attempt's, already ended and decided
+# (a resumed or requeued job); its end must not be reported again.
+BEFORE_RUN: frozenset[JobStatus] = frozenset({S.SCHEDULING})
 # Where a pause request is accepted: the trainer is running and can checkpoint.
 PAUSABLE: frozenset[JobStatus] = frozenset({S.TRAINING, S.CHECKPOINTING})
 # Where PATCH may edit the job.

@@ -38,7 +38,7 @@ from functions.service.ports import (
     TrainingJobEvents,
 )
 from schemas.job import Job
-from schemas.status import RUNNING
+from schemas.status import BEFORE_RUN, RUNNING
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +142,8 @@ class CloudEventsService:
             return None, f"event for attempt {attempt}, the job is at attempt {job.attempt}"
         if job.status not in RUNNING:
             return None, f"the job is {job.status.value}, not running"
+        if job.status in BEFORE_RUN:
+            return None, f"the job is {job.status.value}: attempt {attempt}'s run ended before (the next has not launched)"
         handle = _handle_of(job, attempt)
         # An EC2 multi-node run's handle names its instances joined by commas: any of them is the run.
         if handle is not None and (handle.launcher != launcher or run_id not in handle.run_id.split(",")):

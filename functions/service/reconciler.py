@@ -36,7 +36,7 @@ from functions.service.ports import (
 )
 from schemas.job import Job
 from schemas.lifecycle import Next
-from schemas.status import RUNNING, JobStatus
+from schemas.status import BEFORE_RUN, RUNNING, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class Reconciler:
         )
 
     def _describe(self, job: Job) -> RunDescription | None:
-        if not job.run_handle:
+        if not job.run_handle or job.status in BEFORE_RUN:
             return None
         handle = LaunchHandle.from_dict(job.run_handle)
         if handle.attempt != job.attempt or handle.launcher not in self.launchers:

@@ -23,10 +23,10 @@ from functions.handlers import events as handler
 from functions.service.budgets import TickResult
 from functions.service.cloud_events import CloudEventsService
 from functions.service.lifecycle import LifecycleConfig, LifecycleService
-from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState
+from functions.service.ports import LaunchHandle, LaunchRequest, RunDescription, RunState, Transition
 from functions.service.reconciler import Reconciler, ReconcileReport
 from functions.service.scheduler import LocalCapacity, Scheduler
-from schemas.job import ErrorType, Job, StatusEvent
+from schemas.job import ErrorType, Job, PendingAction, StatusEvent
 from schemas.status import JobStatus
 from tests.cloud_fixtures import cloud_settings, load_event
 from tests.fakes import InMemoryArtifactStore, InMemoryJobRepository
@@ -168,6 +168,22 @@ def test_events_of_an_earlier_attempt_or_another_run_are_ignored() -> None:
     assert [stale["action"], other["action"], foreign["action"]] == ["ignored", "ignored", "ignored"]
     assert "attempt 7" in stale["reason"]
     assert w.repo.get(w.job_id).status == S.TRAINING and w.run_answers() == []
+
+
+def test_a_late_end_of_a_paused_run_does_not_end_the_resumed_job_being_scheduled() -> None:
+    # Given a job whose run stopped for a pause, resumed and granted capacity again (SCHEDULING, same attempt)
+    w = World("sagemaker", "tp-job-0a1b2c3d-a1")
+    w.to_training()
+    w.repo.update(w.job_id, w.repo.get(w.job_id).version, {"pending_action": PendingAction.PAUSE})
+    w.lifecycle.on_run_finished(w.job_id, 1, RunDescription(state=RunState.STOPPED))
+    w.repo.transition(Transition(w.job_id, w.repo.get(w.job_id).version, S.PAUSED, S.QUEUED, "resume", "user"))
+    w.lifecycle.wait_capacity(w.job_id, EXEC, "cap-again")
+    assert w.repo.get(w.job_id).status == S.SCHEDULING
+    # When SageMaker's state change for that stopped training job arrives late
+    late = w.send("sagemaker_event_completed")
+    # Then it is ignored: the job goes on to its next attempt
+    assert late["action"] == "ignored" and "SCHEDULING" in late["reason"]
+    assert w.repo.get(w.job_id).status == S.SCHEDULING
 
 
 def test_the_job_is_found_from_the_name_when_tags_are_missing() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from functions.service.ports import RunState, Transition
+from functions.service.ports import RunDescription, RunState, Transition
 from functions.service.reconciler import Reconciler
 from schemas.job import PendingAction
 from schemas.status import JobStatus
@@ -163,3 +163,24 @@ def test_a_running_job_whose_reports_stopped_is_caught_up_from_s3() -> None:
     # And a sweep that finds nothing new changes nothing
     w.now += timedelta(seconds=61)
     assert reconciler.run_once().caught_up == []
+
+
+def test_a_resumed_job_being_scheduled_is_not_ended_again_by_its_paused_runs_handle() -> None:
+    # Given a job paused (its run stopped with a checkpoint), resumed, and granted capacity again: SCHEDULING,
+    # still at the paused attempt and carrying that run's handle until prepare() opens the next attempt
+    w = World()
+    job = w.submit()
+    w.to_training(job.job_id)
+    w.repo.update(job.job_id, w.repo.get(job.job_id).version, {"pending_action": PendingAction.PAUSE})
+    w.svc.on_run_finished(job.job_id, 1, RunDescription(state=RunState.STOPPED))
+    w.repo.transition(Transition(job.job_id, w.repo.get(job.job_id).version, S.PAUSED, S.QUEUED, "resume", "user"))
+    assert w.svc.wait_capacity(job.job_id, EXEC, "cap-again") == {"next": "waiting"}
+    scheduled = w.repo.get(job.job_id)
+    assert scheduled.status == S.SCHEDULING and scheduled.run_handle and scheduled.attempt == 1
+    # When a sweep runs while the launcher still describes that paused run as stopped
+    w.launcher.state = RunState.STOPPED
+    report = _reconciler(w, Executions({EXEC})).run_once()
+    # Then the old run's end is not reported again: the job goes on to its next attempt, not PREEMPTED
+    assert report.reported_ends == [] and report.preempted == []
+    assert w.repo.get(job.job_id).status == S.SCHEDULING
+    assert w.svc.prepare(job.job_id, EXEC) == {"next": "launch"}
