@@ -153,6 +153,7 @@ MODULES = [
         "functions/service/fair_share.py",
         (
             "tests/unit/test_fair_share.py",
+            "tests/unit/test_fair_share_exact.py",
             "tests/unit/test_fair_sharing_rules.py",
             "tests/unit/test_scheduler_reclaim.py",
             "tests/unit/test_scheduler_teams.py",
@@ -166,6 +167,7 @@ MODULES = [
         (
             "tests/unit/test_scheduler_teams.py",
             "tests/unit/test_scheduler_reclaim.py",
+            "tests/unit/test_scheduler_fair_pass.py",
             "tests/unit/test_team_hold_race.py",
         ),
         # The scheduler's use of those rules: the fair-share pass (admission under the teams' holds) and the

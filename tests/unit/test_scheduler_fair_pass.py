@@ -1,0 +1,121 @@
+"""The scheduler's fair-share pass, answer by answer (functions/service/scheduler.py: `_serve_pool_fairly` and
+`_reclaim`; `make mutation`'s scheduler module): what a pass counts as waiting, the budget hold, the fair-sharing
+reclaim a borrower's COHORT_FULL asks for (its record and reason), and the minimum run time at exactly its value."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from functions.service.ports import Reclaim
+from functions.service.scheduler import RECLAIM_RULE, LocalCapacity
+from schemas.job import Job, PendingAction
+from schemas.teams import Team
+from tests.helpers.teams import team
+from tests.unit.test_scheduler_reclaim import _training
+from tests.unit.test_scheduler_teams import A, B, C, TeamWorld
+
+
+def _world(h100: int, *teams: Team, admission: Any = None) -> TeamWorld:
+    w = TeamWorld(0, *teams, default_team_quotas="H100=0")
+    capacity = LocalCapacity(gpu_slots=0, inventory={"H100": h100})
+    w.scheduler = type(w.scheduler)(w.repo, w.ledger, capacity, w.rec, w.rec, teams=w.directory, admission=admission)
+    return w
+
+
+class HoldOne:
+    """A budget hold (functions/service/scheduler.py's Admission) on one job."""
+
+    def __init__(self) -> None:
+        self.held: str | None = None
+
+    def hold(self, job: Job) -> object | None:
+        return "budget" if job.job_id == self.held else None
+
+    def would_hold(self, job: Job) -> object | None:
+        return self.hold(job)
+
+    def released(self, job: Job) -> None:
+        pass
+
+
+def test_a_budget_held_job_waits_and_the_next_one_starts() -> None:
+    admission = HoldOne()
+    w = _world(2, team("a", A, H100=2), admission=admission)
+    held, free = w.gpu_job(A), w.gpu_job(A)
+    admission.held = held.job_id
+    result = w.scheduler.run_pass()
+    assert (w.started(), result.waiting) == ([free.job_id], 1)
+
+
+def test_a_pass_counts_each_refused_job_and_everything_behind_a_full_pool_once() -> None:
+    w = _world(1, team("a", A, H100=4), team("b", B, H100=0))
+    refused = w.gpu_job(B, priority=9)  # first in order; b may not borrow: QUOTA
+    first, second, third = w.gpu_job(A), w.gpu_job(A), w.gpu_job(A)
+    result = w.scheduler.run_pass()
+    assert w.started() == [first.job_id]
+    assert result.waiting == 3  # the refused job, then the two behind the full pool
+    assert {refused.job_id, second.job_id, third.job_id}.isdisjoint(w.started())
+
+
+def _borrowers_world() -> tuple[TeamWorld, list[Job]]:
+    # a borrows all 4 of c's idle H100s in four jobs; b (nominal 0) then asks for 1: COHORT_FULL, and a's share
+    # (4) is above b's with the job (1): Kueue's fair sharing lets b take one of a's jobs back
+    w = _world(
+        4,
+        team("a", A, H100={"nominal": 0, "borrow_limit": 4}),
+        team("b", B, H100={"nominal": 0, "borrow_limit": 4}),
+        team("c", C, H100=4),
+    )
+    running = [w.gpu_job(A) for _ in range(4)]
+    w.scheduler.run_pass()
+    return w, [_training(w, j) for j in running]
+
+
+def test_a_borrower_refused_cohort_full_takes_back_from_a_larger_borrower_by_fair_sharing() -> None:
+    w, running = _borrowers_world()
+    # 600.0625 s after they started: past the minimum run, a fractional work lost
+    w.clock.now += timedelta(seconds=600, microseconds=62_500)
+    mine, behind = w.gpu_job(B), w.gpu_job(B)
+    result = w.scheduler.run_pass()
+    victim = running[0]
+    assert result.preempting == [victim.job_id]
+    assert result.waiting == 2  # both of b's jobs: the second waits behind the first (FIFO inside a team)
+    got = w.repo.get(victim.job_id)
+    assert got.pending_action == PendingAction.PREEMPT and got.reclaims == 1
+    assert got.pending_reason == (
+        f"reclaimed by team b for job {mine.job_id}: team a's borrowed share exceeds team b's "
+        "(fair sharing, LessThanOrEqualToFinalShare) (work lost 600 GPU-s since its last checkpoint)"
+    )
+    assert w.repo.reclaims == [
+        (
+            victim.job_id,
+            Reclaim(
+                team="a",
+                gpu_type="H100",
+                gpus=1,
+                beneficiary_job_id=mine.job_id,
+                beneficiary_team="b",
+                rule="LessThanOrEqualToFinalShare",
+                work_lost_gpu_seconds=600.1,
+            ),
+        )
+    ]
+    assert behind.job_id not in w.started()
+
+
+def test_a_lender_reclaims_from_a_borrower_that_ran_exactly_the_minimum() -> None:
+    w = _world(4, team("a", A, H100={"nominal": 4}), team("b", B, H100={"nominal": 0, "borrow_limit": 4}))
+    borrowed = [w.gpu_job(B, gpus=2), w.gpu_job(B, gpus=2)]
+    w.scheduler.run_pass()
+    borrowed = [_training(w, j) for j in borrowed]
+    w.clock.now += timedelta(seconds=w.directory.settings.reclaim_min_run_seconds)
+    mine = w.gpu_job(A, gpus=2)
+    result = w.scheduler.run_pass()
+    assert result.preempting == [borrowed[0].job_id]
+    got = w.repo.get(borrowed[0].job_id)
+    assert got.pending_reason == (
+        f"reclaimed by team a for job {mine.job_id}: team b borrowed beyond its nominal H100 quota "
+        "(work lost 1200 GPU-s since its last checkpoint)"
+    )
+    assert [r.rule for _, r in w.repo.reclaims] == [RECLAIM_RULE]
