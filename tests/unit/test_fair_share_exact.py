@@ -261,3 +261,17 @@ def test_the_second_rule_takes_a_team_just_above_the_preemptor() -> None:
     one = _holder(1, "a", 1, 0.0)  # a's share 1; w, weight 2, asks 1: its share 0.5
     victims, rule = fair_sharing_victims(Ask("w", "H100", 1, "wes"), [one], 1, _borrowers(one, w_weight=2.0))
     assert rule == INITIAL and _ids(victims) == [one.job.job_id]
+
+
+def test_the_second_rule_never_weighs_another_types_jobs() -> None:
+    h100 = _holder(1, "a", 3, 0.0)  # a's H100 share 3; w asks 2: the first rule refuses (a would keep 0 < 2)
+    a100 = _holder(2, "a", 6, 0.0, gpu_type="A100")  # a larger share of another type
+    victims, rule = fair_sharing_victims(Ask("w", "H100", 2, "wes"), [a100, h100], 2, _borrowers(h100, a100))
+    assert rule == INITIAL and _ids(victims) == [h100.job.job_id]
+
+
+def test_a_job_whose_team_was_deleted_while_it_waited_is_ordered_as_the_default_teams() -> None:
+    cohort = _cohort(team("default", H100=4), team("a", H100=4))
+    gone, kept = _job(1, "gone", reclaimable=False), _job(2, "a")
+    order = admission_order([gone, kept], cohort, "default")
+    assert [(job, ask.team, ask.reclaimable) for job, ask in order] == [(gone, "default", False), (kept, "a", True)]
