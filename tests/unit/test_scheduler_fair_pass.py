@@ -102,6 +102,27 @@ def test_a_borrower_refused_cohort_full_takes_back_from_a_larger_borrower_by_fai
         )
     ]
     assert behind.job_id not in w.started()
+    # a pass while the victim checkpoints counts its unit as on the way back: nobody else is asked
+    again = w.scheduler.run_pass()
+    assert (again.preempting, again.waiting) == ([], 2)
+
+
+def test_a_borrower_waits_for_the_lenders_limit_even_with_gpus_free_and_takes_back_by_fair_sharing() -> None:
+    # 8 H100s; c lends at most 4 of its 8 and a borrows those 4: 4 GPUs are free, but none are c's to lend
+    w = _world(
+        8,
+        team("a", A, H100={"nominal": 0, "borrow_limit": 8}),
+        team("b", B, H100={"nominal": 0, "borrow_limit": 8}),
+        team("c", C, H100={"nominal": 8, "lend_limit": 4}),
+    )
+    running = [w.gpu_job(A) for _ in range(4)]
+    w.scheduler.run_pass()
+    running = [_training(w, j) for j in running]
+    w.clock.now += timedelta(hours=1)
+    mine = w.gpu_job(B)
+    result = w.scheduler.run_pass()
+    assert mine.job_id not in w.started()  # COHORT_FULL: refused though the pool has room
+    assert (result.preempting, result.waiting) == ([running[0].job_id], 1)
 
 
 def test_a_lender_reclaims_from_a_borrower_that_ran_exactly_the_minimum() -> None:
