@@ -140,3 +140,73 @@ def test_a_lender_reclaims_from_a_borrower_that_ran_exactly_the_minimum() -> Non
         "(work lost 1200 GPU-s since its last checkpoint)"
     )
     assert [r.rule for _, r in w.repo.reclaims] == [RECLAIM_RULE]
+
+
+def test_a_job_without_a_team_is_served_as_the_default_teams() -> None:
+    w = _world(2, team("a", A, H100=2), team("default", H100=2))
+    job = w.gpu_job(C)
+    w.repo.update(job.job_id, w.repo.get(job.job_id).version, {"team": None})  # submitted before teams existed
+    w.scheduler.run_pass()
+    assert w.started() == [job.job_id]
+
+
+def test_a_job_refused_on_its_borrow_limit_reclaims_nothing() -> None:
+    w, _ = _borrowers_world()
+    w.clock.now += timedelta(hours=1)
+    w.teams.put(team("b", B, H100={"nominal": 0, "borrow_limit": 0}), 1)  # b may not borrow any more: QUOTA
+    w.gpu_job(B)
+    result = w.scheduler.run_pass()
+    assert (result.preempting, result.waiting) == ([], 1)
+
+
+def test_a_budget_hold_behind_a_refused_job_adds_to_the_waiting_count() -> None:
+    admission = HoldOne()
+    w = _world(2, team("a", A, H100=2), team("b", B, H100=0), admission=admission)
+    w.gpu_job(B, priority=9)  # QUOTA: b may not borrow
+    held, free = w.gpu_job(A), w.gpu_job(A)
+    admission.held = held.job_id
+    result = w.scheduler.run_pass()
+    assert (w.started(), result.waiting) == ([free.job_id], 2)
+
+
+def test_a_job_a_concurrent_pass_claimed_is_passed_over_and_the_next_one_served() -> None:
+    w = _world(2, team("a", A, H100=2))
+    taken, next_one = w.gpu_job(A), w.gpu_job(A)
+    assert w.ledger.claim("local/H100", taken.job_id, 1, 2)  # a racing pass claimed it and is starting it
+    w.scheduler.run_pass()
+    assert w.started() == [next_one.job_id]
+
+
+def test_a_team_hold_a_racing_pass_filled_refuses_its_job_and_the_next_team_is_served() -> None:
+    w = _world(2, team("a", A, H100={"nominal": 2}), team("b", B, H100={"nominal": 2}))
+    w.ledger.teams_held[("a", "H100")] = {"elsewhere": 2}  # a racing pass admitted a's 2 units in another pool
+    refused, other = w.gpu_job(A, gpus=2), w.gpu_job(B, gpus=2)
+    result = w.scheduler.run_pass()
+    assert (w.started(), result.waiting) == ([other.job_id], 1)
+    assert refused.job_id not in w.started()
+
+
+def test_with_nothing_to_reclaim_a_higher_priority_job_preempts_its_own_teams_lower_one() -> None:
+    w = _world(1, team("a", A, H100=2))
+    low = w.gpu_job(A, priority=1)
+    w.repo.update(low.job_id, low.version, {"scheduling_config": low.scheduling_config.model_copy(update={"preemptible": True})})
+    w.scheduler.run_pass()
+    low = _training(w, low)
+    urgent = w.gpu_job(A, priority=9)
+    result = w.scheduler.run_pass()
+    assert result.preempting == [low.job_id]
+    assert w.repo.get(low.job_id).pending_reason == f"preempted by higher-priority job {urgent.job_id} (priority 9 > 1)"
+
+
+def test_a_lender_skips_its_own_jobs_and_an_orphan_claim_and_reclaims_a_single_borrowed_gpu() -> None:
+    w = _world(5, team("a", A, H100={"nominal": 4}), team("b", B, H100={"nominal": 0, "borrow_limit": 4}))
+    assert w.ledger.claim("local/H100", "job-deleted", 1, 5)  # a claim whose job is gone (the reconciler's business)
+    mine_running = w.gpu_job(A)
+    w.scheduler.run_pass()
+    borrowed = w.gpu_job(B)
+    w.scheduler.run_pass()
+    _training(w, mine_running)
+    borrowed = _training(w, borrowed)
+    w.clock.now += timedelta(hours=1)
+    w.gpu_job(A, gpus=3)  # a within nominal (1 + 3 = 4); 2 free: b's 1 borrowed GPU must come back
+    assert w.scheduler.run_pass().preempting == [borrowed.job_id]
