@@ -2,7 +2,8 @@
 
 (a) Import time of the API handler module against `import boto3`: each imported in a fresh
     interpreter, timed inside it (interpreter start-up excluded), median of --runs runs, alternating
-    the two so that disk cache and CPU frequency favour neither. Goal: handler <= 1.6x boto3.
+    the two so that disk cache and CPU frequency favour neither, under the deployed functions' runtime
+    environment (functions.constants.FUNCTION_RUNTIME_ENV). Goal: handler <= 1.6x boto3.
 (b) Latency through local mode's front door: starts `trainplane up --port 0` in a subprocess and
     pre-creates jobs. Then --concurrency signed clients call GET /jobs/{id} back to back for a fixed
     time (a closed loop): the lean load generator (below: its own process, one keep-alive connection

@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from functions.service.ports import Reclaim
+from functions.errors import ConcurrentModification
+from functions.service.ports import Reclaim, Transition
 from functions.service.scheduler import RECLAIM_RULE, LocalCapacity
 from schemas.job import Job, PendingAction
 from schemas.teams import Team
@@ -210,3 +211,19 @@ def test_a_lender_skips_its_own_jobs_and_an_orphan_claim_and_reclaims_a_single_b
     w.clock.now += timedelta(hours=1)
     w.gpu_job(A, gpus=3)  # a within nominal (1 + 3 = 4); 2 free: b's 1 borrowed GPU must come back
     assert w.scheduler.run_pass().preempting == [borrowed.job_id]
+
+
+def test_a_job_that_another_writer_changed_gives_its_claim_back_and_the_next_one_starts() -> None:
+    w = _world(1, team("a", A, H100=2))
+    changed, next_one = w.gpu_job(A), w.gpu_job(A)
+    transition = w.repo.transition
+
+    def racing(t: Transition) -> Job:
+        if t.job_id == changed.job_id:
+            raise ConcurrentModification(t.job_id)  # cancelled or edited after the pass read it
+        return transition(t)
+
+    w.repo.transition = racing  # type: ignore[method-assign]
+    w.scheduler.run_pass()
+    assert w.ledger.holders("local/H100") == {next_one.job_id: 1}
+    assert w.started() == [next_one.job_id]
