@@ -8,6 +8,7 @@ the answers themselves.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from functions.service.fair_share import (
@@ -41,7 +42,7 @@ def _holder(n: int, team_name: str, units: int, lost: float, *, gpu_type: str = 
     return Holder(job, Ask(team_name, gpu_type, units, f"owner-{n}"), units, lost)
 
 
-def _cohort(*teams: Team, held: list[Holder] = (), usage: dict[str, float] | None = None) -> Cohort:  # type: ignore[assignment]
+def _cohort(*teams: Team, held: Iterable[Holder] = (), usage: dict[str, float] | None = None) -> Cohort:
     cohort = Cohort(teams={t.name: t for t in teams}, usage=usage or {})
     for h in held:
         cohort.hold(h.ask)
