@@ -181,9 +181,11 @@ def test_a_job_a_concurrent_pass_claimed_is_passed_over_and_the_next_one_served(
 def test_a_team_hold_a_racing_pass_filled_refuses_its_job_and_the_next_team_is_served() -> None:
     w = _world(2, team("a", A, H100={"nominal": 2}), team("b", B, H100={"nominal": 2}))
     w.ledger.teams_held[("a", "H100")] = {"elsewhere": 2}  # a racing pass admitted a's 2 units in another pool
+    w.teams.put(team("c", C, H100=0), None)
+    w.gpu_job(C, priority=9)  # first in order: QUOTA (c may not borrow)
     refused, other = w.gpu_job(A, gpus=2), w.gpu_job(B, gpus=2)
     result = w.scheduler.run_pass()
-    assert (w.started(), result.waiting) == ([other.job_id], 1)
+    assert (w.started(), result.waiting) == ([other.job_id], 2)
     assert refused.job_id not in w.started()
 
 
@@ -227,3 +229,11 @@ def test_a_job_that_another_writer_changed_gives_its_claim_back_and_the_next_one
     w.scheduler.run_pass()
     assert w.ledger.holders("local/H100") == {next_one.job_id: 1}
     assert w.started() == [next_one.job_id]
+
+
+def test_two_victims_on_their_way_back_are_both_counted_by_the_next_pass() -> None:
+    w, running = _borrowers_world()
+    w.clock.now += timedelta(hours=1)
+    w.gpu_job(B, gpus=2)  # b's share with it 2, a's 4: two of a's 1-GPU jobs by the first rule
+    assert w.scheduler.run_pass().preempting == [running[0].job_id, running[1].job_id]
+    assert w.scheduler.run_pass().preempting == []  # both units are on their way back: nobody else
