@@ -237,3 +237,18 @@ def test_two_victims_on_their_way_back_are_both_counted_by_the_next_pass() -> No
     w.gpu_job(B, gpus=2)  # b's share with it 2, a's 4: two of a's 1-GPU jobs by the first rule
     assert w.scheduler.run_pass().preempting == [running[0].job_id, running[1].job_id]
     assert w.scheduler.run_pass().preempting == []  # both units are on their way back: nobody else
+
+
+def test_a_reclaim_under_way_asks_no_priority_preemption_as_well() -> None:
+    # a (nominal 4) runs a low-priority preemptible 3-GPU job; b borrows the fourth GPU
+    w = _world(4, team("a", A, H100={"nominal": 4}), team("b", B, H100={"nominal": 0, "borrow_limit": 4}))
+    low = w.gpu_job(A, gpus=3, priority=1)
+    low = w.repo.update(low.job_id, low.version, {"scheduling_config": low.scheduling_config.model_copy(update={"preemptible": True})})
+    borrowed = w.gpu_job(B)
+    w.scheduler.run_pass()
+    low, borrowed = _training(w, low), _training(w, borrowed)
+    w.clock.now += timedelta(hours=1)
+    w.gpu_job(A, priority=9)  # within a's nominal: the borrowed GPU comes back; a's own job keeps running
+    assert w.scheduler.run_pass().preempting == [borrowed.job_id]
+    assert w.scheduler.run_pass().preempting == []  # the reclaimed GPU is on its way back: still nothing more
+    assert w.repo.get(low.job_id).pending_action is None
