@@ -9,6 +9,11 @@ import re
 
 SERVICE_NAME = "trainplane"
 METRICS_NAMESPACE = "Trainplane"
+# Every function's environment besides its settings (infra/constructs/function.py; scripts/bench_api.py imports the
+# API handler under it). pydantic's plugin discovery is off: the bundle ships no pydantic plugin, and the
+# discovery reads every installed distribution's entry points when the first model is built (Powertools builds
+# one at import: a cold start paid it). https://docs.pydantic.dev/latest/concepts/plugins/
+FUNCTION_RUNTIME_ENV = {"PYDANTIC_DISABLE_PLUGINS": "__all__"}
 
 # Default resource names: local mode uses them as they are; the cloud stack prefixes them per stage.
 JOBS_TABLE = "trainplane-jobs"

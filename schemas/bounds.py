@@ -27,6 +27,10 @@ MAX_EXTRA_ARGS = 256
 MAX_ANNOTATIONS = 64
 MAX_RESOURCE_KEYS = 16  # OME's resourcesPerNode requests / limits (cpu, memory, nvidia.com/gpu...)
 MAX_LABELS = 32  # a job's labels (the policy's own labels included)
+# A team's name (schemas/teams.py), also the /teams/{team} path parameter's pattern (read at the API's import).
+TEAM_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+# GET /jobs/{id}/metrics/system: samples per device in one answer (a day at 10 s is 8640; a chart wants about two per pixel).
+DEFAULT_MAX_SAMPLES = 2000
 
 
 def key_count(limit: int) -> BeforeValidator:

@@ -15,10 +15,10 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from schemas.bounds import TEAM_NAME_PATTERN as TEAM_NAME_PATTERN
 from schemas.configs import Priority, Strict
 
 DEFAULT_TEAM = "default"
-TEAM_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 # The types a team quota names (functions/catalog/gpu_types.py prices them): resource_config.gpu_type's canonical
 # names, `any` (a GPU job that named no type) and `cpu` (gpu_count 0).
 GPU_TYPE_KEYS: tuple[str, ...] = ("H100", "A100-80GB", "A100", "L40S", "L4", "A10G", "T4", "any", "cpu")

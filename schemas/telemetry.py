@@ -13,11 +13,12 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.bounds import DEFAULT_MAX_SAMPLES as DEFAULT_MAX_SAMPLES
+
 SAMPLE_SECONDS = 10.0
 IDLE_UTILIZATION_PCT = 20.0
 IDLE_SECONDS = 15 * 60
 SYSTEM_DIR = "system"  # beside metrics.jsonl
-DEFAULT_MAX_SAMPLES = 2000  # per device, in an API answer: a day at 10 s is 8640; a chart wants about two per pixel
 _FILE = re.compile(r"^(?P<attempt>\d{3,})-(?P<node>\d{3,})\.jsonl$")
 
 

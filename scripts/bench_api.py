@@ -2,7 +2,8 @@
 
 (a) Import time of the API handler module against `import boto3`: each imported in a fresh
     interpreter, timed inside it (interpreter start-up excluded), median of --runs runs, alternating
-    the two so that disk cache and CPU frequency favour neither. Goal: handler <= 1.6x boto3.
+    the two so that disk cache and CPU frequency favour neither, under the deployed functions' runtime
+    environment (functions.constants.FUNCTION_RUNTIME_ENV). Goal: handler <= 1.6x boto3.
 (b) Latency through local mode's front door: starts `trainplane up --port 0` in a subprocess and
     pre-creates jobs. Then --concurrency signed clients call GET /jobs/{id} back to back for a fixed
     time (a closed loop): the lean load generator (below: its own process, one keep-alive connection
@@ -39,6 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from functions.constants import FUNCTION_RUNTIME_ENV  # noqa: E402
 from trainplane import Client  # noqa: E402
 from trainplane.endpoint import ENDPOINT_FILE  # noqa: E402
 
@@ -106,6 +108,7 @@ def heaviest_imports(module: str, env: dict[str, str], top: int = 8) -> list[tup
 def bench_imports(runs: int) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # both sides read cached .pyc files
     env.update({"PYTHONPATH": str(ROOT), "AWS_DEFAULT_REGION": "us-east-1"})
+    env.update(FUNCTION_RUNTIME_ENV)  # as the deployed function runs (infra/constructs/function.py)
     # Warm the page cache and the .pyc files once, so run 1 is not a cold-disk outlier.
     import_seconds(HANDLER_MODULE, env)
     import_seconds("boto3", env)

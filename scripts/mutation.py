@@ -149,6 +149,32 @@ MODULES = [
         ("*ǁFrontDoorǁhandle__*",),
     ),
     Module(
+        "fair_share",
+        "functions/service/fair_share.py",
+        (
+            "tests/unit/test_fair_share.py",
+            "tests/unit/test_fair_share_exact.py",
+            "tests/unit/test_fair_sharing_rules.py",
+            "tests/unit/test_scheduler_reclaim.py",
+            "tests/unit/test_scheduler_teams.py",
+        ),
+        # The scheduler's pure rules, whole: the cohort's quotas, borrowing and refusals (admission), the
+        # admission order, and the reclaim victims (work lost, Kueue's reclaim and fair-sharing rules).
+    ),
+    Module(
+        "scheduler",
+        "functions/service/scheduler.py",
+        (
+            "tests/unit/test_scheduler_teams.py",
+            "tests/unit/test_scheduler_reclaim.py",
+            "tests/unit/test_scheduler_fair_pass.py",
+            "tests/unit/test_team_hold_race.py",
+        ),
+        # The scheduler's use of those rules: the fair-share pass (admission under the teams' holds) and the
+        # reclaim (which holders may be paused, how many units are needed, the reclaim's record).
+        tuple(f"*ǁSchedulerǁ{m}__*" for m in ("_cohort", "_serve_pool_fairly", "_reclaim")),
+    ),
+    Module(
         "trainer_reports",
         "functions/service/trainer_reports.py",
         ("tests/unit/test_trainer_reports.py", "tests/unit/test_trainer_reports_outcome.py"),

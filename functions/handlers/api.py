@@ -35,6 +35,7 @@ from functions.handlers.errors import (
     reject_unknown_params,
     responses,
 )
+from functions.handlers.models import LazyModels
 from functions.handlers.tracing import LazyTracer
 from schemas.api import (
     CancelRequest,
@@ -49,15 +50,18 @@ from schemas.api import (
     RetryRequest,
     Summary,
 )
+from schemas.bounds import DEFAULT_MAX_SAMPLES
 from schemas.forecast import Forecast
 from schemas.job import Job, SubmitJobRequest
 from schemas.status import JobStatus
-from schemas.telemetry import DEFAULT_MAX_SAMPLES, SystemMetricsResponse
 
 if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
     from functions.service.principal import Principal
+    from schemas import telemetry
+else:
+    telemetry = LazyModels("schemas.telemetry")  # GET /jobs/{id}/metrics/system's answer, on its first request
 
 TITLE = "trainplane"
 VERSION = "1.0.0"
@@ -336,7 +340,7 @@ def job_metrics(
 def job_system_metrics(
     job_id: JobId,
     max_samples: Annotated[int, Query(ge=10, le=100_000, description="At most this many samples per device")] = DEFAULT_MAX_SAMPLES,
-) -> SystemMetricsResponse:
+) -> telemetry.SystemMetricsResponse:
     principal = _for_job(reports, job_id)
     reject_unknown_params(reports, SYSTEM_METRICS_PARAMS)
     return composition.job_service().system_metrics(job_id, principal, max_samples=max_samples)

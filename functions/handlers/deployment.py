@@ -6,11 +6,18 @@ code it runs (nothing of anyone's jobs), and the caller's own identity and data 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions import composition
 from functions.handlers.errors import caller_of, responses
-from schemas.deployment import DeploymentInfo
+from functions.handlers.models import LazyModels
+
+if TYPE_CHECKING:
+    from schemas import deployment as models
+else:
+    models = LazyModels("schemas.deployment")  # imported on the route's first request (functions/handlers/models.py)
 
 router = Router()
 
@@ -21,7 +28,7 @@ router = Router()
     responses=responses(200, "What the deployment says about itself"),
     tags=["deployment"],
 )
-def get_deployment() -> DeploymentInfo:
+def get_deployment() -> models.DeploymentInfo:
     from functions.service.deployment import deployment_info  # on first use: the cold start does not pay for it
 
     caller = caller_of(router)

@@ -7,17 +7,25 @@ per scheduler pass, no Scan).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aws_lambda_powertools.event_handler.api_gateway import Router
 
 from functions import composition
 from functions.handlers.errors import principal_of, responses
-from functions.service.queues import QueueList, QueueView
-from schemas.job import Job
+from functions.handlers.models import LazyModels
+
+if TYPE_CHECKING:
+    from functions.service import queues as models
+    from schemas.job import Job
+else:
+    # The queue view and its answers (with the teams' wait reasons) load on first use (functions/handlers/models.py)
+    models = LazyModels("functions.service.queues")
 
 router = Router()
 
 
-def queue_view() -> QueueView:
+def queue_view() -> models.QueueView:
     return composition.current().queue_view
 
 
@@ -35,6 +43,6 @@ def with_positions(jobs: list[Job]) -> list[Job]:
     responses=responses(200, "Every queue jobs were submitted to"),
     tags=["reports"],
 )
-def list_queues() -> QueueList:
+def list_queues() -> models.QueueList:
     principal = principal_of(router)
     return queue_view().list(principal.can_see)

@@ -8,14 +8,20 @@ every team for admins and the caller's own team (without its member list) for an
 from __future__ import annotations
 
 from functools import partial
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from aws_lambda_powertools.event_handler.api_gateway import Router
 from aws_lambda_powertools.event_handler.openapi.params import Body, Path
 
 from functions import composition
 from functions.handlers.errors import BODY_ERRORS, no_content, principal_of, reject_unknown_params, responses
-from schemas.teams import TEAM_NAME_PATTERN, Team, TeamList, TeamSpec, TeamView
+from functions.handlers.models import LazyModels
+from schemas.bounds import TEAM_NAME_PATTERN
+
+if TYPE_CHECKING:
+    from schemas import teams as models
+else:
+    models = LazyModels("schemas.teams")  # imported on a route's first request (functions/handlers/models.py)
 
 router = Router()
 TeamName = Annotated[
@@ -41,7 +47,7 @@ _responses = partial(
     responses=_responses(200, "Teams", 422),
     tags=TAGS,
 )
-def list_teams() -> TeamList:
+def list_teams() -> models.TeamList:
     principal = principal_of(router)
     reject_unknown_params(router, NO_PARAMS)
     return composition.team_service().list(principal)
@@ -53,7 +59,7 @@ def list_teams() -> TeamList:
     responses=_responses(200, "The team's view", 404, 422),
     tags=TAGS,
 )
-def get_team(team: TeamName) -> TeamView:
+def get_team(team: TeamName) -> models.TeamView:
     principal = principal_of(router)
     reject_unknown_params(router, NO_PARAMS)
     return composition.team_service().get(team, principal)
@@ -65,7 +71,7 @@ def get_team(team: TeamName) -> TeamView:
     responses=_responses(200, "The team, as stored", *BODY_ERRORS, 404, 409, 422),
     tags=TAGS,
 )
-def put_team(team: TeamName, body: Annotated[TeamSpec, Body()]) -> Team:
+def put_team(team: TeamName, body: Annotated[models.TeamSpec, Body()]) -> models.Team:
     principal = principal_of(router)
     reject_unknown_params(router, NO_PARAMS)
     return composition.team_service().put(team, body, principal)

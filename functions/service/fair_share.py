@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
@@ -165,7 +165,9 @@ def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> l
     queues: dict[str, list[tuple[Job, Ask]]] = defaultdict(list)
     for job in sorted(jobs, key=lambda j: (-j.priority, j.created_at, j.job_id)):
         ask = Ask.of(job, default_team)
-        queues[ask.team if ask.team in cohort.teams else default_team].append((job, ask))
+        if ask.team not in cohort.teams:  # its team was deleted while it waited: the default team's, as the cohort counts holders
+            ask = replace(ask, team=default_team)
+        queues[ask.team].append((job, ask))
     held: dict[tuple[str, str], int] = defaultdict(int, cohort.in_use)
     order: list[tuple[Job, Ask]] = []
     while queues:

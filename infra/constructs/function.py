@@ -107,6 +107,7 @@ class TrainplaneFunction(Construct):
                 "POWERTOOLS_METRICS_NAMESPACE": constants.METRICS_NAMESPACE,
                 "POWERTOOLS_LOG_LEVEL": config.log_level,
                 "POWERTOOLS_LOGGER_LOG_EVENT": "false",
+                **constants.FUNCTION_RUNTIME_ENV,
                 **environment,
             },
         )

@@ -172,6 +172,7 @@ def test_functions_run_python_312_on_arm64_traced_with_powertools(synth: Synth, 
         assert env["POWERTOOLS_SERVICE_NAME"] == constants.SERVICE_NAME
         assert env["POWERTOOLS_METRICS_NAMESPACE"] == constants.METRICS_NAMESPACE
         assert env["POWERTOOLS_LOG_LEVEL"] == "INFO"
+        assert env["PYDANTIC_DISABLE_PLUGINS"] == "__all__"  # no plugin scan at a cold start (docs/BENCHMARKS.md)
         # Each function writes to its own log group with a retention
         assert resolve_ref(props["LoggingConfig"]["LogGroup"]) in synth.resources(stage, "AWS::Logs::LogGroup")
 

@@ -19,28 +19,34 @@ from functions.handlers.models import LazyModels, annotation
 ROOT = Path(__file__).resolve().parents[2]
 
 # The modules whose models the API's import may create: the job routes' own (api.py: the job, its configs,
-# the list/logs/metrics answers), the error answer, the small answers of GET /queues, /shapes, /deployment,
-# and the teams' records the scheduler's queue view reads.
+# the list/logs/metrics answers), the error answer and the training shapes (part of the job model's configs).
 ALLOWED = {
     "schemas.access",
     "schemas.api",
     "schemas.checkpoint",
     "schemas.configs",
-    "schemas.deployment",
     "schemas.forecast",  # POST /jobs?dry_run=true: a job route's answer (issue 25)
     "schemas.job",
     "schemas.ome",
     "schemas.placement",  # resource_config.placement: part of the job model (issue 26)
     "schemas.shapes",
     "schemas.strict",  # Strict, the base of every request model (split out of schemas.configs)
-    "schemas.teams",
     "schemas.tracking",
-    "schemas.telemetry",  # GET /jobs/{id}/metrics/system: a job route's answer (issue 27.3)
-    "functions.service.queues",
     "aws_lambda_powertools.event_handler.openapi.compat",  # Powertools' own `Request`
 }
 # The routers whose models are imported on first request (functions/handlers/models.py).
-DEFERRED = {"schemas.sweeps", "schemas.retraining", "schemas.webhooks", "schemas.train"}
+# GET /queues' view (functions.service.queues) with the teams' wait reasons, /teams, /deployment and the system
+# metrics' answer load on first use too (they were the import's: docs/BENCHMARKS.md, 2026-11-26 22:20).
+DEFERRED = {
+    "schemas.sweeps",
+    "schemas.retraining",
+    "schemas.webhooks",
+    "schemas.train",
+    "schemas.teams",
+    "schemas.deployment",
+    "schemas.telemetry",
+    "functions.service.queues",
+}
 
 _PROBE = """
 import json, sys
@@ -53,10 +59,10 @@ while stack:
             seen.add(sub)
             stack.append(sub)
 before = sorted({c.__module__ for c in seen})
-loaded = sorted(m for m in sys.modules if m.startswith("schemas."))
+loaded = sorted(m for m in sys.modules if m.startswith(("schemas.", "functions.service.")))
 if sys.argv[1] == "openapi":
     api.openapi_json()
-after = sorted(m for m in sys.modules if m.startswith("schemas."))
+after = sorted(m for m in sys.modules if m.startswith(("schemas.", "functions.service.")))
 print(json.dumps({"models": before, "loaded": loaded, "after": after}))
 """
 
