@@ -13,6 +13,14 @@ os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.pop("AWS_PROFILE", None)
 
+# One torch (OpenMP/MKL) intra-op thread, here and in every process the suite starts (trainers under
+# `trainplane up`, the trainer tests' children, DeepSpeed's and DDP's workers inherit it): the models are
+# tiny, and on the shared 2-core host a second thread spin-waits for a descheduled sibling while the plane,
+# pytest and other workers want the cores (a tiny LoRA step took ~50x longer with two threads than one under
+# load; docs/TESTING.md, "CI wall time"). Set before anything imports torch; OMP_NUM_THREADS=N overrides.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # pytest exits 5 when it collected nothing: CI must not read that as a pass.

@@ -41,16 +41,6 @@ def broken(prompts, completions, **columns):
 ONE_LAYER = {**TINY_LLAMA, "num_hidden_layers": 1}
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Any:
-    """One intra-op thread: on the shared 2-core CI host a second one spin-waits for its descheduled sibling,
-    which made these runs ~10x slower (scripts/bench_rlhf.py --threads). Both runs of a comparison share it."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def rlhf_spec(root: Path, *, steps: int, rlhf: dict[str, Any] | None = None, chat: bool = False, **fields: Any) -> dict[str, Any]:
     prompts: list[Any] = [f"write some words, {i}:" for i in range(8)]
     if chat:  # trl's conversational prompts, rendered with the tokenizer's chat template
