@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,11 +122,20 @@ def _master_port(nodes: int) -> int:
         return int(probe.getsockname()[1])
 
 
+def worker_threads(environ: Mapping[str, str], workers: int) -> dict[str, str]:
+    """As torchrun does: several workers on one node each get one OpenMP thread unless OMP_NUM_THREADS is set,
+    so their thread teams do not spin-wait for each other on the same cores (docs/TESTING.md, "CI wall time")."""
+    env = dict(environ)
+    if workers > 1:
+        env.setdefault("OMP_NUM_THREADS", "1")
+    return env
+
+
 def spawn_workers(plan: LaunchPlan, argv: list[str], *, grace_seconds: float) -> int:
     """Run this node's workers; forward SIGTERM; the exit code is the most telling worker's."""
     procs: list[subprocess.Popen[bytes]] = []
     for local_rank in range(plan.nproc_per_node):
-        env = {**os.environ, **plan.worker_env(local_rank)}
+        env = {**worker_threads(os.environ, plan.nproc_per_node), **plan.worker_env(local_rank)}
         procs.append(subprocess.Popen([sys.executable, "-m", "trainer", *argv], env=env))
 
     def forward(signum: int, _frame: Any) -> None:
