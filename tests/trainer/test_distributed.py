@@ -138,4 +138,4 @@ def test_two_cpu_workers_train_like_one_process_with_the_same_global_batch(frame
 def test_several_workers_get_one_openmp_thread_each_unless_told_otherwise() -> None:
     assert distributed.worker_threads({"PATH": "/bin"}, 2) == {"PATH": "/bin", "OMP_NUM_THREADS": "1"}
     assert distributed.worker_threads({"OMP_NUM_THREADS": "4"}, 2)["OMP_NUM_THREADS"] == "4"
-    assert "OMP_NUM_THREADS" not in worker_threads({}, 1)
+    assert "OMP_NUM_THREADS" not in distributed.worker_threads({}, 1)
