@@ -15,16 +15,19 @@ from typing import Any
 
 from functions import constants as c
 from functions.catalog import page_tokens
+from functions.catalog.gpu_types import gpu_type_of
 from functions.errors import InvalidRequest
 from schemas.configs import STORED
 from schemas.job import Job, StatusEvent
 from schemas.status import JobStatus
+from schemas.teams import DEFAULT_TEAM
 
 JOB_PREFIX = "JOB#"
 META = "META"
 EVENT_PREFIX = "EVENT#"
 OWNER_PREFIX = "OWNER#"
 QUEUE_PREFIX = "QUEUE#"
+TEAM_QUEUE_PREFIX = "TEAMQUEUE#"  # + <team>#<gpu type> (team names have no '#')
 ALL_JOBS = "JOBS"
 COUNTS_SK = "COUNTS"
 CLAIM_PREFIX = "CLAIM#"
@@ -59,6 +62,10 @@ def owner_pk(owner: str) -> str:
 
 def queue_pk(queue: str) -> str:
     return QUEUE_PREFIX + queue
+
+
+def team_queue_pk(team: str, gpu_type: str) -> str:
+    return f"{TEAM_QUEUE_PREFIX}{team}#{gpu_type}"
 
 
 def created_sk(job: Job) -> str:
@@ -214,6 +221,8 @@ def index_attrs(job: Job) -> dict[str, dict[str, str]]:
     if job.status == JobStatus.QUEUED:
         attrs[c.GSI_QUEUE_PK] = {"S": queue_pk(job.queue)}
         attrs[c.GSI_QUEUE_SK] = {"S": queue_sk(job)}
+        attrs[c.GSI_TEAM_QUEUE_PK] = {"S": team_queue_pk(job.team or DEFAULT_TEAM, gpu_type_of(job.resource_config))}
+        attrs[c.GSI_TEAM_QUEUE_SK] = {"S": queue_sk(job)}
     return attrs
 
 
