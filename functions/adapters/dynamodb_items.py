@@ -323,11 +323,29 @@ def idempotency_table_definition(table_name: str = c.IDEMPOTENCY_TABLE) -> dict[
     }
 
 
+def add_missing_indexes(dynamodb_client: Any, jobs_table: str = c.JOBS_TABLE) -> None:
+    """Add the GSIs a jobs table made by an older version lacks (a local state dir's journal replays the
+    CreateTable it was made with): the scheduler's Query on a missing index would fail every pass."""
+    definition = jobs_table_definition(jobs_table)
+    table = dynamodb_client.describe_table(TableName=jobs_table)["Table"]
+    have = {index["IndexName"] for index in table.get("GlobalSecondaryIndexes", [])}
+    for index in definition["GlobalSecondaryIndexes"]:
+        if index["IndexName"] not in have:
+            keys = {k["AttributeName"] for k in index["KeySchema"]}
+            dynamodb_client.update_table(
+                TableName=jobs_table,
+                AttributeDefinitions=[a for a in definition["AttributeDefinitions"] if a["AttributeName"] in keys],
+                GlobalSecondaryIndexUpdates=[{"Create": index}],
+            )
+
+
 def create_tables(dynamodb_client: Any, jobs_table: str = c.JOBS_TABLE, idempotency_table: str = c.IDEMPOTENCY_TABLE) -> None:
     """Create both tables if missing (local mode, tests); the cloud stack creates them with CDK."""
     existing = set(dynamodb_client.list_tables().get("TableNames", []))
     if jobs_table not in existing:
         dynamodb_client.create_table(**jobs_table_definition(jobs_table))
+    else:
+        add_missing_indexes(dynamodb_client, jobs_table)
     if idempotency_table not in existing:
         dynamodb_client.create_table(**idempotency_table_definition(idempotency_table))
         dynamodb_client.update_time_to_live(

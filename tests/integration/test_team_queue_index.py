@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from functions import constants as c
 from functions.adapters import dynamodb_batch as batch
+from functions.adapters import dynamodb_items as items
 from functions.adapters.aws import AwsClients
 from functions.adapters.dynamodb import DynamoJobRepository
 from functions.service.ports import Transition
@@ -67,3 +69,19 @@ def test_get_many_reads_the_jobs_that_exist_in_batches(repo: Any, monkeypatch: p
     # Then every existing job comes back once, as stored
     assert set(found) == {j.job_id for j in jobs}
     assert found[jobs[3].job_id].version == jobs[3].version and found[jobs[3].job_id].status == JobStatus.QUEUED
+
+
+def test_a_jobs_table_made_before_the_per_team_index_gets_it(aws: AwsClients) -> None:
+    # Given a jobs table created without by-team-queue (a local state dir's journal replays its old CreateTable)
+    ddb = aws.dynamodb()
+    definition = items.jobs_table_definition("old-jobs")
+    definition["GlobalSecondaryIndexes"] = [i for i in definition["GlobalSecondaryIndexes"] if i["IndexName"] != c.GSI_TEAM_QUEUE]
+    new_keys = {c.GSI_TEAM_QUEUE_PK, c.GSI_TEAM_QUEUE_SK}
+    definition["AttributeDefinitions"] = [a for a in definition["AttributeDefinitions"] if a["AttributeName"] not in new_keys]
+    ddb.create_table(**definition)
+    # When the tables are ensured at start
+    items.create_tables(ddb, "old-jobs", "old-idempotency")
+    # Then the index is there, and a team's head is read from it
+    repo = DynamoJobRepository(aws, "old-jobs")
+    job = _queued(repo, "b", H100)
+    assert [j.job_id for j in repo.queued_of_team("b", "H100")] == [job.job_id]

@@ -1,0 +1,121 @@
+"""Teams benchmark (issue 24, Measure): reclaim latency in local mode.
+
+`trainplane up --gpus H100=2 --principal bob` (as tests/e2e/test_teams_reclaim_e2e.py): team `lender` (alice)
+owns both emulated H100s and lends them, team `borrower` (bob) owns none and may borrow two. Bob's tiny LoRA job
+(the real trainer on the CPU) borrows both; once it trains, alice submits. From the control plane's own
+timestamps (the jobs' created_at and their timelines, not this script's polling), per run: the lender's submit
+to the victim's CHECKPOINTING, to its QUEUED, and to the lender's job TRAINING; compared with "SIGTERM grace +
+one scheduler tick" (stop_grace_seconds + reconcile_interval_seconds, the bound the issue states).
+
+    .venv/bin/python scripts/bench_reclaim.py [--runs 3] [--tick 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from functions.settings import Settings  # noqa: E402
+from tests.e2e.conftest import LocalPlane  # noqa: E402
+from tests.e2e.test_lifecycle_e2e import real_spec  # noqa: E402
+
+
+def h100_spec(name: str, max_steps: int) -> dict[str, Any]:
+    spec = real_spec(name, max_steps=max_steps, save_steps=1000, accumulate=128)  # seconds a step: reclaimed mid-training
+    spec["resource_config"] = {"gpu_count": 2, "gpu_type": "H100"}
+    return spec
+
+
+class Plane:
+    def __init__(self, plane: LocalPlane) -> None:
+        self.plane = plane
+
+    def call(self, method: str, path: str, principal: str, **kwargs: Any) -> Any:
+        response = self.plane.request(method, path, principal=principal, **kwargs)
+        if response.status_code >= 300:
+            raise RuntimeError(f"{method} {path}: {response.status_code} {response.text}")
+        return response.json()
+
+    def wait(self, job_id: str, principal: str, until: Callable[[dict[str, Any]], bool], what: str, timeout: float = 600) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            job = self.call("GET", f"/jobs/{job_id}", principal)
+            if until(job):
+                return dict(job)
+            time.sleep(0.2)  # polling only finds when to read the timestamps: the figures are the plane's own
+        raise RuntimeError(f"{job_id}: timed out waiting for {what}\n{self.plane.log_tail()}")
+
+    def entered(self, job_id: str, principal: str, status: str, after: datetime) -> datetime:
+        """When the job's timeline first entered `status` after `after`."""
+        events = self.call("GET", f"/jobs/{job_id}/events", principal)["events"]
+        for event in events:
+            at = datetime.fromisoformat(event["at"])
+            if event["to"] == status and at >= after:
+                return at
+        raise RuntimeError(f"{job_id} never entered {status} after {after}: {[(e['to'], e['at']) for e in events]}")
+
+
+def one_run(p: Plane, n: int) -> tuple[float, float, float]:
+    victim = p.call("POST", "/jobs", "bob", json=h100_spec(f"reclaim-victim-{n}", 16))["job_id"]
+    p.wait(victim, "bob", lambda j: j["status"] == "TRAINING" and j["progress"]["step"] >= 2, "the borrower's job to train")
+    lender = p.call("POST", "/jobs", "alice", json=h100_spec(f"reclaim-lender-{n}", 2))
+    submitted = datetime.fromisoformat(lender["created_at"])
+    p.wait(victim, "bob", lambda j: j["status"] == "QUEUED" and j["reclaims"] >= 1, "the reclaim")
+    p.wait(lender["job_id"], "alice", lambda j: j["status"] not in {"PENDING", "QUEUED", "SCHEDULING", "PREPARING"}, "the lender's job")
+    checkpointing = p.entered(victim, "bob", "CHECKPOINTING", submitted)
+    queued = p.entered(victim, "bob", "QUEUED", submitted)
+    training = p.entered(lender["job_id"], "alice", "TRAINING", submitted)
+    for job_id, who in ((lender["job_id"], "alice"), (victim, "bob")):  # leave the H100s free for the next run
+        p.wait(job_id, who, lambda j: j["status"] in {"COMPLETED", "FAILED", "CANCELLED"}, "the end")
+    return tuple((t - submitted).total_seconds() for t in (checkpointing, queued, training))  # type: ignore[return-value]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--tick", type=int, default=Settings().reconcile_interval_seconds, help="the reconciler's timer (s)")
+    args = parser.parse_args()
+    grace = Settings().stop_grace_seconds
+    state = Path(tempfile.mkdtemp(prefix="bench-reclaim-")) / "state"
+    env = {"TRAINPLANE_RECLAIM_MIN_RUN_SECONDS": "0", "TRAINPLANE_RECONCILE_INTERVAL_SECONDS": str(args.tick)}
+    plane = LocalPlane(state, env=env, allow_dirs=[REPO / "examples"], args=["--gpus", "H100=2", "--principal", "bob"]).start()
+    try:
+        p = Plane(plane)
+        for name, member, quota in (
+            ("lender", "alice", {"nominal": 2, "lend_limit": 2}),
+            ("borrower", "bob", {"nominal": 0, "borrow_limit": 2}),
+        ):
+            body = {"members": {"arns": [plane.principal(member)["arn"]]}, "quotas": {"H100": quota}, "weight": 1}
+            p.call("PUT", f"/teams/{name}", "admin", json=body)
+        figures = []
+        for n in range(args.runs):
+            figures.append(one_run(p, n))
+            print(
+                f"run {n + 1}: lender's submit -> victim CHECKPOINTING {figures[-1][0]:.2f} s, -> victim QUEUED "
+                f"{figures[-1][1]:.2f} s, -> lender's job TRAINING {figures[-1][2]:.2f} s",
+                flush=True,
+            )
+    finally:
+        plane.stop()
+    bound = grace + args.tick
+    for i, what in enumerate(("victim CHECKPOINTING", "victim QUEUED", "lender's job TRAINING")):
+        values = sorted(f[i] for f in figures)
+        print(f"lender's submit -> {what}: median {statistics.median(values):.2f} s, max {values[-1]:.2f} s over {len(values)} runs")
+    print(
+        f"bound: SIGTERM grace {grace} s + one scheduler tick {args.tick} s = {bound} s (the victim's QUEUED within it: "
+        f"{all(f[1] <= bound for f in figures)})"
+    )
+
+
+if __name__ == "__main__":
+    main()
