@@ -7,6 +7,7 @@ from typing import Any
 
 from functions.service.teams import TeamDirectory
 from schemas.job import Job
+from schemas.teams import WaitReason
 from tests.helpers.teams import team
 from tests.unit.test_scheduler_teams import A, B, TeamWorld
 
@@ -48,7 +49,7 @@ def test_a_teams_first_job_behind_150_of_another_teams_starts_in_one_pass() -> N
     # Then b's job starts (a's wait on QUOTA), and the pass read a few jobs of each team, not the whole queue
     assert w.started()[1:] == [late.job_id]
     assert reads.read < 20
-    assert w.explain(backlog[0]).value == "QUOTA"
+    assert w.explain(backlog[0]) == WaitReason.QUOTA
 
 
 def test_jobs_of_a_team_since_deleted_are_still_served_from_the_queues_head() -> None:
