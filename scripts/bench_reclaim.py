@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from functions.settings import Settings  # noqa: E402
+from localmode.deploy.lifecycle import LOCAL_STOP_GRACE_SECONDS  # noqa: E402
 from tests.e2e.conftest import LocalPlane  # noqa: E402
 from tests.e2e.test_lifecycle_e2e import real_spec  # noqa: E402
 
@@ -95,9 +96,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tick", type=int, default=Settings().reconcile_interval_seconds, help="the reconciler's timer (s)")
     args = parser.parse_args()
-    grace = Settings().stop_grace_seconds
+    grace = int(LOCAL_STOP_GRACE_SECONDS)  # local mode's SIGTERM -> SIGKILL (the cloud's default is 120 s)
     state = Path(tempfile.mkdtemp(prefix="bench-reclaim-")) / "state"
-    env = {"TRAINPLANE_RECLAIM_MIN_RUN_SECONDS": "0", "TRAINPLANE_RECONCILE_INTERVAL_SECONDS": str(args.tick)}
+    env = {
+        "TRAINPLANE_RECLAIM_MIN_RUN_SECONDS": "0",
+        "TRAINPLANE_RECONCILE_INTERVAL_SECONDS": str(args.tick),
+        "TRAINPLANE_STOP_GRACE_SECONDS": str(grace),
+    }
     plane = LocalPlane(state, env=env, allow_dirs=[REPO / "examples"], args=["--gpus", "H100=2", "--principal", "bob"]).start()
     try:
         p = Plane(plane)
