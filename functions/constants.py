@@ -54,11 +54,17 @@ GSI_ALL_SK = "gsi2sk"
 GSI_QUEUE = "by-queue"
 GSI_QUEUE_PK = "gsi3pk"
 GSI_QUEUE_SK = "gsi3sk"
+# GSI4: sparse, only QUEUED jobs: one team's jobs of one GPU type (any queue) by (priority desc, submitted asc),
+# so that a scheduler pass sees every team's head however deep other teams' jobs make a queue (issue 24).
+GSI_TEAM_QUEUE = "by-team-queue"
+GSI_TEAM_QUEUE_PK = "gsi4pk"
+GSI_TEAM_QUEUE_SK = "gsi4sk"
 
 GSIS: dict[str, tuple[str, str]] = {
     GSI_OWNER: (GSI_OWNER_PK, GSI_OWNER_SK),
     GSI_ALL: (GSI_ALL_PK, GSI_ALL_SK),
     GSI_QUEUE: (GSI_QUEUE_PK, GSI_QUEUE_SK),
+    GSI_TEAM_QUEUE: (GSI_TEAM_QUEUE_PK, GSI_TEAM_QUEUE_SK),
 }
 
 # Idempotency table (Powertools' DynamoDBPersistenceLayer defaults).

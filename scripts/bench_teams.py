@@ -12,16 +12,19 @@ a pass picks who gets them, by priority, within-nominal first, fair share, FIFO.
 from __future__ import annotations
 
 import argparse
+import gc
 import random
 import statistics
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from functions.catalog.gpu_types import gpu_type_of
 from functions.service.fair_share import admission_order
 from functions.service.ports import Transition
 from functions.service.scheduler import LocalCapacity, Scheduler
@@ -40,7 +43,8 @@ NOMINAL = {"H100": 8, "A100": 16}
 
 
 class IndexedRepository(InMemoryJobRepository):
-    """queued() as the by-queue index answers it: the queue's head in order, not a scan of every job. Without
+    """queued() and queued_of_team() as the by-queue and by-team-queue indexes answer them: the head in order,
+    not a scan of every job. Without
     `copies` a read hands out the stored job itself (the scheduler never changes a Job in place): the figures
     are then the scheduler's own, without the fake store's deep copies (which stand for item parsing)."""
 
@@ -54,16 +58,27 @@ class IndexedRepository(InMemoryJobRepository):
         self.reads += 1
         return super().get(job_id) if self.copies else self.jobs[job_id]
 
+    def get_many(self, job_ids: Iterable[str]) -> dict[str, Job]:
+        return {job_id: self.get(job_id) for job_id in dict.fromkeys(job_ids) if job_id in self.jobs}
+
     def add_to_index(self, job: Job) -> None:
-        self.index[job.queue].append((-job.priority, job.created_at, job.job_id))
+        entry = (-job.priority, job.created_at, job.job_id)
+        self.index[job.queue].append(entry)
+        self.index[f"{job.team}#{gpu_type_of(job.resource_config)}"].append(entry)  # as by-team-queue
 
     def sort_index(self) -> None:
         for entries in self.index.values():
             entries.sort()
 
     def queued(self, queue: str, limit: int = 100) -> list[Job]:
-        out = []
-        for _, _, job_id in self.index.get(queue, []):
+        return self._head(queue, limit)
+
+    def queued_of_team(self, team: str, gpu_type: str, limit: int = 100) -> list[Job]:
+        return self._head(f"{team}#{gpu_type}", limit)
+
+    def _head(self, key: str, limit: int) -> list[Job]:
+        out: list[Job] = []
+        for _, _, job_id in self.index.get(key, []):
             job = self.jobs[job_id]
             if job.status == S.QUEUED:
                 self.reads += 1
@@ -81,6 +96,25 @@ class Tokens:
         pass
 
 
+class _FullCollections:
+    """Counts the cyclic collector's full collections (and their CPU time) while registered."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.cpu_ms = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self)
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.count += 1
+            self.cpu_ms += (time.process_time() - self._started) * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--queued", type=int, default=10_000)
@@ -88,6 +122,7 @@ def main() -> None:
     parser.add_argument("--decisions", type=int, default=30)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--store-copies", action="store_true", help="reads deep-copy jobs, as the tests' fake store does")
+    parser.add_argument("--no-gc-freeze", action="store_true", help="leave the store's 10,000 jobs to the cyclic collector")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     repo, ledger, teams, tokens = IndexedRepository(args.store_copies), InMemoryLedger(), InMemoryTeamRepository(), Tokens()
@@ -128,9 +163,15 @@ def main() -> None:
     for _ in range(args.queued):
         add(rng.choice(names), rng.choice(tuple(NOMINAL)), rng.randint(1, 4), rng.choice(QUEUES), S.QUEUED)
     repo.sort_index()
+    if not args.no_gc_freeze:
+        # The store's jobs stand for DynamoDB's items, not for the scheduler's heap: left to the collector, each
+        # of its full collections walks all 10,000 (~450 ms CPU, every few passes) and that is the benchmark's cost.
+        gc.collect()
+        gc.freeze()
+    collections = _FullCollections()
     store = "deep-copied, as the fake store does" if args.store_copies else "handed out as stored: the scheduler's own time"
     print(f"{args.queued} queued jobs, {args.teams} teams, {len(running)} running jobs holding every GPU, {len(QUEUES)} queues")
-    print(f"store reads: {store}")
+    print(f"store reads: {store}; the store's jobs {'left to' if args.no_gc_freeze else 'frozen out of'} the cyclic collector")
 
     # One decision: a running job ends, a pass gives its units out
     rng.shuffle(running)
@@ -158,6 +199,8 @@ def main() -> None:
         )
 
     print(f"jobs read per pass: median {statistics.median(reads):.0f}")
+    print(f"full (generation 2) collections during the passes: {collections.count}, {collections.cpu_ms:.0f} ms CPU in all")
+    gc.callbacks.remove(collections)
     # The whole backlog in fair-share order at once (what GET /jobs/{id}'s position would need for every job)
     cohort = scheduler._cohort()
     assert cohort is not None

@@ -16,13 +16,14 @@ import random
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from functions.catalog.gpu_types import unit_hourly_usd
+from functions.catalog.gpu_types import gpu_type_of, unit_hourly_usd
 from functions.service.ports import Transition
 from functions.service.scheduler import LocalCapacity, Scheduler
 from functions.service.teams import TeamDirectory
@@ -55,7 +56,13 @@ class QueueIndexedRepository(InMemoryJobRepository):
         return job
 
     def queued(self, queue: str, limit: int = 100) -> list[Job]:
-        jobs = [self.jobs[i] for i in self.waiting if self.jobs[i].queue == queue]
+        return self._head(lambda j: j.queue == queue, limit)
+
+    def queued_of_team(self, team: str, gpu_type: str, limit: int = 100) -> list[Job]:
+        return self._head(lambda j: j.team == team and gpu_type_of(j.resource_config) == gpu_type, limit)
+
+    def _head(self, wanted: Callable[[Job], bool], limit: int) -> list[Job]:
+        jobs = [job for i in self.waiting if wanted(job := self.jobs[i])]
         jobs.sort(key=lambda j: (-j.priority, j.created_at, j.job_id))
         return [j.model_copy(deep=True) for j in jobs[:limit]]
 

@@ -12,17 +12,19 @@ from __future__ import annotations
 import base64
 import json
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from functions import constants
+from functions.catalog.gpu_types import gpu_type_of
 from functions.errors import ConcurrentModification, IllegalTransition, InvalidRequest, JobNotFound, NameTaken
 from functions.service.ports import GpuIdle, JobQuery, NameClaim, Reclaim, Transition
 from schemas.checkpoint import CHECKPOINT_PREFIX, MANIFEST_NAME, CheckpointManifest
 from schemas.job import CheckpointRef, Job, Progress, StatusEvent
 from schemas.status import TRANSITIONS, JobStatus, sources_of
+from schemas.teams import DEFAULT_TEAM
 
 _PROTECTED = frozenset({"job_id", "owner", "status", "version", "created_at", "updated_at"})
 
@@ -78,6 +80,20 @@ class InMemoryJobRepository:
     def queued(self, queue: str, limit: int = 100) -> list[Job]:
         with self._lock:
             waiting = [j for j in self.jobs.values() if j.status == JobStatus.QUEUED and j.queue == queue]
+        waiting.sort(key=lambda j: (-j.priority, j.created_at, j.job_id))
+        return [j.model_copy(deep=True) for j in waiting[:limit]]
+
+    def get_many(self, job_ids: Iterable[str]) -> dict[str, Job]:
+        with self._lock:
+            return {i: self.jobs[i].model_copy(deep=True) for i in dict.fromkeys(job_ids) if i in self.jobs}
+
+    def queued_of_team(self, team: str, gpu_type: str, limit: int = 100) -> list[Job]:
+        with self._lock:
+            waiting = [
+                j
+                for j in self.jobs.values()
+                if j.status == JobStatus.QUEUED and (j.team or DEFAULT_TEAM) == team and gpu_type_of(j.resource_config) == gpu_type
+            ]
         waiting.sort(key=lambda j: (-j.priority, j.created_at, j.job_id))
         return [j.model_copy(deep=True) for j in waiting[:limit]]
 

@@ -15,16 +15,19 @@ from typing import Any
 
 from functions import constants as c
 from functions.catalog import page_tokens
+from functions.catalog.gpu_types import gpu_type_of
 from functions.errors import InvalidRequest
 from schemas.configs import STORED
 from schemas.job import Job, StatusEvent
 from schemas.status import JobStatus
+from schemas.teams import DEFAULT_TEAM
 
 JOB_PREFIX = "JOB#"
 META = "META"
 EVENT_PREFIX = "EVENT#"
 OWNER_PREFIX = "OWNER#"
 QUEUE_PREFIX = "QUEUE#"
+TEAM_QUEUE_PREFIX = "TEAMQUEUE#"  # + <team>#<gpu type> (team names have no '#')
 ALL_JOBS = "JOBS"
 COUNTS_SK = "COUNTS"
 CLAIM_PREFIX = "CLAIM#"
@@ -59,6 +62,10 @@ def owner_pk(owner: str) -> str:
 
 def queue_pk(queue: str) -> str:
     return QUEUE_PREFIX + queue
+
+
+def team_queue_pk(team: str, gpu_type: str) -> str:
+    return f"{TEAM_QUEUE_PREFIX}{team}#{gpu_type}"
 
 
 def created_sk(job: Job) -> str:
@@ -214,6 +221,8 @@ def index_attrs(job: Job) -> dict[str, dict[str, str]]:
     if job.status == JobStatus.QUEUED:
         attrs[c.GSI_QUEUE_PK] = {"S": queue_pk(job.queue)}
         attrs[c.GSI_QUEUE_SK] = {"S": queue_sk(job)}
+        attrs[c.GSI_TEAM_QUEUE_PK] = {"S": team_queue_pk(job.team or DEFAULT_TEAM, gpu_type_of(job.resource_config))}
+        attrs[c.GSI_TEAM_QUEUE_SK] = {"S": queue_sk(job)}
     return attrs
 
 
@@ -314,11 +323,29 @@ def idempotency_table_definition(table_name: str = c.IDEMPOTENCY_TABLE) -> dict[
     }
 
 
+def add_missing_indexes(dynamodb_client: Any, jobs_table: str = c.JOBS_TABLE) -> None:
+    """Add the GSIs a jobs table made by an older version lacks (a local state dir's journal replays the
+    CreateTable it was made with): the scheduler's Query on a missing index would fail every pass."""
+    definition = jobs_table_definition(jobs_table)
+    table = dynamodb_client.describe_table(TableName=jobs_table)["Table"]
+    have = {index["IndexName"] for index in table.get("GlobalSecondaryIndexes", [])}
+    for index in definition["GlobalSecondaryIndexes"]:
+        if index["IndexName"] not in have:
+            keys = {k["AttributeName"] for k in index["KeySchema"]}
+            dynamodb_client.update_table(
+                TableName=jobs_table,
+                AttributeDefinitions=[a for a in definition["AttributeDefinitions"] if a["AttributeName"] in keys],
+                GlobalSecondaryIndexUpdates=[{"Create": index}],
+            )
+
+
 def create_tables(dynamodb_client: Any, jobs_table: str = c.JOBS_TABLE, idempotency_table: str = c.IDEMPOTENCY_TABLE) -> None:
     """Create both tables if missing (local mode, tests); the cloud stack creates them with CDK."""
     existing = set(dynamodb_client.list_tables().get("TableNames", []))
     if jobs_table not in existing:
         dynamodb_client.create_table(**jobs_table_definition(jobs_table))
+    else:
+        add_missing_indexes(dynamodb_client, jobs_table)
     if idempotency_table not in existing:
         dynamodb_client.create_table(**idempotency_table_definition(idempotency_table))
         dynamodb_client.update_time_to_live(

@@ -50,6 +50,12 @@ class Ask:
         rc = job.resource_config
         return cls(job.team or default_team, gpu_type_of(rc), units_of(rc), job.owner, job.scheduling_config.reclaimable)
 
+    @classmethod
+    def within(cls, job: Job, teams: Mapping[str, Team], default_team: str) -> Ask:
+        """As `of`, a job whose team was deleted after its submit counting as the default team's."""
+        ask = cls.of(job, default_team)
+        return ask if ask.team in teams else replace(ask, team=default_team)
+
 
 @dataclass
 class Cohort:
@@ -164,9 +170,7 @@ def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> l
     factors = cohort.factors()
     queues: dict[str, list[tuple[Job, Ask]]] = defaultdict(list)
     for job in sorted(jobs, key=lambda j: (-j.priority, j.created_at, j.job_id)):
-        ask = Ask.of(job, default_team)
-        if ask.team not in cohort.teams:  # its team was deleted while it waited: the default team's, as the cohort counts holders
-            ask = replace(ask, team=default_team)
+        ask = Ask.within(job, cohort.teams, default_team)
         queues[ask.team].append((job, ask))
     held: dict[tuple[str, str], int] = defaultdict(int, cohort.in_use)
     order: list[tuple[Job, Ask]] = []

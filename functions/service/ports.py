@@ -10,7 +10,7 @@ both directions: a service never imports an adapter).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -174,6 +174,13 @@ class JobRepository(Protocol):
 
     def queued(self, queue: str, limit: int = 100) -> list[Job]:
         """QUEUED jobs of one queue by (priority desc, submitted asc), by Query on the sparse index."""
+
+    def get_many(self, job_ids: Iterable[str]) -> dict[str, Job]:
+        """The jobs of `job_ids` that exist, by id, read consistently (in a few calls: a pass reads every holder)."""
+
+    def queued_of_team(self, team: str, gpu_type: str, limit: int = 100) -> list[Job]:
+        """QUEUED jobs of one team (`default` for a job without one) asking for one quota type (gpu_type_of),
+        in every queue, by (priority desc, submitted asc), by Query on the sparse per-team index."""
 
     def counts(self, owner: str | None) -> dict[JobStatus, int]:
         """Jobs by status for one owner (None: all), from counters kept by transition()."""

@@ -35,7 +35,7 @@ from functions.service.ports import CapacityLedger, CapacityModel, Demand, JobRe
 from schemas.job import Actor, Job, PendingAction
 from schemas.lifecycle import Next, WaitKind
 from schemas.status import PAUSABLE, JobStatus
-from schemas.teams import DEFAULT_TEAM, WaitReason
+from schemas.teams import DEFAULT_TEAM, Team, WaitReason
 
 if TYPE_CHECKING:
     from functions.service.teams import TeamDirectory
@@ -172,13 +172,19 @@ class Scheduler:
         self.teams = teams
         self.clock = clock or (teams.clock if teams is not None else (lambda: datetime.now(UTC)))
 
-    def _cohort(self) -> Cohort | None:
-        """Every team's quotas and holdings now; None while teams change nothing (today's order)."""
+    def _active_teams(self) -> dict[str, Team] | None:
+        """Every team; None while teams change nothing (today's order)."""
         if self.teams is None:
             return None
         teams = self.teams.teams()
-        if not self.teams.active(teams):
+        return teams if self.teams.active(teams) else None
+
+    def _cohort(self, teams: dict[str, Team] | None = None) -> Cohort | None:
+        """Every team's quotas and holdings now; None while teams change nothing (today's order)."""
+        teams = teams if teams is not None else self._active_teams()
+        if teams is None:
             return None
+        assert self.teams is not None
         return self.teams.cohort(teams, self.ledger, self.repository, self.clock())
 
     # --- claims -------------------------------------------------------------------------------
@@ -200,18 +206,24 @@ class Scheduler:
         """Give capacity to waiting jobs in order; ask lower-priority preemptible jobs to make room."""
         result = PassResult()
         names = sorted(set(queues) if queues is not None else set(self.ledger.queues()))
+        teams = self._active_teams()
         depth = self._read_depth()
-        by_pool: dict[str, list[Job]] = {}
+        waiting: dict[str, Job] = {}
         for queue in names:
             for job in self.repository.queued(queue, limit=depth):
-                if job.task_token_kind != WaitKind.CAPACITY or not job.task_token:
-                    continue  # admitted but its WaitForCapacity has not stored a token yet: it runs its own pass
-                try:
-                    demand = self.capacity.demand(job)
-                except NeverFits:
-                    continue  # its own WaitForCapacity task fails it with the reason
-                by_pool.setdefault(demand.pool, []).append(job)
-        cohort = self._cohort() if by_pool else None
+                waiting[job.job_id] = job
+        cohort = self._cohort(teams) if waiting and teams is not None else None
+        if cohort is not None:
+            self._read_team_heads(cohort, set(names), depth, waiting)
+        by_pool: dict[str, list[Job]] = {}
+        for job in waiting.values():
+            if job.task_token_kind != WaitKind.CAPACITY or not job.task_token:
+                continue  # admitted but its WaitForCapacity has not stored a token yet: it runs its own pass
+            try:
+                demand = self.capacity.demand(job)
+            except NeverFits:
+                continue  # its own WaitForCapacity task fails it with the reason
+            by_pool.setdefault(demand.pool, []).append(job)
         for pool, jobs in by_pool.items():
             # Several queues may share a pool (local mode): one order over all of them.
             if cohort is not None:
@@ -225,10 +237,8 @@ class Scheduler:
         """How far into each queue a pass reads: strict order needs only as many jobs as could start
         now, plus the next one (whose wait may call for a preemption). Reading 100 jobs where 2 matter
         costs real DynamoDB little, but moto's Query serialises every row returned (~25 ms a job).
-        With teams the order is fair share, not the index's FIFO: the oldest few jobs may all be one
-        team's, so a pass reads as deep as it may."""
-        if self.teams is not None and self.teams.active(self.teams.teams()):
-            return _QUEUE_READ_LIMIT
+        With teams the by-queue head is read as deep (it finds jobs of teams since deleted, and jobs queued
+        before the per-team index existed); each team's own head comes from _read_team_heads."""
         free = 0
         for pool in self.ledger.pools():
             capacity = self.capacity.capacity(pool)
@@ -238,6 +248,22 @@ class Scheduler:
         if not self.ledger.pools():
             return _FIRST_READ_DEPTH  # no claim made yet: every pool is empty
         return min(_QUEUE_READ_LIMIT, free + _LOOKAHEAD)
+
+    def _read_team_heads(self, cohort: Cohort, queues: set[str], depth: int, waiting: dict[str, Job]) -> None:
+        """Add each team's head per quota type to `waiting`, from the per-team index: fair share orders teams,
+        so the by-queue head (the oldest jobs, maybe all one team's) is not enough. A team-type is read as
+        deep as it could start jobs now (its room under nominal + borrow limit, at most `depth`) plus the
+        next one, whose refusal or reclaim the pass decides; a type the team may not use at all (nominal and
+        borrow limit 0: its jobs wait on QUOTA) is not read."""
+        for name, team in cohort.teams.items():
+            for gpu_type, quota in team.quotas.items():
+                allowed = quota.nominal + cohort.borrow_limit(name, gpu_type)
+                if allowed <= 0:
+                    continue
+                limit = min(depth, max(allowed - cohort.in_use[(name, gpu_type)], 0) + _LOOKAHEAD)
+                for job in self.repository.queued_of_team(name, gpu_type, limit=limit):
+                    if job.queue in queues:
+                        waiting.setdefault(job.job_id, job)
 
     def worth_a_pass(self, job: Job) -> bool:
         """Could this job's arrival start anything? Free units in its pool, a lower-priority preemptible job
@@ -482,7 +508,7 @@ class Scheduler:
     def _explain_in(
         self, job: Job, waiting: list[Job], cohort: Cohort | None, default_runtime_seconds: float
     ) -> tuple[int | None, float | None, WaitReason | None]:
-        reason = cohort.refusal(Ask.of(job, DEFAULT_TEAM)) if cohort is not None else None
+        reason = cohort.refusal(Ask.within(job, cohort.teams, DEFAULT_TEAM)) if cohort is not None else None
         ahead = 0
         runtimes: list[float] = []
         for other in waiting:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from functions.catalog.gpu_types import GPU_TYPES, decayed, unit_hourly_usd
 from functions.catalog.quotas import parse_team_quotas
-from functions.errors import AdminOnly, InvalidRequest, JobNotFound, TeamNotFound
+from functions.errors import AdminOnly, InvalidRequest, TeamNotFound
 from functions.service.fair_share import Ask, Cohort
 from functions.service.ports import CapacityLedger, CognitoUser, JobRepository, TeamRepository, UserGroups
 from functions.service.principal import Principal, cognito_identity_of, role_arn_of
@@ -187,22 +187,16 @@ class TeamDirectory:
         """Every team's quotas, what its jobs hold now (the ledger's claims) and its usage (with running time)."""
         usage = self.usage(teams, now)
         cohort = Cohort(teams=teams, usage=usage)
-        for pool in ledger.pools():
-            for job_id in ledger.holders(pool):
-                try:
-                    job = repository.get(job_id)
-                except JobNotFound:
-                    continue
-                ask = Ask.of(job, DEFAULT_TEAM)
-                if ask.team not in teams:
-                    ask = Ask(DEFAULT_TEAM, ask.gpu_type, ask.units, ask.owner)
-                cohort.hold(ask)
-                cohort.holders[job_id] = (job, ask)
-                if job.run_started_at is not None:
-                    hours = max((now - job.run_started_at).total_seconds(), 0.0) / 3600.0
-                    running = ask.units * hours * unit_hourly_usd(ask.gpu_type)
-                    usage[ask.team] = usage.get(ask.team, 0.0) + running
-                    cohort.running[(ask.team, ask.gpu_type)] += running
+        holding = [job_id for pool in ledger.pools() for job_id in ledger.holders(pool)]
+        for job_id, job in repository.get_many(holding).items():  # a job gone since its claim holds nothing here
+            ask = Ask.within(job, teams, DEFAULT_TEAM)
+            cohort.hold(ask)
+            cohort.holders[job_id] = (job, ask)
+            if job.run_started_at is not None:
+                hours = max((now - job.run_started_at).total_seconds(), 0.0) / 3600.0
+                running = ask.units * hours * unit_hourly_usd(ask.gpu_type)
+                usage[ask.team] = usage.get(ask.team, 0.0) + running
+                cohort.running[(ask.team, ask.gpu_type)] += running
         return cohort
 
 
