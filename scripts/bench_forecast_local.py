@@ -33,10 +33,12 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))  # its sibling bench_forecast, as mypy names it
+
+from bench_forecast import FINISHED, print_errors  # noqa: E402
 
 from functions.service.forecast_learning import ForecastLearner  # noqa: E402
 from schemas.status import JobStatus  # noqa: E402
-from scripts.bench_forecast import FINISHED, print_errors  # noqa: E402
 from tests.helpers.forecast import InMemoryShapeRecords, finished_job  # noqa: E402
 
 # Two config-built llamas (the byte tokenizer): 107 K and 2.5 M parameters.

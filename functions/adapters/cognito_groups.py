@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from functions.adapters.aws import AwsClients
-from functions.service.ports import CognitoUser
+from functions.service.feature_ports import CognitoUser
 
 logger = logging.getLogger(__name__)
 

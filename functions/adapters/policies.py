@@ -30,7 +30,7 @@ from functions.adapters.aws import AwsClients
 from functions.adapters.dynamodb_batch import delete_keys
 from functions.catalog import own_events as et
 from functions.errors import InvalidRequest, PolicyConflict, PolicyNotFound, TooLarge
-from functions.service.ports import EventRecord, FireClaim, Route
+from functions.service.feature_ports import EventRecord, FireClaim, Route
 from schemas.configs import STORED
 from schemas.events import PolicyState
 from schemas.retraining import FireOutcome, RetrainingPolicy

@@ -17,7 +17,7 @@ from functions import constants
 from functions.adapters.partition import PartitionTable
 from functions.catalog.gpu_types import decayed
 from functions.errors import TeamChanged, TeamNotFound
-from functions.service.ports import CognitoUser
+from functions.service.feature_ports import CognitoUser
 from schemas.teams import Team
 
 _PK = "TEAMS"

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.event_handler.api_gateway import Router
     from aws_lambda_powertools.utilities.data_classes import APIGatewayProxyEvent
 
-    from functions.service.ports import CognitoUser
+    from functions.service.feature_ports import CognitoUser
     from functions.service.principal import Principal
 
 logger = logging.getLogger(__name__)

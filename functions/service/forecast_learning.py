@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from functions.errors import ConcurrentModification
 from functions.service import budget_meter as meter
-from functions.service.ports import ShapeRecords
+from functions.service.feature_ports import ShapeRecords
 from schemas.job import Job
 from schemas.status import JobStatus
 

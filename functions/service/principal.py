@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from functions.service.ports import CognitoUser
+from functions.service.feature_ports import CognitoUser
 from schemas.job import Job
 
 

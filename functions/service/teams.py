@@ -20,7 +20,8 @@ from functions.catalog.gpu_types import GPU_TYPES, decayed, unit_hourly_usd
 from functions.catalog.quotas import parse_team_quotas
 from functions.errors import AdminOnly, InvalidRequest, TeamNotFound
 from functions.service.fair_share import Ask, Cohort
-from functions.service.ports import CapacityLedger, CognitoUser, JobRepository, TeamRepository, UserGroups
+from functions.service.feature_ports import CognitoUser, TeamRepository, UserGroups
+from functions.service.ports import CapacityLedger, JobRepository
 from functions.service.principal import Principal, cognito_identity_of, role_arn_of
 from functions.settings import Settings
 from schemas.job import Job, SubmitJobRequest

@@ -67,7 +67,7 @@ def deploy(ctx: LocalContext) -> None:
 def _link_identities(ctx: LocalContext) -> None:
     """Each dashboard identity is this start's user (after the journal brought back the last start's links)."""
     from functions.adapters.teams import DynamoTeamRepository
-    from functions.service.ports import CognitoUser
+    from functions.service.feature_ports import CognitoUser
 
     repository = DynamoTeamRepository(cast(Any, ctx), ctx.settings().jobs_table)  # ctx.client: the deployer's own, unrecorded
     for user in ctx.dashboard_users:

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from functions.adapters.policies import CONFIG_FIELDS
 from functions.errors import InvalidRequest, PolicyConflict, PolicyNotFound
-from functions.service.ports import EventRecord, FireClaim, Route
+from functions.service.feature_ports import EventRecord, FireClaim, Route
 from schemas.retraining import FireOutcome, RetrainingPolicy
 from tests.helpers.jobs import request_body
 

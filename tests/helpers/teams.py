@@ -8,7 +8,7 @@ from typing import Any
 
 from functions.catalog.gpu_types import decayed
 from functions.errors import TeamChanged, TeamNotFound
-from functions.service.ports import CognitoUser
+from functions.service.feature_ports import CognitoUser
 from schemas.teams import Team
 
 

@@ -17,7 +17,7 @@ from functions import constants as c
 from functions.adapters.aws import AwsClients
 from functions.adapters.policies import DynamoPolicyRepository
 from functions.errors import InvalidRequest, PolicyConflict, PolicyNotFound
-from functions.service.ports import FireClaim, Route
+from functions.service.feature_ports import FireClaim, Route
 from schemas.retraining import RetrainingPolicy
 from tests.helpers.aws import fresh_resources
 from tests.helpers.jobs import ALICE, BOB

@@ -13,7 +13,7 @@ import pytest
 from functions import composition
 from functions.adapters.aws import AwsClients
 from functions.adapters.cognito_groups import CognitoUserGroups
-from functions.service.ports import CognitoUser
+from functions.service.feature_ports import CognitoUser
 from tests.fakes import RecordingWorkflow
 from tests.helpers.api_lambda import Api
 from tests.helpers.aws import fresh_resources

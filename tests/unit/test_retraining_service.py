@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from functions.errors import InvalidRequest, PolicyNotFound
+from functions.service.feature_ports import FireClaim
 from functions.service.jobs import JobService
-from functions.service.ports import FireClaim, NameClaim, Transition
+from functions.service.ports import NameClaim, Transition
 from functions.service.retraining.dispatch import CLAIM_LEASE
 from functions.service.retraining.policies import RetrainingService, SchedulerUnavailable
 from functions.settings import Settings

@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from functions.errors import InvalidRequest
-from functions.service.ports import CognitoUser
+from functions.service.feature_ports import CognitoUser
 from functions.service.principal import Principal, cognito_identity_of, cognito_user_of
 from functions.service.teams import TeamDirectory, TeamService
 from functions.settings import Settings

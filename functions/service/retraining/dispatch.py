@@ -35,8 +35,9 @@ from functions.errors import (
     PolicyConflict,
     PolicyNotFound,
 )
+from functions.service.feature_ports import EventRecord, FireClaim, PolicyRepository
 from functions.service.jobs import JobService
-from functions.service.ports import EventRecord, FireClaim, JobQuery, PolicyRepository
+from functions.service.ports import JobQuery
 from functions.service.retraining.routes import accepts, route_keys_of
 from schemas.configs import LAX_NUMBERS
 from schemas.job import Job, SubmitJobRequest

@@ -21,8 +21,8 @@ from pydantic import ValidationError
 
 from functions.errors import InvalidRequest, PolicyNotFound
 from functions.service.controls import WorkflowUnavailable
+from functions.service.feature_ports import PolicyRepository, Route, ScheduleManager
 from functions.service.jobs import JobService
-from functions.service.ports import PolicyRepository, Route, ScheduleManager
 from functions.service.principal import Principal
 from functions.service.retraining.dispatch import Dispatcher
 from functions.service.retraining.routes import check_routable, routes_for

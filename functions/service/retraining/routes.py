@@ -19,7 +19,7 @@ from typing import Any
 from functions import constants
 from functions.catalog.events import ALARM_SOURCE, ALARM_STATE_CHANGE, OBJECT_CREATED, ROUTED_DETAIL_TYPES, S3_SOURCE
 from functions.errors import InvalidRequest
-from functions.service.ports import Route
+from functions.service.feature_ports import Route
 from schemas.event_pattern import matches
 from schemas.retraining import CUSTOM_EVENT_SOURCE, EventPatternTrigger, RetrainingPolicyRequest, S3Trigger
 

@@ -35,8 +35,9 @@ from optuna.trial import FrozenTrial
 from optuna.trial import TrialState as OptunaState
 
 from functions.errors import DomainError, JobNotFound
+from functions.service.feature_ports import SweepRepository
 from functions.service.jobs import JobService
-from functions.service.ports import JobQuery, SweepRepository
+from functions.service.ports import JobQuery
 from functions.service.sweeps.service import best_trial_record, cancel_trials, pause_trials, trial_labels, trial_request
 from schemas.job import Job
 from schemas.status import TERMINAL, JobStatus

@@ -15,7 +15,7 @@ import logging
 import threading
 
 from functions.errors import DomainError
-from functions.service.ports import SweepRepository, SweepWaker
+from functions.service.feature_ports import SweepRepository, SweepWaker
 from functions.service.sweeps.service import NoWaker
 from schemas.job import Job
 from schemas.sweeps import SWEEP_LABEL, TRIAL_LABEL

@@ -20,8 +20,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from functions.errors import ConcurrentModification, DomainError, IllegalTransition, InvalidRequest, SweepNotFound, Unsupported
+from functions.service.feature_ports import SweepRepository, SweepWaker
 from functions.service.jobs import JobService
-from functions.service.ports import SweepRepository, SweepWaker
 from functions.service.principal import Principal
 from schemas.configs import FrameworkType, TrainingType
 from schemas.job import SubmitJobRequest
