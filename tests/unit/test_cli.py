@@ -352,9 +352,16 @@ def test_up_hands_its_options_to_local_mode(monkeypatch: pytest.MonkeyPatch, tmp
                 "gpus": "H100=4",
                 "capacity_pools": tmp_path / "pools.yaml",
                 "principals": ["bob", "carol"],
+                "dashboard_users": [],
             },
         ),
-        ("127.0.0.1", 8080, tmp_path / "g", "local", {"allow_dirs": [], "gpus": "", "capacity_pools": None, "principals": []}),
+        (
+            "127.0.0.1",
+            8080,
+            tmp_path / "g",
+            "local",
+            {"allow_dirs": [], "gpus": "", "capacity_pools": None, "principals": [], "dashboard_users": []},
+        ),
     ]
 
 
