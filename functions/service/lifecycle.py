@@ -395,6 +395,9 @@ class LifecycleService:
             if job.run_outcome:
                 return {"next": job.run_outcome}  # already decided (duplicate report)
             if job.status not in RUNNING:
+                if job.status == S.CANCELLED and job.run_started_at is not None:
+                    # A cancel lands before its run's end: the attempt still ran (and a budget meters it).
+                    self._record_cost(job, attempt, run)
                 released = self._left_run(job)
                 return released
             self._catch_up_before_end(job, run)
