@@ -193,6 +193,11 @@ def test_cancel_while_queued_training_and_paused_then_retry_the_cancelled_job(fa
     api.wait(running, lambda j: j["progress"]["step"] >= 2, 60, "progress")
     api.verb(running, "pause")
     assert api.wait_status(running, "PAUSED", *TERMINAL, timeout=60)["status"] == "PAUSED"
+    # (this trainer still reports TRAINING after its stop checkpoint: the lifecycle does not apply it while the
+    # pause is pending, so the timeline reads TRAINING -> CHECKPOINTING -> PAUSED)
+    events = fake_plane.request("GET", f"/jobs/{running}/events").json()["events"]
+    changes = [e["to"] for e in events if e["from"] != e["to"]]
+    assert changes[-3:] == ["TRAINING", "CHECKPOINTING", "PAUSED"], changes
     api.verb(running, "cancel", expect=200)
     assert api.wait_status(running, *TERMINAL, timeout=30)["status"] == "CANCELLED"
     # When a third job is cancelled while TRAINING
