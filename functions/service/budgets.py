@@ -84,10 +84,11 @@ def scope_text(scope: BudgetScope) -> str:
 
 def _action_at(budget: Budget, action: ThresholdAction, spent: float) -> bool:
     """Is `budget` at or past a threshold with `action`?"""
-    return any(t.action == action and spent >= budget.amount_usd * t.percent / 100.0 for t in budget.thresholds)
+    return any(t.action == action and spent >= _at(budget, t.percent) for t in budget.thresholds)
 
 
 def _at(budget: Budget, percent: float) -> float:
+    """The spend at which `percent` of the budget is reached."""
     return budget.amount_usd * percent / 100.0
 
 
@@ -529,13 +530,13 @@ class BudgetMeter:
             cancelled = {j.job_id for j in to_cancel}
             to_pause = [j for j in to_pause if j.job_id not in cancelled]
         for threshold in budget.thresholds:
-            at = budget.amount_usd * threshold.percent / 100.0
+            at = _at(budget, threshold.percent)
             if spent < at or threshold.percent in crossed:
                 continue
             sequence += 1
             acted = {ThresholdAction.PAUSE_RUNNING: to_pause, ThresholdAction.CANCEL: to_cancel}.get(threshold.action, [])
             events.append(self._event(budget, threshold.percent, threshold.action, spent, sequence, now, [j.job_id for j in acted]))
-        crossed = sorted(set(crossed) | {t.percent for t in budget.thresholds if spent >= budget.amount_usd * t.percent / 100.0})
+        crossed = sorted(set(crossed) | {t.percent for t in budget.thresholds if spent >= _at(budget, t.percent)})
         paused_jobs = list(dict.fromkeys([*budget.paused_jobs, *(j.job_id for j in to_pause)]))
         updated = budget.model_copy(
             update={
