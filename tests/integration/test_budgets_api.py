@@ -227,3 +227,16 @@ def test_a_cancel_threshold_cancels_the_covered_jobs_through_the_cancel_path(cal
     changes = [json.loads(r.detail) for r in outbox if r.detail_type == et.JOB_STATE_CHANGE.detail_type]
     ended = {c["job_id"]: c for c in changes if c["state"] == "CANCELLED"}
     assert set(ended) == {running, queued} and {c["error_type"] for c in ended.values()} == {"BUDGET"}
+
+
+def test_on_exceed_is_answered_by_its_name_its_former_name_is_accepted_and_both_are_a_422(call: Api) -> None:
+    # Given a job submitted with the deprecated former name
+    former = call.submit(scheduling_config={"max_cost_usd": 1.0, "max_cost_on_exceed": "fail"})
+    # Then it is stored and answered under on_exceed only
+    assert former["scheduling_config"]["on_exceed"] == "fail" and "max_cost_on_exceed" not in former["scheduling_config"]
+    assert composition.current().repository.get(former["job_id"]).scheduling_config.on_exceed == "fail"
+    # And both names at once are a 422 naming the former one, which says the new name
+    both = request_body(scheduling_config={"on_exceed": "pause", "max_cost_on_exceed": "fail"})
+    reply = call.route("POST", "/jobs", caller=ALICE_CALLER, body=both)
+    assert reply.status == 422 and reply.body["errors"][0]["field"] == "scheduling_config.max_cost_on_exceed", reply.body
+    assert "send on_exceed only" in reply.body["errors"][0]["message"]
