@@ -75,7 +75,8 @@ class BudgetParts:
         """/budgets (functions/service/budgets.py): raising a budget resumes the jobs it paused."""
 
         def build() -> BudgetService:
-            from functions.service.budgets import BudgetService, resumer
+            from functions.service.budget_actions import resumer
+            from functions.service.budgets import BudgetService
             from functions.service.principal import Principal
 
             system = Principal(arn=BUDGETS_ACTOR, is_admin=True)
@@ -104,17 +105,25 @@ class BudgetParts:
         """The budgets' tick (the events function's schedule, local mode's reconciler loop)."""
 
         def build() -> BudgetMeter:
-            from functions.service.budgets import BudgetMeter, resumer
+            from functions.service.budget_actions import resumer
+            from functions.service.budgets import BudgetMeter
             from functions.service.principal import Principal
+            from schemas.job import Actor, ErrorType
 
             system = Principal(arn=BUDGETS_ACTOR, is_admin=True)
             resume = resumer(self.repository, lambda job_id: self.jobs.resume(job_id, system))
+
+            def cancel(job_id: str, reason: str) -> object:
+                # A `cancel` threshold: the job's own cancel (stops its run, answers its execution's wait).
+                return self.jobs.cancel(job_id, system, reason, actor=Actor.SYSTEM.value, error_type=ErrorType.BUDGET)
+
             return BudgetMeter(
                 self.budget_repository,
                 self.repository,
                 self.workflow,
                 dashboard_url=self.settings.dashboard_url,
                 resume=resume,
+                cancel=cancel,
                 **self._clock_kw(),
             )
 

@@ -36,6 +36,7 @@ class ThresholdAction(StrEnum):
     NOTIFY = "notify"  # a budget.threshold_crossed event
     HOLD_NEW = "hold_new"  # queued jobs wait with reason BUDGET
     PAUSE_RUNNING = "pause_running"  # running jobs take the checkpointed pause (PAUSED, reason BUDGET)
+    CANCEL = "cancel"  # only when asked for (never in the default ladder): running and waiting jobs are cancelled
 
 
 class Period(StrEnum):

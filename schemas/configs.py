@@ -12,6 +12,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    ConfigDict,
     Field,
     SecretStr,
     SerializationInfo,
@@ -507,7 +508,20 @@ class OutputConfig(Strict):
         return self
 
 
+# scheduling_config.on_exceed's former name (docs/BUDGETS.md): accepted as an alias, never written.
+DEPRECATED_ON_EXCEED = "max_cost_on_exceed"
+
+
+def _former_on_exceed_schema(schema: dict[str, Any]) -> None:
+    """openapi.json lists the former name too (the object takes no other keys), marked deprecated."""
+    properties = schema.get("properties", {})
+    if "on_exceed" in properties:
+        former = {k: v for k, v in properties["on_exceed"].items() if k not in {"description", "title", "default"}}
+        properties[DEPRECATED_ON_EXCEED] = {**former, "deprecated": True, "description": "Deprecated: the former name of on_exceed."}
+
+
 class SchedulingConfig(Strict):
+    model_config = ConfigDict(**Strict.model_config, json_schema_extra=_former_on_exceed_schema)
     queue: str = Field(default="default", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     priority: Priority = 5
     preemptible: bool = False
@@ -530,10 +544,22 @@ class SchedulingConfig(Strict):
         le=1_000_000,
         description="Stop (with a checkpoint) before the estimated cost passes this (0.01 to 1,000,000).",
     )
-    max_cost_on_exceed: Literal["pause", "fail"] = Field(
+    on_exceed: Literal["pause", "fail"] = Field(
         default="pause",
         description=(
             "What max_cost_usd does when the cost would pass it: `pause` (the checkpointed pause: PAUSED, reason BUDGET; "
-            "raise max_cost_usd and resume) or `fail` (FAILED with error_type BUDGET, after the checkpoint)."
+            "raise max_cost_usd and resume) or `fail` (FAILED with error_type BUDGET, after the checkpoint). "
+            f"`{DEPRECATED_ON_EXCEED}`, its former name, is still accepted (deprecated)."
         ),
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _former_on_exceed(cls, data: Any) -> Any:
+        # The field was first named max_cost_on_exceed: requests (and stored jobs) that say so still mean it.
+        if not isinstance(data, dict) or DEPRECATED_ON_EXCEED not in data:
+            return data
+        if "on_exceed" in data:
+            message = f"send on_exceed only ({DEPRECATED_ON_EXCEED} is its deprecated former name)"
+            raise_at((DEPRECATED_ON_EXCEED,), message, data[DEPRECATED_ON_EXCEED], cls.__name__)
+        return {("on_exceed" if key == DEPRECATED_ON_EXCEED else key): value for key, value in data.items()}

@@ -175,16 +175,20 @@ class JobGpusIdle(EventDetail):
 
 class BudgetThresholdCrossed(EventDetail):
     """A budget's spend crossed one of its thresholds (issue 25; docs/BUDGETS.md): once per threshold and
-    period. `action` says what the control plane does now (notify only, hold new jobs, pause running ones)."""
+    period. `action` says what the control plane does now (notify only, hold new jobs, pause running ones, or,
+    where the budget asks for it, cancel its running and waiting jobs)."""
 
     budget_id: str
     budget_name: str
     scope: str = Field(description="`team:<name>`, `principal:<arn>`, `label:<key=value>` or `deployment`.")
     percent: float = Field(description="The threshold crossed, in % of the amount.")
-    action: str = Field(description="notify, hold_new or pause_running.")
+    action: str = Field(description="notify, hold_new, pause_running or cancel.")
     amount_usd: float
     spent_usd: float
     paused_job_ids: list[str] = Field(default_factory=list, description="pause_running: the jobs asked to pause.")
+    cancelled_job_ids: list[str] = Field(
+        default_factory=list, description="cancel: the running and waiting jobs cancelled (each also has its job.status_changed)."
+    )
 
 
 class BudgetOverride(EventDetail):

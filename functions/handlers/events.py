@@ -47,7 +47,7 @@ def reconcile_once() -> dict[str, Any]:
     root = composition.current()
     report = root.new_reconciler().run_once()
     metered = root.budget_meter.tick()  # the budgets' meter runs on the reconciler's schedule (docs/BUDGETS.md)
-    budgets = {"budgets_metered": metered.budgets, "budget_pauses": metered.paused or []}
+    budgets = {"budgets_metered": metered.budgets, "budget_pauses": metered.paused or [], "budget_cancels": metered.cancelled or []}
     return {"action": "reconciled", **{k: v for k, v in vars(report).items() if v}, **{k: v for k, v in budgets.items() if v}}
 
 

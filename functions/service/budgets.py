@@ -10,8 +10,10 @@
 - `BudgetMeter.tick`: replaces each budget's per-job charges with what the job has cost (budget_meter.py),
   shrinks reservations as cost accrues and drops them when the job ends, fires each crossed threshold once
   per period (a `budget.threshold_crossed` event in the same write), and at `pause_running` asks the
-  covered running jobs to take the checkpointed pause (pending_action pause, reason BUDGET). Raising a
-  budget (PATCH) or a new period resumes the jobs it paused, highest priority first.
+  covered running jobs to take the checkpointed pause (pending_action pause, reason BUDGET), and at a
+  `cancel` threshold (only when a budget names one) cancels its covered running and waiting jobs. Raising a
+  budget (PATCH) or a new period resumes the jobs it paused, highest priority first. The actions on the
+  jobs themselves are budget_actions.py's.
 """
 
 from __future__ import annotations
@@ -24,18 +26,10 @@ from datetime import UTC, datetime
 from typing import Protocol
 
 from functions.catalog.gpu_types import gpu_type_of, units_of
-from functions.errors import (
-    AdminOnly,
-    BudgetChanged,
-    BudgetNotFound,
-    ConcurrentModification,
-    DomainError,
-    IllegalTransition,
-    InvalidRequest,
-    JobNotFound,
-)
+from functions.errors import AdminOnly, BudgetChanged, BudgetNotFound, InvalidRequest, JobNotFound
 from functions.service import budget_meter as meter
-from functions.service.ports import JobQuery, JobRepository, RunStopper
+from functions.service.budget_actions import BUDGET_REASON, WAITING, CancelJob, cancel_for_budget, jobs_in, pause_for_budget
+from functions.service.ports import JobRepository, RunStopper
 from functions.service.principal import Principal
 from schemas.budgets import (
     Budget,
@@ -51,14 +45,12 @@ from schemas.budgets import (
     ThresholdAction,
 )
 from schemas.events import BudgetOverride, BudgetThresholdCrossed, event_id
-from schemas.job import Job, PendingAction
+from schemas.job import Job
 from schemas.status import PAUSABLE, RUNNING, JobStatus
 
 logger = logging.getLogger(__name__)
 
-BUDGET_REASON = "BUDGET"
 _ATTEMPTS = 5
-_PAGE = 200
 
 
 class BudgetRepository(Protocol):
@@ -94,7 +86,12 @@ def scope_text(scope: BudgetScope) -> str:
 
 def _action_at(budget: Budget, action: ThresholdAction, spent: float) -> bool:
     """Is `budget` at or past a threshold with `action`?"""
-    return any(t.action == action and spent >= budget.amount_usd * t.percent / 100.0 for t in budget.thresholds)
+    return any(t.action == action and spent >= _at(budget, t.percent) for t in budget.thresholds)
+
+
+def _at(budget: Budget, percent: float) -> float:
+    """The spend at which `percent` of the budget is reached."""
+    return budget.amount_usd * percent / 100.0
 
 
 def rolled(budget: Budget, now: datetime) -> Budget:
@@ -296,11 +293,11 @@ class Hold:
 
 
 def _refusal(budget: Budget, job: Job, amount: float) -> Hold | None:
-    """Why `budget` holds the job: past a hold_new threshold, or the forecast does not fit what is left."""
+    """Why `budget` holds the job: past a hold_new (or cancel) threshold, or the forecast does not fit what is left."""
     if job.job_id in budget.reservations or job.job_id in budget.overrides:
         return None  # already admitted, or an admin let it run over this budget
     spent = budget.spent_usd
-    if _action_at(budget, ThresholdAction.HOLD_NEW, spent):
+    if _action_at(budget, ThresholdAction.HOLD_NEW, spent) or _action_at(budget, ThresholdAction.CANCEL, spent):
         return Hold(budget.budget_id, f"{BUDGET_REASON}: budget {budget.name!r} is at {spent:.4f} of {budget.amount_usd:.4f} USD")
     if budget.left_usd < amount:
         return Hold(
@@ -412,6 +409,18 @@ class TickResult:
     jobs: int = 0
     events: list[BudgetThresholdCrossed] | None = None
     paused: list[str] | None = None
+    cancelled: list[str] | None = None
+
+
+@dataclass
+class _Metered:
+    """One budget's tick: the events written with it and what it asks of the jobs."""
+
+    events: list[BudgetThresholdCrossed]
+    to_pause: list[Job]
+    to_cancel: list[Job]
+    cancel_percent: float
+    resumable: list[str]
 
 
 class BudgetMeter:
@@ -425,6 +434,7 @@ class BudgetMeter:
         clock: Callable[[], datetime] = _utcnow,
         dashboard_url: str | None = None,
         resume: Callable[[list[str]], list[str]] | None = None,
+        cancel: CancelJob | None = None,
     ) -> None:
         self.repository = repository
         self.jobs = jobs
@@ -432,21 +442,21 @@ class BudgetMeter:
         self.clock = clock
         self.dashboard_url = dashboard_url
         self.resume = resume
+        self.cancel = cancel
 
     def running(self) -> list[Job]:
-        out: list[Job] = []
-        for status in sorted(RUNNING):
-            token: str | None = None
-            while True:
-                page, token = self.jobs.list_jobs(JobQuery(owner=None, status=JobStatus(status), limit=_PAGE, next_token=token))
-                out.extend(page)
-                if token is None:
-                    break
-        return out
+        return jobs_in(self.jobs, RUNNING)
 
     def tick(self) -> TickResult:
         now = self.clock()
-        result = TickResult(events=[], paused=[])
+        result = TickResult(events=[], paused=[], cancelled=[])
+        waiting: list[Job] | None = None
+
+        def waiting_jobs() -> list[Job]:
+            nonlocal waiting  # read once a tick, and only when a budget is past a cancel threshold
+            waiting = jobs_in(self.jobs, WAITING) if waiting is None else waiting
+            return waiting
+
         budgets = self.repository.list()
         if not budgets:
             return result  # a deployment without budgets reads no jobs for them
@@ -458,25 +468,28 @@ class BudgetMeter:
             result.budgets += 1
             for _ in range(_ATTEMPTS):
                 try:
-                    events, to_pause, resumable = self._meter_one(budget, index.candidates(budget.scope), costs, now)
+                    metered = self._meter_one(budget, index.candidates(budget.scope), costs, now, waiting_jobs)
                     break
                 except BudgetChanged:
                     budget = self.repository.get(budget.budget_id)
             else:
                 continue
-            assert result.events is not None and result.paused is not None
-            result.events.extend(events)
-            if resumable and self.resume is not None:
-                self.resume(resumable)  # a new period: what the last one paused runs again
-            for job in to_pause:
-                if self._pause(job, budget):
+            assert result.events is not None and result.paused is not None and result.cancelled is not None
+            result.events.extend(metered.events)
+            if metered.resumable and self.resume is not None:
+                self.resume(metered.resumable)  # a new period: what the last one paused runs again
+            for job in metered.to_pause:
+                if pause_for_budget(self.jobs, self.stopper, job, budget):
                     result.paused.append(job.job_id)
+            for job in metered.to_cancel:
+                if cancel_for_budget(self.cancel, job, budget, metered.cancel_percent):
+                    result.cancelled.append(job.job_id)
         result.jobs = len(running)
         return result
 
     def _meter_one(
-        self, stored: Budget, running: list[Job], costs: dict[str, float], now: datetime
-    ) -> tuple[list[BudgetThresholdCrossed], list[Job], list[str]]:
+        self, stored: Budget, running: list[Job], costs: dict[str, float], now: datetime, waiting: Callable[[], list[Job]]
+    ) -> _Metered:
         budget = rolled(stored, now)
         resumable: list[str] = []
         if budget.period_start != stored.period_start and self.resume is not None:
@@ -508,17 +521,24 @@ class BudgetMeter:
         crossed = list(budget.crossed)
         sequence = budget.event_seq
         to_pause: list[Job] = []
-        pausing = _action_at(budget, ThresholdAction.PAUSE_RUNNING, spent)
-        if pausing:
+        if _action_at(budget, ThresholdAction.PAUSE_RUNNING, spent):
             to_pause = [j for j in live.values() if j.status in PAUSABLE and j.pending_action is None and j.job_id not in budget.overrides]
+        to_cancel: list[Job] = []
+        cancel_at = [t.percent for t in budget.thresholds if t.action == ThresholdAction.CANCEL and spent >= _at(budget, t.percent)]
+        if cancel_at:
+            # Cancel wins over pause: the running jobs it covers, and those waiting (never an overridden one).
+            covered = [*live.values(), *(j for j in waiting() if meter.covers(budget.scope, j) and meter.in_period(budget, j))]
+            to_cancel = [j for j in covered if j.job_id not in budget.overrides]
+            cancelled = {j.job_id for j in to_cancel}
+            to_pause = [j for j in to_pause if j.job_id not in cancelled]
         for threshold in budget.thresholds:
-            at = budget.amount_usd * threshold.percent / 100.0
+            at = _at(budget, threshold.percent)
             if spent < at or threshold.percent in crossed:
                 continue
             sequence += 1
-            paused = [j.job_id for j in to_pause] if threshold.action == ThresholdAction.PAUSE_RUNNING else []
-            events.append(self._event(budget, threshold.percent, threshold.action, spent, sequence, now, paused))
-        crossed = sorted(set(crossed) | {t.percent for t in budget.thresholds if spent >= budget.amount_usd * t.percent / 100.0})
+            acted = {ThresholdAction.PAUSE_RUNNING: to_pause, ThresholdAction.CANCEL: to_cancel}.get(threshold.action, [])
+            events.append(self._event(budget, threshold.percent, threshold.action, spent, sequence, now, [j.job_id for j in acted]))
+        crossed = sorted(set(crossed) | {t.percent for t in budget.thresholds if spent >= _at(budget, t.percent)})
         paused_jobs = list(dict.fromkeys([*budget.paused_jobs, *(j.job_id for j in to_pause)]))
         updated = budget.model_copy(
             update={
@@ -533,10 +553,10 @@ class BudgetMeter:
         )
         if updated != stored:
             self.repository.put(updated, stored.version, events)
-        return events, to_pause, resumable
+        return _Metered(events, to_pause, to_cancel, min(cancel_at, default=0.0), resumable)
 
     def _event(
-        self, budget: Budget, percent: float, action: ThresholdAction, spent: float, sequence: int, now: datetime, paused: list[str]
+        self, budget: Budget, percent: float, action: ThresholdAction, spent: float, sequence: int, now: datetime, acted: list[str]
     ) -> BudgetThresholdCrossed:
         return BudgetThresholdCrossed(
             event_id=event_id("budget", budget.budget_id, sequence),
@@ -552,48 +572,6 @@ class BudgetMeter:
             action=action.value,
             amount_usd=budget.amount_usd,
             spent_usd=round(spent, 6),
-            paused_job_ids=paused,
+            paused_job_ids=acted if action == ThresholdAction.PAUSE_RUNNING else [],
+            cancelled_job_ids=acted if action == ThresholdAction.CANCEL else [],
         )
-
-    def _pause(self, job: Job, budget: Budget) -> bool:
-        """The checkpointed pause (CHECKPOINTING -> PAUSED), reason BUDGET, the same path as a user's pause."""
-        reason = f"{BUDGET_REASON}: budget {budget.name!r} ({budget.budget_id}) is spent"
-        try:
-            paused = self.jobs.update(
-                job.job_id, job.version, {"pending_action": PendingAction.PAUSE, "pending_reason": reason}, PAUSABLE, action="pause"
-            )
-        except (ConcurrentModification, IllegalTransition, JobNotFound):
-            return False  # it moved on (ended, paused, cancelled) since it was read: that writer decided
-        if self.stopper is None:
-            return True  # no lifecycle engine (an API without its state machine): the request is recorded
-        try:
-            self.stopper.stop_run(paused, graceful=True, reason=reason)
-        except DomainError:
-            logger.exception("budget pause of %s could not reach its run; the reconciler will", job.job_id)
-        return True
-
-
-def resumer(jobs: JobRepository, resume_one: Callable[[str], object]) -> Callable[[list[str]], list[str]]:
-    """Resume a budget's PAUSED jobs, highest priority first then oldest (each through the job's own resume:
-    QUEUED again, from its latest checkpoint, subject to quotas); the ids resumed."""
-
-    def resume(job_ids: list[str]) -> list[str]:
-        paused: list[Job] = []
-        for job_id in job_ids:
-            try:
-                job = jobs.get(job_id)
-            except JobNotFound:
-                continue
-            if job.status == JobStatus.PAUSED:
-                paused.append(job)
-        done = []
-        for job in sorted(paused, key=lambda j: (-j.priority, j.created_at, j.job_id)):
-            try:
-                resume_one(job.job_id)
-            except DomainError:
-                logger.exception("could not resume %s after its budget was raised", job.job_id)
-                continue
-            done.append(job.job_id)
-        return done
-
-    return resume

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # annotations only: functions/handlers/errors.py imports this
     from functions.service.ports import ArtifactStore, JobRepository, Workflow
     from functions.service.principal import Principal
 from schemas.api import RetryRequest
-from schemas.job import Actor, CheckpointRef, Job, PendingAction, StatusEvent, SubmitJobRequest, without_reserved_labels
+from schemas.job import Actor, CheckpointRef, ErrorType, Job, PendingAction, StatusEvent, SubmitJobRequest, without_reserved_labels
 from schemas.lifecycle import Decision
 from schemas.status import PAUSABLE, RUNNING, TERMINAL, JobStatus
 
@@ -96,7 +96,9 @@ class LifecycleControls:
                     raise
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def cancel(self, job_id: str, principal: Principal, reason: str = "") -> Job:
+    def cancel(self, job_id: str, principal: Principal, reason: str = "", *, actor: str = USER, error_type: ErrorType | None = None) -> Job:
+        """`actor` and `error_type`: who the timeline names and why in machine form, for a cancel the control plane
+        decides (a budget's `cancel` threshold: actor system, error_type BUDGET, functions/service/budget_actions.py)."""
         from functions.service.ports import Transition  # on first use: the API's cold start does not load the ports
 
         why = reason or "cancelled by request"
@@ -104,8 +106,10 @@ class LifecycleControls:
         def decide(job: Job) -> Job:
             if job.status in TERMINAL:
                 raise IllegalTransition(job_id, job.status, "cancel", NON_TERMINAL)
-            changes = {"pending_action": None, "pending_reason": None}
-            return self.repo.transition(Transition(job_id, job.version, job.status, JobStatus.CANCELLED, why, USER, changes))
+            changes: dict[str, Any] = {"pending_action": None, "pending_reason": None}
+            if error_type is not None:
+                changes |= {"error_type": error_type, "error_message": why}
+            return self.repo.transition(Transition(job_id, job.version, job.status, JobStatus.CANCELLED, why, actor, changes))
 
         job, cancelled = self._decide(job_id, principal, decide)
         if self.workflow is not None:

@@ -201,10 +201,10 @@ def price_attempt(repository: JobRepository, job: Job, attempt: int, run: RunDes
 def stop_over_budget(repository: JobRepository, job: Job, verdict: BudgetVerdict, *, stop: Callable[[Job, str], None]) -> None:
     """Stop a run that passed scheduling_config.max_cost_usd (the lifecycle's budget check decided it).
 
-    max_cost_on_exceed `pause` (the default): the checkpointed pause (pending_action pause, reason BUDGET), so
+    on_exceed `pause` (the default): the checkpointed pause (pending_action pause, reason BUDGET), so
     the job ends PAUSED and resumes exactly once its limit is raised. `fail`: error_type BUDGET on the running
     job; decide_run_end then ends the run FAILED with it, whichever way the stopped run reports its end."""
-    if job.scheduling_config.max_cost_on_exceed == "pause":
+    if job.scheduling_config.on_exceed == "pause":
         reason = f"{ErrorType.BUDGET.value}: {verdict.message}"
         try:
             job = repository.update(

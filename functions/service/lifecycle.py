@@ -44,7 +44,7 @@ from functions.service.run_specs import RunSpecs, progress_of
 from functions.service.scheduler import NeverFits, Scheduler
 from schemas.job import Actor, ErrorType, Job
 from schemas.lifecycle import Next, WaitKind
-from schemas.status import PAUSABLE, RUNNING, TERMINAL, JobStatus
+from schemas.status import RUNNING, TERMINAL, JobStatus
 from schemas.tracking import TrackingRecord
 from schemas.trainer import TrainerEvent, TrainerEventKind, TrainerPhase
 
@@ -413,6 +413,9 @@ class LifecycleService:
             if job.run_outcome:
                 return {"next": job.run_outcome}  # already decided (duplicate report)
             if job.status not in RUNNING:
+                if job.status == S.CANCELLED and job.run_started_at is not None:
+                    # A cancel lands before its run's end: the attempt still ran (and a budget meters it).
+                    self._record_cost(job, attempt, run)
                 released = self._left_run(job)
                 return released
             self._catch_up_before_end(job, run)
@@ -493,8 +496,11 @@ class LifecycleService:
                     # arriving later cannot move the job back.
                     self.repository.annotate(job.job_id, {"report_seq": seq})
                 return
-            if job.pending_action is not None and target not in PAUSABLE:
-                return  # a pause/preemption is pending: stay where it can land (PAUSED is entered from TRAINING)
+            if job.pending_action is not None and target != S.CHECKPOINTING:
+                # A stop is pending (pause, budget pause, reclaim): the only phase it takes is the stop's own
+                # checkpoint. A trainer that reports TRAINING after that save (an older image, a stand-in) is
+                # exiting, not training: the timeline reads TRAINING -> CHECKPOINTING -> PAUSED / QUEUED.
+                return
             changes = {"report_seq": seq} if seq is not None else {}
             if self._move(job, target, f"trainer reported {target.value}", Actor.TRAINER, changes, quiet=True) is not None:
                 return

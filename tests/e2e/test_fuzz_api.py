@@ -376,6 +376,14 @@ LEGITIMATE_REFUSALS = (
         message=r"no container runtime",
     ),
     Refusal(
+        "scheduling_config.on_exceed and its deprecated former name max_cost_on_exceed (still accepted), not both at"
+        " once (docs/BUDGETS.md)",
+        422,
+        _ISSUE16_OPS,
+        r"(.*\.)?scheduling_config\.max_cost_on_exceed",
+        message=r"send on_exceed only",
+    ),
+    Refusal(
         "a CUSTOM command's path-like parts are confined like custom_script_path (docs/SECURITY.md)",
         422,
         _ISSUE16_OPS,

@@ -141,6 +141,12 @@ def test_real_trainer_pause_then_resume_continues_from_the_paused_step(local_pla
     assert f"at step {step} " in api.logs(job_id)
     statuses = api.statuses(job_id)
     assert statuses.index("PAUSED") < statuses.index("COMPLETED") and statuses.count("QUEUED") == 2
+    # and the first attempt's timeline is exactly the checkpointed pause's: the trainer reports CHECKPOINTING for
+    # the stop's checkpoint and nothing after it (no TRAINING as it exits), then the run's end lands PAUSED
+    events = local_plane.request("GET", f"/jobs/{job_id}/events").json()["events"]
+    changes = [e["to"] for e in events if e["from"] != e["to"]]
+    first = ["PENDING", "QUEUED", "SCHEDULING", "PREPARING", "TRAINING", "CHECKPOINTING", "PAUSED", "QUEUED"]
+    assert changes[: len(first)] == first, changes
 
 
 def test_real_trainer_killed_then_local_mode_restarted_mid_training_still_completes(local_plane_factory: Callable[..., LocalPlane]) -> None:
@@ -187,6 +193,11 @@ def test_cancel_while_queued_training_and_paused_then_retry_the_cancelled_job(fa
     api.wait(running, lambda j: j["progress"]["step"] >= 2, 60, "progress")
     api.verb(running, "pause")
     assert api.wait_status(running, "PAUSED", *TERMINAL, timeout=60)["status"] == "PAUSED"
+    # (this trainer still reports TRAINING after its stop checkpoint: the lifecycle does not apply it while the
+    # pause is pending, so the timeline reads TRAINING -> CHECKPOINTING -> PAUSED)
+    events = fake_plane.request("GET", f"/jobs/{running}/events").json()["events"]
+    changes = [e["to"] for e in events if e["from"] != e["to"]]
+    assert changes[-3:] == ["TRAINING", "CHECKPOINTING", "PAUSED"], changes
     api.verb(running, "cancel", expect=200)
     assert api.wait_status(running, *TERMINAL, timeout=30)["status"] == "CANCELLED"
     # When a third job is cancelled while TRAINING

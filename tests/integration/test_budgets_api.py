@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -12,7 +14,8 @@ from functions.adapters.outbox import DynamoOutbox
 from functions.catalog import own_events as et
 from functions.catalog.gpu_types import unit_hourly_usd
 from functions.service.ports import JobQuery
-from schemas.events import BudgetOverride
+from schemas.events import BudgetOverride, BudgetThresholdCrossed
+from schemas.job import ErrorType
 from schemas.status import JobStatus
 from tests.fakes import RecordingWorkflow
 from tests.helpers.api_lambda import Api
@@ -101,7 +104,7 @@ def test_who_may_budget_what_and_no_one_sees_anothers_budget(call: Api) -> None:
         ({"period": "custom"}, "body"),
         ({"period": "monthly", "starts_at": "2026-01-01T00:00:00Z"}, "body"),
         ({"thresholds": [{"percent": 80, "action": "notify"}, {"percent": 80, "action": "notify"}]}, "thresholds"),
-        ({"thresholds": [{"percent": 80, "action": "cancel"}]}, "thresholds.0.action"),
+        ({"thresholds": [{"percent": 80, "action": "kill"}]}, "thresholds.0.action"),
         ({"colour": "red"}, "colour"),
     ],
 )
@@ -199,3 +202,58 @@ def test_an_admin_lets_one_paused_job_run_over_its_budget_with_a_reason(call: Ap
     [record] = [r for r in outbox if r.detail_type == et.BUDGET_OVERRIDE.detail_type]
     detail = BudgetOverride.model_validate_json(record.detail)
     assert (detail.job_id, detail.reason, detail.actor, detail.budget_id) == (job_id, "the paper deadline", ADMIN, capped)
+
+
+def test_a_cancel_threshold_cancels_the_covered_jobs_through_the_cancel_path(call: Api) -> None:
+    # Given: an admin's budget on Alice that cancels (asked for: not in the default ladder), Alice's 1 x H100 job
+    # training for an hour (far past 0.05 USD), another of hers queued, and Bob's queued job
+    thresholds = [{"percent": 80, "action": "notify"}, {"percent": 100, "action": "cancel"}]
+    created = _create(call, ADMIN_CALLER, scope={"kind": "principal", "value": ALICE}, amount_usd=0.05, thresholds=thresholds)
+    assert created.status == 201 and created.body["thresholds"][-1] == {"percent": 100.0, "action": "cancel"}
+    h100 = {"resource_config": {"gpu_count": 1, "gpu_type": "H100"}}
+    running = call.submit(**h100)["job_id"]
+    call.move(running, JobStatus.QUEUED, JobStatus.SCHEDULING, JobStatus.PREPARING, JobStatus.TRAINING)
+    repo = composition.current().repository
+    repo.annotate(running, {"run_started_at": repo.get(running).created_at - timedelta(hours=1)})
+    queued = call.submit(**h100)["job_id"]
+    call.move(queued, JobStatus.QUEUED)
+    bobs = call.submit(user=BOB, **h100)["job_id"]
+    call.move(bobs, JobStatus.QUEUED)
+
+    # When: the meter ticks
+    result = composition.current().budget_meter.tick()
+
+    # Then: Alice's jobs are CANCELLED by the job's own cancel: the run stopped, the execution's wait answered,
+    # reason BUDGET and actor system in the timeline, error_type BUDGET; Bob's job is not covered
+    assert sorted(result.cancelled or []) == sorted([running, queued])
+    for job_id in (running, queued):
+        job = repo.get(job_id)
+        assert job.status == JobStatus.CANCELLED and job.error_type == ErrorType.BUDGET
+        last = repo.history(job_id)[-1]
+        assert last.reason.startswith("BUDGET: budget 'cap'") and last.actor == "system", last
+    assert [(c.method, c.kwargs["graceful"]) for c in call.workflow.calls if c.job_id == running and c.method == "stop_run"] == [
+        ("stop_run", False)
+    ]
+    assert {c.job_id for c in call.workflow.calls if c.method == "answer_wait"} == {running, queued}
+    assert repo.get(bobs).status == JobStatus.QUEUED
+    # And the events, written with the changes: the budget's cancel threshold naming them, each job's CANCELLED
+    outbox = DynamoOutbox(call.clients, call.settings.jobs_table).pending()
+    crossed = [BudgetThresholdCrossed.model_validate_json(r.detail) for r in outbox if r.detail_type == et.BUDGET_THRESHOLD.detail_type]
+    assert [(e.percent, e.action) for e in crossed] == [(80.0, "notify"), (100.0, "cancel")]
+    assert sorted(crossed[-1].cancelled_job_ids) == sorted([running, queued])
+    changes = [json.loads(r.detail) for r in outbox if r.detail_type == et.JOB_STATE_CHANGE.detail_type]
+    ended = {c["job_id"]: c for c in changes if c["state"] == "CANCELLED"}
+    assert set(ended) == {running, queued} and {c["error_type"] for c in ended.values()} == {"BUDGET"}
+
+
+def test_on_exceed_is_answered_by_its_name_its_former_name_is_accepted_and_both_are_a_422(call: Api) -> None:
+    # Given a job submitted with the deprecated former name
+    former = call.submit(scheduling_config={"max_cost_usd": 1.0, "max_cost_on_exceed": "fail"})
+    # Then it is stored and answered under on_exceed only
+    assert former["scheduling_config"]["on_exceed"] == "fail" and "max_cost_on_exceed" not in former["scheduling_config"]
+    assert composition.current().repository.get(former["job_id"]).scheduling_config.on_exceed == "fail"
+    # And both names at once are a 422 naming the former one, which says the new name
+    both = request_body(scheduling_config={"on_exceed": "pause", "max_cost_on_exceed": "fail"})
+    reply = call.route("POST", "/jobs", caller=ALICE_CALLER, body=both)
+    assert reply.status == 422 and reply.body["errors"][0]["field"] == "scheduling_config.max_cost_on_exceed", reply.body
+    assert "send on_exceed only" in reply.body["errors"][0]["message"]

@@ -159,6 +159,7 @@ def test_an_rlhf_run_stopped_by_sigterm_and_resumed_matches_an_uninterrupted_run
     assert first.code == ExitCode.STOPPED_WITH_CHECKPOINT, first.stderr[-3000:]
     assert first.done.data == {"exit_code": 75, "stopped": True, "checkpoint_uri": str(interrupted / "checkpoints" / "step-000003")}
     assert [m.step for m in first.checkpoints()] == [2, 3]
+    assert [e.data["phase"] for e in first.of_kind(TrainerEventKind.PHASE)][-1] == "CHECKPOINTING"  # no TRAINING as it exits
     (reported,) = first.of_kind(TrainerEventKind.TRACKING)
     run_id = reported.data["mlflow_run_id"]
     assert reported.data["tensorboard_uri"] == str(interrupted / "tb") and _runs(store)[0].info.status == "KILLED"

@@ -41,3 +41,7 @@ def test_sigterm_mid_run_leaves_a_complete_checkpoint_and_exits_75(tmp_path: Pat
     announced = [e for e in events if e.kind == TrainerEventKind.CHECKPOINT and e.data["step"] == last_step]
     assert announced and announced[-1].data["uri"] == str(folder)
     assert not (tmp_path / "output" / "failure").exists()
+    # and its last phase is that stop's CHECKPOINTING: it does not report TRAINING as it exits (the job's
+    # timeline reads TRAINING -> CHECKPOINTING -> PAUSED)
+    phases = [e.data["phase"] for e in events if e.kind == TrainerEventKind.PHASE]
+    assert phases[-1] == "CHECKPOINTING" and "TRAINING" in phases, phases

@@ -10,7 +10,8 @@ import pytest
 
 from functions.catalog.gpu_types import unit_hourly_usd
 from functions.service import budget_meter as meter
-from functions.service.budgets import BudgetGate, BudgetMeter, BudgetService, resumer
+from functions.service.budget_actions import resumer
+from functions.service.budgets import BudgetGate, BudgetMeter, BudgetService
 from functions.service.ports import Transition
 from functions.service.principal import Principal
 from functions.service.scheduler import LocalCapacity

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from functions.service import costs
-from functions.service.ports import RunDescription, RunState
+from functions.service.ports import RunDescription, RunState, Transition
 from schemas.job import ErrorType
 from schemas.status import JobStatus
 from schemas.trainer import TrainerEventKind
@@ -54,11 +56,28 @@ def test_a_run_end_without_timings_is_priced_from_its_start_and_never_erases_a_p
     assert w.repo.get(job.job_id).cost == priced
 
 
+def test_a_cancelled_run_s_end_still_prices_its_attempt() -> None:
+    # Given a job running for ten minutes on a priced instance, cancelled (the cancel lands before the run's end)
+    w = World()
+    job = w.submit(max_steps=4)
+    w.to_training(job.job_id)
+    _on_priced_instance(w, job.job_id)
+    w.now += timedelta(seconds=600)
+    running = w.repo.get(job.job_id)
+    w.repo.transition(Transition(job.job_id, running.version, running.status, S.CANCELLED, "BUDGET: cancelled", "system"))
+    # When the stopped run's end is reported
+    w.svc.on_run_finished(job.job_id, 1, RunDescription(state=RunState.STOPPED, run_seconds=600.0))
+    # Then the attempt is priced (a budget meters what it cost), and the job stays CANCELLED
+    done = w.repo.get(job.job_id)
+    assert done.status == S.CANCELLED and [e.attempt for e in done.cost.attempts] == [1]
+    assert done.cost.attempts[0].run_seconds == 600.0 and done.cost.estimated_cost_usd > 0
+
+
 def test_a_job_that_would_pass_max_cost_usd_pauses_with_a_checkpoint_by_default() -> None:
     # Given a job with a tiny limit (on_exceed: pause, the default) running for an hour on a priced GPU instance
     w = World()
     job = w.submit(max_steps=100, scheduling_config={"max_cost_usd": 0.01})
-    assert job.scheduling_config.max_cost_on_exceed == "pause"
+    assert job.scheduling_config.on_exceed == "pause"
     w.to_training(job.job_id)
     _on_priced_instance(w, job.job_id)
     w.now += timedelta(hours=1)
@@ -76,10 +95,11 @@ def test_a_job_that_would_pass_max_cost_usd_pauses_with_a_checkpoint_by_default(
     assert "max_cost_usd=0.01" in w.repo.history(job.job_id)[-1].reason
 
 
-def test_a_job_that_would_pass_max_cost_usd_is_stopped_gracefully_and_fails_with_budget() -> None:
+@pytest.mark.parametrize("name", ["on_exceed", "max_cost_on_exceed"])  # the field, and its deprecated former name
+def test_a_job_that_would_pass_max_cost_usd_is_stopped_gracefully_and_fails_with_budget(name: str) -> None:
     # Given a job with a tiny budget (on_exceed: fail) running for an hour on a priced GPU instance
     w = World()
-    job = w.submit(max_steps=100, scheduling_config={"max_cost_usd": 0.01, "max_cost_on_exceed": "fail"})
+    job = w.submit(max_steps=100, scheduling_config={"max_cost_usd": 0.01, name: "fail"})
     w.to_training(job.job_id)
     _on_priced_instance(w, job.job_id)
     w.now += timedelta(hours=1)

@@ -71,6 +71,23 @@ def test_ranges_and_enums_name_the_field(path: tuple[str, str], value: Any, loc:
     assert loc in [where for where, _ in errors_of(body)]
 
 
+def test_on_exceed_takes_its_deprecated_former_name_too_and_refuses_both() -> None:
+    # Given max_cost_usd's action under its name, and under its deprecated former name
+    named = SubmitJobRequest.model_validate(request_body(scheduling_config={"max_cost_usd": 1.0, "on_exceed": "fail"}))
+    former = SubmitJobRequest.model_validate(request_body(scheduling_config={"max_cost_usd": 1.0, "max_cost_on_exceed": "fail"}))
+    # Then both mean the same, and the job is written (and answered) under the new name only
+    assert named == former and former.scheduling_config.on_exceed == "fail"
+    dumped = former.model_dump(mode="json")["scheduling_config"]
+    assert dumped["on_exceed"] == "fail" and "max_cost_on_exceed" not in dumped
+    assert SubmitJobRequest.model_validate(request_body()).scheduling_config.on_exceed == "pause"
+    # And both at once is refused, naming the former one and the new name
+    body = request_body(scheduling_config={"on_exceed": "fail", "max_cost_on_exceed": "pause"})
+    ((where, message),) = errors_of(body)
+    assert where == "scheduling_config.max_cost_on_exceed" and "send on_exceed only" in message
+    # And a value it does not take is refused under either name (named as the field, on_exceed)
+    assert "scheduling_config.on_exceed" in [w for w, _ in errors_of(request_body(scheduling_config={"max_cost_on_exceed": "stop"}))]
+
+
 def test_the_edges_of_the_ranges_are_accepted() -> None:
     body = request_body(scheduling_config={"priority": 10}, resource_config={"gpu_count": 0})
     body["data_config"]["validation_split"] = 1.0

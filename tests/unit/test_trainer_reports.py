@@ -248,3 +248,30 @@ def test_a_checkpoint_records_the_size_its_manifest_lists(world: World) -> None:
 def test_the_size_of_a_manifest_without_files_is_unknown() -> None:
     assert _size_of(None) is None and _size_of([]) is None and _size_of("x") is None
     assert _size_of([{"size": 3}, {"size": 4}, {"size": -1}, "junk"]) == 7
+
+
+@pytest.mark.parametrize(("pending", "ends"), [("pause", S.PAUSED), ("preempt", S.QUEUED)])
+def test_a_stop_s_timeline_ends_checkpointing_then_paused_or_queued(pending: str, ends: JobStatus) -> None:
+    # Given a training job asked to stop with a checkpoint (a pause or a budget pause; a reclaim: preempt)
+    w = World()
+    job = w.submit(max_steps=40)
+    w.to_training(job.job_id)
+    w.repo.update(job.job_id, w.repo.get(job.job_id).version, {"pending_action": pending, "pending_reason": "stop"})
+
+    def phase(name: str, seq: int) -> None:
+        w.svc.on_trainer_event(job.job_id, 1, TrainerEvent(kind=TrainerEventKind.PHASE, time=0, data={"phase": name}, seq=seq))
+
+    # When the trainer reports its stop's checkpoint and then (an older trainer) TRAINING as it exits
+    phase("CHECKPOINTING", 1)
+    phase("TRAINING", 2)
+    # Then the job stays CHECKPOINTING, and the run's end lands it from there
+    assert w.repo.get(job.job_id).status == S.CHECKPOINTING
+    w.svc.on_run_finished(job.job_id, 1, RunDescription(state=RunState.STOPPED))
+    assert w.statuses(job.job_id)[-3:] == ["TRAINING", "CHECKPOINTING", ends.value]
+
+
+def test_without_a_pending_stop_training_follows_a_checkpoint(world: World) -> None:
+    # A periodic checkpoint (nothing pending): the trainer goes back to TRAINING, and so does the job
+    world.svc.on_trainer_event(JOB_ID, 1, TrainerEvent(kind=TrainerEventKind.PHASE, time=0, data={"phase": "CHECKPOINTING"}, seq=1))
+    world.svc.on_trainer_event(JOB_ID, 1, TrainerEvent(kind=TrainerEventKind.PHASE, time=0, data={"phase": "TRAINING"}, seq=2))
+    assert world.repo.get(JOB_ID).status == S.TRAINING

@@ -421,6 +421,10 @@ class TrainingLoop:
         if last_saved_step != self.step and self.step > 0:
             # The final (or the stop) checkpoint, waited for: after it the run may be killed any time.
             self._save(model, optimizer, scheduler, {"loss": self.losses[self.step]} if self.step in self.losses else {}, wait=True)
+        elif stopped and self.step > resumed_at:
+            # The stop's checkpoint is the one just saved (perhaps still being written): a stop always reads
+            # CHECKPOINTING as its last phase, whichever save it was.
+            self.events.set_phase(TrainerPhase.CHECKPOINTING)
         self._wait_for_checkpoint()
         self.metrics.sync()
         if not stopped:
@@ -508,7 +512,10 @@ class TrainingLoop:
             self.checkpoint_stalls.append(stall)
         log(f"checkpoint step {self.step}: training stalled {stall:.3f}s")
         self.metrics.sync()
-        self.events.set_phase(TrainerPhase.TRAINING)
+        if not self.stop.requested:
+            # After a stop's checkpoint the run exits (exit 75): it does not train again, so it does not say so
+            # (the job's timeline reads CHECKPOINTING -> PAUSED / QUEUED, docs/TRAINER.md).
+            self.events.set_phase(TrainerPhase.TRAINING)
 
     def _wait_for_checkpoint(self) -> None:
         if self.runtime.is_main:

@@ -278,7 +278,8 @@ class RLHFRun:
         self.last_saved_step = self.step
         log(f"checkpoint step {self.step}: training stalled {time.perf_counter() - started:.3f}s")
         self.metrics.sync()
-        self.events.set_phase(TrainerPhase.TRAINING)
+        if not self.stop.requested:  # a stop's checkpoint is the run's last act (loop.py's _save)
+            self.events.set_phase(TrainerPhase.TRAINING)
 
     def _save_due(self) -> bool:
         config = self.spec.output_config.checkpoint
@@ -479,6 +480,8 @@ class RLHFRun:
             stopped = True
         if self.step > 0 and self.last_saved_step != self.step:
             self._save(None, self._step_metrics(), wait=True)
+        elif stopped and self.step > start:
+            self.events.set_phase(TrainerPhase.CHECKPOINTING)  # the stop's checkpoint is the one just saved (loop.py)
         self.checkpoints.wait()
         self.metrics.sync()
         last = self.checkpoints.last_saved_uri or (loaded.uri if loaded else None)
