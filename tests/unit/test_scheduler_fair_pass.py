@@ -1,6 +1,7 @@
 """The scheduler's fair-share pass, answer by answer (functions/service/scheduler.py: `_serve_pool_fairly` and
 `_reclaim`; `make mutation`'s scheduler module): what a pass counts as waiting, the budget hold, the fair-sharing
-reclaim a borrower's COHORT_FULL asks for (its record and reason), and the minimum run time at exactly its value."""
+reclaim a borrower's COHORT_FULL asks for (its record and reason), the minimum run time at exactly its value, a
+team's later jobs behind its refused one, and which holders' units a reclaim counts as on their way back."""
 
 from __future__ import annotations
 
@@ -252,3 +253,108 @@ def test_a_reclaim_under_way_asks_no_priority_preemption_as_well() -> None:
     assert w.scheduler.run_pass().preempting == [borrowed.job_id]
     assert w.scheduler.run_pass().preempting == []  # the reclaimed GPU is on its way back: still nothing more
     assert w.repo.get(low.job_id).pending_action is None
+
+
+# --- a team's later jobs in the same pass, and which holders' units a reclaim counts as on their way back ---
+
+
+def test_a_borrowers_later_larger_job_behind_its_refused_one_asks_no_reclaim_of_its_own() -> None:
+    w, running = _borrowers_world()
+    w.clock.now += timedelta(hours=1)
+    first, larger = w.gpu_job(B), w.gpu_job(B, gpus=2)  # both COHORT_FULL; a's share (4) above b's with either
+    result = w.scheduler.run_pass()
+    # The first job's reclaim takes one of a's jobs back; the 2-GPU job waits behind it (FIFO inside a team)
+    # and asks nothing: on the pass's snapshot it would pick that same victim again and one more of a's jobs
+    assert (result.preempting, result.waiting) == ([running[0].job_id], 2)
+    assert [r.beneficiary_job_id for _, r in w.repo.reclaims] == [first.job_id]
+    assert [w.repo.get(j.job_id).pending_action for j in running[1:]] == [None, None, None]
+    assert larger.job_id not in w.started()
+
+
+def test_a_team_whose_hold_a_racing_pass_filled_starts_none_of_its_later_smaller_jobs() -> None:
+    w = _world(4, team("a", A, H100={"nominal": 2}))
+    w.ledger.teams_held[("a", "H100")] = {"elsewhere": 1}  # a racing pass admitted 1 of a's 2 units in another pool
+    refused, smaller = w.gpu_job(A, gpus=2), w.gpu_job(A)  # the hold refuses the first; the second would fit it
+    result = w.scheduler.run_pass()
+    # Behind its refused job a team's later ones wait too (FIFO inside a team), though the pool has room
+    assert (w.started(), result.waiting) == ([], 2)
+    assert w.ledger.holders("local/H100") == {}
+    assert {refused.job_id, smaller.job_id}.isdisjoint(w.started())
+
+
+def _keyed(w: TeamWorld) -> None:
+    """Reads as the DynamoDB repository does: its key is `JOB#` + the id, so a read without an id is an error
+    (the in-memory dict would answer JobNotFound, as for a deleted job)."""
+    get = w.repo.get
+
+    def keyed(job_id: str) -> Job:
+        if not isinstance(job_id, str):
+            raise TypeError(f"a job id is a string, not {job_id!r}")
+        return get(job_id)
+
+    w.repo.get = keyed  # type: ignore[method-assign]
+
+
+def test_a_reclaim_after_a_start_in_the_same_pass_reads_the_new_holder_and_skips_it() -> None:
+    w = _world(4, team("a", A, H100={"nominal": 3}), team("b", B, H100={"nominal": 0, "borrow_limit": 4}))
+    borrowed = [w.gpu_job(B) for _ in range(3)]
+    w.scheduler.run_pass()
+    borrowed = [_training(w, j) for j in borrowed]
+    w.clock.now += timedelta(hours=1)
+    _keyed(w)
+    first, second = w.gpu_job(A), w.gpu_job(A)
+    # The first takes the free GPU (a claim the pass's snapshot does not hold); the second, within a's nominal,
+    # finds the pool full and reclaims one of b's: the new holder is read by its id and, a's own, skipped
+    result = w.scheduler.run_pass()
+    assert (w.started()[3:], result.preempting, result.waiting) == ([first.job_id], [borrowed[0].job_id], 1)
+    assert [r.beneficiary_job_id for _, r in w.repo.reclaims] == [second.job_id]
+
+
+def test_a_priority_preemption_under_way_in_a_team_within_nominal_is_not_counted_for_a_reclaim() -> None:
+    # a and c within nominal (2 each); b borrows 3 GPUs, c runs a low-priority preemptible job on the fourth
+    w = _world(
+        4, team("a", A, H100={"nominal": 2}), team("b", B, H100={"nominal": 0, "borrow_limit": 4}), team("c", C, H100={"nominal": 2})
+    )
+    borrowed = [w.gpu_job(B) for _ in range(3)]
+    low = w.gpu_job(C, priority=1)
+    w.repo.update(low.job_id, low.version, {"scheduling_config": low.scheduling_config.model_copy(update={"preemptible": True})})
+    w.scheduler.run_pass()
+    borrowed, low = [_training(w, j) for j in borrowed], _training(w, low)
+    # c's urgent job arrives before b's jobs have run their minimum: nothing to reclaim, c's low job is preempted
+    w.clock.now += timedelta(minutes=1)
+    urgent = w.gpu_job(C, priority=7)
+    assert w.scheduler.run_pass().preempting == [low.job_id]
+    # Then a's 2-GPU job: low's GPU is on its way back to c's urgent job, not to a, so two of b's come back
+    w.clock.now += timedelta(hours=1)
+    mine = w.gpu_job(A, gpus=2, priority=9)
+    result = w.scheduler.run_pass()
+    assert result.preempting == [borrowed[0].job_id, borrowed[1].job_id]
+    assert {r.beneficiary_job_id for _, r in w.repo.reclaims} == {mine.job_id}
+    assert w.repo.get(borrowed[2].job_id).pending_action is None
+    assert urgent.job_id not in w.started()
+
+
+def test_a_borrowers_own_job_on_its_way_to_a_lender_is_not_counted_for_its_fair_sharing_reclaim() -> None:
+    # 8 H100s, all c's (nominal 8), lent: a borrows 5, b borrows 3 and has used the most by far
+    w = _world(
+        8,
+        team("a", A, H100={"nominal": 0, "borrow_limit": 8}),
+        team("b", B, H100={"nominal": 0, "borrow_limit": 8}),
+        team("c", C, H100={"nominal": 8}),
+    )
+    a_jobs = [w.gpu_job(A) for _ in range(5)]
+    b_jobs = [w.gpu_job(B) for _ in range(3)]
+    w.scheduler.run_pass()
+    a_jobs, b_jobs = [_training(w, j) for j in a_jobs], [_training(w, j) for j in b_jobs]
+    w.clock.now += timedelta(hours=1)
+    w.teams.add_usage("b", 1000.0, w.clock.now, w.directory.half_life_seconds)
+    # c takes one GPU back: from b, the borrower with the most usage
+    lender = w.gpu_job(C)
+    assert w.scheduler.run_pass().preempting == [b_jobs[0].job_id]
+    # b's urgent job: COHORT_FULL, and a's share (5) is above b's with it (4). b's GPU on its way back is c's,
+    # not b's: by fair sharing one of a's jobs comes back for it (and c's job still counts b's GPU as incoming)
+    urgent = w.gpu_job(B, priority=9)
+    result = w.scheduler.run_pass()
+    assert result.preempting == [a_jobs[0].job_id]
+    assert [(r.beneficiary_job_id, r.team) for _, r in w.repo.reclaims] == [(lender.job_id, "b"), (urgent.job_id, "a")]
+    assert [w.repo.get(j.job_id).pending_action for j in a_jobs[1:]] == [None] * 4
