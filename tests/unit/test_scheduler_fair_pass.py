@@ -358,3 +358,21 @@ def test_a_borrowers_own_job_on_its_way_to_a_lender_is_not_counted_for_its_fair_
     assert result.preempting == [a_jobs[0].job_id]
     assert [(r.beneficiary_job_id, r.team) for _, r in w.repo.reclaims] == [(lender.job_id, "b"), (urgent.job_id, "a")]
     assert [w.repo.get(j.job_id).pending_action for j in a_jobs[1:]] == [None] * 4
+
+
+def test_a_pass_reads_the_teams_once_and_builds_its_cohort_from_that_read() -> None:
+    # Given two teams with queued jobs, and the directory's reads of every team counted
+    w = _world(2, team("a", A, H100=1), team("b", B, H100=1))
+    w.gpu_job(A), w.gpu_job(B)
+    reads: list[int] = []
+    every_team = w.directory.teams
+
+    def counted() -> dict[str, Team]:
+        reads.append(1)
+        return every_team()
+
+    w.directory.teams = counted  # type: ignore[method-assign]
+    # When a pass runs
+    w.scheduler.run_pass()
+    # Then the teams were read once: the cohort is built from the pass's own read, not a second one
+    assert len(reads) == 1 and len(w.started()) == 2
