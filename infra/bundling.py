@@ -43,7 +43,21 @@ PYTHON_VERSION = "3.12"
 SOURCE_PACKAGES = ("schemas", "functions")
 # Services the Lambda code creates clients for; everything else is pruned from botocore/boto3 data.
 BOTOCORE_SERVICES = frozenset(
-    {"dynamodb", "s3", "stepfunctions", "sagemaker", "ec2", "logs", "events", "scheduler", "sts", "cloudwatch", "ssm", "lambda"}
+    {
+        "dynamodb",
+        "s3",
+        "stepfunctions",
+        "sagemaker",
+        "ec2",
+        "logs",
+        "events",
+        "scheduler",
+        "sts",
+        "cloudwatch",
+        "ssm",
+        "lambda",
+        "cognito-idp",
+    }
 )
 # Never in a Lambda bundle (docs/DESIGN.md): each is hundreds of MB or seconds of import time.
 FORBIDDEN_DISTRIBUTIONS = ("torch", "transformers", "sagemaker", "peft", "accelerate", "trl", "tokenizers", "safetensors", "moto")
