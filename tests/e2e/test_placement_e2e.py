@@ -42,8 +42,8 @@ CANDIDATES = [
 
 
 class PoolsPlane(CloudPlane):
-    def __init__(self, state_dir: Path, pools: Path) -> None:
-        super().__init__(state_dir, "ec2")  # the real trainer
+    def __init__(self, state_dir: Path, pools: Path, trainer_command: str | None = None) -> None:
+        super().__init__(state_dir, "ec2", trainer_command)  # None: the real trainer
         self.pools = pools
 
     def command(self) -> list[str]:
