@@ -82,6 +82,7 @@ class TeamMembers(Strict):
     cognito_groups: list[CognitoGroup] = Field(
         default_factory=list,
         max_length=50,
+        json_schema_extra={"uniqueItems": True},  # stated in the document, checked by _groups
         description=(
             "Dashboard users by the groups of the deployment's Cognito user pool (e.g. ml-research): the server looks "
             "a signed-in person's groups up in the pool, never reads them from the request."

@@ -336,6 +336,14 @@ _TUNING = r"(hyperParameterTuningConfig|hyperparameter_tuning_config)(\..*)?"
 _ISSUE16_OPS = ("POST /jobs", "PATCH /jobs", "POST /retraining-policies", "PATCH /retraining-policies", "POST /train", "POST /sweeps")
 LEGITIMATE_REFUSALS = (
     Refusal(
+        "a Cognito group name has no whitespace (pattern ^\\S+$): the server's regex reads Unicode whitespace (NEL,"
+        " NBSP ...) as whitespace, the fuzzer's pattern engine reads only ASCII's",
+        422,
+        ("PUT /teams/{team}",),
+        r"members\.cognito_groups\.\d+",
+        kind="string_pattern_mismatch",
+    ),
+    Refusal(
         "placement's rules across fields and against the deployment (issue 26, docs/PLACEMENT.md): deadline or"
         " max_wait_seconds, not both, and a deadline in the future that some candidate can meet with an on-demand"
         " fallback; each candidate a GPU type of the instance table, on a platform this deployment launches, able"
