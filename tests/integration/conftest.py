@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -21,13 +23,21 @@ def aws() -> Iterator[AwsClients]:
         yield clients
 
 
+@contextlib.contextmanager
+def composed_api(aws: AwsClients, **settings: Any) -> Iterator[Api]:
+    """The API Lambda composed on fresh tables and buckets (admin ADMIN, `settings` on top), with a
+    RecordingWorkflow as the engine; the composition is reset after."""
+    fresh = fresh_resources(aws, admin_arns=(ADMIN,), **settings)
+    workflow = RecordingWorkflow()
+    composition.configure(settings=fresh, clients=aws, workflow=workflow)
+    try:
+        yield Api(aws, workflow, fresh)
+    finally:
+        composition.reset()
+
+
 @pytest.fixture
 def call(aws: AwsClients) -> Iterator[Api]:
     """The API Lambda composed on fresh tables and buckets, with a RecordingWorkflow as the engine."""
-    settings = fresh_resources(aws, admin_arns=(ADMIN,))
-    workflow = RecordingWorkflow()
-    composition.configure(settings=settings, clients=aws, workflow=workflow)
-    try:
-        yield Api(aws, workflow, settings)
-    finally:
-        composition.reset()
+    with composed_api(aws) as api:
+        yield api

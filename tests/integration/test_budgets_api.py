@@ -17,11 +17,10 @@ from functions.service.ports import JobQuery
 from schemas.events import BudgetOverride, BudgetThresholdCrossed
 from schemas.job import ErrorType
 from schemas.status import JobStatus
-from tests.fakes import RecordingWorkflow
 from tests.helpers.api_lambda import Api
-from tests.helpers.aws import fresh_resources
 from tests.helpers.events import Caller
 from tests.helpers.jobs import ADMIN, ALICE, BOB, request_body
+from tests.integration.conftest import composed_api
 
 ADMIN_CALLER = Caller("admin", ADMIN, unique_id="AIDAEXAMPLEADMIN")
 ALICE_CALLER = Caller("alice", ALICE, unique_id="AIDAEXAMPLEALICE")
@@ -30,13 +29,8 @@ BOB_CALLER = Caller("bob", BOB, unique_id="AIDAEXAMPLEBOB")
 
 @pytest.fixture
 def call(aws: Any) -> Iterator[Api]:
-    settings = fresh_resources(aws, admin_arns=(ADMIN,), local_gpu_inventory="H100=4")
-    workflow = RecordingWorkflow()
-    composition.configure(settings=settings, clients=aws, workflow=workflow)
-    try:
-        yield Api(aws, workflow, settings)
-    finally:
-        composition.reset()
+    with composed_api(aws, local_gpu_inventory="H100=4") as api:
+        yield api
 
 
 def _create(call: Api, caller: Caller, **spec: Any) -> Any:

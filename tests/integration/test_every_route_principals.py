@@ -38,13 +38,12 @@ from schemas.retraining import RetrainingPolicyRequest
 from schemas.sweeps import SweepRequest
 from schemas.train import TrainRequest
 from schemas.webhooks import WebhookRequest
-from tests.fakes import RecordingWorkflow
 from tests.helpers.api_lambda import Api, Reply
-from tests.helpers.aws import fresh_resources
 from tests.helpers.events import DASHBOARD_SESSION, Caller, dashboard_user, route_event
-from tests.helpers.jobs import ADMIN, ALICE, BOB, request_body
+from tests.helpers.jobs import ALICE, BOB, request_body
 from tests.helpers.retraining import policy_body
 from tests.helpers.sweeps import sweep_body
+from tests.integration.conftest import composed_api
 
 ANA = dashboard_user("ana", "us-east-1:11111111-2222-3333-4444-555555555555")
 BEN = dashboard_user("ben", "us-east-1:99999999-8888-7777-6666-555555555555")
@@ -140,13 +139,8 @@ def example_of(model: type[BaseModel]) -> Any:
 
 @pytest.fixture
 def call(aws: Any) -> Iterator[Api]:
-    settings = fresh_resources(aws, admin_arns=(ADMIN,), sweep_controller_function="local")
-    workflow = RecordingWorkflow()
-    composition.configure(settings=settings, clients=aws, workflow=workflow)
-    try:
-        yield Api(aws, workflow, settings)
-    finally:
-        composition.reset()
+    with composed_api(aws, sweep_controller_function="local") as api:
+        yield api
 
 
 class World:

@@ -3,10 +3,7 @@ its identity, and a submit outside the team's rules is a 422 naming the field.""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from functions import composition
 from tests.fakes import RecordingWorkflow
@@ -26,17 +23,6 @@ RESEARCH: dict[str, Any] = {
     "max_priority": 6,
     "queues": ["default", "research"],
 }
-
-
-@pytest.fixture
-def call(aws: Any) -> Iterator[Api]:
-    settings = fresh_resources(aws, admin_arns=(ADMIN,))
-    workflow = RecordingWorkflow()
-    composition.configure(settings=settings, clients=aws, workflow=workflow)
-    try:
-        yield Api(aws, workflow, settings)
-    finally:
-        composition.reset()
 
 
 def _put(call: Api, name: str, body: dict[str, Any], caller: Caller = ADMIN_CALLER) -> Any:

@@ -10,15 +10,13 @@ from typing import Any
 
 import pytest
 
-from functions import composition
 from functions.adapters.aws import AwsClients
 from functions.adapters.cognito_groups import CognitoUserGroups
 from functions.service.feature_ports import CognitoUser
-from tests.fakes import RecordingWorkflow
 from tests.helpers.api_lambda import Api
-from tests.helpers.aws import fresh_resources
 from tests.helpers.events import Caller, dashboard_user
 from tests.helpers.jobs import ADMIN, ALICE, request_body
+from tests.integration.conftest import composed_api
 
 ADMIN_CALLER = Caller("admin", ADMIN, unique_id="AIDAEXAMPLEADMIN")
 ALICE_CALLER = Caller("alice", ALICE, unique_id="AIDAEXAMPLEALICE")
@@ -49,13 +47,8 @@ def pool(aws: AwsClients) -> Pool:
 
 @pytest.fixture
 def call(aws: AwsClients, pool: Pool) -> Iterator[Api]:
-    settings = fresh_resources(aws, admin_arns=(ADMIN,), dashboard_user_pool_id=pool.id)
-    workflow = RecordingWorkflow()
-    composition.configure(settings=settings, clients=aws, workflow=workflow)
-    try:
-        yield Api(aws, workflow, settings)
-    finally:
-        composition.reset()
+    with composed_api(aws, dashboard_user_pool_id=pool.id) as api:
+        yield api
 
 
 def _team(name: str, **rules: Any) -> dict[str, Any]:
