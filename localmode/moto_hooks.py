@@ -16,8 +16,8 @@ tables and buckets the deployers create and the buckets' configuration, schema c
 it was created (UpdateTable), object tags and ACLs, older versions in a versioned bucket (the latest
 only), and every other service's state (executions, queues, functions, schedules).
 
-moto_speedups.py holds the speed-ups of moto's hot paths, moto_ec2.py EC2 Fleet as AWS answers an instant
-fleet (docs/PLACEMENT.md); install() installs them too.
+moto_speedups.py and moto_ddb_reads.py hold the speed-ups of moto's hot paths, moto_ec2.py EC2 Fleet as AWS
+answers an instant fleet (docs/PLACEMENT.md); install() installs them too.
 
 Locks never nest across services and never wait on HTTP, so they cannot deadlock with the API
 handler or Step Functions' task threads (which reach moto over HTTP). One thing must not be built on
@@ -45,7 +45,7 @@ from moto.dynamodb.responses import DynamoHandler
 from moto.s3.models import FakeKey, S3Backend, s3_backends
 from moto.s3.responses import S3Response
 
-from localmode import moto_ec2, moto_pin, moto_speedups
+from localmode import moto_ddb_reads, moto_ec2, moto_pin, moto_speedups
 from localmode.journal import Journal, Op, State
 
 logger = logging.getLogger(__name__)
@@ -97,6 +97,7 @@ class _Unit(threading.local):
 _unit = _Unit()
 _journal: Journal | None = None
 _patches: list[tuple[type, str, Any, bool]] = []
+_SPEEDUPS = (moto_speedups, moto_ddb_reads, moto_ec2)  # their own patches, installed and removed with these
 
 
 # --- installation ----------------------------------------------------------------------------------
@@ -130,8 +131,8 @@ def install() -> None:
         _patch(DynamoDBBackend, name, _in_ddb_unit)
     for name in S3_ENTRY_POINTS:
         _patch(S3Backend, name, _in_s3_unit)
-    moto_speedups.install()
-    moto_ec2.install()
+    for module in _SPEEDUPS:
+        module.install()
 
 
 def installed() -> bool:
@@ -142,8 +143,8 @@ def uninstall() -> None:
     """Undo install() (tests): restore every patched attribute, newest first."""
     global _journal
     _journal = None
-    moto_speedups.uninstall()
-    moto_ec2.uninstall()
+    for module in _SPEEDUPS:
+        module.uninstall()
     while _patches:
         owner, name, original, owned = _patches.pop()
         if owned:
