@@ -13,17 +13,31 @@ test_a_definition_is_parsed_once_and_every_execution_gets_a_fresh_program).
    local mode). The syntax tree depends on the definition text only, so it is kept per definition
    (a few of them) and only moto's cheap Preprocessor pass runs per execution, building fresh
    evaluation components each time as before. Syntax errors are not cached: they raise every time.
+3. EventBridge targets. For every event and every target of a matching rule (local mode's bus always has
+   one: its archive's), moto's EventTemplateParser parses each JSONPath of the input paths map (8 of
+   them by default) with `jsonpath_ng.ext.parse`, which builds a new PLY parser each call: ~1.7 ms a path,
+   ~13 ms per event per target, 12% of `trainplane up`'s CPU with 100 jobs running. The parsed paths are
+   kept per expression text (a bounded cache: the same objects, which `find` only reads).
+4. SQS sends. SendMessage (and so every EventBridge delivery to a queue: the EVENTS.md recipe's rule)
+   reads one queue attribute, ContentBasedDeduplication, through `Queue.attributes`, which computes them
+   all: three passes over every message in the queue (visibility and delay, a clock reading each). With
+   ~1,000 events waiting in a queue that was 21% of `trainplane up`'s CPU. During a send, the queue's
+   `attributes` answers that one attribute as the full dict would, and computes the full dict for any
+   other name.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+import jsonpath_ng.ext
 from moto.core.serialize import BaseJSONSerializer
+from moto.sqs.models import Queue, SQSBackend
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.parse.preprocessor import Preprocessor
 
@@ -36,6 +50,11 @@ _original_parse: Any = None
 _ASL_TREES_KEPT = 8
 _asl_trees: OrderedDict[str, Any] = OrderedDict()
 _asl_lock = threading.Lock()
+_original_jsonpath_parse: Any = None
+_JSONPATHS_KEPT = 256
+_CBD = "ContentBasedDeduplication"
+_sqs_originals: dict[str, Any] = {}
+_sending = threading.local()  # .queue: the queue a SendMessage on this thread is sending to
 
 
 class NotPlain(Exception):
@@ -62,6 +81,8 @@ def install() -> None:
     _original_serialize = original
     BaseJSONSerializer._serialize = _serialize  # type: ignore[method-assign,assignment]
     _install_asl_cache()
+    _install_jsonpath_cache()
+    _install_sqs_send()
 
 
 def uninstall() -> None:
@@ -74,6 +95,10 @@ def uninstall() -> None:
         _original_parse = None
         with _asl_lock:
             _asl_trees.clear()
+    _uninstall_jsonpath_cache()
+    for name, original_attr in _sqs_originals.items():
+        setattr(Queue if name == "attributes" else SQSBackend, name, original_attr)
+    _sqs_originals.clear()
 
 
 def _install_asl_cache() -> None:
@@ -100,6 +125,68 @@ def _install_asl_cache() -> None:
 
     _original_parse = original
     AmazonStateLanguageParser.parse = staticmethod(parse)  # type: ignore[method-assign]
+
+
+def _install_jsonpath_cache() -> None:
+    # moto.events.utils.EventTemplateParser.parse imports `parse` from jsonpath_ng.ext at each call.
+    global _original_jsonpath_parse
+    if _original_jsonpath_parse is not None:
+        return
+    _original_jsonpath_parse = jsonpath_ng.ext.parse
+    jsonpath_ng.ext.parse = functools.lru_cache(maxsize=_JSONPATHS_KEPT)(_original_jsonpath_parse)
+
+
+def _uninstall_jsonpath_cache() -> None:
+    global _original_jsonpath_parse
+    if _original_jsonpath_parse is not None:
+        jsonpath_ng.ext.parse = _original_jsonpath_parse
+        _original_jsonpath_parse = None
+
+
+class _SendingQueueAttributes:
+    """Queue.attributes as SendMessage reads it: `.get(name)`; ContentBasedDeduplication without the rest."""
+
+    def __init__(self, queue: Queue, full: Callable[[Queue], dict[str, Any]]) -> None:
+        self._queue = queue
+        self._full = full
+
+    def get(self, name: str, default: Any = None) -> Any:
+        if name != _CBD:
+            return self._full(self._queue).get(name, default)
+        if not self._queue.fifo_queue:  # the full dict has the FIFO attributes for a FIFO queue only
+            return default
+        value = self._queue.content_based_deduplication
+        return str(value).lower() if isinstance(value, bool) else value
+
+    def __getitem__(self, name: str) -> Any:
+        return self._full(self._queue)[name]
+
+
+def _install_sqs_send() -> None:
+    if _sqs_originals:
+        return
+    full = Queue.__dict__["attributes"]
+    send = SQSBackend.__dict__["send_message"]
+    if not isinstance(full, property) or _CBD not in Queue.FIFO_ATTRIBUTES:
+        raise RuntimeError("moto's sqs Queue.attributes changed: re-verify localmode/moto_speedups.py")
+
+    def attributes(queue: Queue) -> Any:
+        if getattr(_sending, "queue", None) is queue:
+            return _SendingQueueAttributes(queue, full.fget)
+        return full.fget(queue)
+
+    @functools.wraps(send)
+    def send_message(self: SQSBackend, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+        queue = self.queues.get(queue_name)
+        previous, _sending.queue = getattr(_sending, "queue", None), queue
+        try:
+            return send(self, queue_name, *args, **kwargs)
+        finally:
+            _sending.queue = previous
+
+    _sqs_originals.update(attributes=full, send_message=send)
+    Queue.attributes = property(attributes)  # type: ignore[assignment,method-assign]
+    SQSBackend.send_message = send_message  # type: ignore[method-assign]
 
 
 def installed() -> bool:

@@ -376,3 +376,100 @@ def _finished(sfn: Any, execution_arn: str) -> Any:
             return json.loads(described["output"])
         time.sleep(0.05)
     raise AssertionError(f"{execution_arn} still running")
+
+
+def test_event_targets_parse_each_input_path_once_and_deliver_what_moto_delivers(aws: EmulatedAws) -> None:  # noqa: F811
+    import jsonpath_ng.ext
+
+    # Given a bus with a rule whose targets are two queues: moto's default input, and an input transformer
+    def client(service: str) -> Any:
+        return boto3.client(service, endpoint_url=aws.endpoint_url, region_name=constants.LOCAL_REGION, aws_access_key_id="t", aws_secret_access_key="t")
+
+    events, sqs = client("events"), client("sqs")
+    name = f"speedups-{uuid.uuid4().hex[:8]}"
+    events.create_event_bus(Name=name)
+    events.put_rule(Name=name, EventBusName=name, EventPattern=json.dumps({"source": ["trainplane"]}))
+    queues = {kind: sqs.create_queue(QueueName=f"{name}-{kind}")["QueueUrl"] for kind in ("plain", "shaped")}
+    arns = {kind: sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"] for kind, url in queues.items()}
+    shaped = {"InputPathsMap": {"s": "$.detail.state", "j": "$.detail.job.id"}, "InputTemplate": '{"state": "<s>", "job": "<j>"}'}
+    events.put_targets(
+        Rule=name, EventBusName=name, Targets=[{"Id": "plain", "Arn": arns["plain"]}, {"Id": "shaped", "Arn": arns["shaped"], "InputTransformer": shaped}]
+    )
+
+    def deliver(state: str) -> dict[str, Any]:
+        detail = {"state": state, "job": {"id": "j-1"}}
+        events.put_events(Entries=[{"Source": "trainplane", "DetailType": "Job", "Detail": json.dumps(detail), "EventBusName": name}])
+        bodies = {}
+        for kind, url in queues.items():
+            (message,) = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+            bodies[kind] = json.loads(message["Body"])
+        del bodies["plain"]["id"], bodies["plain"]["time"]  # each event's own
+        return bodies
+
+    # When events go through with moto's own parsing, then with the parsed paths kept
+    assert moto_speedups.installed()
+    moto_speedups._uninstall_jsonpath_cache()
+    try:
+        plain = [deliver(state) for state in ("RUNNING", "FAILED")]
+    finally:
+        moto_speedups._install_jsonpath_cache()
+    before = jsonpath_ng.ext.parse.cache_info()
+    kept = [deliver(state) for state in ("RUNNING", "FAILED")]
+    after = jsonpath_ng.ext.parse.cache_info()
+    # Then the queues received the same bodies
+    assert kept == plain
+    assert kept[1]["shaped"] == {"state": "FAILED", "job": "j-1"}
+    # And the second event parsed nothing: 2 events x (8 default paths + 2 shaped) lookups, at most 10 of them new
+    assert after.hits + after.misses - before.hits - before.misses == 20
+    assert after.misses - before.misses <= 10
+
+
+def test_sqs_sends_read_one_attribute_and_answer_what_moto_answers(aws: EmulatedAws, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+    from moto.sqs.models import Queue
+
+    sqs = boto3.client("sqs", endpoint_url=aws.endpoint_url, region_name=constants.LOCAL_REGION, aws_access_key_id="t", aws_secret_access_key="t")
+    # Given a count of the full attribute computations (each counts a queue's visible messages)
+    counted = {"n": 0}
+    approximate = Queue.__dict__["approximate_number_of_messages"]
+
+    def counting(queue: Queue) -> int:
+        counted["n"] += 1
+        return approximate.fget(queue)
+
+    monkeypatch.setattr(Queue, "approximate_number_of_messages", property(counting))
+
+    def sends(tag: str) -> tuple[list[Any], int]:
+        """What a standard queue, a FIFO queue with content-based deduplication and one without answer, and
+        how many full attribute computations the sends made."""
+        standard = sqs.create_queue(QueueName=f"std-{tag}")["QueueUrl"]
+        dedup = sqs.create_queue(QueueName=f"cbd-{tag}.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+        strict = sqs.create_queue(QueueName=f"strict-{tag}.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+        answers: list[Any] = []
+        counted["n"] = 0
+        for url, extra in ((standard, {}), (dedup, {"MessageGroupId": "g"}), (dedup, {"MessageGroupId": "g"}), (strict, {"MessageGroupId": "g"})):
+            try:
+                sqs.send_message(QueueUrl=url, MessageBody="same body", **extra)
+                answers.append("sent")
+            except ClientError as e:
+                answers.append(e.response["Error"]["Message"])
+        computed = counted["n"]
+        for url in (standard, dedup):
+            answers.append(len(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])))
+        answers.append(sqs.get_queue_attributes(QueueUrl=dedup, AttributeNames=["ContentBasedDeduplication"])["Attributes"])
+        return answers, computed
+
+    assert moto_speedups.installed()
+    # When the same sends run on plain moto, then with the speed-up
+    moto_speedups.uninstall()
+    try:
+        plain, plain_computed = sends("plain")
+    finally:
+        moto_speedups.install()
+    patched, patched_computed = sends("patched")
+    # Then they answer alike (the duplicate body deduplicated, the strict queue's refusal), and the sends
+    # computed no attribute dict (plain moto: one or more per send)
+    assert patched == plain
+    assert plain[:6] == ["sent", "sent", "sent", plain[3], 1, 1] and "ContentBasedDeduplication" in plain[3]
+    assert plain[6] == {"ContentBasedDeduplication": "true"}
+    assert (plain_computed >= 4, patched_computed) == (True, 0)
