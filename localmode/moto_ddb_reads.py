@@ -126,7 +126,7 @@ def _all_items(self: Table) -> list[Item]:
     if getattr(_narrowed, "table", None) is self:
         candidates = _narrowed.candidates
         _narrowed.table = _narrowed.candidates = None  # for the Query's one call only
-        return candidates  # type: ignore[no-any-return]
+        return candidates
     return _sorted_items(self)
 
 
@@ -169,12 +169,12 @@ def _sorted_items(table: Table) -> list[Item]:
     """What moto's all_items() answers (every item, by hash key then range key), with the keys read once."""
     items = _unsorted(table)
     if not items or not all(isinstance(item, Item) for item in items):
-        return _originals["all_items"](table)  # type: ignore[no-any-return]
+        return _originals["all_items"](table)
     hash_types = {item.hash_key.type for item in items}
     ranged = items[0].range_key is not None
     range_types = {item.range_key.type for item in items if item.range_key is not None}
     if len(hash_types) > 1 or len(range_types) > 1 or any((item.range_key is not None) != ranged for item in items):
-        return _originals["all_items"](table)  # type: ignore[no-any-return]
+        return _originals["all_items"](table)
     if ranged:
         return sorted(items, key=lambda item: (item.hash_key.cast_value, item.range_key.cast_value))  # type: ignore[union-attr]
     return sorted(items, key=lambda item: item.hash_key.cast_value)

@@ -155,7 +155,7 @@ class _SendingQueueAttributes:
             return self._full(self._queue).get(name, default)
         if not self._queue.fifo_queue:  # the full dict has the FIFO attributes for a FIFO queue only
             return default
-        value = self._queue.content_based_deduplication
+        value = getattr(self._queue, "content_based_deduplication")  # noqa: B009 (set by moto's __init__ from the attributes)
         return str(value).lower() if isinstance(value, bool) else value
 
     def __getitem__(self, name: str) -> Any:
@@ -167,13 +167,14 @@ def _install_sqs_send() -> None:
         return
     full = Queue.__dict__["attributes"]
     send = SQSBackend.__dict__["send_message"]
-    if not isinstance(full, property) or _CBD not in Queue.FIFO_ATTRIBUTES:
+    if not isinstance(full, property) or full.fget is None or _CBD not in Queue.FIFO_ATTRIBUTES:
         raise RuntimeError("moto's sqs Queue.attributes changed: re-verify localmode/moto_speedups.py")
+    compute: Callable[[Queue], dict[str, Any]] = full.fget
 
     def attributes(queue: Queue) -> Any:
         if getattr(_sending, "queue", None) is queue:
-            return _SendingQueueAttributes(queue, full.fget)
-        return full.fget(queue)
+            return _SendingQueueAttributes(queue, compute)
+        return compute(queue)
 
     @functools.wraps(send)
     def send_message(self: SQSBackend, queue_name: str, *args: Any, **kwargs: Any) -> Any:

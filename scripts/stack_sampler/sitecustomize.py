@@ -17,10 +17,12 @@ import os
 import sys
 import threading
 import time
-from collections import Counter
+from collections import defaultdict
+from types import FrameType
 
-def _label(frame: object) -> str:
-    code = frame.f_code  # type: ignore[attr-defined]
+
+def _label(frame: FrameType) -> str:
+    code = frame.f_code
     path = code.co_filename
     for marker in ("site-packages/", "/lib/python3.11/"):
         if marker in path:
@@ -35,8 +37,8 @@ class Sampler:
     def __init__(self, out: str, interval: float) -> None:
         self.out = out
         self.interval = interval
-        self.self_counts: Counter[str] = Counter()  # CPU seconds
-        self.inclusive: Counter[str] = Counter()
+        self.self_counts: defaultdict[str, float] = defaultdict(float)  # CPU seconds
+        self.inclusive: defaultdict[str, float] = defaultdict(float)
         self.busy = 0.0
         self.clocks: dict[int, tuple[int, float]] = {}  # thread ident -> (its CPU clock, its CPU time at the last sample)
         self.samples = 0
@@ -58,7 +60,7 @@ class Sampler:
                     self.busy += cpu
                     self.self_counts[_label(frame)] += cpu
                     seen = set()
-                    f = frame
+                    f: FrameType | None = frame
                     while f is not None:
                         label = _label(f)
                         if label not in seen:
@@ -87,15 +89,19 @@ class Sampler:
                 f"{self.busy:.1f} s of the sampled threads' CPU",
                 "",
                 "--- self (the function a thread was running), % of the CPU",
-                *(f"{n / busy * 100:6.1f}%  {label}" for label, n in self.self_counts.most_common(40)),
+                *(f"{n / busy * 100:6.1f}%  {label}" for label, n in _top(self.self_counts, 40)),
                 "",
                 "--- inclusive (on the thread's stack), % of the CPU",
-                *(f"{n / busy * 100:6.1f}%  {label}" for label, n in self.inclusive.most_common(120)),
+                *(f"{n / busy * 100:6.1f}%  {label}" for label, n in _top(self.inclusive, 120)),
             ]
         tmp = self.out + ".tmp"
         with open(tmp, "w") as f:
             f.write("\n".join(lines) + "\n")
         os.replace(tmp, self.out)
+
+
+def _top(counts: dict[str, float], n: int) -> list[tuple[str, float]]:
+    return sorted(counts.items(), key=lambda kv: kv[1], reverse=True)[:n]
 
 
 def _start() -> None:

@@ -4,6 +4,7 @@ GSIs and LSIs; and the patch refuses to install on a moto whose methods it relie
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -136,7 +137,9 @@ def read_options(draw: Callable[[Any], Any]) -> dict[str, Any]:
     extra_names: dict[str, str] = {}
     extra_values: dict[str, Any] = {}
     if draw(st.booleans()):
-        options["FilterExpression"] = draw(st.sampled_from(["#fa > :fa", "attribute_exists(#fb)", "#fa < :fa OR attribute_not_exists(#fb)"]))
+        options["FilterExpression"] = draw(
+            st.sampled_from(["#fa > :fa", "attribute_exists(#fb)", "#fa < :fa OR attribute_not_exists(#fb)"])
+        )
         extra_names.update({k: v for k, v in (("#fa", "a"), ("#fb", "b")) if k in options["FilterExpression"]})
         if ":fa" in options["FilterExpression"]:
             extra_values[":fa"] = {"N": draw(st.sampled_from(N_VALUES))}
@@ -156,7 +159,7 @@ def paged(ddb: Any, operation: str, request: dict[str, Any]) -> list[Any]:
     start = None
     for _ in range(50):
         kwargs = dict(request, **({"ExclusiveStartKey": start} if start else {}))
-        plain, patched = plain_and_patched(lambda kwargs=kwargs: getattr(ddb, operation)(**kwargs))
+        plain, patched = plain_and_patched(functools.partial(getattr(ddb, operation), **kwargs))
         assert patched == plain, f"{operation} {kwargs}"
         pages.append(plain)
         start = plain.get("LastEvaluatedKey") if isinstance(plain, dict) else None
@@ -176,7 +179,7 @@ def build_request(table: str, options: dict[str, Any], names: dict[str, str], va
     return request
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(table=tables(), data=st.data())
 def test_patched_query_and_scan_answer_what_plain_moto_answers(ddb: Any, table: dict[str, Any], data: st.DataObject) -> None:
     definition = table["definition"]

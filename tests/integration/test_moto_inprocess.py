@@ -383,17 +383,23 @@ def test_event_targets_parse_each_input_path_once_and_deliver_what_moto_delivers
 
     # Given a bus with a rule whose targets are two queues: moto's default input, and an input transformer
     def client(service: str) -> Any:
-        return boto3.client(service, endpoint_url=aws.endpoint_url, region_name=constants.LOCAL_REGION, aws_access_key_id="t", aws_secret_access_key="t")
+        return boto3.client(
+            service, endpoint_url=aws.endpoint_url, region_name=constants.LOCAL_REGION, aws_access_key_id="t", aws_secret_access_key="t"
+        )
 
     events, sqs = client("events"), client("sqs")
     name = f"speedups-{uuid.uuid4().hex[:8]}"
     events.create_event_bus(Name=name)
     events.put_rule(Name=name, EventBusName=name, EventPattern=json.dumps({"source": ["trainplane"]}))
     queues = {kind: sqs.create_queue(QueueName=f"{name}-{kind}")["QueueUrl"] for kind in ("plain", "shaped")}
-    arns = {kind: sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"] for kind, url in queues.items()}
+    arns = {
+        kind: sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"] for kind, url in queues.items()
+    }
     shaped = {"InputPathsMap": {"s": "$.detail.state", "j": "$.detail.job.id"}, "InputTemplate": '{"state": "<s>", "job": "<j>"}'}
     events.put_targets(
-        Rule=name, EventBusName=name, Targets=[{"Id": "plain", "Arn": arns["plain"]}, {"Id": "shaped", "Arn": arns["shaped"], "InputTransformer": shaped}]
+        Rule=name,
+        EventBusName=name,
+        Targets=[{"Id": "plain", "Arn": arns["plain"]}, {"Id": "shaped", "Arn": arns["shaped"], "InputTransformer": shaped}],
     )
 
     def deliver(state: str) -> dict[str, Any]:
@@ -414,9 +420,9 @@ def test_event_targets_parse_each_input_path_once_and_deliver_what_moto_delivers
         plain = [deliver(state) for state in ("RUNNING", "FAILED")]
     finally:
         moto_speedups._install_jsonpath_cache()
-    before = jsonpath_ng.ext.parse.cache_info()
+    before = jsonpath_ng.ext.parse.cache_info()  # type: ignore[attr-defined]
     kept = [deliver(state) for state in ("RUNNING", "FAILED")]
-    after = jsonpath_ng.ext.parse.cache_info()
+    after = jsonpath_ng.ext.parse.cache_info()  # type: ignore[attr-defined]
     # Then the queues received the same bodies
     assert kept == plain
     assert kept[1]["shaped"] == {"state": "FAILED", "job": "j-1"}
@@ -428,7 +434,9 @@ def test_event_targets_parse_each_input_path_once_and_deliver_what_moto_delivers
 def test_sqs_sends_read_one_attribute_and_answer_what_moto_answers(aws: EmulatedAws, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
     from moto.sqs.models import Queue
 
-    sqs = boto3.client("sqs", endpoint_url=aws.endpoint_url, region_name=constants.LOCAL_REGION, aws_access_key_id="t", aws_secret_access_key="t")
+    sqs = boto3.client(
+        "sqs", endpoint_url=aws.endpoint_url, region_name=constants.LOCAL_REGION, aws_access_key_id="t", aws_secret_access_key="t"
+    )
     # Given a count of the full attribute computations (each counts a queue's visible messages)
     counted = {"n": 0}
     approximate = Queue.__dict__["approximate_number_of_messages"]
@@ -443,11 +451,18 @@ def test_sqs_sends_read_one_attribute_and_answer_what_moto_answers(aws: Emulated
         """What a standard queue, a FIFO queue with content-based deduplication and one without answer, and
         how many full attribute computations the sends made."""
         standard = sqs.create_queue(QueueName=f"std-{tag}")["QueueUrl"]
-        dedup = sqs.create_queue(QueueName=f"cbd-{tag}.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})["QueueUrl"]
+        dedup = sqs.create_queue(QueueName=f"cbd-{tag}.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})[
+            "QueueUrl"
+        ]
         strict = sqs.create_queue(QueueName=f"strict-{tag}.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
         answers: list[Any] = []
         counted["n"] = 0
-        for url, extra in ((standard, {}), (dedup, {"MessageGroupId": "g"}), (dedup, {"MessageGroupId": "g"}), (strict, {"MessageGroupId": "g"})):
+        for url, extra in (
+            (standard, {}),
+            (dedup, {"MessageGroupId": "g"}),
+            (dedup, {"MessageGroupId": "g"}),
+            (strict, {"MessageGroupId": "g"}),
+        ):
             try:
                 sqs.send_message(QueueUrl=url, MessageBody="same body", **extra)
                 answers.append("sent")
