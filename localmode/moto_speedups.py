@@ -18,12 +18,12 @@ test_a_definition_is_parsed_once_and_every_execution_gets_a_fresh_program).
    them by default) with `jsonpath_ng.ext.parse`, which builds a new PLY parser each call: ~1.7 ms a path,
    ~13 ms per event per target, 12% of `trainplane up`'s CPU with 100 jobs running. The parsed paths are
    kept per expression text (a bounded cache: the same objects, which `find` only reads).
-4. SQS sends. SendMessage (and so every EventBridge delivery to a queue: the EVENTS.md recipe's rule)
-   reads one queue attribute, ContentBasedDeduplication, through `Queue.attributes`, which computes them
-   all: three passes over every message in the queue (visibility and delay, a clock reading each). With
-   ~1,000 events waiting in a queue that was 21% of `trainplane up`'s CPU. During a send, the queue's
-   `attributes` answers that one attribute as the full dict would, and computes the full dict for any
-   other name.
+4. SQS. SendMessage (so every EventBridge delivery to a queue: the EVENTS.md recipe's rule) reads
+   ContentBasedDeduplication, and ReceiveMessage reads MessageRetentionPeriod FOR EACH MESSAGE it looks at,
+   through `Queue.attributes`, which computes them all: three passes over every message in the queue
+   (visibility and delay, a clock reading each), so a receive was quadratic in the queue's length. With
+   ~1,000 events in a queue that was 19-28% of `trainplane up`'s CPU. While one of the two runs, the
+   queue's `attributes` answers those two as the full dict would and computes the full dict for any other.
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ _original_jsonpath_parse: Any = None
 _JSONPATHS_KEPT = 256
 _CBD = "ContentBasedDeduplication"
 _sqs_originals: dict[str, Any] = {}
-_sending = threading.local()  # .queue: the queue a SendMessage on this thread is sending to
+_in_use = threading.local()  # .queue: the queue of the SendMessage or ReceiveMessage running on this thread
+# The attributes SendMessage and ReceiveMessage read, and the Queue field each is (the full dict's own mapping).
+_LIGHT = {_CBD: "content_based_deduplication", "MessageRetentionPeriod": "message_retention_period"}
 
 
 class NotPlain(Exception):
@@ -143,22 +145,33 @@ def _uninstall_jsonpath_cache() -> None:
         _original_jsonpath_parse = None
 
 
-class _SendingQueueAttributes:
-    """Queue.attributes as SendMessage reads it: `.get(name)`; ContentBasedDeduplication without the rest."""
+class _QueueAttributesInUse:
+    """Queue.attributes as SendMessage and ReceiveMessage read it (`in`, `.get`, `[]`): the plain fields they
+    ask for (_LIGHT) read alone; any other name computes the full dict."""
 
     def __init__(self, queue: Queue, full: Callable[[Queue], dict[str, Any]]) -> None:
         self._queue = queue
         self._full = full
 
+    def _light(self, name: str) -> bool:
+        # In the full dict: every base attribute; the FIFO attributes only for a FIFO queue.
+        return name in _LIGHT and (name in Queue.BASE_ATTRIBUTES or self._queue.fifo_queue)
+
+    def _value(self, name: str) -> Any:
+        value = getattr(self._queue, _LIGHT[name])
+        return str(value).lower() if isinstance(value, bool) else value  # as the full dict converts
+
+    def __contains__(self, name: str) -> bool:
+        return self._light(name) or (name not in _LIGHT and name in self._full(self._queue))
+
     def get(self, name: str, default: Any = None) -> Any:
-        if name != _CBD:
-            return self._full(self._queue).get(name, default)
-        if not self._queue.fifo_queue:  # the full dict has the FIFO attributes for a FIFO queue only
-            return default
-        value = getattr(self._queue, "content_based_deduplication")  # noqa: B009 (set by moto's __init__ from the attributes)
-        return str(value).lower() if isinstance(value, bool) else value
+        if name in _LIGHT:
+            return self._value(name) if self._light(name) else default
+        return self._full(self._queue).get(name, default)
 
     def __getitem__(self, name: str) -> Any:
+        if name in _LIGHT and self._light(name):
+            return self._value(name)
         return self._full(self._queue)[name]
 
 
@@ -166,28 +179,31 @@ def _install_sqs_send() -> None:
     if _sqs_originals:
         return
     full = Queue.__dict__["attributes"]
-    send = SQSBackend.__dict__["send_message"]
     if not isinstance(full, property) or full.fget is None or _CBD not in Queue.FIFO_ATTRIBUTES:
         raise RuntimeError("moto's sqs Queue.attributes changed: re-verify localmode/moto_speedups.py")
     compute: Callable[[Queue], dict[str, Any]] = full.fget
 
     def attributes(queue: Queue) -> Any:
-        if getattr(_sending, "queue", None) is queue:
-            return _SendingQueueAttributes(queue, compute)
+        if getattr(_in_use, "queue", None) is queue:
+            return _QueueAttributesInUse(queue, compute)
         return compute(queue)
 
-    @functools.wraps(send)
-    def send_message(self: SQSBackend, queue_name: str, *args: Any, **kwargs: Any) -> Any:
-        queue = self.queues.get(queue_name)
-        previous, _sending.queue = getattr(_sending, "queue", None), queue
-        try:
-            return send(self, queue_name, *args, **kwargs)
-        finally:
-            _sending.queue = previous
+    def using_queue(method: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def wrapper(self: SQSBackend, queue_name: str, *args: Any, **kwargs: Any) -> Any:
+            previous, _in_use.queue = getattr(_in_use, "queue", None), self.queues.get(queue_name)
+            try:
+                return method(self, queue_name, *args, **kwargs)
+            finally:
+                _in_use.queue = previous
 
-    _sqs_originals.update(attributes=full, send_message=send)
+        return wrapper
+
+    _sqs_originals["attributes"] = full
     Queue.attributes = property(attributes)  # type: ignore[assignment,method-assign]
-    SQSBackend.send_message = send_message  # type: ignore[method-assign]
+    for name in ("send_message", "receive_message"):
+        _sqs_originals[name] = SQSBackend.__dict__[name]
+        setattr(SQSBackend, name, using_queue(_sqs_originals[name]))
 
 
 def installed() -> bool:

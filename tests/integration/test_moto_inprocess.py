@@ -431,7 +431,10 @@ def test_event_targets_parse_each_input_path_once_and_deliver_what_moto_delivers
     assert after.misses - before.misses <= 10
 
 
-def test_sqs_sends_read_one_attribute_and_answer_what_moto_answers(aws: EmulatedAws, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_sqs_sends_and_receives_read_their_attributes_alone_and_answer_what_moto_answers(
+    aws: EmulatedAws,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from moto.sqs.models import Queue
 
     sqs = boto3.client(
@@ -448,8 +451,8 @@ def test_sqs_sends_read_one_attribute_and_answer_what_moto_answers(aws: Emulated
     monkeypatch.setattr(Queue, "approximate_number_of_messages", property(counting))
 
     def sends(tag: str) -> tuple[list[Any], int]:
-        """What a standard queue, a FIFO queue with content-based deduplication and one without answer, and
-        how many full attribute computations the sends made."""
+        """What a standard queue, a FIFO queue with content-based deduplication and one without answer to
+        sends and receives, and how many full attribute computations those made."""
         standard = sqs.create_queue(QueueName=f"std-{tag}")["QueueUrl"]
         dedup = sqs.create_queue(QueueName=f"cbd-{tag}.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"})[
             "QueueUrl"
@@ -458,6 +461,8 @@ def test_sqs_sends_read_one_attribute_and_answer_what_moto_answers(aws: Emulated
         answers: list[Any] = []
         counted["n"] = 0
         for url, extra in (
+            (standard, {}),
+            (standard, {}),
             (standard, {}),
             (dedup, {"MessageGroupId": "g"}),
             (dedup, {"MessageGroupId": "g"}),
@@ -468,23 +473,23 @@ def test_sqs_sends_read_one_attribute_and_answer_what_moto_answers(aws: Emulated
                 answers.append("sent")
             except ClientError as e:
                 answers.append(e.response["Error"]["Message"])
-        computed = counted["n"]
         for url in (standard, dedup):
             answers.append(len(sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])))
+        computed = counted["n"]
         answers.append(sqs.get_queue_attributes(QueueUrl=dedup, AttributeNames=["ContentBasedDeduplication"])["Attributes"])
         return answers, computed
 
     assert moto_speedups.installed()
-    # When the same sends run on plain moto, then with the speed-up
+    # When the same sends and receives run on plain moto, then with the speed-up
     moto_speedups.uninstall()
     try:
         plain, plain_computed = sends("plain")
     finally:
         moto_speedups.install()
     patched, patched_computed = sends("patched")
-    # Then they answer alike (the duplicate body deduplicated, the strict queue's refusal), and the sends
-    # computed no attribute dict (plain moto: one or more per send)
+    # Then they answer alike (the duplicate body deduplicated, the strict queue's refusal), and the sends and
+    # receives computed no attribute dict (plain moto: one or more per send and per message received)
     assert patched == plain
-    assert plain[:6] == ["sent", "sent", "sent", plain[3], 1, 1] and "ContentBasedDeduplication" in plain[3]
-    assert plain[6] == {"ContentBasedDeduplication": "true"}
-    assert (plain_computed >= 4, patched_computed) == (True, 0)
+    assert plain[:8] == ["sent"] * 5 + [plain[5], 3, 1] and "ContentBasedDeduplication" in plain[5]
+    assert plain[8] == {"ContentBasedDeduplication": "true"}
+    assert (plain_computed >= 10, patched_computed) == (True, 0)
