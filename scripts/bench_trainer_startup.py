@@ -3,6 +3,7 @@
     python scripts/bench_trainer_startup.py                              # this checkout's trainer, 3 repeats
     python scripts/bench_trainer_startup.py --compare /tmp/old/trainer_image --repeats 3
     python scripts/bench_trainer_startup.py --cold-extensions           # a fresh torch_extensions cache per run
+    python scripts/bench_trainer_startup.py --jobs ddp-2,zero2-2          # some of the jobs: single, ddp-2, zero2-2
 
 Each row runs the real entry point in a fresh process on a 2-layer llama (the tests' TINY_LLAMA, the
 byte tokenizer, 40 records, 4 steps, no checkpoints but the final one): what is timed is start-up
@@ -36,9 +37,9 @@ from schemas.trainer import TrainerEvent, TrainerEventKind  # noqa: E402
 from tests.trainer.runs import make_spec, trainer_env  # noqa: E402
 
 JOBS: dict[str, dict[str, Any]] = {
-    "single process (HF_TRAINER)": {"type": "HF_TRAINER"},
-    "2 workers, DDP (HF_TRAINER)": {"type": "HF_TRAINER", "distributed": {"world_size": 2}},
-    "2 workers, DEEPSPEED ZeRO 2": {"type": "DEEPSPEED", "config": {"zero_stage": "2"}, "distributed": {"world_size": 2}},
+    "single": {"type": "HF_TRAINER"},  # one process
+    "ddp-2": {"type": "HF_TRAINER", "distributed": {"world_size": 2}},  # a supervisor and 2 DDP workers
+    "zero2-2": {"type": "DEEPSPEED", "config": {"zero_stage": "2"}, "distributed": {"world_size": 2}},
 }
 
 
@@ -72,7 +73,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compare", type=Path, help="another trainer_image folder to time alongside this checkout's")
     parser.add_argument("--cold-extensions", action="store_true", help="a fresh TORCH_EXTENSIONS_DIR for every run")
-    parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated job names (default: all)")
+    parser.add_argument("--jobs", default=",".join(JOBS), help=f"comma-separated, of {', '.join(JOBS)} (default: all)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
 
@@ -87,7 +88,7 @@ def main() -> None:
                 figures[name][label].append(run_once(path, JOBS[name], args.cold_extensions))
     load = os.getloadavg()[0]
     print(f"load average {load:.1f}; {args.repeats} repeats; median (min-max) seconds; cold extensions: {args.cold_extensions}")
-    print(f"{'job':32} {'trainer':14} {'first step':>22} {'exit':>22}")
+    print(f"{'job':10} {'trainer':14} {'first step':>22} {'exit':>22}")
     for name in names:
         for label in trainers:
             rows = figures[name][label]
@@ -95,7 +96,7 @@ def main() -> None:
             for index in (0, 1):
                 values = [row[index] for row in rows]
                 cells.append(f"{statistics.median(values):6.1f} ({min(values):.1f}-{max(values):.1f})")
-            print(f"{name:32} {label:14} {cells[0]:>22} {cells[1]:>22}")
+            print(f"{name:10} {label:14} {cells[0]:>22} {cells[1]:>22}")
     if args.json is not None:
         args.json.write_text(json.dumps(figures, indent=2), encoding="utf-8")
 
