@@ -5,7 +5,6 @@ and final weights as a run never interrupted)."""
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +16,7 @@ from safetensors.torch import load_file
 
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
 from schemas.trainer import ExitCode, TrainerEventKind
-from tests.trainer.runs import REPO, TINY_LLAMA, make_spec, metrics_points, run_until_sigterm, start_subprocess
+from tests.trainer.runs import TINY_LLAMA, child_env, make_spec, metrics_points, run_until_sigterm, start_subprocess
 
 STEPS = 24
 
@@ -127,8 +126,7 @@ print("mlflow importable after:", "mlflow" not in sys.modules and importlib.util
 
 
 def test_the_trainer_imports_deepspeed_without_mlflow_and_without_building_the_shm_op() -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "trainer_image")])}
-    done = subprocess.run([sys.executable, "-c", _IMPORT_AS_THE_TRAINER_DOES], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", _IMPORT_AS_THE_TRAINER_DOES], env=child_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "mlflow imported with deepspeed: False False" in done.stdout
     assert "shm op buildable: False" in done.stdout

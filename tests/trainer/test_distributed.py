@@ -4,7 +4,6 @@ matches a single-process run of the same global batch."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +14,7 @@ from trainer.contract import ContainerPaths
 from trainer.failures import UserError
 
 from schemas.trainer import ExitCode, RunSpec, TrainerEventKind
-from tests.trainer.runs import REPO, make_spec, metrics_points, parse_events, run_in_process, start_subprocess
+from tests.trainer.runs import child_env, make_spec, metrics_points, parse_events, run_in_process, start_subprocess
 
 
 def _spec(
@@ -162,9 +161,13 @@ print("workers:", plan.nproc_per_node, "cuda devices:", devices, "torch imported
 def test_the_supervisor_of_a_cpu_job_starts_its_workers_without_importing_torch(tmp_path: Path) -> None:
     # Given a 2-worker CPU job: torch's import (seconds) is the workers' to pay, not the supervisor's too
     spec = _spec(tmp_path, world=2, gpus=0)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "trainer_image")])}
     done = subprocess.run(
-        [sys.executable, "-c", _SUPERVISOR_OF_A_CPU_JOB], input=spec.model_dump_json(), env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", _SUPERVISOR_OF_A_CPU_JOB],
+        input=spec.model_dump_json(),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "workers: 2 cuda devices: 0 torch imported: False" in done.stdout
