@@ -136,10 +136,16 @@ def run_in_process(root: Path, spec: dict[str, Any] | None, monkeypatch: pytest.
     return Outcome(code=code, events=parse_events(captured.out), stdout=captured.out, root=root, stderr=captured.err)
 
 
-def start_subprocess(root: Path, spec: dict[str, Any], extra_env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    env = {**os.environ, **trainer_env(root, spec), **(extra_env or {})}
+def child_env(extra_env: dict[str, str] | None = None) -> dict[str, str]:
+    """A child interpreter's environment: this one's, the repository and the trainer importable, no coverage."""
+    env = {**os.environ, **(extra_env or {})}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "trainer_image"), env.get("PYTHONPATH", "")])
     env.pop("COV_CORE_SOURCE", None)  # no coverage in the child: it would slow the start-up
+    return env
+
+
+def start_subprocess(root: Path, spec: dict[str, Any], extra_env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    env = child_env({**trainer_env(root, spec), **(extra_env or {})})
     return subprocess.Popen(
         [sys.executable, "-m", "trainer"], env=env, cwd=str(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1
     )

@@ -5,6 +5,8 @@ and final weights as a run never interrupted)."""
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ from safetensors.torch import load_file
 
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
 from schemas.trainer import ExitCode, TrainerEventKind
-from tests.trainer.runs import TINY_LLAMA, make_spec, metrics_points, run_until_sigterm, start_subprocess
+from tests.trainer.runs import TINY_LLAMA, child_env, make_spec, metrics_points, run_until_sigterm, start_subprocess
 
 STEPS = 24
 
@@ -57,9 +59,11 @@ def test_zero_workers_stop_on_sigterm_with_a_checkpoint_and_resume_exactly(zero_
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
 
     # Given a DEEPSPEED job run straight through on two workers
-    code, _, err = _run(straight, _spec(straight, zero_stage))
+    code, out, err = _run(straight, _spec(straight, zero_stage))
     assert code == ExitCode.COMPLETED, err[-4000:]
     assert f"(ZeRO stage {zero_stage}) on 2 workers" in err
+    # (without compiling DeepSpeed's inference-only shared-memory all-reduce at start-up)
+    assert "shm_comm" not in out + err
     reference = _losses(straight)
     assert sorted(reference) == list(range(1, STEPS + 1))
     # the loss falls (first 4 steps against the last 4)
@@ -105,3 +109,26 @@ def test_zero_workers_stop_on_sigterm_with_a_checkpoint_and_resume_exactly(zero_
     kept = sorted(p.name for p in (interrupted / "checkpoints").glob("step-*"))
     assert folder.name in kept and f"step-{STEPS:06d}" in kept
     assert (interrupted / "model" / "model.safetensors").exists()
+
+
+# DeepSpeed imported as the trainer does, in a fresh interpreter (this pytest process may have imported
+# DeepSpeed or mlflow already).
+_IMPORT_AS_THE_TRAINER_DOES = """
+import sys
+from trainer.deepspeed_zero import _import_deepspeed
+deepspeed = _import_deepspeed()
+import deepspeed.autotuning.autotuner as autotuner
+print("mlflow imported with deepspeed:", "mlflow" in sys.modules, autotuner.has_mlflow)
+print("shm op buildable:", deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"])
+import importlib.util
+print("mlflow importable after:", "mlflow" not in sys.modules and importlib.util.find_spec("mlflow") is not None)
+"""
+
+
+def test_the_trainer_imports_deepspeed_without_mlflow_and_without_building_the_shm_op() -> None:
+    done = subprocess.run([sys.executable, "-c", _IMPORT_AS_THE_TRAINER_DOES], env=child_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mlflow imported with deepspeed: False False" in done.stdout
+    assert "shm op buildable: False" in done.stdout
+    # and a tracker that needs mlflow later still imports it
+    assert "mlflow importable after: True" in done.stdout

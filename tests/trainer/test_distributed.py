@@ -4,6 +4,8 @@ matches a single-process run of the same global batch."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,7 @@ from trainer.contract import ContainerPaths
 from trainer.failures import UserError
 
 from schemas.trainer import ExitCode, RunSpec, TrainerEventKind
-from tests.trainer.runs import make_spec, metrics_points, parse_events, run_in_process, start_subprocess
+from tests.trainer.runs import child_env, make_spec, metrics_points, parse_events, run_in_process, start_subprocess
 
 
 def _spec(
@@ -139,3 +141,33 @@ def test_several_workers_get_one_openmp_thread_each_unless_told_otherwise() -> N
     assert distributed.worker_threads({"PATH": "/bin"}, 2) == {"PATH": "/bin", "OMP_NUM_THREADS": "1"}
     assert distributed.worker_threads({"OMP_NUM_THREADS": "4"}, 2)["OMP_NUM_THREADS"] == "4"
     assert "OMP_NUM_THREADS" not in distributed.worker_threads({}, 1)
+
+
+# What the entry point does before it spawns the workers of a CPU job, in a fresh interpreter.
+_SUPERVISOR_OF_A_CPU_JOB = """
+import sys
+from trainer.__main__ import _cuda_devices
+from trainer import distributed
+from trainer.contract import ContainerPaths
+from schemas.trainer import RunSpec
+spec = RunSpec.model_validate_json(sys.stdin.read())
+devices = _cuda_devices(spec)
+distributed.validate_framework(spec, cuda_available=devices > 0, device_count=devices)
+plan = distributed.plan_launch(spec, ContainerPaths.from_env({}), env={})
+print("workers:", plan.nproc_per_node, "cuda devices:", devices, "torch imported:", "torch" in sys.modules)
+"""
+
+
+def test_the_supervisor_of_a_cpu_job_starts_its_workers_without_importing_torch(tmp_path: Path) -> None:
+    # Given a 2-worker CPU job: torch's import (seconds) is the workers' to pay, not the supervisor's too
+    spec = _spec(tmp_path, world=2, gpus=0)
+    done = subprocess.run(
+        [sys.executable, "-c", _SUPERVISOR_OF_A_CPU_JOB],
+        input=spec.model_dump_json(),
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "workers: 2 cuda devices: 0 torch imported: False" in done.stdout

@@ -81,10 +81,20 @@ def _finish(events: Events, code: int, checkpoint_uri: str | None) -> int:
     return code
 
 
-def _device(spec: RunSpec) -> Any:
+def _cuda_devices(spec: RunSpec) -> int:
+    """How many CUDA devices this job trains on: 0 for a CPU job (gpu_count 0) without importing torch, so
+    that the supervisor of a multi-worker CPU run starts its workers without paying torch's import."""
+    if spec.resource_config.gpu_count == 0:
+        return 0
     import torch
 
-    if spec.resource_config.gpu_count > 0 and torch.cuda.is_available():
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _device(spec: RunSpec, cuda_devices: int) -> Any:
+    import torch
+
+    if cuda_devices > 0:
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         return torch.device("cuda", local_rank)
     if spec.resource_config.gpu_count > 0:
@@ -95,15 +105,13 @@ def _device(spec: RunSpec) -> Any:
 def _train(spec: RunSpec, paths: ContainerPaths, events: Events, stop: StopRequest, argv: list[str]) -> int:
     tc = spec.training_config
     hyper = Hyper.from_strings(tc.hyperparameters, tc.training_type)  # bad hyperparameters fail first
-    import torch
-
     from trainer import distributed
 
-    distributed.validate_framework(spec, cuda_available=torch.cuda.is_available(), device_count=torch.cuda.device_count())
-    device = _device(spec)
-    if tc.training_type == TrainingType.QLORA and device.type != "cuda":
+    cuda_devices = _cuda_devices(spec)
+    distributed.validate_framework(spec, cuda_available=cuda_devices > 0, device_count=cuda_devices)
+    if tc.training_type == TrainingType.QLORA and cuda_devices == 0:
         # Decided before reading data or building the model: QLoRA's 4-bit kernels exist only for CUDA.
-        raise UserError(f"QLORA needs a CUDA GPU (bitsandbytes 4-bit kernels); this host has none (device {device}). Use LORA on a CPU.")
+        raise UserError("QLORA needs a CUDA GPU (bitsandbytes 4-bit kernels); this host has none (device cpu). Use LORA on a CPU.")
     plan = distributed.plan_launch(spec, paths)
     if plan is not None and plan.nproc_per_node == 1:
         # One worker on this node (a multi-node job with one process per node): this process is that
@@ -114,7 +122,7 @@ def _train(spec: RunSpec, paths: ContainerPaths, events: Events, stop: StopReque
         events.enabled = False  # the workers report; this supervisor only returns their exit code
         return distributed.spawn_workers(plan, argv, grace_seconds=paths.stop_grace_seconds())
 
-    runtime = distributed.make_runtime(spec, device)
+    runtime = distributed.make_runtime(spec, _device(spec, cuda_devices))
     events.enabled = runtime.is_main
     try:
         with telemetry.monitored(

@@ -16,12 +16,19 @@ Checkpoints stay in our format (checkpoint.py), so manifest, retention and resum
 A ZeRO partition depends on the world size and the stage: resuming needs the same of both.
 Stage 3 resumes its weights from the fp32 partitions in optimizer.pt (the engine's own
 load_from_fp32_weights path); model.safetensors is there for export, evaluation and other frameworks.
+
+Start-up (`_import_deepspeed`): two costs of DeepSpeed that training never uses are skipped. Its CPU
+communication backend JIT-compiles a C++ shared-memory all-reduce (deepspeed_shm_comm, with the host's
+compiler, into ~/.cache/torch_extensions) that only tensor-parallel inference calls; ZeRO's collectives
+go through torch.distributed. And `import deepspeed` imports its autotuner, which imports mlflow for the
+`deepspeed --autotuning` launcher alone. docs/BENCHMARKS.md ("Trainer start-up") has the figures.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import sys
 from typing import Any
 
 import torch
@@ -31,7 +38,8 @@ from schemas.configs import FrameworkType
 from trainer.checkpoint import to_cpu
 from trainer.events import log
 from trainer.failures import UserError
-from trainer.runtime import ADAPTER_NAME_RE, DistributedRuntime, WorkerEnv
+from trainer.runtime import ADAPTER_NAME_RE, DistributedRuntime
+from trainer.worker_env import WorkerEnv
 
 # Not tensors, so torch.load(weights_only=True) would refuse them. Both are safe to leave out: the loss
 # scaler is the static 1.0 one (fp16, which needs a dynamic scaler, is refused), and the parameter
@@ -59,6 +67,7 @@ class DeepSpeedRuntime(DistributedRuntime):
         return model  # the engine is built in prepare, around the optimizer
 
     def prepare(self, model: nn.Module, optimizer: torch.optim.Optimizer, *, max_grad_norm: float, micro_batch_size: int) -> nn.Module:
+        _import_deepspeed()
         from accelerate import Accelerator
         from accelerate.utils import DeepSpeedPlugin, InitProcessGroupKwargs
 
@@ -147,6 +156,31 @@ class DeepSpeedRuntime(DistributedRuntime):
         engine.optimizer.load_state_dict(per_rank, load_optimizer_states=True, load_from_fp32_weights=True)
         for name, value in state["engine"].items():
             setattr(engine, name, int(value))
+
+
+# The op DeepSpeed's TorchBackend builds at start-up (deepspeed.comm.torch.build_shm_op) when the
+# accelerator has it and deepspeed.ops.__compatible_ops__ says it can be built.
+SHM_COMM_OP = "ShareMemCommBuilder"
+
+
+def _import_deepspeed() -> Any:
+    """Import DeepSpeed for training: without its autotuner's mlflow import (when nothing imported mlflow
+    yet; the autotuner is never run here), and with the inference-only shm all-reduce op marked as
+    unavailable, so that TorchBackend does not compile it (it only serves inference_all_reduce)."""
+    if "deepspeed" not in sys.modules and "mlflow" not in sys.modules:
+        sys.modules["mlflow"] = None  # type: ignore[assignment]  # `import mlflow` raises ImportError meanwhile
+        try:
+            import deepspeed
+        finally:
+            del sys.modules["mlflow"]
+    import deepspeed
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    builder = get_accelerator().create_op_builder(SHM_COMM_OP)
+    if builder is not None:
+        deepspeed.ops.__compatible_ops__[builder.NAME] = False
+    return deepspeed
 
 
 def _plain(value: Any) -> Any:

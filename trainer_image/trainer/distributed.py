@@ -26,16 +26,19 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from schemas.configs import FrameworkType, TrainingType
 from schemas.trainer import ExitCode, RunSpec
 from trainer.contract import ContainerPaths
 from trainer.events import log
 from trainer.failures import UserError
-from trainer.runtime import DEFAULT_MASTER_PORT, DistributedRuntime, Runtime, WorkerEnv
+from trainer.worker_env import DEFAULT_MASTER_PORT, WorkerEnv
+
+if TYPE_CHECKING:
+    import torch
+
+    from trainer.runtime import Runtime
 
 WORKER_ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -182,6 +185,8 @@ def combine_exit_codes(codes: list[int]) -> int:
 
 
 def make_runtime(spec: RunSpec, device: torch.device) -> Runtime:
+    from trainer.runtime import DistributedRuntime, Runtime
+
     worker = WorkerEnv.from_env()
     if worker is None or worker.world_size == 1:
         return Runtime(device)

@@ -7,10 +7,8 @@ trainer/distributed.py starts the workers and picks the runtime (`make_runtime`)
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, cast
 
 import torch
@@ -19,35 +17,11 @@ from torch import nn
 from schemas.configs import FrameworkType
 from trainer.events import log
 from trainer.failures import UserError
+from trainer.worker_env import WorkerEnv
 
-DEFAULT_MASTER_PORT = 29500
 # peft names adapter weights "...lora_A.default.weight" in the module tree and "...lora_A.weight" in
 # get_peft_model_state_dict; checkpoints always use the latter.
 ADAPTER_NAME_RE = re.compile(r"\.default(?=\.)")
-
-
-@dataclass(frozen=True)
-class WorkerEnv:
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    master_addr: str
-    master_port: int
-
-    @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> WorkerEnv | None:
-        env = dict(os.environ if env is None else env)
-        if "RANK" not in env or "WORLD_SIZE" not in env:
-            return None
-        return cls(
-            rank=int(env["RANK"]),
-            world_size=int(env["WORLD_SIZE"]),
-            local_rank=int(env.get("LOCAL_RANK", env["RANK"])),
-            local_world_size=int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"])),
-            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
-            master_port=int(env.get("MASTER_PORT", DEFAULT_MASTER_PORT)),
-        )
 
 
 class Runtime:
