@@ -298,6 +298,11 @@ def test_overshoots_go_by_where_they_leave_their_team_halfway_through_the_job_th
     # a's 2-GPU job: (1 + 1)/2 = 1.0, level with b's: the higher factor (a's) goes first
     order = admission_order([_job(4, "b", gpus=2), _job(5, "a", gpus=2)], cohort, "default")
     assert [j.name for j, _ in order] == ["j5", "j4"]
+    # Halfway, not a third of the way: b holding 2 of 4 with 3 GPUs, (2 + 1.5)/4 = 0.875, before a holding none
+    # of 2 with 4, (0 + 2)/2 = 1.0 (a third of the way would put a's first: 0.67 against b's 0.75)
+    cohort = _cohort(*teams, held=[_holder(1, "b", 2, 0.0)], usage={"a": 0.0, "b": 100.0})
+    order = admission_order([_job(6, "a", gpus=4), _job(7, "b", gpus=3)], cohort, "default")
+    assert [j.name for j, _ in order] == ["j7", "j6"]
 
 
 def _room_cohort(b_holds: int, *, lend: str | int = "100%") -> Cohort:
