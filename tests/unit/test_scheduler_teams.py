@@ -196,9 +196,9 @@ def test_a_team_under_its_nominal_waiting_for_room_holds_back_other_teams_borrow
     waiting = w.gpu_job(B, gpus=3)
     borrower = w.gpu_job(C)
     # When a pass runs
-    w.scheduler.run_pass()
-    # Then c borrows nothing: the idle GPUs are a's and b's own quota, and b waits for them
-    assert w.started()[10:] == []
+    result = w.scheduler.run_pass()
+    # Then c borrows nothing: the idle GPUs are a's and b's own quota, and b waits for them (both count as waiting)
+    assert (w.started()[10:], result.waiting) == ([], 2)
     assert (w.explain(waiting), w.repo.get(borrower.job_id).status) == (WaitReason.COHORT_FULL, JobStatus.QUEUED)
 
 
@@ -206,8 +206,30 @@ def test_a_team_waiting_for_room_holds_back_borrowing_only_a_later_job_within_it
     # Given b's urgent 3-GPU job waiting for room as above, and a's lower-priority job within a's nominal 2
     w = _three_teams_holding(1, 3, 6)
     waiting = w.gpu_job(B, gpus=3, priority=7)
+    borrower = w.gpu_job(C, priority=7)  # held back
     within = w.gpu_job(A)
     w.scheduler.run_pass()
     # Then a's job starts: it takes a's own quota, not what b waits for
     assert w.started()[10:] == [within.job_id]
-    assert w.explain(waiting) == WaitReason.COHORT_FULL
+    assert (w.explain(waiting), w.repo.get(borrower.job_id).status) == (WaitReason.COHORT_FULL, JobStatus.QUEUED)
+
+
+def test_a_held_back_team_keeps_its_fifo_its_later_job_within_nominal_waits_behind_the_held_back_one() -> None:
+    # Given b waiting for room (one of its nominal 4 held, a 5-GPU job: 2 beyond, only c's 1 idle), and c one
+    # under its nominal with a 2-GPU job (an overshoot, held back) before a 1-GPU job that would fit c's nominal
+    w = _three_teams_holding(2, 1, 5)
+    w.gpu_job(B, gpus=5)
+    held_back, behind = w.gpu_job(C, gpus=2), w.gpu_job(C)
+    w.scheduler.run_pass()
+    # Then neither of c's starts: the later one waits behind the held-back one, FIFO inside the team
+    assert w.started()[8:] == []
+    assert {w.repo.get(j.job_id).status for j in (held_back, behind)} == {JobStatus.QUEUED}
+
+
+def test_a_team_whose_job_is_admitted_within_nominal_holds_back_nobody() -> None:
+    # Given a, holding none of its nominal 2, with a 1-GPU job, and c at its nominal with a 1-GPU job to borrow
+    w = _three_teams_holding(0, 4, 6)
+    within, borrower = w.gpu_job(A), w.gpu_job(C)
+    w.scheduler.run_pass()
+    # Then both start: a waits for nothing, so c may borrow a's other idle GPU
+    assert w.started()[10:] == [within.job_id, borrower.job_id]
