@@ -5,8 +5,8 @@
 - Slurm's fair-share factor F = 2^(-(usage/total usage)/(weight/total weight)): 1 for an unused team, 0.5
   for a team using exactly its share, towards 0 above it.
 - Within a priority class (Standing): jobs that keep their team within its nominal quota first, then jobs of
-  teams under nominal that take them beyond it (overshoots: the team nearest its nominal halfway through the
-  job last), then borrowers (teams at or beyond nominal); higher F first within each, then FIFO inside the
+  teams under nominal that take them beyond it (overshoots: the team holding the smallest fraction of its
+  nominal halfway through the job first), then borrowers (teams at or beyond nominal); higher F first within each, then FIFO inside the
   team. So while every team is backlogged each sits at its nominal quota whatever F is; F decides who gets
   what nobody within nominal waits for. A team under nominal that waits for room holds back other teams'
   borrowing of the type (holds_room_for).
@@ -212,8 +212,9 @@ def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> l
             job, ask = queues[team][0]
             have, nominal = held[(ask.team, ask.gpu_type)], cohort.nominal(ask.team, ask.gpu_type)
             standing = Standing.of(have, ask.units, nominal)
-            # Overshoots: the team nearest its nominal quota halfway through the job goes last (a job that takes its
-            # team less far beyond nominal than the team is below it now goes before one that takes it further).
+            # Overshoots: the team holding the smallest fraction of its nominal halfway through the job first (a job
+            # that takes its team less far beyond nominal than the team is below it now goes before one that takes
+            # it further). Not F: after a quiet spell a team's F is the highest and it would win every overshoot.
             midway = (have + ask.units / 2) / nominal if standing == Standing.OVERSHOOT else 0.0
             return (-job.priority, standing, midway, -factors.get(ask.team, 1.0), job.created_at, job.job_id)
 
