@@ -4,9 +4,11 @@ Prints figures, asserts nothing but the invariants it counts (goals in brackets)
 
 3 teams (weights 1, 2, 3; nominal quotas in proportion) x 2 GPU types (H100, A100), every team kept
 backlogged, jobs of 1-3 GPUs running 5-25 simulated minutes (about 10,000 jobs in 7 days), a scheduler pass every simulated 5 minutes for
-7 simulated days. Team c goes quiet on days 3-4, so a and b borrow its idle quota and c reclaims it.
+7 simulated days. Team c goes quiet on days 3-4, so a and b borrow its idle quota and c reclaims it. Each
+phase's backlogged teams are measured against their weighted share among them; --why adds what explains it
+(each team's mean holding against its nominal quota, its starts by standing, the times it was reclaimed).
 
-    .venv/bin/python scripts/sim_teams.py [--days 7] [--seed 1]
+    .venv/bin/python scripts/sim_teams.py [--days 7] [--seed 1] [--why]
 """
 
 from __future__ import annotations
@@ -89,10 +91,64 @@ class Launcher:
         self.stops.append(job.job_id)
 
 
+def phase_of(now: datetime) -> str:
+    day = (now - T0).total_seconds() / 86400
+    return "days 0-3" if day < 3 else "days 3-5" if day < 5 else "days 5-7"
+
+
+class Trace:
+    """What explains the allocation (--why): each team's GPUs held per type against its nominal quota, its
+    starts by what they did to it (within nominal, overshoot: from under nominal to beyond it, borrow: from at
+    or beyond it), and reclaims by the victim's team, per phase."""
+
+    def __init__(self, nominal: dict[tuple[str, str], int]) -> None:
+        self.nominal = nominal
+        self.held_sum: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.ticks: dict[str, int] = defaultdict(int)
+        self.starts: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.reclaims: dict[tuple[str, str], int] = defaultdict(int)
+
+    def held(self, repo: QueueIndexedRepository, ledger: InMemoryLedger) -> dict[tuple[str, str], int]:
+        held: dict[tuple[str, str], int] = defaultdict(int)
+        for pool in ledger.pools():
+            for job_id, units in ledger.holders(pool).items():
+                held[(repo.jobs[job_id].team or "default", pool.removeprefix("local/"))] += units
+        return held
+
+    def started(self, now: datetime, job: Job, held: dict[tuple[str, str], int]) -> None:
+        key = (job.team or "default", job.resource_config.gpu_type or "any")
+        before, nominal = held[key], self.nominal[key]
+        held[key] += job.resource_config.gpu_count
+        kind = "within" if held[key] <= nominal else "overshoot" if before < nominal else "borrow"
+        self.starts[(phase_of(now), key[0], kind)] += 1
+
+    def reclaimed(self, now: datetime, job: Job) -> None:
+        self.reclaims[(phase_of(now), job.team or "default")] += 1
+
+    def tick(self, now: datetime, held: dict[tuple[str, str], int]) -> None:
+        phase = phase_of(now)
+        self.ticks[phase] += 1
+        for (name, gpu_type), units in held.items():
+            self.held_sum[(phase, name, gpu_type)] += units
+
+    def report(self) -> None:
+        for phase in ("days 0-3", "days 3-5", "days 5-7"):
+            if not self.ticks[phase]:
+                continue
+            print(f"why, {phase}:")
+            for name in WEIGHTS:
+                held = ", ".join(
+                    f"{t} {self.held_sum[(phase, name, t)] / self.ticks[phase]:.2f}/{self.nominal[(name, t)]}" for t in INVENTORY
+                )
+                starts = ", ".join(f"{kind} {self.starts[(phase, name, kind)]}" for kind in ("within", "overshoot", "borrow"))
+                print(f"  team {name}: mean held/nominal {held}; starts {starts}; reclaimed {self.reclaims[(phase, name)]}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--days", type=float, default=7.0)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--why", action="store_true", help="also print each team's holdings against nominal and how its jobs started")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     clock = Clock()
@@ -113,6 +169,7 @@ def main() -> None:
     reclaims = early = without_checkpoint = 0
     lost_gpu_hours = 0.0  # GPUs held by a reclaimed job while it checkpoints, not training
     pass_ms: list[float] = []
+    trace = Trace(nominal={(name, t): round(n * weight / total) for name, weight in WEIGHTS.items() for t, n in INVENTORY.items()})
     steps = int(args.days * 24 * 3600 / TICK.total_seconds())
     started = time.perf_counter()
     for _ in range(steps):
@@ -151,6 +208,7 @@ def main() -> None:
                 del stopping[job_id]
         # The pass
         before = len(launcher.started)
+        held = trace.held(repo, ledger)
         tick_start = time.perf_counter()
         result = scheduler.run_pass()
         pass_ms.append((time.perf_counter() - tick_start) * 1000)
@@ -160,14 +218,17 @@ def main() -> None:
                 job = repo.transition(Transition(job_id, job.version, job.status, to, "run"))
             repo.update(job_id, job.version, {"run_started_at": now})
             ends[job_id] = now + remaining[job_id]
+            trace.started(now, job, held)
         for job_id in result.preempting:
             job = repo.get(job_id)
             reclaims += 1
+            trace.reclaimed(now, job)
             if job.run_started_at is not None and (now - job.run_started_at).total_seconds() < settings.reclaim_min_run_seconds:
                 early += 1
             ends.pop(job_id, None)
             stopping[job_id] = now + CHECKPOINT
             lost_gpu_hours += job.resource_config.gpu_count * CHECKPOINT.total_seconds() / 3600
+        trace.tick(now, trace.held(repo, ledger))
         # Allocation this tick, price-weighted, per team
         for pool in ledger.pools():
             for job_id, units in ledger.holders(pool).items():
@@ -185,23 +246,34 @@ def main() -> None:
     print(f"scheduler pass: median {sorted(pass_ms)[len(pass_ms) // 2]:.2f} ms, max {max(pass_ms):.1f} ms")
     # Hours when every team is backlogged: before c's quiet days, and after them, when fair share (usage
     # decaying over 7 days) deliberately gives c more, and a and b (who used c's idle quota) less, for a while.
+    # Each phase's backlogged teams, each against its weighted share among them: days 0-3 and 5-7 all three
+    # (5-7 right after c's quiet days, its decayed usage low), days 3-5 a and b (c quiet, its quota lent).
     phases = {
-        "days 0-3 (all backlogged)": [h for h in hourly if h < 3 * 24],
-        "days 5-7 (after c's quiet days)": [h for h in hourly if h >= 5 * 24],
+        "days 0-3 (all backlogged)": ([h for h in hourly if h < 3 * 24], list(WEIGHTS)),
+        "days 3-5 (c quiet: a and b backlogged)": ([h for h in hourly if 3 * 24 <= h < 5 * 24], ["a", "b"]),
+        "days 5-7 (after c's quiet days)": ([h for h in hourly if h >= 5 * 24], list(WEIGHTS)),
     }
-    for phase, hours in phases.items():
+    for phase, (hours, backlogged) in phases.items():
         if not hours:
             continue
-        indices = [jain([hourly[h][t] / WEIGHTS[t] for t in WEIGHTS]) for h in hours]
-        totals = {t: sum(hourly[h][t] for h in hours) for t in WEIGHTS}
+        weight = sum(WEIGHTS[t] for t in backlogged)
+        indices = [jain([hourly[h][t] / WEIGHTS[t] for t in backlogged]) for h in hours]
+        totals = {t: sum(hourly[h][t] for h in hours) for t in backlogged}
         everything = sum(totals.values())
         print(f"{phase}, {len(hours)} hours:")
-        for t in WEIGHTS:
-            share, goal = totals[t] / everything, WEIGHTS[t] / total
+        for t in backlogged:
+            share, goal = totals[t] / everything, WEIGHTS[t] / weight
             off = 100 * (share - goal) / goal
-            print(f"  team {t}: {share:.3f} of the allocation (weighted share {goal:.3f}, {off:+.1f}%) [+-5%]")
+            hourly_off = [abs(hourly[h][t] / sum(hourly[h][u] for u in backlogged) - goal) / goal for h in hours]
+            within = sum(1 for x in hourly_off if x <= 0.05)
+            print(
+                f"  team {t}: {share:.3f} of the allocation (weighted share {goal:.3f}, {off:+.1f}%) [+-5%];"
+                f" hours within +-5%: {within}/{len(hours)}, worst {100 * max(hourly_off):.1f}%"
+            )
         mean = sum(indices) / len(indices)
         print(f"  Jain's index over weight-normalised allocations per hour: min {min(indices):.3f}, mean {mean:.3f} [>= 0.95]")
+    if args.why:
+        trace.report()
     print(f"reclaims: {reclaims}, before the minimum run time: {early} [0], not through the checkpointed stop: {without_checkpoint} [0]")
     print(f"GPU-hours lost to reclaim (held while checkpointing, resumed exactly after): {lost_gpu_hours:.1f}")
 

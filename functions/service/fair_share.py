@@ -4,8 +4,12 @@
   price-weighted unit-hours (functions/catalog/gpu_types.py).
 - Slurm's fair-share factor F = 2^(-(usage/total usage)/(weight/total weight)): 1 for an unused team, 0.5
   for a team using exactly its share, towards 0 above it.
-- Within a priority class, a job of a team still under its nominal quota goes before any borrower's (even
-  when the job itself takes the team beyond it), then higher F first, then FIFO inside the team.
+- Within a priority class (Standing): jobs that keep their team within its nominal quota first, then jobs of
+  teams under nominal that take them beyond it (overshoots: the team holding the smallest fraction of its
+  nominal halfway through the job first), then borrowers (teams at or beyond nominal); higher F first within each, then FIFO inside the
+  team. So while every team is backlogged each sits at its nominal quota whatever F is; F decides who gets
+  what nobody within nominal waits for. A team under nominal that waits for room holds back other teams'
+  borrowing of the type (holds_room_for).
 - A job is admitted within its team's nominal quota, or beyond it up to its borrow limit from the idle
   nominal quota other teams lend (their lend limits); member caps bound one member.
 - Reclaim: a team within nominal takes lent units back from borrowers (reclaim_victims); a borrower may
@@ -18,7 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from enum import StrEnum
+from enum import IntEnum, StrEnum
 
 from functions.catalog.gpu_types import gpu_type_of, units_of
 from functions.service.ports import TeamHold
@@ -120,6 +124,18 @@ class Cohort:
         lendable = sum(self.lendable(t, ask.gpu_type) for t in self.teams if t != ask.team)
         return max(others_borrowed + after - lendable, 0)
 
+    def holds_room_for(self, ask: Ask) -> bool:
+        """Does `ask`, refused on COHORT_FULL, hold back other teams' borrowing of its type in this pass? Yes while
+        its team is under its nominal quota (it goes before any borrower) and the other teams' lend limits could
+        ever cover what the job takes beyond it (else it would hold them back for good)."""
+        held, nominal = self.in_use[(ask.team, ask.gpu_type)], self.nominal(ask.team, ask.gpu_type)
+        could_lend = sum(
+            limit_units(quota.lend_limit, quota.nominal)
+            for name, team in self.teams.items()
+            if name != ask.team and (quota := team.quotas.get(ask.gpu_type)) is not None
+        )
+        return held < nominal and held + ask.units - nominal <= could_lend
+
     def others_borrow_more(self, ask: Ask) -> bool:
         """Does another team hold a larger share of the type than `ask`'s team would with the job? Else neither of
         Kueue's rules (FairSharingRule) can let it preempt anyone: no need to weigh the holders."""
@@ -161,9 +177,25 @@ class Cohort:
         return self.teams[name]
 
 
+class Standing(IntEnum):
+    """Where admitting a job leaves its team against its nominal quota of the type, in the order a pass offers
+    capacity (within a priority class): a team under its nominal quota goes before any borrower."""
+
+    WITHIN = 0  # the team stays within its nominal quota
+    OVERSHOOT = 1  # the team is under its nominal quota and the job takes it beyond (it borrows the rest)
+    BORROWER = 2  # the team is at or beyond its nominal quota already
+
+    @classmethod
+    def of(cls, have: int, units: int, nominal: int) -> Standing:
+        if have + units <= nominal:
+            return cls.WITHIN
+        return cls.OVERSHOOT if have < nominal else cls.BORROWER
+
+
 def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> list[tuple[Job, Ask]]:
-    """The order a pass offers capacity in: priority class first; within one, jobs of teams under their
-    nominal quota before borrowers', then the higher fair-share factor, then FIFO inside the team.
+    """The order a pass offers capacity in: priority class first; within one, by Standing (within nominal,
+    overshoot, borrower; overshoots by where they leave their team halfway through the job, against its
+    nominal), then the higher fair-share factor, then FIFO inside the team.
 
     Greedy: each step takes the best head among the teams' queues, assuming every job before it was
     admitted (so a team's second job may already be a borrower). The cohort is not changed."""
@@ -176,12 +208,15 @@ def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> l
     order: list[tuple[Job, Ask]] = []
     while queues:
 
-        def key(team: str) -> tuple[int, bool, float, datetime, str]:
+        def key(team: str) -> tuple[int, Standing, float, float, datetime, str]:
             job, ask = queues[team][0]
-            # A team under its nominal quota goes before any borrower, even with a job bigger than what it has
-            # left (else a team whose nominal is small next to its jobs' sizes would only ever borrow).
-            borrower = held[(ask.team, ask.gpu_type)] >= cohort.nominal(ask.team, ask.gpu_type)
-            return (-job.priority, borrower, -factors.get(ask.team, 1.0), job.created_at, job.job_id)
+            have, nominal = held[(ask.team, ask.gpu_type)], cohort.nominal(ask.team, ask.gpu_type)
+            standing = Standing.of(have, ask.units, nominal)
+            # Overshoots: the team holding the smallest fraction of its nominal halfway through the job first (a job
+            # that takes its team less far beyond nominal than the team is below it now goes before one that takes
+            # it further). Not F: after a quiet spell a team's F is the highest and it would win every overshoot.
+            midway = (have + ask.units / 2) / nominal if standing == Standing.OVERSHOOT else 0.0
+            return (-job.priority, standing, midway, -factors.get(ask.team, 1.0), job.created_at, job.job_id)
 
         best = min(queues, key=key)
         job, ask = queues[best].pop(0)

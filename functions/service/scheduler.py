@@ -11,9 +11,11 @@ behind it. When the head cannot fit, running `preemptible` jobs of lower priorit
 asked to stop gracefully with a checkpoint (pending_action "preempt"); they go back to the queue.
 
 With teams (functions/service/teams.py, fair_share.py) a pool's jobs are offered capacity in fair-share
-order instead: priority class, then jobs within their team's nominal quota before borrowers, then the
-team's decayed usage against its weight, then FIFO inside the team; a job its team's quota refuses
-(QUOTA, BORROW_LIMIT, COHORT_FULL) waits without holding up other teams' jobs.
+order instead: priority class, then jobs that keep their team within its nominal quota, then jobs of teams
+under nominal that take them beyond it, then borrowers (fair_share.Standing), then the team's decayed usage
+against its weight, then FIFO inside the team; a job its team's quota refuses (QUOTA, BORROW_LIMIT,
+COHORT_FULL) waits without holding up other teams' jobs, except that a team under its nominal quota waiting
+for room (COHORT_FULL) holds back other teams' borrowing.
 """
 
 from __future__ import annotations
@@ -309,8 +311,14 @@ class Scheduler:
         capacity = self.capacity.capacity(pool)
         order = admission_order(jobs, cohort, DEFAULT_TEAM)
         refused: set[tuple[str, str]] = set()  # FIFO inside a team: behind its refused job, its later ones wait too
+        held_back = False  # a team under its nominal quota waits for room: no other team borrows past it
         for index, (job, ask) in enumerate(order):
+            if held_back and cohort.borrowing(ask):
+                refused.add((ask.team, ask.gpu_type))
+                result.waiting += 1
+                continue
             refusal = None if (ask.team, ask.gpu_type) in refused else cohort.refusal(ask)
+            held_back = held_back or (refusal == WaitReason.COHORT_FULL and cohort.holds_room_for(ask))
             if (ask.team, ask.gpu_type) in refused or refusal is not None:
                 if refusal == WaitReason.COHORT_FULL and cohort.others_borrow_more(ask):  # Kueue's fair sharing between borrowers
                     self._reclaim(pool, job, ask, self.capacity.demand(job), capacity, cohort, result)

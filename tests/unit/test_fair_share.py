@@ -116,3 +116,19 @@ def test_fair_share_order_property(usage: list[float], weights: list[float], pic
         assert factors[klass[0].team or ""] == max(factors[j.team or ""] for j in klass)
         firsts = list(dict.fromkeys(j.team for j in klass))
         assert [factors[t or ""] for t in firsts] == sorted((factors[t or ""] for t in firsts), reverse=True)
+
+
+def test_a_job_that_fits_within_its_teams_nominal_goes_before_another_teams_job_that_overshoots_it() -> None:
+    # Given c (unused: the highest factor) one GPU under its nominal 6 with a 3-GPU head, which would take it 2
+    # beyond, and b (heavy usage: a low factor) two under its nominal 4 with a 1-GPU head
+    teams = {
+        "b": team("b", weight=2, H100={"nominal": 4, "borrow_limit": 12}),
+        "c": team("c", weight=3, H100={"nominal": 6, "borrow_limit": 12}),
+    }
+    cohort = Cohort(teams=teams, usage={"b": 500.0, "c": 0.0})
+    cohort.in_use[("b", "H100")], cohort.in_use[("c", "H100")] = 2, 5
+    assert cohort.factors()["c"] > cohort.factors()["b"]
+    overshoot, within = _job(1, "c", gpus=3), _job(2, "b")
+    # Then b's job, which keeps b within its nominal, is offered first; c's, older and of the higher factor, after
+    order = [j.name for j, _ in admission_order([overshoot, within], cohort, "default")]
+    assert order == ["j2", "j1"]

@@ -16,6 +16,7 @@ from functions.service.fair_share import (
     Cohort,
     FairSharingRule,
     Holder,
+    Standing,
     admission_order,
     factor,
     fair_sharing_victims,
@@ -276,3 +277,48 @@ def test_a_job_whose_team_was_deleted_while_it_waited_is_ordered_as_the_default_
     gone, kept = _job(1, "gone", reclaimable=False), _job(2, "a")
     order = admission_order([gone, kept], cohort, "default")
     assert [(job, ask.team, ask.reclaimable) for job, ask in order] == [(gone, "default", False), (kept, "a", True)]
+
+
+# --- where a job leaves its team: the order's standing, and who holds room ------------------------
+
+
+def test_a_jobs_standing_is_within_up_to_nominal_then_overshoot_from_under_it_then_borrower() -> None:
+    assert Standing.of(1, 1, 2) == Standing.WITHIN  # exactly at nominal after the job
+    assert Standing.of(1, 2, 2) == Standing.OVERSHOOT  # one under, two more
+    assert Standing.of(2, 1, 2) == Standing.BORROWER  # at nominal already
+    assert Standing.WITHIN < Standing.OVERSHOOT < Standing.BORROWER
+
+
+def test_overshoots_go_by_where_they_leave_their_team_halfway_through_the_job_then_by_factor() -> None:
+    teams = (team("a", H100={"nominal": 2, "borrow_limit": 8}), team("b", H100={"nominal": 4, "borrow_limit": 8}))
+    cohort = _cohort(*teams, held=[_holder(1, "a", 1, 0.0), _holder(2, "b", 3, 0.0)], usage={"a": 0.0, "b": 100.0})
+    # a: (1 + 3/2)/2 = 1.25; b: (3 + 2/2)/4 = 1.0. b's goes first though a's factor is higher
+    order = admission_order([_job(3, "a", gpus=3), _job(4, "b", gpus=2)], cohort, "default")
+    assert [j.name for j, _ in order] == ["j4", "j3"]
+    # a's 2-GPU job: (1 + 1)/2 = 1.0, level with b's: the higher factor (a's) goes first
+    order = admission_order([_job(4, "b", gpus=2), _job(5, "a", gpus=2)], cohort, "default")
+    assert [j.name for j, _ in order] == ["j5", "j4"]
+    # Halfway, not a third of the way: b holding 2 of 4 with 3 GPUs, (2 + 1.5)/4 = 0.875, before a holding none
+    # of 2 with 4, (0 + 2)/2 = 1.0 (a third of the way would put a's first: 0.67 against b's 0.75)
+    cohort = _cohort(*teams, held=[_holder(1, "b", 2, 0.0)], usage={"a": 0.0, "b": 100.0})
+    order = admission_order([_job(6, "a", gpus=4), _job(7, "b", gpus=3)], cohort, "default")
+    assert [j.name for j, _ in order] == ["j7", "j6"]
+
+
+def _room_cohort(b_holds: int, *, lend: str | int = "100%") -> Cohort:
+    teams = (
+        team("a", H100={"nominal": 2, "lend_limit": lend}),
+        team("b", H100={"nominal": 4, "borrow_limit": 8, "lend_limit": 0}),
+        team("c", H100={"nominal": 6, "lend_limit": 1}),
+        team("d", A100=8),  # no H100 quota: it lends none
+    )
+    return _cohort(*teams, held=[_holder(1, "b", b_holds, 0.0)] if b_holds else [])
+
+
+def test_a_team_under_nominal_holds_room_while_the_others_could_ever_lend_what_its_job_takes_beyond() -> None:
+    # the others could lend a's 2 and c's 1 (b's own lend limit is not counted)
+    assert _room_cohort(3).holds_room_for(Ask("b", "H100", 4, "ben"))  # 3 beyond: exactly what they could lend
+    assert not _room_cohort(3).holds_room_for(Ask("b", "H100", 5, "ben"))  # 4 beyond: never
+    assert not _room_cohort(4).holds_room_for(Ask("b", "H100", 1, "ben"))  # at nominal: a borrower
+    assert _room_cohort(0).holds_room_for(Ask("b", "H100", 7, "ben"))
+    assert not _room_cohort(3, lend="50%").holds_room_for(Ask("b", "H100", 4, "ben"))  # a lends 1 of its 2

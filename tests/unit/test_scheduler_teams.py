@@ -152,3 +152,84 @@ def test_a_team_under_its_nominal_goes_before_borrowers_even_with_a_job_bigger_t
     # Then a's job goes first (a team under nominal before any borrower), b's waits
     assert w.started() == [mine.job_id]
     assert w.repo.get(older.job_id).status == JobStatus.QUEUED
+
+
+def _three_teams_holding(a: int, b: int, c: int) -> TeamWorld:
+    """12 H100s; a, b, c (weights 1, 2, 3; nominal 2, 4, 6; each may borrow the whole pool) holding a, b, c of
+    them with 1-GPU jobs; b has used the most, c nothing (c's factor is the highest, b's the lowest)."""
+    quota = {"borrow_limit": 12}
+    w = TeamWorld(
+        0,
+        team("a", A, weight=1, H100={"nominal": 2, **quota}),
+        team("b", B, weight=2, H100={"nominal": 4, **quota}),
+        team("c", C, weight=3, H100={"nominal": 6, **quota}),
+        default_team_quotas="H100=0",
+    )
+    w.scheduler = Scheduler(w.repo, w.ledger, LocalCapacity(gpu_slots=0, inventory={"H100": 12}), w.rec, w.rec, teams=w.directory)
+    for owner, units in ((A, a), (B, b), (C, c)):
+        for _ in range(units):
+            w.gpu_job(owner)
+    w.scheduler.run_pass()
+    assert len(w.started()) == a + b + c
+    w.teams.add_usage("a", 100.0, T0, w.directory.half_life_seconds)
+    w.teams.add_usage("b", 500.0, T0, w.directory.half_life_seconds)
+    return w
+
+
+def test_a_job_within_its_teams_nominal_starts_before_another_teams_job_that_would_overshoot_its_own() -> None:
+    # Given c (the highest factor) one under its nominal 6 with a 3-GPU job that would take it 2 beyond it, and
+    # b (the lowest factor) two under its nominal 4 with a 1-GPU job; 3 GPUs free
+    w = _three_teams_holding(2, 2, 5)
+    overshoot = w.gpu_job(C, gpus=3)
+    within = w.gpu_job(B)
+    # When a pass runs
+    w.scheduler.run_pass()
+    # Then b's job starts; c's waits: it would borrow b's idle GPU, which b's queue still wants
+    assert w.started()[9:] == [within.job_id]
+    assert w.explain(overshoot) == WaitReason.COHORT_FULL
+
+
+def test_a_team_under_its_nominal_waiting_for_room_holds_back_other_teams_borrowing() -> None:
+    # Given b one under its nominal 4 with a 3-GPU job (it needs 2 of the others' idle quota, and only a's 1
+    # is idle: COHORT_FULL), and c at its nominal with a 1-GPU job that would borrow; 2 GPUs free
+    w = _three_teams_holding(1, 3, 6)
+    waiting = w.gpu_job(B, gpus=3)
+    borrower = w.gpu_job(C)
+    # When a pass runs
+    result = w.scheduler.run_pass()
+    # Then c borrows nothing: the idle GPUs are a's and b's own quota, and b waits for them (both count as waiting)
+    assert (w.started()[10:], result.waiting) == ([], 2)
+    assert (w.explain(waiting), w.repo.get(borrower.job_id).status) == (WaitReason.COHORT_FULL, JobStatus.QUEUED)
+
+
+def test_a_team_waiting_for_room_holds_back_borrowing_only_a_later_job_within_its_own_nominal_still_starts() -> None:
+    # Given b's urgent 3-GPU job waiting for room as above, and a's lower-priority job within a's nominal 2
+    w = _three_teams_holding(1, 3, 6)
+    waiting = w.gpu_job(B, gpus=3, priority=7)
+    borrower = w.gpu_job(C, priority=7)  # held back
+    within = w.gpu_job(A)
+    w.scheduler.run_pass()
+    # Then a's job starts: it takes a's own quota, not what b waits for
+    assert w.started()[10:] == [within.job_id]
+    assert (w.explain(waiting), w.repo.get(borrower.job_id).status) == (WaitReason.COHORT_FULL, JobStatus.QUEUED)
+
+
+def test_a_held_back_team_keeps_its_fifo_its_later_job_within_nominal_waits_behind_the_held_back_one() -> None:
+    # Given b waiting for room (one of its nominal 4 held, a 5-GPU job: 2 beyond, only c's 1 idle), and c one
+    # under its nominal with a 2-GPU job (an overshoot, held back) before a 1-GPU job that would fit c's nominal
+    w = _three_teams_holding(2, 1, 5)
+    w.gpu_job(B, gpus=5)
+    held_back, behind = w.gpu_job(C, gpus=2), w.gpu_job(C)
+    w.scheduler.run_pass()
+    # Then neither of c's starts: the later one waits behind the held-back one, FIFO inside the team
+    assert w.started()[8:] == []
+    assert {w.repo.get(j.job_id).status for j in (held_back, behind)} == {JobStatus.QUEUED}
+
+
+def test_a_team_whose_job_is_admitted_within_nominal_holds_back_nobody() -> None:
+    # Given a, holding none of its nominal 2, with a 1-GPU job, and c at its nominal with a 1-GPU job to borrow
+    w = _three_teams_holding(0, 4, 6)
+    within, borrower = w.gpu_job(A), w.gpu_job(C)
+    w.scheduler.run_pass()
+    # Then both start: a waits for nothing, so c may borrow a's other idle GPU
+    assert w.started()[10:] == [within.job_id, borrower.job_id]
