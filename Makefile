@@ -30,8 +30,12 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # What CI runs (.ci/run): the lint, then the whole suite, then the IAM check of the calls it recorded.
+# The suite on TEST_WORKERS processes (pytest-xdist; `auto`: one per core), each test file on one worker so that a
+# module's plane starts once. Most tests are single-threaded Python: a lone pytest leaves the second core of a
+# 2-core host idle (docs/TESTING.md, "CI wall time"). TEST_WORKERS=0 runs them in this one process.
+TEST_WORKERS ?= auto
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 	# Every AWS call the suite recorded, evaluated against the synthesized stack: a denied call, or a control-plane
 	# call outside any role, fails `make test` (docs/DEPLOY.md).
 	$(MAKE) --no-print-directory iam-check

@@ -21,6 +21,12 @@ os.environ.pop("AWS_PROFILE", None)
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
 
+# pytest-xdist's workers start with COLUMNS=80, which the CLI's consoles (trainplane/cli_output.py) read once at
+# import: a worker would render tables and messages 80 columns wide where the serial run (no COLUMNS) lets each
+# CliRunner.invoke(env={"COLUMNS": ...}) decide. Give the workers the serial run's environment.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.pop("COLUMNS", None)
+
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # pytest exits 5 when it collected nothing: CI must not read that as a pass.

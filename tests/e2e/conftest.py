@@ -9,8 +9,9 @@
   (`--allow-dir`), never under its state dir: put a test's local data in tmp_path / tmp_path_factory.
 - `local_plane_factory` (session): `make(api_handler=None, state_dir=None, env=None, port=0, args=None)` starts a plane
   of your own (restarts, kill -9, a stand-in handler, extra TRAINPLANE_* variables, more `up` options such as
-  `--gpus H100=2 --principal bob`); every plane it made is stopped
-  at the end of the session.
+  `--gpus H100=2 --principal bob`); every plane it made is stopped at the end of the session. For a plane
+  shared by one module's tests use `module_plane_factory` (stopped after the module), for one test's own
+  plane `plane_factory` (stopped after the test): idle planes left running load the rest of the suite.
 
 A plane: `api_url`, `aws_endpoint_url`, `region`, `bucket`, `credentials` (endpoint.json's list),
 `state_dir`, `endpoint` (the parsed endpoint.json); `auth(name)`, `request(...)`, `client(service)`;
@@ -183,6 +184,18 @@ class LocalPlane:
 PlaneFactory = Callable[..., LocalPlane]
 
 
+def _stop_all(planes: list[LocalPlane]) -> None:
+    """SIGTERM to all first, then wait: they shut down in parallel."""
+    for plane in planes:
+        if plane.process is not None and plane.process.poll() is None:
+            plane.process.send_signal(signal.SIGTERM)
+    for plane in planes:
+        try:
+            plane.stop()
+        except RuntimeError:
+            plane.kill()
+
+
 @pytest.fixture(scope="session")
 def local_plane_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlaneFactory]:
     planes: list[LocalPlane] = []
@@ -202,18 +215,49 @@ def local_plane_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pl
         return plane.start()
 
     yield make
-    # SIGTERM to all first, then wait: they shut down in parallel.
-    for plane in planes:
-        if plane.process is not None and plane.process.poll() is None:
-            plane.process.send_signal(signal.SIGTERM)
-    for plane in planes:
-        try:
-            plane.stop()
-        except RuntimeError:
-            plane.kill()
+    _stop_all(planes)
+
+
+def _scoped(factory: PlaneFactory) -> tuple[PlaneFactory, list[LocalPlane]]:
+    started: list[LocalPlane] = []
+
+    def make(**kwargs: Any) -> LocalPlane:
+        plane = factory(**kwargs)
+        started.append(plane)
+        return plane
+
+    return make, started
+
+
+@pytest.fixture(scope="module")
+def module_plane_factory(local_plane_factory: PlaneFactory) -> Iterator[PlaneFactory]:
+    """As `local_plane_factory`, its planes stopped once the module's tests are done: an idle plane still runs
+    its scheduler, reconciler and publisher (~2% of a core each), and a session holds two dozen of them."""
+    make, started = _scoped(local_plane_factory)
+    yield make
+    _stop_all(started)
+
+
+@pytest.fixture
+def plane_factory(local_plane_factory: PlaneFactory) -> Iterator[PlaneFactory]:
+    """As `local_plane_factory`, its planes stopped at the end of the test."""
+    make, started = _scoped(local_plane_factory)
+    yield make
+    _stop_all(started)
 
 
 @pytest.fixture(scope="session")
 def local_plane(local_plane_factory: PlaneFactory) -> LocalPlane:
     """The shared plane with the real API (functions.handlers.api)."""
     return local_plane_factory()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # schemathesis' `schema.parametrize()` makes one item per API operation, each named for it
+    # (`test_every_operation_holds_its_contract[GET /jobs]`), but under pytest 9 all of them keep the test
+    # function's node id (schemathesis still writes the id to `_nodeid`, which pytest 9 no longer reads).
+    # pytest-xdist keys its work by node id, so `make test`'s workers ran one of them (the fuzz module's
+    # test_the_fuzz_run_reached_real_objects caught it). Each gets the id pytest gives a parametrized item.
+    for item in items:
+        if type(item).__name__ == "SchemathesisFunction" and item.parent is not None and not item.nodeid.endswith("]"):
+            item._id = item.parent.id.child(item.name)  # type: ignore[attr-defined]

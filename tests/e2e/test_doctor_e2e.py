@@ -21,9 +21,9 @@ def doctor(plane: LocalPlane, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_doctor_passes_on_a_fresh_plane_and_names_the_table_once_it_is_deleted(local_plane_factory: PlaneFactory) -> None:
+def test_doctor_passes_on_a_fresh_plane_and_names_the_table_once_it_is_deleted(plane_factory: PlaneFactory) -> None:
     # Given a fresh `trainplane up` of its own (this test breaks it)
-    plane = local_plane_factory()
+    plane = plane_factory()
     try:
         # When the doctor checks it  Then every check passes or does not apply, and it exits 0
         code, output = doctor(plane)

@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def events_plane(local_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
-    return local_plane_factory(env=FAKE_TRAINER_ENV)
+def events_plane(module_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
+    return module_plane_factory(env=FAKE_TRAINER_ENV)
 
 
 def _receive_until(sqs: Any, queue_url: str, done: Callable[[list[dict[str, Any]]], bool], max_polls: int = 60) -> list[dict[str, Any]]:

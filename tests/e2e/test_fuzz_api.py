@@ -256,8 +256,8 @@ def seed(plane: LocalPlane) -> Ids:
 
 
 @pytest.fixture(scope="module")
-def fuzz_plane(local_plane_factory: PlaneFactory) -> LocalPlane:
-    return local_plane_factory(env=FUZZ_ENV)
+def fuzz_plane(module_plane_factory: PlaneFactory) -> LocalPlane:
+    return module_plane_factory(env=FUZZ_ENV)
 
 
 @pytest.fixture(scope="module")

@@ -27,11 +27,11 @@ LORA_TINY = json.loads((REPO_ROOT / "examples" / "jobs" / "lora-tiny.json").read
 
 
 @pytest.fixture(scope="module")
-def plane(local_plane_factory: PlaneFactory, tmp_path_factory: pytest.TempPathFactory) -> LocalPlane:
+def plane(module_plane_factory: PlaneFactory, tmp_path_factory: pytest.TempPathFactory) -> LocalPlane:
     state = tmp_path_factory.mktemp("isolation") / "state"
     state.mkdir()
     load_or_create(state, ("admin", "alice", "bob"))  # a second non-admin principal, persisted before `up`
-    return local_plane_factory(state_dir=state)
+    return module_plane_factory(state_dir=state)
 
 
 def spec(name: str, **changes: Any) -> dict[str, Any]:

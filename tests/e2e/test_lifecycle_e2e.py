@@ -114,9 +114,9 @@ FAKE_TRAINER_ENV = {"TRAINPLANE_TRAINER_COMMAND": f"{sys.executable} -m tests.fa
 
 
 @pytest.fixture(scope="module")
-def fake_plane(local_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
+def fake_plane(module_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
     """`trainplane up` whose LocalLauncher runs tests/fake_trainer.py."""
-    return local_plane_factory(env=FAKE_TRAINER_ENV)
+    return module_plane_factory(env=FAKE_TRAINER_ENV)
 
 
 def test_real_trainer_pause_then_resume_continues_from_the_paused_step(local_plane: LocalPlane) -> None:
@@ -149,8 +149,8 @@ def test_real_trainer_pause_then_resume_continues_from_the_paused_step(local_pla
     assert changes[: len(first)] == first, changes
 
 
-def test_real_trainer_killed_then_local_mode_restarted_mid_training_still_completes(local_plane_factory: Callable[..., LocalPlane]) -> None:
-    plane = local_plane_factory()
+def test_real_trainer_killed_then_local_mode_restarted_mid_training_still_completes(plane_factory: Callable[..., LocalPlane]) -> None:
+    plane = plane_factory()
     api = Api(plane)
     # Given a real training job that has written a checkpoint
     job_id = api.submit(real_spec("e2e-kill-restart", max_steps=60, save_steps=5))

@@ -61,8 +61,8 @@ def echo_api(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def echo_plane(local_plane_factory: PlaneFactory) -> LocalPlane:
-    return local_plane_factory(api_handler=ECHO_API)
+def echo_plane(module_plane_factory: PlaneFactory) -> LocalPlane:
+    return module_plane_factory(api_handler=ECHO_API)
 
 
 def botocore_signed(plane: LocalPlane, method: str, path: str, *, secret: str | None = None, key: str | None = None) -> requests.Response:
@@ -103,9 +103,7 @@ def test_endpoint_json_has_the_contract_shape(echo_plane: LocalPlane) -> None:
     assert outputs["ArtifactsBucketName"] == doc["bucket"] and outputs["StateMachineArn"].endswith(constants.STATE_MACHINE_NAME)
 
 
-def test_after_kill_9_a_stale_endpoint_json_is_detected_and_replaced_by_the_next_up(
-    local_plane_factory: PlaneFactory, tmp_path: Path
-) -> None:
+def test_after_kill_9_a_stale_endpoint_json_is_detected_and_replaced_by_the_next_up(plane_factory: PlaneFactory, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
     from trainplane.cli import app
@@ -116,7 +114,7 @@ def test_after_kill_9_a_stale_endpoint_json_is_detected_and_replaced_by_the_next
     state = tmp_path / "state"
     state.mkdir(mode=0o755)
     state.chmod(0o755)
-    plane = local_plane_factory(api_handler=ECHO_API, state_dir=state)
+    plane = plane_factory(api_handler=ECHO_API, state_dir=state)
     # Then the state dir is owner-only now, endpoint.json too
     assert stat.S_IMODE(state.stat().st_mode) == 0o700
     assert stat.S_IMODE(plane.endpoint_path.stat().st_mode) == 0o600
@@ -139,20 +137,20 @@ def test_after_kill_9_a_stale_endpoint_json_is_detected_and_replaced_by_the_next
     assert "replacing the stale" in plane.log_tail()
 
 
-def test_a_second_up_on_the_same_state_dir_is_refused(echo_plane: LocalPlane, local_plane_factory: PlaneFactory) -> None:
+def test_a_second_up_on_the_same_state_dir_is_refused(echo_plane: LocalPlane, plane_factory: PlaneFactory) -> None:
     # Given a running plane, when another `up` is pointed at its state dir
     with pytest.raises(RuntimeError, match="is in use by a running `trainplane up`"):
-        local_plane_factory(api_handler=ECHO_API, state_dir=echo_plane.state_dir)
+        plane_factory(api_handler=ECHO_API, state_dir=echo_plane.state_dir)
     # Then the running one is unharmed: still serving, its endpoint.json still its own
     assert echo_plane.request("GET", "/jobs").status_code == 200
     assert json.loads(echo_plane.endpoint_path.read_text()) == echo_plane.endpoint
 
 
-def test_a_busy_port_is_refused_at_once(echo_plane: LocalPlane, local_plane_factory: PlaneFactory) -> None:
+def test_a_busy_port_is_refused_at_once(echo_plane: LocalPlane, plane_factory: PlaneFactory) -> None:
     # Given a port in use (the running plane's), when `up` is asked for it
     busy = int(echo_plane.api_url.rsplit(":", 1)[1])
     with pytest.raises(RuntimeError) as refused:
-        local_plane_factory(api_handler=ECHO_API, port=busy)
+        plane_factory(api_handler=ECHO_API, port=busy)
     # Then it exits with a message saying what to do, and the running plane is unharmed
     assert f"error: port {busy} on 127.0.0.1 is in use: pick another with --port" in str(refused.value)
     assert echo_plane.request("GET", "/jobs").status_code == 200
@@ -364,8 +362,8 @@ def test_20_concurrent_cancels_of_one_job_have_exactly_one_winner(local_plane: L
 
 
 @pytest.mark.slow
-def test_endpoint_json_goes_on_sigterm_and_jobs_history_objects_survive_restarts_and_kill_9(local_plane_factory: PlaneFactory) -> None:
-    plane = local_plane_factory()
+def test_endpoint_json_goes_on_sigterm_and_jobs_history_objects_survive_restarts_and_kill_9(plane_factory: PlaneFactory) -> None:
+    plane = plane_factory()
     # Given jobs that reached terminal states (one cancelled by its user, one failed by the control
     # plane), their history, and objects in the bucket
     cancelled = submit(plane, "to-cancel", resource_config=UNPLACEABLE)["job_id"]

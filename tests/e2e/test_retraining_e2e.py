@@ -31,8 +31,8 @@ WAIT_S = 30.0
 
 
 @pytest.fixture(scope="module")
-def plane(local_plane_factory: PlaneFactory) -> LocalPlane:
-    return local_plane_factory(env=FAST_SCHEDULES)
+def plane(module_plane_factory: PlaneFactory) -> LocalPlane:
+    return module_plane_factory(env=FAST_SCHEDULES)
 
 
 @pytest.fixture(scope="module")

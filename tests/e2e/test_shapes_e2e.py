@@ -21,8 +21,8 @@ CUSTOM = {"name": "cpu", "training_shape_version": 2, "accelerator_count": 0, "m
 
 
 @pytest.fixture(scope="module")
-def plane(local_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
-    return local_plane_factory(env={**FAKE_TRAINER_ENV, "TRAINPLANE_TRAINING_SHAPES": json.dumps([CUSTOM])})
+def plane(module_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
+    return module_plane_factory(env={**FAKE_TRAINER_ENV, "TRAINPLANE_TRAINING_SHAPES": json.dumps([CUSTOM])})
 
 
 def cli(plane: LocalPlane, *args: str) -> str:

@@ -62,14 +62,14 @@ def _ended(sweep: dict[str, Any]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def plane(local_plane_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> LocalPlane:
+def plane(module_plane_factory: Any, tmp_path_factory: pytest.TempPathFactory) -> LocalPlane:
     """Local mode with alice (an IAM user) and two people signed in to the dashboard, ana and ben: keys of
     the dashboard role's one Cognito session, each with an identity id of their own."""
     state = tmp_path_factory.mktemp("sweeps") / "state"
     state.mkdir(mode=0o700)
     people = [new_principal("admin"), new_principal("alice"), new_dashboard_user("ana"), new_dashboard_user("ben")]
     (state / CREDENTIALS_FILE).write_text(json.dumps({"principals": [asdict(p) for p in people]}))
-    return local_plane_factory(env=TWO_SLOTS, state_dir=state)  # type: ignore[no-any-return]
+    return module_plane_factory(env=TWO_SLOTS, state_dir=state)  # type: ignore[no-any-return]
 
 
 def _dashboard_principal(plane: LocalPlane, name: str) -> str:
@@ -228,8 +228,8 @@ def test_pause_leaves_both_running_trials_paused_with_checkpoints_and_resume_com
         assert sorted(trial["intermediate_values"], key=int) == [str(s) for s in range(1, 9)]  # resumed, not restarted past
 
 
-def test_kill_9_mid_sweep_then_restart_completes_with_exactly_max_trials(local_plane_factory: Any) -> None:
-    plane = local_plane_factory(env=TWO_SLOTS)
+def test_kill_9_mid_sweep_then_restart_completes_with_exactly_max_trials(plane_factory: Any) -> None:
+    plane = plane_factory(env=TWO_SLOTS)
     space = _xy(x={"type": "double", "min": 0.0, "max": 1.0}, y={"type": "double", "min": 0.0, "max": 1.0})
     sweep = _sweep(plane, method="bayes", maxTrials=5, maxParallelTrials=2, parameters=space, template=_template(steps=4, step_seconds=0.5))
     sweep_id = sweep["sweep_id"]

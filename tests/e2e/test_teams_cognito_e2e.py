@@ -19,8 +19,8 @@ POOL_NAME = "trainplane-local-dashboard-users"  # localmode/deploy/user_pool.py
 
 
 @pytest.fixture(scope="module")
-def plane(local_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
-    return local_plane_factory(env=FAKE_TRAINER_ENV, args=["--dashboard-user", "ana:ml-research", "--dashboard-user", "ben:vision"])
+def plane(module_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
+    return module_plane_factory(env=FAKE_TRAINER_ENV, args=["--dashboard-user", "ana:ml-research", "--dashboard-user", "ben:vision"])
 
 
 def _put(plane: LocalPlane, name: str, body: dict[str, Any]) -> None:

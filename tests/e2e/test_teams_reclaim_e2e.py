@@ -54,10 +54,10 @@ class As(Api):
 
 
 @pytest.fixture(scope="module")
-def plane(local_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
+def plane(module_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
     # A borrowed job may be reclaimed at once (the minimum run time has unit tests of its own).
     env = {"TRAINPLANE_RECLAIM_MIN_RUN_SECONDS": "0", "TRAINPLANE_RECONCILE_INTERVAL_SECONDS": "2"}
-    return local_plane_factory(env=env, args=["--gpus", "H100=2", "--principal", "bob"])
+    return module_plane_factory(env=env, args=["--gpus", "H100=2", "--principal", "bob"])
 
 
 def h100_spec(name: str, *, max_steps: int) -> dict[str, Any]:

@@ -52,14 +52,14 @@ def _principal(name: str, arn_name: str | None = None, user_id: str | None = Non
 
 
 @pytest.fixture(scope="module")
-def plane(local_plane_factory: Callable[..., LocalPlane], tmp_path_factory: pytest.TempPathFactory) -> LocalPlane:
+def plane(module_plane_factory: Callable[..., LocalPlane], tmp_path_factory: pytest.TempPathFactory) -> LocalPlane:
     """A fake-trainer plane whose alice has two access keys (as an IAM user may, for rotation)."""
     state = tmp_path_factory.mktemp("waits") / "state"
     state.mkdir()
     alice = _principal("alice")
     rotated = {**_principal("alice-rotated", "alice"), "user_id": alice["user_id"]}
     (state / "credentials.json").write_text(json.dumps({"principals": [_principal("admin"), alice, rotated]}))
-    return local_plane_factory(env=FAKE_TRAINER_ENV, state_dir=state)
+    return module_plane_factory(env=FAKE_TRAINER_ENV, state_dir=state)
 
 
 class DroppingProxy:

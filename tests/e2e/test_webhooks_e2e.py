@@ -74,8 +74,8 @@ def receiver() -> Iterator[tuple[Receiver, str]]:
 
 
 @pytest.fixture(scope="module")
-def plane(local_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
-    return local_plane_factory(env={**FAKE_TRAINER_ENV, "TRAINPLANE_WEBHOOK_RETRY_DELAYS": "0,0.2,0.2,0.2"})
+def plane(module_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
+    return module_plane_factory(env={**FAKE_TRAINER_ENV, "TRAINPLANE_WEBHOOK_RETRY_DELAYS": "0,0.2,0.2,0.2"})
 
 
 def create(plane: LocalPlane, principal: str, url: str, **body: Any) -> dict[str, Any]:
@@ -174,12 +174,10 @@ def test_410_disables_the_webhook(plane: LocalPlane, receiver: tuple[Receiver, s
     assert json.loads(rx.at(path)[0].body)["type"] == "webhook.test"
 
 
-def test_a_queued_retry_survives_kill_9_of_trainplane_up(
-    local_plane_factory: Callable[..., LocalPlane], receiver: tuple[Receiver, str]
-) -> None:
+def test_a_queued_retry_survives_kill_9_of_trainplane_up(plane_factory: Callable[..., LocalPlane], receiver: tuple[Receiver, str]) -> None:
     # Given: a plane of its own retrying every second, and a receiver that fails until told otherwise
     rx, base = receiver
-    own = local_plane_factory(env={"TRAINPLANE_WEBHOOK_RETRY_DELAYS": ",".join(["0"] + ["1"] * 9)})
+    own = plane_factory(env={"TRAINPLANE_WEBHOOK_RETRY_DELAYS": ",".join(["0"] + ["1"] * 9)})
     path = f"/down-{uuid.uuid4().hex[:8]}"
     rx.script[path] = [500] * 1000
     hook = create(own, "alice", base + path)

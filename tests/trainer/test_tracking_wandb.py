@@ -106,6 +106,19 @@ def test_one_offline_run_across_a_crash_a_resume_a_pause_and_a_resume_without_ga
 
 
 @pytest.mark.slow
+def test_a_trainer_opens_its_own_wandb_service_whatever_service_its_environment_names(tmp_path: Path, monkeypatch, capsys) -> None:
+    # Given a launcher environment naming another process's wandb-core service (a notebook, a test run that used
+    # wandb: W&B puts its address in WANDB_SERVICE, and the launcher's children inherit it)
+    monkeypatch.setenv("WANDB_SERVICE", "2-99999-tcp-localhost-1")
+    root = tmp_path / "job"
+    # When a job logging to W&B runs
+    outcome = run_in_process(root, _spec(root, job_id="own-service-1", steps=2), monkeypatch, capsys)
+    # Then it completes with its run written by a service of its own
+    assert outcome.code == ExitCode.COMPLETED, outcome.stderr[-2000:]
+    (data,) = _files(root)
+    assert wandb_files.run_record(data).run_id == "own-service-1"
+
+
 def test_an_offline_retry_is_a_new_run_in_its_parents_group_carrying_the_parents_run(tmp_path: Path, monkeypatch, capsys) -> None:
     # Given a parent job that logged its run
     parent_root, child_root = tmp_path / "parent", tmp_path / "child"

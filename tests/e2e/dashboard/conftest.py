@@ -35,7 +35,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.write_line(f"dashboard screenshots ({len(shots)}): {_shots_dir[0]}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")  # closed after the dashboard tests, not left idle for the rest of the suite
 def browser() -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: `make browser` installs Debian's chromium and chromium-driver (as root)")
@@ -48,9 +48,12 @@ def browser() -> Iterator[Any]:
         instance.close()
 
 
-@pytest.fixture(scope="session")
-def fake_plane(local_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
-    return local_plane_factory(env=FAKE_TRAINER_ENV)
+@pytest.fixture(scope="package")
+def fake_plane(local_plane_factory: Callable[..., LocalPlane]) -> Iterator[LocalPlane]:
+    """The dashboard tests' plane, stopped after them (an idle plane still ticks)."""
+    plane = local_plane_factory(env=FAKE_TRAINER_ENV)
+    yield plane
+    plane.stop()
 
 
 @pytest.fixture

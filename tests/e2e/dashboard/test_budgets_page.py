@@ -21,9 +21,9 @@ MONEY = ("amount", "spent", "reserved", "left")
 
 
 @pytest.fixture(scope="module")
-def gpu_plane(local_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
+def gpu_plane(module_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
     """Emulated H100s priced by the price table, the budget meter ticking every 2 s (FAKE_TRAINER_ENV)."""
-    return local_plane_factory(env=FAKE_TRAINER_ENV, args=["--gpus", "H100=2"])
+    return module_plane_factory(env=FAKE_TRAINER_ENV, args=["--gpus", "H100=2"])
 
 
 @pytest.fixture

@@ -30,10 +30,10 @@ DEVICES = [
 
 
 @pytest.fixture(scope="module")
-def nvml_plane(local_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
+def nvml_plane(module_plane_factory: Callable[..., LocalPlane]) -> LocalPlane:
     """`trainplane up` (the real trainer) whose trainers import the fake pynvml."""
     path = os.pathsep.join([str(NVML_SITE), str(REPO_ROOT)])
-    return local_plane_factory(env={"PYTHONPATH": path, "FAKE_NVML_DEVICES": json.dumps(DEVICES)})
+    return module_plane_factory(env={"PYTHONPATH": path, "FAKE_NVML_DEVICES": json.dumps(DEVICES)})
 
 
 def _finished(plane: LocalPlane, spec: dict[str, Any]) -> str:

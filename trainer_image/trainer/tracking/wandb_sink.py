@@ -66,6 +66,11 @@ class WandbSink(Buffered):
         # wandb-core reports its own errors to W&B's error tracker unless told not to: a trainer (offline above
         # all) sends nothing anywhere the job did not name.
         os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
+        # A wandb-core service named by the environment belongs to whatever process started the trainer's launcher
+        # (a notebook, a test run that used wandb): attached to it, this attempt would share that process's open
+        # runs -- including the run a killed earlier attempt left open ("run ID ... is in use") -- and lose its
+        # file when that process ends. A trainer starts its own service.
+        os.environ.pop("WANDB_SERVICE", None)
         import wandb
 
         try:
