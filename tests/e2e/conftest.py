@@ -260,4 +260,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # test_the_fuzz_run_reached_real_objects caught it). Each gets the id pytest gives a parametrized item.
     for item in items:
         if type(item).__name__ == "SchemathesisFunction" and item.parent is not None and not item.nodeid.endswith("]"):
-            item._id = item.parent.id.child(item.name)  # type: ignore[attr-defined]
+            item._id = item.parent.id.child(item.name)
