@@ -41,7 +41,7 @@ def fresh_resources(clients: AwsClients, **settings: object) -> Settings:
         jobs_table=f"{constants.JOBS_TABLE}-{n}",
         idempotency_table=f"{constants.IDEMPOTENCY_TABLE}-{n}",
         artifacts_bucket=f"{constants.ARTIFACTS_BUCKET}-{n}",
-        **settings,  # type: ignore[arg-type]
+        **settings,
     )
     create_tables(clients.dynamodb(), result.jobs_table, result.idempotency_table)
     clients.s3().create_bucket(Bucket=result.artifacts_bucket)

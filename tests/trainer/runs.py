@@ -18,6 +18,7 @@ import pytest
 
 from schemas.api import MetricsPoint
 from schemas.checkpoint import MANIFEST_NAME, CheckpointManifest
+from schemas.configs import TrainingType
 from schemas.trainer import TrainerEvent, TrainerEventKind
 from tests.trainer.conftest import DATASET_KIND, TINY_LLAMA, make_records, write_jsonl
 
@@ -43,7 +44,7 @@ def make_spec(
     """A RunSpec dict for a tiny CPU job whose data, checkpoints and metrics live under root."""
     data_file = root / "data" / "train.jsonl"
     if not data_file.exists():
-        kind = DATASET_KIND.get(training_type, "text")
+        kind = DATASET_KIND.get(TrainingType(training_type), "text")
         write_jsonl(data_file, make_records(kind, records))
     spec: dict[str, Any] = {
         "job_id": "job-1",
