@@ -1,7 +1,7 @@
 """DynamoDB Query and Scan in moto without sorting the whole table. Installed with moto_hooks (local mode and
 the test fixtures that install it); pinned to moto 5.2.5 and to the source of the methods it narrows
 (QUERY_SOURCES: a moto upgrade that edits them refuses to install until they are re-read).
-tests/unit/test_moto_ddb_reads.py proves that plain and patched moto answer alike, on random tables with
+tests/integration/test_moto_ddb_reads.py proves that plain and patched moto answer alike, on random tables with
 GSIs and LSIs.
 
 moto 5.2.5's `Table.query` takes its candidates from `Table.all_items()`, which lists and SORTS every item of
