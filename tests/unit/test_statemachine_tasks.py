@@ -1,4 +1,4 @@
-"""The state machine's tasks and the run reports (functions/service/lifecycle.py) on in-memory fakes."""
+"""The state machine's tasks and the run reports (functions/service/lifecycle.py, run_reports.py) on in-memory fakes."""
 
 from __future__ import annotations
 
