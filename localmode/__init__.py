@@ -5,7 +5,8 @@ Everything that exists only to run the control plane on one machine lives here (
 - server.py         moto's ThreadedMotoServer on loopback, switched to what local mode needs
 - moto_hooks.py     THE one module that reaches into moto's internals (pinned to moto 5.2.5): the
                     process-wide locks that make moto's DynamoDB and S3 safe under threads, and the
-                    write-through journal hooks; moto_speedups.py its hot-path speed-ups
+                    write-through journal hooks; moto_journal_ops.py the journal's ops of moto's state;
+                    moto_speedups.py its hot-path speed-ups
 - moto_inprocess.py the in-process handlers' boto3 calls answered by moto without HTTP
 - moto_lambda.py    our Lambda handlers run in-process behind moto's Lambda and Step Functions
 - journal.py        the durable state: append-only JSON lines (fsync per record) + S3 bodies as files

@@ -8,8 +8,9 @@ Two jobs:
    items in place, so readers must not run beside it) and every S3 request and write.
 2. Durability. The write paths mark what they touch (a table + key, a bucket + key); when the
    outermost locked call returns, still under the lock, the touched items and objects are read back as
-   they now are and appended to the journal as one record (fsync). A client is answered only after
-   its write is on disk; a rolled-back transaction journals the unchanged state, which is harmless.
+   they now are and appended to the journal as one record (fsync; the ops: moto_journal_ops.py). A client
+   is answered only after its write is on disk; a rolled-back transaction journals the unchanged state,
+   which is harmless.
 
 Not journaled (the deployers rebuild it on every start, or a deployer's reconciler redoes it): the
 tables and buckets the deployers create and the buckets' configuration, schema changes of a table after
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import datetime as dt
 import functools
 import inspect
 import logging
@@ -46,7 +46,8 @@ from moto.s3.models import FakeKey, S3Backend, s3_backends
 from moto.s3.responses import S3Response
 
 from localmode import moto_ddb_reads, moto_ec2, moto_pin, moto_speedups
-from localmode.journal import Journal, Op, State
+from localmode.journal import Journal, State
+from localmode.moto_journal_ops import ddb_ops, key_values, restore_object, s3_ops
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ def uninstall() -> None:
     """Undo install() (tests): restore every patched attribute, newest first."""
     global _journal
     _journal = None
-    for module in _SPEEDUPS:
+    for module in reversed(_SPEEDUPS):  # newest first, as below: a later patch may wrap an earlier one
         module.uninstall()
     while _patches:
         owner, name, original, owned = _patches.pop()
@@ -189,7 +190,7 @@ def ddb_unit() -> Iterator[None]:
             if _unit.ddb_depth == 0:
                 touched, _unit.ddb_touched = _unit.ddb_touched, []
                 if touched and _journal is not None and not _unit.replaying:
-                    _journal.append(_ddb_ops(touched))
+                    _journal.append(ddb_ops(touched))
 
 
 @contextlib.contextmanager
@@ -203,7 +204,7 @@ def s3_unit() -> Iterator[None]:
             if _unit.s3_depth == 0:
                 touched, _unit.s3_touched = _unit.s3_touched, []
                 if touched and _journal is not None and not _unit.replaying:
-                    _journal.append(_s3_ops(touched, _journal))
+                    _journal.append(s3_ops(touched, _journal))
 
 
 def _in_ddb_unit(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -269,7 +270,7 @@ def _marks_put_item(original: Callable[..., Item]) -> Callable[..., Item]:
     def put_item(self: Table, item_attrs: dict[str, Any], *args: Any, **kwargs: Any) -> Item:
         key = _canonical_key(self, item_attrs)
         if key is not None:
-            _remember_before(self, *_key_values(self, key))
+            _remember_before(self, *key_values(self, key))
         item = original(self, item_attrs, *args, **kwargs)
         _mark_item(self, key)
         return item
@@ -296,7 +297,7 @@ def _marks_update_item(original: Callable[..., Item]) -> Callable[..., Item]:
             table = _table_or_none(self, table_name)
             canonical = _canonical_key(table, key) if table is not None and isinstance(key, dict) else None
             if table is not None and canonical is not None:
-                _remember_before(table, *_key_values(table, canonical))
+                _remember_before(table, *key_values(table, canonical))
         try:
             return original(self, table_name, key, *args, **kwargs)
         finally:
@@ -402,63 +403,6 @@ def _patch_table_deepcopy() -> None:
     Table.__deepcopy__ = table_deepcopy  # type: ignore[attr-defined]
 
 
-def _ddb_ops(touched: list[tuple[Any, ...]]) -> list[Op]:
-    ops: list[Op] = []
-    seen: set[str] = set()
-    for entry in touched:
-        kind, account, region, table_name = entry[:4]
-        where = {"account": account, "region": region, "table": table_name}
-        if kind == "create_table":
-            ops.append({"op": "ddb.create_table", **where, "params": entry[4]})
-        elif kind == "delete_table":
-            ops.append({"op": "ddb.delete_table", **where})
-        else:
-            key = entry[4]
-            ident = repr((account, region, table_name, sorted(key.items())))
-            if ident in seen:
-                continue
-            seen.add(ident)
-            table = dynamodb_backends[account][region].tables.get(table_name)
-            if table is None:  # deleted later in the same unit; the delete_table op says so
-                continue
-            item = table.get_item(*_key_values(table, key))
-            if item is None:
-                ops.append({"op": "ddb.delete", **where, "key": key})
-            else:
-                ops.append({"op": "ddb.put", **where, "key": key, "item": dump_item(item)})
-    return ops
-
-
-def _key_values(table: Table, key: dict[str, Any]) -> tuple[DynamoType, DynamoType | None]:
-    hash_value = DynamoType(key[table.hash_key_attr])
-    range_value = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
-    return hash_value, range_value
-
-
-def dump_item(item: Item) -> dict[str, Any]:
-    """The item in DynamoDB JSON exactly as moto holds it (binary stays base64 text), JSON-safe."""
-    return {name: _dump_value(value) for name, value in item.attrs.items()}
-
-
-def _dump_value(value: DynamoType) -> dict[str, Any]:
-    kind, raw = value.type, value.value
-    if kind == "M":
-        return {"M": {k: _dump_value(v) for k, v in raw.items()}}
-    if kind == "L":
-        return {"L": [_dump_value(v) for v in raw]}
-    if kind == "B" and isinstance(raw, bytes):
-        return {"B": _b64(raw)}
-    if kind == "BS":
-        return {"BS": [_b64(v) if isinstance(v, bytes) else v for v in raw]}
-    return {kind: raw}
-
-
-def _b64(raw: bytes) -> str:
-    import base64
-
-    return base64.b64encode(raw).decode()
-
-
 # --- marking (S3) --------------------------------------------------------------------------------------
 
 
@@ -503,54 +447,6 @@ def _marks_delete_bucket(original: Callable[..., Any]) -> Callable[..., Any]:
     return delete_bucket
 
 
-def _s3_ops(touched: list[tuple[Any, ...]], journal: Journal) -> list[Op]:
-    ops: list[Op] = []
-    seen: set[tuple[str, str, str]] = set()
-    for entry in touched:
-        kind, account, bucket_name = entry[:3]
-        if kind == "create_bucket":
-            ops.append({"op": "s3.create_bucket", "account": account, "bucket": bucket_name, "region": entry[3]})
-            continue
-        if kind == "delete_bucket":
-            ops.append({"op": "s3.delete_bucket", "account": account, "bucket": bucket_name})
-            continue
-        ident = (account, bucket_name, entry[3])
-        if ident in seen:
-            continue
-        seen.add(ident)
-        bucket = s3_backends[account]["global"].buckets.get(bucket_name)
-        if bucket is None:
-            continue
-        key = bucket.keys.get(entry[3])
-        where = {"account": account, "bucket": bucket_name, "key": entry[3]}
-        if not isinstance(key, FakeKey):  # gone, or a delete marker of a versioned bucket
-            ops.append({"op": "s3.delete", **where})
-            continue
-        blob, size = journal.put_blob(_read_body(key))
-        ops.append(
-            {
-                "op": "s3.put",
-                **where,
-                "blob": blob,
-                "size": size,
-                "etag": key.etag,
-                "metadata": dict(key.metadata),
-                "last_modified": key.last_modified.isoformat(),
-                "storage_class": key.storage_class,
-            }
-        )
-    return ops
-
-
-def _read_body(key: FakeKey) -> Iterator[bytes]:
-    # In chunks from moto's spooled buffer (large checkpoints), under the key's own lock as moto reads it.
-    with key.lock:
-        buffer = key._value_buffer
-        buffer.seek(0)
-        while chunk := buffer.read(1 << 20):
-            yield chunk
-
-
 # --- restore -----------------------------------------------------------------------------------------
 
 
@@ -593,16 +489,8 @@ def restore(state: State, journal: Journal) -> dict[str, int]:
                     counts["skipped"] += missing
                     continue
                 for op in bucket_state.objects.values():
-                    _restore_object(s3, op, journal)
+                    restore_object(s3, op, journal)
                     counts["objects"] += 1
     finally:
         _unit.replaying = False
     return counts
-
-
-def _restore_object(backend: S3Backend, op: Op, journal: Journal) -> None:
-    key = backend.put_object(op["bucket"], op["key"], journal.read_blob(op["blob"]), storage=op["storage_class"], disable_notification=True)
-    key.set_metadata(dict(op["metadata"]))
-    # What clients saw before the restart: the same ETag (multipart ones are not an MD5) and date.
-    key._etag = op["etag"].strip('"')  # moto stores it unquoted and quotes on the way out
-    key.last_modified = dt.datetime.fromisoformat(op["last_modified"])

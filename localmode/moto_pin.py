@@ -1,6 +1,6 @@
 """The one moto that local mode is written against, and what local mode switches on in it.
 
-Three modules reach into moto's internals (moto_hooks.py: locks and the journal; moto_lambda.py: the
+Three modules reach into moto's internals (moto_hooks.py: locks and the journal, with moto_journal_ops.py; moto_lambda.py: the
 in-process Lambda and the Step Functions callbacks; deploy/emulated_compute/: SageMaker's training jobs;
 moto_ec2.py: EC2 Fleet and launch template versions).
 Each refuses to start on another moto than this pin (pyproject.toml pins the same version; a test
