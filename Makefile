@@ -93,7 +93,7 @@ mutation: install
 FUZZ_EXAMPLES ?= 500
 FUZZ_SEED ?= random
 fuzz: install
-	TRAINPLANE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TRAINPLANE_FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest --no-cov -m fuzz -rA tests/e2e/test_fuzz_api.py
+	TRAINPLANE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) TRAINPLANE_FUZZ_SEED=$(FUZZ_SEED) $(BIN)/python -m pytest --no-cov -m fuzz -rA tests/e2e/test_fuzz_api.py tests/e2e/test_fuzz_rules.py
 
 # Every package: the control plane, the client, local mode, the CDK app, the trainer, scripts and examples.
 MYPY_PATHS := schemas functions trainplane localmode infra trainer_image/trainer scripts examples
