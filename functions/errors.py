@@ -168,3 +168,14 @@ class BudgetChanged(ConcurrentModification):
         DomainError.__init__(self, f"budget {budget_id} was changed by another request{': ' + detail if detail else ''}; reload and retry")
         self.job_id = budget_id
         self.budget_id = budget_id
+
+
+class GroupsUnavailable(Exception):
+    """The user pool did not answer for a dashboard user's groups (the UserGroups port) and no earlier answer is
+    kept, so their team cannot be decided now: a 503 with Retry-After. Not a DomainError: a sweep's trial or a
+    policy's job submitted meanwhile is not failed for it (the sweep controller fails a trial on a DomainError);
+    the invocation submitting it ends with the error, as on any AWS fault."""
+
+    def __init__(self, message: str, *, retry_after_seconds: int) -> None:
+        super().__init__(message)
+        self.retry_after_seconds = retry_after_seconds

@@ -5,7 +5,8 @@ a lookup is two reads: ListUsers filtered on the sub (sub is one of the attribut
 then AdminListGroupsForUser. Both are read-only calls the API role may make on the dashboard's pool alone
 (infra/constructs/api.py). Cognito's quotas on them are low (ListUsers: 30 requests per second per account,
 AdminListGroupsForUser: 50 shared with the other admin reads), so an answer is kept for `ttl_seconds`: a
-group change reaches team membership within that time.
+group change reaches team membership within that time. When the pool does not answer (throttled, down,
+unreachable), the last answer is used however old; with none, GroupsUnavailable (a 503 with Retry-After).
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
+
 from functions.adapters.aws import AwsClients
+from functions.errors import GroupsUnavailable
 from functions.service.feature_ports import CognitoUser
 
 logger = logging.getLogger(__name__)
@@ -25,6 +29,9 @@ logger = logging.getLogger(__name__)
 DEFAULT_TTL_SECONDS = 60.0
 _MAX_ENTRIES = 4096  # people cached per process; the oldest looked-up go first
 _GROUPS_PAGE = 60  # AdminListGroupsForUser's largest page
+# What a caller refused for want of an answer is told to wait: botocore already retried each call (its
+# standard mode backs off on throttling), so the pool is down or throttled for longer than a request.
+RETRY_AFTER_SECONDS = 5
 
 
 class CognitoUserGroups:
@@ -47,10 +54,17 @@ class CognitoUserGroups:
                 return cached[1]
         try:
             groups = self._look_up(user)
-        except Exception:
-            # Throttled or unreachable: an answer older than the TTL beats none (a request fails only when
-            # the pool was never answered for this person; the 500 says nothing of why, the log does).
+        except Exception as exc:
+            # Throttled or unreachable: an answer older than the TTL beats none. With none, the person's
+            # team cannot be decided: a botocore error is the pool not answering (503, retry later);
+            # anything else is a fault of ours and stays a logged 500.
             if cached is None:
+                if isinstance(exc, (ClientError, BotoCoreError)):
+                    logger.warning("Cognito did not answer for %s and no groups of theirs are kept", user.sub, exc_info=True)
+                    raise GroupsUnavailable(
+                        f"the user pool that decides your team did not answer ({_reason(exc)}); retry in a few seconds",
+                        retry_after_seconds=RETRY_AFTER_SECONDS,
+                    ) from exc
                 raise
             logger.warning("Cognito did not answer for %s; using the groups read %.0f s ago", user.sub, now - cached[0], exc_info=True)
             return cached[1]
@@ -78,6 +92,13 @@ class CognitoUserGroups:
             if not page.get("NextToken"):
                 return frozenset(groups)
             kwargs["NextToken"] = page["NextToken"]
+
+
+def _reason(exc: ClientError | BotoCoreError) -> str:
+    """The AWS error code (ClientError) or botocore's error class: what went wrong, without internals."""
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code") or "an AWS error")
+    return type(exc).__name__
 
 
 def _is_sub(value: str) -> bool:

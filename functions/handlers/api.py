@@ -223,7 +223,7 @@ def get_job(job_id: JobId) -> Job:
     "/jobs/<job_id>",
     summary="Edit a PENDING, QUEUED or FAILED job",
     description="name, description, priority, hyperparameters (merged key by key), resource_config (replaced).",
-    responses=responses(200, "The edited job", *BODY_ERRORS, 404, 409, 422),
+    responses=responses(200, "The edited job", *BODY_ERRORS, 404, 409, 422, 503),
     tags=["jobs"],
 )
 def patch_job(job_id: JobId, body: Annotated[PatchJobRequest, Body()]) -> Job:

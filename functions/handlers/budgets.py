@@ -36,6 +36,7 @@ rules = ResourceRules(
         403: "Not signed, or not allowed: only admins budget another scope or change an admin's budget",
         404: "No such budget (or one the caller may not see)",
         409: "Another request (or the meter) changed the budget first; retry",
+        503: "The user pool that decides a dashboard user's team (and so the team budgets they see) did not answer; retry later",
     },
     params=frozenset(),
 )
@@ -46,7 +47,7 @@ rules = ResourceRules(
     status_code=201,
     summary="Create a budget: a USD cap over a team, a principal, a label or the deployment, with thresholds",
     description="Thresholds default to notify at 50% and 80%, hold new jobs and pause running ones at 100%.",
-    responses=rules.responses(201, "The budget, with its meter", *BODY_ERRORS, 422),
+    responses=rules.responses(201, "The budget, with its meter", *BODY_ERRORS, 422, 503),
     tags=TAGS,
 )
 def create_budget(body: Annotated[models.BudgetSpec, Body()]) -> models.BudgetView:
@@ -56,7 +57,7 @@ def create_budget(body: Annotated[models.BudgetSpec, Body()]) -> models.BudgetVi
 @router.get(
     "/budgets",
     summary="List the budgets you may see (every budget for admins)",
-    responses=rules.responses(200, "The budgets, each with its spend, reservations and what is left", 422),
+    responses=rules.responses(200, "The budgets, each with its spend, reservations and what is left", 422, 503),
     tags=TAGS,
 )
 def list_budgets() -> models.BudgetList:
@@ -66,7 +67,7 @@ def list_budgets() -> models.BudgetList:
 @router.patch(
     "/budgets/<budget_id>",
     summary="Change a budget's amount or thresholds; raising it resumes the jobs it paused",
-    responses=rules.responses(200, "The budget, as stored", *BODY_ERRORS, 404, 409, 422),
+    responses=rules.responses(200, "The budget, as stored", *BODY_ERRORS, 404, 409, 422, 503),
     tags=TAGS,
 )
 def patch_budget(budget_id: BudgetId, body: Annotated[models.BudgetPatch, Body()]) -> models.BudgetView:
@@ -76,7 +77,7 @@ def patch_budget(budget_id: BudgetId, body: Annotated[models.BudgetPatch, Body()
 @router.post(
     "/budgets/<budget_id>/resume",
     summary="Let one job run over the budget, for a reason (admins): it resumes, and a budget.override event records it",
-    responses=rules.responses(200, "The budget, with the job among its overrides", *BODY_ERRORS, 404, 409, 422),
+    responses=rules.responses(200, "The budget, with the job among its overrides", *BODY_ERRORS, 404, 409, 422, 503),
     tags=TAGS,
 )
 def override_budget(budget_id: BudgetId, body: Annotated[models.OverrideRequest, Body()]) -> models.BudgetView:
@@ -95,7 +96,8 @@ add_collection(
         "delete": "Delete a budget (its paused jobs resume)",
     },
     tags=TAGS,
-    delete_errors=(404, 422),
+    get_errors=(404, 422, 503),
+    delete_errors=(404, 422, 503),
 )
 
 

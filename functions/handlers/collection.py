@@ -41,6 +41,7 @@ def add_collection(
     id_type: Any,
     summaries: Mapping[str, str],
     tags: list[str],
+    get_errors: tuple[int, ...] = (404, 422),
     delete_errors: tuple[int, ...] = (404, 409, 422),
 ) -> None:
     """The collection at `path` and its items at `path/<id_key>`: a page (GET `path`, where `models` has a page
@@ -50,13 +51,13 @@ def add_collection(
     and the service's calls (`service().list_<plural>(principal, limit=, next_token=)`, `.get(id, principal)`,
     `.delete(id, principal)`); `models`: (the item's, the page's or None) as "module:Name" references, imported
     on the routes' first request, not at the API's import (models.py); `summaries`: each route's, by "list",
-    "get" and "delete"."""
+    "get" and "delete"; `get_errors`, `delete_errors`: the codes those two answer besides 403/405/500."""
     singular, plural = names
     item, page = annotation(models[0]), (annotation(models[1]) if models[1] is not None else None)
     item_path = f"{path}/<{rules.id_key}>"
     if page is not None:
         _add_page(rules, path, f"list_{plural}", summaries["list"], (page, f"A page of {plural}"), service, plural, tags)
-    _add_get(rules, item_path, f"get_{singular}", summaries["get"], (item, f"The {singular}"), id_type, service, tags)
+    _add_get(rules, item_path, f"get_{singular}", summaries["get"], (item, f"The {singular}"), get_errors, id_type, service, tags)
     _add_delete(rules, item_path, f"delete_{singular}", summaries["delete"], delete_errors, id_type, service, tags)
 
 
@@ -87,6 +88,7 @@ def _add_get(
     name: str,
     summary: str,
     answer: tuple[str, str],
+    errors: tuple[int, ...],
     id_type: Any,
     service: Callable[[], Any],
     tags: list[str],
@@ -97,7 +99,7 @@ def _add_get(
         resource_id = values[rules.id_key]
         return service().get(resource_id, rules.principal(resource_id))
 
-    rules.router.get(path, summary=summary, responses=rules.responses(200, description, 404, 422), tags=tags)(
+    rules.router.get(path, summary=summary, responses=rules.responses(200, description, *errors), tags=tags)(
         _declare(route, name, {rules.id_key: (id_type, inspect.Parameter.empty)}, model)
     )
 

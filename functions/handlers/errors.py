@@ -3,8 +3,9 @@
 400 malformed JSON (or not UTF-8, NaN/Infinity, nested too deeply); 403 no caller identity; 404 unknown
 job (also another principal's) or route; 405 a method the path does not have (with `Allow`); 409 a
 status that does not allow the action, or a lost race; 413 a job too large to store; 415 a body that is
-not JSON; 422 schema or domain validation naming the field; 503 the lifecycle engine could not be
-reached; 500 anything else, without internals (never an input's fault: edge.py screens what arrives).
+not JSON; 422 schema or domain validation naming the field; 503 the lifecycle engine, or the user pool
+that decides a dashboard user's team, could not be reached (the latter with Retry-After); 500 anything
+else, without internals (never an input's fault: edge.py screens what arrives).
 Each route's OpenAPI entry declares exactly the codes it returns (`responses()` below).
 
 The rules every router follows live here too, once: `principal_of` (who the caller is, through
@@ -34,6 +35,7 @@ from functions.errors import (
     CheckpointNotFound,
     ConcurrentModification,
     DomainError,
+    GroupsUnavailable,
     IllegalTransition,
     InvalidRequest,
     JobNotFound,
@@ -267,6 +269,10 @@ def register(app: APIGatewayRestResolver, on_error: Callable[[int], None] | None
     def _unavailable(exc: WorkflowUnavailable) -> Response:
         return _error(503, str(exc))
 
+    @app.exception_handler(GroupsUnavailable)
+    def _no_groups(exc: GroupsUnavailable) -> Response:
+        return _error(503, str(exc), headers={"Retry-After": str(exc.retry_after_seconds)})
+
     @app.exception_handler(IdempotencyKeyReused)
     def _reused_key(exc: IdempotencyKeyReused) -> Response:
         return _error(422, str(exc), [{"field": "Idempotency-Key", "message": str(exc), "type": "idempotency_mismatch"}])
@@ -295,7 +301,7 @@ ERROR_DOCS: dict[int, dict[str, Any]] = {
     415: _doc("The body is not JSON: send Content-Type application/json"),
     422: _doc("Invalid input: each error names its field"),
     500: _doc("Internal error"),
-    503: _doc("The lifecycle engine could not be reached; retry later"),
+    503: _doc("The lifecycle engine, or the user pool that decides a dashboard user's team, could not be reached; retry later"),
 }
 
 

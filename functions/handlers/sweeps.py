@@ -36,7 +36,8 @@ rules = ResourceRules(
     wording={
         404: "No such sweep (or it belongs to another principal)",
         409: "The sweep's status does not allow this action, or another request changed it first",
-        503: "The lifecycle engine could not be reached to start, pause or cancel a trial; retry later",
+        503: "The lifecycle engine could not be reached to start, pause or cancel a trial, or the user pool that decides a"
+        " dashboard user's team did not answer; retry later",
     },
 )
 
@@ -51,7 +52,7 @@ rules = ResourceRules(
         "maxTrials, metric {name, goal}, typed parameters, maxParallelTrials, seed, earlyStopping none|median|asha|hyperband, "
         "completionCriteria, maxFailedTrials. Trials are ordinary jobs of the caller labelled sweep_id and trial."
     ),
-    responses=rules.responses(201, "The sweep, RUNNING", *BODY_ERRORS, 422),
+    responses=rules.responses(201, "The sweep, RUNNING", *BODY_ERRORS, 422, 503),
     tags=TAGS,
 )
 def create_sweep(body: Annotated[models.SweepRequest, Body()]) -> models.Sweep:

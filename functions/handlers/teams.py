@@ -37,6 +37,7 @@ _responses = partial(
         403: "Not signed, or not one of the deployment's admins (only admins define teams)",
         404: "No such team (or, for a non-admin, not the caller's team)",
         409: "Another request changed the team first; retry",
+        503: "The user pool that decides a dashboard user's team did not answer; retry later",
     },
 )
 
@@ -44,7 +45,7 @@ _responses = partial(
 @router.get(
     "/teams",
     summary="List teams (every team for admins; the caller's own for anyone else)",
-    responses=_responses(200, "Teams", 422),
+    responses=_responses(200, "Teams", 422, 503),
     tags=TAGS,
 )
 def list_teams() -> models.TeamList:
@@ -56,7 +57,7 @@ def list_teams() -> models.TeamList:
 @router.get(
     "/teams/<team>",
     summary="A team's quotas and live use per GPU type: nominal, in use, borrowed, lent, queued, fair share",
-    responses=_responses(200, "The team's view", 404, 422),
+    responses=_responses(200, "The team's view", 404, 422, 503),
     tags=TAGS,
 )
 def get_team(team: TeamName) -> models.TeamView:

@@ -205,7 +205,8 @@ class CognitoUser:
 
 class UserGroups(Protocol):
     """The Cognito user-pool groups of a dashboard user (functions/adapters/cognito_groups.py), what team
-    membership by `members.cognito_groups` reads; a user the pool does not know has none."""
+    membership by `members.cognito_groups` reads; a user the pool does not know has none. functions.errors
+    GroupsUnavailable when the pool does not answer and no earlier answer is kept."""
 
     def groups_of(self, user: CognitoUser) -> frozenset[str]: ...
 

@@ -9,9 +9,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.stub import Stubber
 
 from functions.adapters.aws import AwsClients
-from functions.adapters.cognito_groups import CognitoUserGroups
+from functions.adapters.cognito_groups import RETRY_AFTER_SECONDS, CognitoUserGroups
+from functions.errors import GroupsUnavailable
 from functions.service.feature_ports import CognitoUser
 from tests.helpers.api_lambda import Api
 from tests.helpers.events import Caller, dashboard_user
@@ -134,5 +137,67 @@ def test_the_adapter_serves_its_last_answer_when_cognito_fails(aws: AwsClients, 
     pool.idp.delete_user_pool(UserPoolId=pool.id)  # every call fails from now on
     now[0] = 120.0
     assert adapter.groups_of(user) == {"ml-research"}
-    with pytest.raises(Exception, match=r"ResourceNotFound|does not exist"):
+    with pytest.raises(GroupsUnavailable, match=r"ResourceNotFound") as refused:
         adapter.groups_of(CognitoUser(pool.id, "11111111-1111-1111-1111-111111111111"))
+    assert refused.value.retry_after_seconds == RETRY_AFTER_SECONDS
+
+
+class _Unreachable:
+    """AwsClients whose cognito-idp client cannot connect (Cognito down, or no route to it)."""
+
+    def __init__(self, aws: AwsClients) -> None:
+        self.idp = aws.client("cognito-idp")
+
+    def client(self, service: str) -> Any:
+        assert service == "cognito-idp"
+        return self
+
+    def list_users(self, **kwargs: Any) -> Any:
+        raise EndpointConnectionError(endpoint_url="https://cognito-idp.us-east-1.amazonaws.com/")
+
+
+def test_cognito_down_with_nothing_kept_is_groups_unavailable_and_a_fault_of_ours_is_not(aws: AwsClients, pool: Pool) -> None:
+    user = CognitoUser(pool.id, pool.user("erin", "ml-research"))
+    # Unreachable: GroupsUnavailable naming what botocore said, never the raw error
+    down = CognitoUserGroups(_Unreachable(aws))  # type: ignore[arg-type]
+    with pytest.raises(GroupsUnavailable, match="EndpointConnectionError") as refused:
+        down.groups_of(user)
+    assert isinstance(refused.value.__cause__, EndpointConnectionError)
+    # Throttled past botocore's own retries: the same
+    throttled = CognitoUserGroups(aws)
+    with Stubber(aws.client("cognito-idp")) as stub:
+        stub.add_client_error("list_users", service_error_code="TooManyRequestsException", http_status_code=429)
+        with pytest.raises(GroupsUnavailable, match="TooManyRequestsException") as refused:
+            throttled.groups_of(user)
+    assert isinstance(refused.value.__cause__, ClientError)
+    # A bug of ours (an answer it cannot read) is no outage: it stays the error it is (a logged 500)
+    with Stubber(aws.client("cognito-idp")) as stub:
+        expected = {"UserPoolId": pool.id, "Filter": f'sub = "{user.sub}"', "Limit": 1}
+        stub.add_response("list_users", {"Users": [{"Attributes": []}]}, expected)
+        with pytest.raises(KeyError):
+            CognitoUserGroups(aws).groups_of(user)
+
+
+def test_a_dashboard_user_whose_groups_cognito_cannot_give_gets_a_503_with_retry_after(call: Api, pool: Pool) -> None:
+    # Given: a team naming a group and its budget, ana answered once (her groups kept), ben never
+    ana = dashboard_user("ana", ANA_ID, pool.id, pool.user("ana", "ml-research"))
+    ben = dashboard_user("ben", BEN_ID, pool.id, pool.user("ben", "ml-research"))
+    body = _team("research", members={"cognito_groups": ["ml-research"]})
+    assert call.route("PUT", "/teams/{team}", {"team": "research"}, caller=ADMIN_CALLER, body=body).status == 200
+    budget = {"name": "research", "scope": {"kind": "team", "value": "research"}, "amount_usd": 100}
+    assert call.route("POST", "/budgets", caller=ADMIN_CALLER, body=budget).status == 201
+    assert [t["name"] for t in call.route("GET", "/teams", caller=ana).body["teams"]] == ["research"]
+
+    # When: the pool stops answering
+    pool.idp.delete_user_pool(UserPoolId=pool.id)
+
+    # Then: ana is served from what was kept; ben's team cannot be decided, on every route that needs it: a 503
+    # in the API's error shape, with Retry-After, nothing created
+    assert [t["name"] for t in call.route("GET", "/teams", caller=ana).body["teams"]] == ["research"]
+    for method, path, payload in (("GET", "/teams", None), ("POST", "/jobs", request_body(name="ben-job")), ("GET", "/budgets", None)):
+        reply = call.route(method, path, caller=ben, body=payload)
+        assert reply.status == 503, (method, path, reply.body)
+        assert set(reply.body) == {"message", "errors"} and "user pool" in reply.body["message"] and reply.body["errors"] == []
+        retry_after = reply.headers.get("Retry-After")
+        assert (retry_after[0] if isinstance(retry_after, list) else retry_after) == str(RETRY_AFTER_SECONDS)
+    assert call.route("GET", "/jobs", caller=ADMIN_CALLER).body["jobs"] == []
