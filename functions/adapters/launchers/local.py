@@ -42,6 +42,7 @@ from schemas.trainer import (
     ENV_RUN_SPEC,
     ENV_S3_ENDPOINT,
     ENV_SM_HYPERPARAMETERS,
+    EVENT_PREFIX,
     EXIT_CODE_ERRORS,
     FAILURE_REASON_ERRORS,
     ExitCode,
@@ -327,27 +328,21 @@ def coalesce(events: list[TrainerEvent]) -> list[TrainerEvent]:
 
 def _read_pipe(pipe: IO[str], stream: str, log: IO[str], writing: threading.Lock, pending: queue.SimpleQueue[TrainerEvent | None]) -> None:
     """Every line of one of the child's pipes into the log, tagged with its stream; events to `pending`
-    (from either pipe, as when the two were one). A line is split where the log's readers split it
-    (str.splitlines), so each piece they read carries its tag; the last line gets its newline."""
+    (from either pipe, as when the two were one; every report of a line, TrainerEvent.all_in: two can
+    share one). A line is split where the log's readers split it (str.splitlines), so each piece they
+    read carries its tag; the last line gets its newline."""
     for line in pipe:
         printed = line.rstrip("\n")
         with writing:
             log.write("".join(constants.tag_log_line(piece, stream) + "\n" for piece in printed.splitlines() or [""]))
             log.flush()
-        event = _parse_event(printed)
-        if event is not None:
-            pending.put(event)
+        if EVENT_PREFIX in printed:  # a malformed report is a log line, never a crash of the monitor
+            for event in TrainerEvent.all_in(printed):
+                pending.put(event)
 
 
 def _key(job_id: str, pid: int) -> str:
     return f"{job_id}#{pid}"
-
-
-def _parse_event(line: str) -> TrainerEvent | None:
-    try:
-        return TrainerEvent.from_line(line)
-    except ValueError:
-        return None  # a malformed event line is a log line, never a crash of the monitor
 
 
 def _read_failure(path: Path) -> tuple[ErrorType | None, str | None]:
