@@ -35,6 +35,10 @@ ENV_JOB_ID = "TRAINPLANE_JOB_ID"
 ENV_ATTEMPT = "TRAINPLANE_ATTEMPT"
 ENV_S3_ENDPOINT = "AWS_ENDPOINT_URL_S3"  # local mode: the emulated S3
 ENV_GRACE_SECONDS = "TRAINPLANE_STOP_GRACE_SECONDS"
+# "1": the launcher sends its stop signals to the trainer's whole process group (the LocalLauncher), so a
+# CUSTOM script in that group has a SIGTERM already and the trainer does not forward it a second one.
+# Unset: they reach the trainer alone (SageMaker, `docker stop` on EC2) and the trainer forwards them.
+ENV_STOP_SIGNALS_GROUP = "TRAINPLANE_STOP_SIGNALS_GROUP"
 
 DEFAULT_STOP_GRACE_SECONDS = 120  # SageMaker's SIGTERM-to-SIGKILL grace on StopTrainingJob
 

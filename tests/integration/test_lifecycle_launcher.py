@@ -145,6 +145,8 @@ def test_the_child_gets_the_container_contract(tmp_path: Path) -> None:
     assert env["TRAINPLANE_CHECKPOINT_DIR"] == str(run_dir / "checkpoints") and env["SM_MODEL_DIR"] == str(run_dir / "model")
     assert env["TRAINPLANE_FAILURE_FILE"] == str(run_dir / "output" / "failure")
     assert env["TRAINPLANE_STOP_GRACE_SECONDS"] == "5"
+    # Its stops signal the whole process group, so the trainer forwards none to its CUSTOM child (test_custom.py)
+    assert env["TRAINPLANE_STOP_SIGNALS_GROUP"] == "1"
 
 
 def test_two_reports_on_one_line_are_both_delivered_before_the_end(tmp_path: Path) -> None:

@@ -6,7 +6,8 @@ A monitor thread per run reads its stdout and stderr (two pipes, one reader each
 lines go to the observer (on_trainer_event), every line goes to jobs/<id>/logs/attempt-NNN.log in
 the bucket, stderr lines tagged as such (constants.tag_log_line), and the exit goes to
 on_run_finished. Stops are SIGTERM (the trainer checkpoints and exits 75), a grace period,
-then SIGKILL, always to the child's whole process group (data-loader workers included).
+then SIGKILL, always to the child's whole process group (data-loader workers included); the child is
+told so (ENV_STOP_SIGNALS_GROUP), and the trainer forwards no second SIGTERM to a CUSTOM script.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from schemas.trainer import (
     ENV_RUN_SPEC,
     ENV_S3_ENDPOINT,
     ENV_SM_HYPERPARAMETERS,
+    ENV_STOP_SIGNALS_GROUP,
     EVENT_PREFIX,
     EXIT_CODE_ERRORS,
     FAILURE_REASON_ERRORS,
@@ -131,6 +133,7 @@ class LocalLauncher:
                 ENV_INPUT_CONFIG_DIR: str(run_dir / "config"),
                 ENV_SM_HYPERPARAMETERS: str(run_dir / "config" / "hyperparameters.json"),
                 ENV_GRACE_SECONDS: str(int(self.stop_grace_seconds)),
+                ENV_STOP_SIGNALS_GROUP: "1",  # _signal_group: the trainer need not forward them to its child
                 "PYTHONUNBUFFERED": "1",
             }
         )
