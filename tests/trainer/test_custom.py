@@ -101,7 +101,7 @@ def test_a_stop_the_launcher_sent_to_the_whole_process_group_is_forwarded_only_w
                 break
         # When the trainer gets a SIGTERM (here: the trainer alone, so that only a forward can reach the script)
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -205,7 +205,8 @@ def test_reports_without_ids_take_them_from_the_stream(world: World) -> None:
 def test_two_reports_sharing_a_line_are_both_applied(world: World) -> None:
     # Given one log message holding two reports with no newline between them (a CUSTOM script's SIGTERM
     # handler run twice, the second inside the first one's print: tests/integration/test_lifecycle_launcher.py)
-    saved = TrainerEvent(kind=TrainerEventKind.CHECKPOINT, time=0, data={"checkpoint_id": "step-000001", "step": 1, "metrics": {"loss": 1.5}})
+    data = {"checkpoint_id": "step-000001", "step": 1, "metrics": {"loss": 1.5}}
+    saved = TrainerEvent(kind=TrainerEventKind.CHECKPOINT, time=0, data=data)
     line = LogLine("1", 1, "2026 " + saved.to_line() + saved.to_line())
     # When it is delivered
     outcome = TrainerLogReports(world.svc).handle("/g", f"{JOB_ID}/001/trainer", [line])
