@@ -7,6 +7,8 @@ codes, and the structured event lines the trainer prints on stdout.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import threading
 import time
 from enum import IntEnum, StrEnum
@@ -33,11 +35,16 @@ ENV_JOB_ID = "TRAINPLANE_JOB_ID"
 ENV_ATTEMPT = "TRAINPLANE_ATTEMPT"
 ENV_S3_ENDPOINT = "AWS_ENDPOINT_URL_S3"  # local mode: the emulated S3
 ENV_GRACE_SECONDS = "TRAINPLANE_STOP_GRACE_SECONDS"
+# "1": the launcher sends its stop signals to the trainer's whole process group (the LocalLauncher), so a
+# CUSTOM script in that group has a SIGTERM already and the trainer does not forward it a second one.
+# Unset: they reach the trainer alone (SageMaker, `docker stop` on EC2) and the trainer forwards them.
+ENV_STOP_SIGNALS_GROUP = "TRAINPLANE_STOP_SIGNALS_GROUP"
 
 DEFAULT_STOP_GRACE_SECONDS = 120  # SageMaker's SIGTERM-to-SIGKILL grace on StopTrainingJob
 
 # Lines on stdout that start with this prefix carry one JSON TrainerEvent; everything else is a log.
 EVENT_PREFIX = "TRAINPLANE_EVENT "
+_JSON = json.JSONDecoder()
 
 
 class ExitCode(IntEnum):
@@ -126,15 +133,35 @@ class TrainerEvent(BaseModel):
 
     @classmethod
     def find_in(cls, message: str) -> TrainerEvent | None:
-        """The report in one log message as a log shipper delivers it (CloudWatch Logs): the prefix may
-        follow other text (a launcher's timestamp); None for a plain log line or a malformed report."""
-        start = message.find(EVENT_PREFIX)
-        if start < 0:
-            return None
-        try:
-            return cls.model_validate_json(message[start + len(EVENT_PREFIX) :].strip())
-        except ValueError:
-            return None
+        """The first report in one log message (all_in); None for a plain log line or a malformed report."""
+        found = cls.all_in(message)
+        return found[0] if found else None
+
+    @classmethod
+    def all_in(cls, text: str) -> list[TrainerEvent]:
+        """Every report in one line of a trainer's output or one log message (CloudWatch Logs, where the
+        prefix may follow a shipper's timestamp): each prefix and the one JSON object after it.
+
+        Usually one per line. Two share a line when a report is written inside another's print: a CUSTOM
+        script's SIGTERM handler that runs again (the signal reached it twice) while its first report's
+        text is out but not yet its newline (print writes the two apart). Text around reports is log; a
+        malformed report is skipped and the rest of the line still read.
+        """
+        found: list[TrainerEvent] = []
+        start = text.find(EVENT_PREFIX)
+        while start >= 0:
+            begin = start + len(EVENT_PREFIX)
+            while begin < len(text) and text[begin].isspace():
+                begin += 1
+            try:
+                end = _JSON.raw_decode(text, begin)[1]  # where this report's object ends, strings and all
+            except ValueError:
+                start = text.find(EVENT_PREFIX, begin)
+                continue
+            with contextlib.suppress(ValueError):
+                found.append(cls.model_validate_json(text[begin:end]))
+            start = text.find(EVENT_PREFIX, end)
+        return found
 
 
 class ReportSequence:

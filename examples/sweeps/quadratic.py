@@ -24,7 +24,10 @@ def score(x: float, y: float) -> float:
 
 
 def event(kind: str, **data: object) -> None:
-    print("TRAINPLANE_EVENT " + json.dumps({"kind": kind, "time": time.time(), "data": data}), flush=True)
+    # One write, newline included: print writes the two apart, and a report printed between them (by a
+    # signal handler) would share the line.
+    sys.stdout.write("TRAINPLANE_EVENT " + json.dumps({"kind": kind, "time": time.time(), "data": data}) + "\n")
+    sys.stdout.flush()
 
 
 def main() -> int:
@@ -45,6 +48,7 @@ def main() -> int:
         print(f"resumed at step {step}", flush=True)
 
     def stop(signum: int, _frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one checkpoint, should the stop be signalled twice
         name = f"step-{step:06d}"
         where = os.path.join(checkpoints, name)
         os.makedirs(where, exist_ok=True)

@@ -67,18 +67,21 @@ class TrainerLogReports:
         outcome = ReportsOutcome()
         by_stream = stream_ref(log_stream)
         found: dict[tuple[str, int], list[tuple[int, int, TrainerEvent]]] = {}
-        for index, line in enumerate(lines):
-            event = TrainerEvent.find_in(line.message)
-            if event is None:
+        index = 0  # the order reports were read in: lines, then reports within a line (all_in: two may share one)
+        for line in lines:
+            events = TrainerEvent.all_in(line.message)
+            if not events:
                 outcome.ignored += 1
-                continue
-            job_id = event.job_id or (by_stream[0] if by_stream else None)
-            attempt = event.attempt or (by_stream[1] if by_stream else None)
-            if job_id is None or attempt is None or (by_stream is not None and by_stream != (job_id, attempt)):
-                logger.warning("report in %s/%s names %s/%s: ignored", log_group, log_stream, event.job_id, event.attempt)
-                outcome.ignored += 1
-                continue
-            found.setdefault((job_id, attempt), []).append((event.seq if event.seq is not None else line.timestamp_ms * 1000, index, event))
+            for event in events:
+                index += 1
+                job_id = event.job_id or (by_stream[0] if by_stream else None)
+                attempt = event.attempt or (by_stream[1] if by_stream else None)
+                if job_id is None or attempt is None or (by_stream is not None and by_stream != (job_id, attempt)):
+                    logger.warning("report in %s/%s names %s/%s: ignored", log_group, log_stream, event.job_id, event.attempt)
+                    outcome.ignored += 1
+                    continue
+                key = event.seq if event.seq is not None else line.timestamp_ms * 1000
+                found.setdefault((job_id, attempt), []).append((key, index, event))
         for (job_id, attempt), reports in found.items():
             ordered = [event for _, _, event in sorted(reports, key=lambda r: (r[0], r[1]))]
             last_progress = max((i for i, e in enumerate(ordered) if e.kind == TrainerEventKind.PROGRESS), default=-1)

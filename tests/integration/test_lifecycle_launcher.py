@@ -145,6 +145,26 @@ def test_the_child_gets_the_container_contract(tmp_path: Path) -> None:
     assert env["TRAINPLANE_CHECKPOINT_DIR"] == str(run_dir / "checkpoints") and env["SM_MODEL_DIR"] == str(run_dir / "model")
     assert env["TRAINPLANE_FAILURE_FILE"] == str(run_dir / "output" / "failure")
     assert env["TRAINPLANE_STOP_GRACE_SECONDS"] == "5"
+    # Its stops signal the whole process group, so the trainer forwards none to its CUSTOM child (test_custom.py)
+    assert env["TRAINPLANE_STOP_SIGNALS_GROUP"] == "1"
+
+
+def test_two_reports_on_one_line_are_both_delivered_before_the_end(tmp_path: Path) -> None:
+    # Given a trainer whose stop report was printed twice on one line and which then exits 75: what a CUSTOM
+    # script's SIGTERM handler prints when the signal reaches it twice (its process group, then the trainer's
+    # forward) and the second run of the handler lands inside the first one's print, after the report's text
+    # and before its newline (the line the sweep pause e2e test once lost: tests/e2e/test_sweeps_e2e.py)
+    saved = TrainerEvent(kind=TrainerEventKind.CHECKPOINT, time=1.0, data={"checkpoint_id": "step-000001", "step": 1}).to_line()
+    done = TrainerEvent(kind=TrainerEventKind.DONE, time=2.0, data={"exit_code": 75, "stopped": True}).to_line()
+    script = f"import sys\nsys.stdout.write({saved!r}); sys.stdout.write({saved!r} + '\\n'); print({done!r})\nsys.exit(75)\n"
+    launcher, observer = _launcher(tmp_path, command=[sys.executable, "-c", script])
+    launcher.launch(_request(tmp_path))
+    # When the run ends
+    assert observer.done.wait(20)
+    # Then both reports of that line were delivered before the end (the lifecycle records the checkpoint
+    # once; the run is STOPPED, so a pause lands PAUSED with it)
+    assert [e.kind for e in observer.events] == [TrainerEventKind.CHECKPOINT, TrainerEventKind.CHECKPOINT, TrainerEventKind.DONE]
+    assert observer.finished[0].state == RunState.STOPPED
 
 
 def test_graceful_stop_checkpoints_and_exits_75(tmp_path: Path) -> None:

@@ -8,6 +8,8 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from schemas.trainer import ExitCode, TrainerEvent, TrainerEventKind
 from tests.trainer.runs import make_spec, run_in_process, start_subprocess
 
@@ -18,10 +20,12 @@ SCRIPT = textwrap.dedent(
     out = os.path.join(os.environ["SM_MODEL_DIR"], "seen.json")
     os.makedirs(os.environ["SM_MODEL_DIR"], exist_ok=True)
     json.dump({"argv": sys.argv[1:], "job_id": spec["job_id"], "token": spec["output_config"]["hub_token"]}, open(out, "w"))
+    if "--own_group" in sys.argv:
+        os.setpgid(0, 0)  # out of the trainer's process group: a signal sent to that group misses it
     if "--wait_for_sigterm" in sys.argv:
         signal.signal(signal.SIGTERM, lambda *a: (open(out + ".stopped", "w").write("yes"), sys.exit(75)))
         print("ready", flush=True)
-        time.sleep(120)
+        time.sleep(float(sys.argv[sys.argv.index("--wait_for_sigterm") + 1]))
     sys.exit(int(sys.argv[sys.argv.index("--exit_code") + 1]))
     """
 )
@@ -62,7 +66,7 @@ def test_a_missing_custom_script_is_a_user_error(tmp_path: Path, monkeypatch, ca
 
 def test_sigterm_is_forwarded_to_the_custom_script(tmp_path: Path) -> None:
     # Given a CUSTOM script that checkpoints on SIGTERM and exits 75
-    proc = start_subprocess(tmp_path, _custom_spec(tmp_path, {"wait_for_sigterm": "1", "exit_code": "0"}))
+    proc = start_subprocess(tmp_path, _custom_spec(tmp_path, {"wait_for_sigterm": "120", "exit_code": "0"}))
     try:
         assert proc.stdout is not None
         deadline = time.monotonic() + 60
@@ -82,6 +86,30 @@ def test_sigterm_is_forwarded_to_the_custom_script(tmp_path: Path) -> None:
     assert (tmp_path / "model" / "seen.json.stopped").read_text() == "yes"
     done = [e for line in out.splitlines() if (e := TrainerEvent.from_line(line)) and e.kind == TrainerEventKind.DONE]
     assert done[-1].data["stopped"] is True
+
+
+@pytest.mark.parametrize("own_group", [False, True])
+def test_a_stop_the_launcher_sent_to_the_whole_process_group_is_forwarded_only_where_it_missed(tmp_path: Path, own_group: bool) -> None:
+    # Given a CUSTOM script that listens 3 s for SIGTERM, under a launcher whose stops signal the trainer's
+    # whole process group (the LocalLauncher: TRAINPLANE_STOP_SIGNALS_GROUP); the script in that group, or in its own
+    hyperparameters = {"wait_for_sigterm": "3", "exit_code": "0"} | ({"own_group": "1"} if own_group else {})
+    proc = start_subprocess(tmp_path, _custom_spec(tmp_path, hyperparameters), extra_env={"TRAINPLANE_STOP_SIGNALS_GROUP": "1"})
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.strip() == "ready":
+                break
+        # When the trainer gets a SIGTERM (here: the trainer alone, so that only a forward can reach the script)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # Then a script in the group got no forward: it has the group's SIGTERM, and a second one would run its
+    # handler again inside the first (two reports on one line, one checkpoint saved twice at once);
+    # a script that left the group missed the group's signal, so it gets the forward and stops with a checkpoint
+    assert (tmp_path / "model" / "seen.json.stopped").exists() is own_group, err
+    assert proc.returncode == (ExitCode.STOPPED_WITH_CHECKPOINT if own_group else 0)
 
 
 def test_an_ome_command_and_args_run_as_given(tmp_path: Path, monkeypatch, capsys) -> None:

@@ -202,6 +202,32 @@ def test_reports_without_ids_take_them_from_the_stream(world: World) -> None:
     assert outcome.applied == 1 and world.repo.get(JOB_ID).status == S.CHECKPOINTING
 
 
+def test_two_reports_sharing_a_line_are_both_applied(world: World) -> None:
+    # Given one log message holding two reports with no newline between them (a CUSTOM script's SIGTERM
+    # handler run twice, the second inside the first one's print: tests/integration/test_lifecycle_launcher.py)
+    data = {"checkpoint_id": "step-000001", "step": 1, "metrics": {"loss": 1.5}}
+    saved = TrainerEvent(kind=TrainerEventKind.CHECKPOINT, time=0, data=data)
+    line = LogLine("1", 1, "2026 " + saved.to_line() + saved.to_line())
+    # When it is delivered
+    outcome = TrainerLogReports(world.svc).handle("/g", f"{JOB_ID}/001/trainer", [line])
+    # Then both reports were applied, and the checkpoint is on the record once
+    assert outcome.applied == 2 and [r.checkpoint_id for r in world.repo.get(JOB_ID).checkpoints] == ["step-000001"]
+
+
+def test_every_report_of_a_line_is_found_and_nothing_else() -> None:
+    first = TrainerEvent(kind=TrainerEventKind.FAILURE, time=1, data={"message": "printed 'TRAINPLANE_EVENT {' in a string"})
+    second = TrainerEvent(kind=TrainerEventKind.DONE, time=2, data={"exit_code": 75})
+    # Two on one line, the first one's string holding the prefix itself: each object is read to its end
+    assert TrainerEvent.all_in(first.to_line() + second.to_line()) == [first, second]
+    # After a shipper's timestamp, with text between and after them, and a malformed one skipped
+    assert TrainerEvent.all_in(f"2026 {first.to_line()} and {second.to_line()} tail") == [first, second]
+    assert TrainerEvent.all_in('TRAINPLANE_EVENT {"kind": "nope", "time": 1} TRAINPLANE_EVENT {broken ' + second.to_line()) == [second]
+    assert TrainerEvent.find_in("x " + second.to_line() + first.to_line()) == second
+    # A plain line, a prefix with nothing after it: no report
+    assert TrainerEvent.all_in("a plain line") == [] == TrainerEvent.all_in("TRAINPLANE_EVENT ")
+    assert TrainerEvent.find_in("TRAINPLANE_EVENT {") is None
+
+
 def test_a_run_none_of_whose_reports_arrived_ends_with_the_record_s3_holds(world: World) -> None:
     # Given the run wrote its checkpoints (manifests) and metrics.jsonl, and no report reached the service
     for step in (4, 8):

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from schemas.configs import FrameworkType, TrainingType
-from schemas.trainer import ENV_RUN_SPEC, ExitCode, FailureReason, RunSpec, TrainerPhase
+from schemas.trainer import ENV_RUN_SPEC, ENV_STOP_SIGNALS_GROUP, ExitCode, FailureReason, RunSpec, TrainerPhase
 from trainer import access, storage, telemetry
 from trainer.contract import ContainerPaths, load_run_spec
 from trainer.events import Events, log
@@ -408,7 +408,8 @@ def run_custom_script(spec: RunSpec, paths: ContainerPaths, stop: StopRequest, a
     """Run framework.custom_script_path, or framework.command (OME's trainer.command) as given; its exit
     code is ours. A script gets the hyperparameters as `--key value` arguments, as SageMaker script mode
     passes them; a command gets only framework.args. Both get framework.args last and the same
-    environment (paths, TRAINPLANE_RUN_SPEC as a local file). SIGTERM is forwarded: the child owns its
+    environment (paths, TRAINPLANE_RUN_SPEC as a local file). SIGTERM reaches the child once: forwarded,
+    unless the launcher signalled the whole process group (_stop_reached_child); the child owns its
     graceful stop."""
     framework = spec.training_config.framework
     work = paths.output_data_dir / "custom"
@@ -433,7 +434,7 @@ def run_custom_script(spec: RunSpec, paths: ContainerPaths, stop: StopRequest, a
 
     def forward(signum: int, _frame: Any) -> None:
         stop.request(signal.Signals(signum).name)
-        if child.poll() is None:
+        if child.poll() is None and not _stop_reached_child(child):
             child.send_signal(signum)
 
     previous = signal.signal(signal.SIGTERM, forward)
@@ -444,6 +445,19 @@ def run_custom_script(spec: RunSpec, paths: ContainerPaths, stop: StopRequest, a
     if code < 0:
         return int(ExitCode.STOPPED_WITH_CHECKPOINT) if stop.requested and code == -signal.SIGTERM else int(ExitCode.INTERNAL_ERROR)
     return code
+
+
+def _stop_reached_child(child: subprocess.Popen[bytes]) -> bool:
+    """Whether the stop signal this trainer got reached its child too: the launcher signals the process
+    group (ENV_STOP_SIGNALS_GROUP) and the child is still in it. Then a forward would be its second
+    SIGTERM, and a handler run again inside its first run prints its report inside the first one's
+    print (two reports on one line) or saves the same checkpoint twice at once."""
+    if os.environ.get(ENV_STOP_SIGNALS_GROUP) != "1":
+        return False  # SageMaker and `docker stop` signal the container's first process only: forward
+    try:
+        return os.getpgid(child.pid) == os.getpgrp()
+    except ProcessLookupError:
+        return True  # gone: nothing to forward to
 
 
 def _custom_script(script_ref: str, work: Path) -> Path:

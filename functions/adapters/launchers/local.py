@@ -6,7 +6,8 @@ A monitor thread per run reads its stdout and stderr (two pipes, one reader each
 lines go to the observer (on_trainer_event), every line goes to jobs/<id>/logs/attempt-NNN.log in
 the bucket, stderr lines tagged as such (constants.tag_log_line), and the exit goes to
 on_run_finished. Stops are SIGTERM (the trainer checkpoints and exits 75), a grace period,
-then SIGKILL, always to the child's whole process group (data-loader workers included).
+then SIGKILL, always to the child's whole process group (data-loader workers included); the child is
+told so (ENV_STOP_SIGNALS_GROUP), and the trainer forwards no second SIGTERM to a CUSTOM script.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from schemas.trainer import (
     ENV_RUN_SPEC,
     ENV_S3_ENDPOINT,
     ENV_SM_HYPERPARAMETERS,
+    ENV_STOP_SIGNALS_GROUP,
+    EVENT_PREFIX,
     EXIT_CODE_ERRORS,
     FAILURE_REASON_ERRORS,
     ExitCode,
@@ -130,6 +133,7 @@ class LocalLauncher:
                 ENV_INPUT_CONFIG_DIR: str(run_dir / "config"),
                 ENV_SM_HYPERPARAMETERS: str(run_dir / "config" / "hyperparameters.json"),
                 ENV_GRACE_SECONDS: str(int(self.stop_grace_seconds)),
+                ENV_STOP_SIGNALS_GROUP: "1",  # _signal_group: the trainer need not forward them to its child
                 "PYTHONUNBUFFERED": "1",
             }
         )
@@ -327,27 +331,21 @@ def coalesce(events: list[TrainerEvent]) -> list[TrainerEvent]:
 
 def _read_pipe(pipe: IO[str], stream: str, log: IO[str], writing: threading.Lock, pending: queue.SimpleQueue[TrainerEvent | None]) -> None:
     """Every line of one of the child's pipes into the log, tagged with its stream; events to `pending`
-    (from either pipe, as when the two were one). A line is split where the log's readers split it
-    (str.splitlines), so each piece they read carries its tag; the last line gets its newline."""
+    (from either pipe, as when the two were one; every report of a line, TrainerEvent.all_in: two can
+    share one). A line is split where the log's readers split it (str.splitlines), so each piece they
+    read carries its tag; the last line gets its newline."""
     for line in pipe:
         printed = line.rstrip("\n")
         with writing:
             log.write("".join(constants.tag_log_line(piece, stream) + "\n" for piece in printed.splitlines() or [""]))
             log.flush()
-        event = _parse_event(printed)
-        if event is not None:
-            pending.put(event)
+        if EVENT_PREFIX in printed:  # a malformed report is a log line, never a crash of the monitor
+            for event in TrainerEvent.all_in(printed):
+                pending.put(event)
 
 
 def _key(job_id: str, pid: int) -> str:
     return f"{job_id}#{pid}"
-
-
-def _parse_event(line: str) -> TrainerEvent | None:
-    try:
-        return TrainerEvent.from_line(line)
-    except ValueError:
-        return None  # a malformed event line is a log line, never a crash of the monitor
 
 
 def _read_failure(path: Path) -> tuple[ErrorType | None, str | None]:
