@@ -103,8 +103,8 @@ class Trace:
 
     def __init__(self, nominal: dict[tuple[str, str], int]) -> None:
         self.nominal = nominal
-        self.held_sum: dict[tuple[str, str, str], int] = defaultdict(int)
-        self.ticks: dict[str, int] = defaultdict(int)
+        self.held_sum: dict[tuple[str, str, str], float] = defaultdict(float)
+        self.ticks: dict[str, float] = defaultdict(float)  # seconds
         self.starts: dict[tuple[str, str, str], int] = defaultdict(int)
         self.reclaims: dict[tuple[str, str], int] = defaultdict(int)
 
@@ -125,11 +125,11 @@ class Trace:
     def reclaimed(self, now: datetime, job: Job) -> None:
         self.reclaims[(phase_of(now), job.team or "default")] += 1
 
-    def tick(self, now: datetime, held: dict[tuple[str, str], int]) -> None:
+    def tick(self, now: datetime, held: dict[tuple[str, str], int], seconds: float) -> None:
         phase = phase_of(now)
-        self.ticks[phase] += 1
+        self.ticks[phase] += seconds
         for (name, gpu_type), units in held.items():
-            self.held_sum[(phase, name, gpu_type)] += units
+            self.held_sum[(phase, name, gpu_type)] += units * seconds
 
     def report(self) -> None:
         for phase in ("days 0-3", "days 3-5", "days 5-7"):
@@ -170,9 +170,10 @@ def main() -> None:
     lost_gpu_hours = 0.0  # GPUs held by a reclaimed job while it checkpoints, not training
     pass_ms: list[float] = []
     trace = Trace(nominal={(name, t): round(n * weight / total) for name, weight in WEIGHTS.items() for t, n in INVENTORY.items()})
-    steps = int(args.days * 24 * 3600 / TICK.total_seconds())
+    end = T0 + timedelta(days=args.days)
+    next_tick = T0
     started = time.perf_counter()
-    for _ in range(steps):
+    while clock.now < end:
         now = clock.now
         active = [t for t in WEIGHTS if not (t == "c" and 3 <= (now - T0).days < 5)]
         # Submit: keep each active team backlogged
@@ -206,7 +207,7 @@ def main() -> None:
                 repo.update(job_id, back.version, {"pending_action": None, "task_token": f"tok-{job_id}", "task_token_kind": "capacity"})
                 remaining[job_id] -= at - CHECKPOINT - (job.run_started_at or at)  # resumed exactly from its checkpoint
                 del stopping[job_id]
-        # The pass
+        # The pass: on every release (as the plane runs one when capacity comes back) and every TICK
         before = len(launcher.started)
         held = trace.held(repo, ledger)
         tick_start = time.perf_counter()
@@ -228,21 +229,23 @@ def main() -> None:
             ends.pop(job_id, None)
             stopping[job_id] = now + CHECKPOINT
             lost_gpu_hours += job.resource_config.gpu_count * CHECKPOINT.total_seconds() / 3600
-        trace.tick(now, trace.held(repo, ledger))
-        # Allocation this tick, price-weighted, per team
-        for pool in ledger.pools():
-            for job_id, units in ledger.holders(pool).items():
-                job = repo.get(job_id)
-                hourly[int((now - T0).total_seconds() // 3600)][job.team or "default"] += units * unit_hourly_usd(
-                    pool.removeprefix("local/")
-                )
-        clock.now += TICK
+        # Until the next event (a job's end, a stop's end, the next tick) what each team holds stays as it is now
+        if now >= next_tick:
+            next_tick += TICK
+        following = min([next_tick, end, *ends.values(), *stopping.values()])
+        seconds = (following - now).total_seconds()
+        held = trace.held(repo, ledger)
+        trace.tick(now, held, seconds)
+        hour = int((now - T0).total_seconds() // 3600)  # an interval never crosses a tick, so never an hour
+        for (name, gpu_type), units in held.items():
+            hourly[hour][name] += units * unit_hourly_usd(gpu_type) * seconds / 3600
+        clock.now = following
     elapsed = time.perf_counter() - started
 
     def jain(values: list[float]) -> float:
         return sum(values) ** 2 / (len(values) * sum(v * v for v in values)) if any(values) else 1.0
 
-    print(f"simulated {args.days:g} days, {n} jobs, {steps} passes in {elapsed:.1f} s")
+    print(f"simulated {args.days:g} days, {n} jobs, {len(pass_ms)} passes in {elapsed:.1f} s")
     print(f"scheduler pass: median {sorted(pass_ms)[len(pass_ms) // 2]:.2f} ms, max {max(pass_ms):.1f} ms")
     # Hours when every team is backlogged: before c's quiet days, and after them, when fair share (usage
     # decaying over 7 days) deliberately gives c more, and a and b (who used c's idle quota) less, for a while.

@@ -26,6 +26,7 @@ from enum import IntEnum, StrEnum
 
 from functions.catalog.gpu_types import gpu_type_of, units_of
 from functions.service.ports import TeamHold
+from schemas.configs import DEFAULT_PRIORITY
 from schemas.job import Job
 from schemas.teams import Team, WaitReason, limit_units
 
@@ -48,11 +49,12 @@ class Ask:
     units: int
     owner: str
     reclaimable: bool = True  # False: opted out of checkpointed reclaim, so it never borrows
+    priority: int = DEFAULT_PRIORITY
 
     @classmethod
     def of(cls, job: Job, default_team: str) -> Ask:
         rc = job.resource_config
-        return cls(job.team or default_team, gpu_type_of(rc), units_of(rc), job.owner, job.scheduling_config.reclaimable)
+        return cls(job.team or default_team, gpu_type_of(rc), units_of(rc), job.owner, job.scheduling_config.reclaimable, job.priority)
 
     @classmethod
     def within(cls, job: Job, teams: Mapping[str, Team], default_team: str) -> Ask:
@@ -295,11 +297,14 @@ class FairSharingRule(StrEnum):
 def fair_sharing_victims(
     waiting: Ask, holders: Iterable[Holder], needed: int, cohort: Cohort
 ) -> tuple[list[Holder], FairSharingRule | None]:
-    """Other teams' borrowers to pause so that `waiting`, itself a borrower, gets `needed` units: each step takes
-    a job of the team with the highest share now (then lowest priority, then least work lost), if the rule
-    allows it; the first rule (of FairSharingRule's two) that frees enough wins; ([], None) when neither does."""
+    """Other teams' borrowers to pause so that `waiting`, itself a borrower, gets `needed` units: only jobs it
+    would be served before (_served_before); each step takes a job of the team with the highest share now (then
+    lowest priority, then least work lost), if the rule allows it; the first rule (of FairSharingRule's two)
+    that frees enough wins; ([], None) when neither does."""
     preemptor = cohort.share(waiting.team, waiting.gpu_type, waiting.units)
-    candidates = [h for h in holders if h.ask.team != waiting.team and h.ask.gpu_type == waiting.gpu_type]
+    candidates = [
+        h for h in holders if h.ask.team != waiting.team and h.ask.gpu_type == waiting.gpu_type and _served_before(waiting, h, cohort)
+    ]
     for rule in FairSharingRule:
         removed: dict[str, int] = defaultdict(int)
         smallest: dict[str, int] = {}  # the smallest job each team has lost so far
@@ -322,6 +327,19 @@ def fair_sharing_victims(
         if freed >= needed:
             return chosen, rule
     return [], None
+
+
+def _served_before(waiting: Ask, victim: Holder, cohort: Cohort) -> bool:
+    """Would `waiting` be offered the room a preemption frees before the victim, back in its queue (admission_order)?
+    A higher priority class first; within one, a team under its nominal quota (an overshoot) before every
+    borrower, a borrower before the borrowers of teams of a lower (or equal) fair-share factor. Preempting a job
+    served first would hand the room back to its team in the next pass, to be preempted again, pass after pass."""
+    if waiting.priority != victim.job.priority:
+        return waiting.priority > victim.job.priority
+    if cohort.in_use[(waiting.team, waiting.gpu_type)] < cohort.nominal(waiting.team, waiting.gpu_type):
+        return True
+    factors = cohort.factors()
+    return factors.get(victim.ask.team, 1.0) <= factors.get(waiting.team, 1.0)
 
 
 def _allows(rule: FairSharingRule, preemptor: float, cohort: Cohort, holder: Holder, removed: int, smallest: int) -> bool:

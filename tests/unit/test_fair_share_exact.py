@@ -38,9 +38,8 @@ def _job(n: int, team_name: str | None = None, *, gpus: int = 1, reclaimable: bo
     return make_job(request, created_at=T0 + timedelta(seconds=n)).model_copy(update={"team": team_name})
 
 
-def _holder(n: int, team_name: str, units: int, lost: float, *, gpu_type: str = "H100", priority: int = 0) -> Holder:
-    job = _job(n, team_name).model_copy(update={"priority": priority})
-    return Holder(job, Ask(team_name, gpu_type, units, f"owner-{n}"), units, lost)
+def _holder(n: int, team_name: str, units: int, lost: float, *, gpu_type: str = "H100") -> Holder:
+    return Holder(_job(n, team_name), Ask(team_name, gpu_type, units, f"owner-{n}"), units, lost)
 
 
 def _cohort(*teams: Team, held: Iterable[Holder] = (), usage: dict[str, float] | None = None) -> Cohort:
