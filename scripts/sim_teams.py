@@ -3,10 +3,12 @@ clock, an in-memory store and ledger, and a fake launcher whose checkpointed sto
 Prints figures, asserts nothing but the invariants it counts (goals in brackets).
 
 3 teams (weights 1, 2, 3; nominal quotas in proportion) x 2 GPU types (H100, A100), every team kept
-backlogged, jobs of 1-3 GPUs running 5-25 simulated minutes (about 10,000 jobs in 7 days), a scheduler pass every simulated 5 minutes for
-7 simulated days. Team c goes quiet on days 3-4, so a and b borrow its idle quota and c reclaims it. Each
-phase's backlogged teams are measured against their weighted share among them; --why adds what explains it
-(each team's mean holding against its nominal quota, its starts by standing, the times it was reclaimed).
+backlogged, jobs of 1-3 GPUs running 5-25 simulated minutes (about 11,500 jobs in 7 days). Event-driven, as
+the plane: a scheduler pass at every release (a job's end, a reclaimed job's checkpointed stop ending) and
+every simulated 5 minutes; what each team holds is integrated over time between events. Team c goes quiet
+on days 3-4, so a and b borrow its idle quota and c reclaims it. Each phase's backlogged teams are measured
+against their weighted share among them; --why adds what explains it (each team's mean holding against its
+nominal quota, its starts by standing, the times it was reclaimed).
 
     .venv/bin/python scripts/sim_teams.py [--days 7] [--seed 1] [--why]
 """

@@ -216,7 +216,7 @@ def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> l
             have, nominal = held[(ask.team, ask.gpu_type)], cohort.nominal(ask.team, ask.gpu_type)
             standing = Standing.of(have, ask.units, nominal)
             midway = priced.midway(ask) if standing == Standing.OVERSHOOT else 0.0
-            return (-job.priority, standing, midway, -factors.get(ask.team, 1.0), job.created_at, job.job_id)
+            return (-job.priority, standing, midway, -factors[ask.team], job.created_at, job.job_id)
 
         best = min(queues, key=key)
         job, ask = queues[best].pop(0)
@@ -359,12 +359,14 @@ def _served_before(waiting: Ask, victim: Holder, cohort: Cohort) -> bool:
     A higher priority class first; within one, a team under its nominal quota (an overshoot) before every
     borrower, a borrower before the borrowers of teams of a lower (or equal) fair-share factor. Preempting a job
     served first would hand the room back to its team in the next pass, to be preempted again, pass after pass."""
-    if waiting.priority != victim.job.priority:
-        return waiting.priority > victim.job.priority
+    if waiting.priority > victim.job.priority:
+        return True
+    if waiting.priority < victim.job.priority:
+        return False
     if cohort.in_use[(waiting.team, waiting.gpu_type)] < cohort.nominal(waiting.team, waiting.gpu_type):
         return True
-    factors = cohort.factors()
-    return factors.get(victim.ask.team, 1.0) <= factors.get(waiting.team, 1.0)
+    factors = cohort.factors()  # every team's: both are teams of the cohort (the pass skips holders of others)
+    return factors[victim.ask.team] <= factors[waiting.team]
 
 
 def _allows(rule: FairSharingRule, preemptor: float, cohort: Cohort, holder: Holder, removed: int, smallest: int) -> bool:

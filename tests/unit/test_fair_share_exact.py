@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from functions.catalog.gpu_types import unit_hourly_usd
 from functions.service.fair_share import (
     Ask,
@@ -18,6 +20,7 @@ from functions.service.fair_share import (
     FairSharingRule,
     Holder,
     Standing,
+    _Priced,
     admission_order,
     factor,
     fair_sharing_victims,
@@ -68,6 +71,8 @@ def test_an_ask_is_the_jobs_team_type_units_owner_and_reclaimability() -> None:
     job = _job(1, None, gpus=2, reclaimable=False)
     assert Ask.of(job, "dflt") == Ask("dflt", "H100", 2, job.owner, False)
     assert Ask.of(job.model_copy(update={"team": "a"}), "dflt").team == "a"
+    urgent = job.model_copy(update={"scheduling_config": job.scheduling_config.model_copy(update={"priority": 9})})
+    assert Ask.of(urgent, "dflt").priority == 9
 
 
 def test_holding_adds_units_and_one_job_per_hold_for_the_member() -> None:
@@ -328,6 +333,17 @@ def test_overshoots_weigh_the_teams_holdings_of_every_type_at_their_unit_prices(
     # would hold all its nominal quotas' worth halfway through its H100 job, more than b: b's goes first
     order = admission_order([_job(4, "b", gpus=2), _job(5, "a", gpus=4, gpu_type="A100"), _job(6, "a", gpus=2)], cohort, "default")
     assert [j.name for j, _ in order] == ["j5", "j4", "j6"]
+
+
+def test_the_priced_midway_is_the_teams_holding_plus_half_the_job_over_its_nominal_quotas_at_unit_prices() -> None:
+    teams = (team("a", H100={"nominal": 2, "borrow_limit": 8}, A100={"nominal": 4}), team("b", H100=4))
+    priced = _Priced(_cohort(*teams, held=[_holder(1, "a", 1, 0.0), _holder(2, "a", 3, 0.0, gpu_type="A100")]))
+    h100, a100 = unit_hourly_usd("H100"), unit_hourly_usd("A100")
+    nominal = 2 * h100 + 4 * a100
+    assert priced.midway(Ask("a", "H100", 2, "al")) == pytest.approx((h100 + 3 * a100 + h100) / nominal)
+    priced.hold(Ask("a", "A100", 1, "al"))
+    assert priced.midway(Ask("a", "H100", 3, "al")) == pytest.approx((h100 + 4 * a100 + 1.5 * h100) / nominal)
+    assert priced.midway(Ask("b", "H100", 6, "bo")) == pytest.approx(0.75)  # nothing held: 3 of its 4
 
 
 def _room_cohort(b_holds: int, *, lend: str | int = "100%") -> Cohort:
