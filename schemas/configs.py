@@ -45,6 +45,7 @@ from schemas.tracking import TrackingConfig
 BYTE_TOKENIZER_ID = "byte"
 BYTE_VOCAB_SIZE = 259
 Priority = Annotated[int, Field(ge=0, le=10, description="0 (lowest) to 10 (highest).")]
+DEFAULT_PRIORITY = 5
 Seed = Annotated[int, Field(ge=0, le=MAX_SEED, description="0 to 2**32-1.")]
 StrMap = dict[str, str]
 
@@ -322,7 +323,7 @@ class TrainingConfig(Strict):
         description="A checkpoint id of this job, a checkpoint URI, or 'latest': the newest under the job's checkpoint location.",
     )
     max_retries: int = Field(default=0, ge=0, le=20, description="Retries for retryable user-code failures.")
-    priority: Priority = 5
+    priority: Priority = DEFAULT_PRIORITY
     rlhf: RLHFConfig | None = Field(default=None, description="training_type RLHF only (required there): the reward and GRPO's sampling.")
 
     @model_validator(mode="after")
@@ -523,7 +524,7 @@ def _former_on_exceed_schema(schema: dict[str, Any]) -> None:
 class SchedulingConfig(Strict):
     model_config = ConfigDict(**Strict.model_config, json_schema_extra=_former_on_exceed_schema)
     queue: str = Field(default="default", min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
-    priority: Priority = 5
+    priority: Priority = DEFAULT_PRIORITY
     preemptible: bool = False
     reclaimable: bool = Field(
         default=True,

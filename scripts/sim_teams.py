@@ -3,10 +3,12 @@ clock, an in-memory store and ledger, and a fake launcher whose checkpointed sto
 Prints figures, asserts nothing but the invariants it counts (goals in brackets).
 
 3 teams (weights 1, 2, 3; nominal quotas in proportion) x 2 GPU types (H100, A100), every team kept
-backlogged, jobs of 1-3 GPUs running 5-25 simulated minutes (about 10,000 jobs in 7 days), a scheduler pass every simulated 5 minutes for
-7 simulated days. Team c goes quiet on days 3-4, so a and b borrow its idle quota and c reclaims it. Each
-phase's backlogged teams are measured against their weighted share among them; --why adds what explains it
-(each team's mean holding against its nominal quota, its starts by standing, the times it was reclaimed).
+backlogged, jobs of 1-3 GPUs running 5-25 simulated minutes (about 11,500 jobs in 7 days). Event-driven, as
+the plane: a scheduler pass at every release (a job's end, a reclaimed job's checkpointed stop ending) and
+every simulated 5 minutes; what each team holds is integrated over time between events. Team c goes quiet
+on days 3-4, so a and b borrow its idle quota and c reclaims it. Each phase's backlogged teams are measured
+against their weighted share among them; --why adds what explains it (each team's mean holding against its
+nominal quota, its starts by standing, the times it was reclaimed).
 
     .venv/bin/python scripts/sim_teams.py [--days 7] [--seed 1] [--why]
 """
@@ -103,8 +105,8 @@ class Trace:
 
     def __init__(self, nominal: dict[tuple[str, str], int]) -> None:
         self.nominal = nominal
-        self.held_sum: dict[tuple[str, str, str], int] = defaultdict(int)
-        self.ticks: dict[str, int] = defaultdict(int)
+        self.held_sum: dict[tuple[str, str, str], float] = defaultdict(float)
+        self.ticks: dict[str, float] = defaultdict(float)  # seconds
         self.starts: dict[tuple[str, str, str], int] = defaultdict(int)
         self.reclaims: dict[tuple[str, str], int] = defaultdict(int)
 
@@ -125,11 +127,11 @@ class Trace:
     def reclaimed(self, now: datetime, job: Job) -> None:
         self.reclaims[(phase_of(now), job.team or "default")] += 1
 
-    def tick(self, now: datetime, held: dict[tuple[str, str], int]) -> None:
+    def tick(self, now: datetime, held: dict[tuple[str, str], int], seconds: float) -> None:
         phase = phase_of(now)
-        self.ticks[phase] += 1
+        self.ticks[phase] += seconds
         for (name, gpu_type), units in held.items():
-            self.held_sum[(phase, name, gpu_type)] += units
+            self.held_sum[(phase, name, gpu_type)] += units * seconds
 
     def report(self) -> None:
         for phase in ("days 0-3", "days 3-5", "days 5-7"):
@@ -170,9 +172,10 @@ def main() -> None:
     lost_gpu_hours = 0.0  # GPUs held by a reclaimed job while it checkpoints, not training
     pass_ms: list[float] = []
     trace = Trace(nominal={(name, t): round(n * weight / total) for name, weight in WEIGHTS.items() for t, n in INVENTORY.items()})
-    steps = int(args.days * 24 * 3600 / TICK.total_seconds())
+    end = T0 + timedelta(days=args.days)
+    next_tick = T0
     started = time.perf_counter()
-    for _ in range(steps):
+    while clock.now < end:
         now = clock.now
         active = [t for t in WEIGHTS if not (t == "c" and 3 <= (now - T0).days < 5)]
         # Submit: keep each active team backlogged
@@ -206,7 +209,7 @@ def main() -> None:
                 repo.update(job_id, back.version, {"pending_action": None, "task_token": f"tok-{job_id}", "task_token_kind": "capacity"})
                 remaining[job_id] -= at - CHECKPOINT - (job.run_started_at or at)  # resumed exactly from its checkpoint
                 del stopping[job_id]
-        # The pass
+        # The pass: on every release (as the plane runs one when capacity comes back) and every TICK
         before = len(launcher.started)
         held = trace.held(repo, ledger)
         tick_start = time.perf_counter()
@@ -228,21 +231,23 @@ def main() -> None:
             ends.pop(job_id, None)
             stopping[job_id] = now + CHECKPOINT
             lost_gpu_hours += job.resource_config.gpu_count * CHECKPOINT.total_seconds() / 3600
-        trace.tick(now, trace.held(repo, ledger))
-        # Allocation this tick, price-weighted, per team
-        for pool in ledger.pools():
-            for job_id, units in ledger.holders(pool).items():
-                job = repo.get(job_id)
-                hourly[int((now - T0).total_seconds() // 3600)][job.team or "default"] += units * unit_hourly_usd(
-                    pool.removeprefix("local/")
-                )
-        clock.now += TICK
+        # Until the next event (a job's end, a stop's end, the next tick) what each team holds stays as it is now
+        if now >= next_tick:
+            next_tick += TICK
+        following = min([next_tick, end, *ends.values(), *stopping.values()])
+        seconds = (following - now).total_seconds()
+        held = trace.held(repo, ledger)
+        trace.tick(now, held, seconds)
+        hour = int((now - T0).total_seconds() // 3600)  # an interval never crosses a tick, so never an hour
+        for (name, gpu_type), units in held.items():
+            hourly[hour][name] += units * unit_hourly_usd(gpu_type) * seconds / 3600
+        clock.now = following
     elapsed = time.perf_counter() - started
 
     def jain(values: list[float]) -> float:
         return sum(values) ** 2 / (len(values) * sum(v * v for v in values)) if any(values) else 1.0
 
-    print(f"simulated {args.days:g} days, {n} jobs, {steps} passes in {elapsed:.1f} s")
+    print(f"simulated {args.days:g} days, {n} jobs, {len(pass_ms)} passes in {elapsed:.1f} s")
     print(f"scheduler pass: median {sorted(pass_ms)[len(pass_ms) // 2]:.2f} ms, max {max(pass_ms):.1f} ms")
     # Hours when every team is backlogged: before c's quiet days, and after them, when fair share (usage
     # decaying over 7 days) deliberately gives c more, and a and b (who used c's idle quota) less, for a while.

@@ -6,10 +6,10 @@
   for a team using exactly its share, towards 0 above it.
 - Within a priority class (Standing): jobs that keep their team within its nominal quota first, then jobs of
   teams under nominal that take them beyond it (overshoots: the team holding the smallest fraction of its
-  nominal halfway through the job first), then borrowers (teams at or beyond nominal); higher F first within each, then FIFO inside the
-  team. So while every team is backlogged each sits at its nominal quota whatever F is; F decides who gets
-  what nobody within nominal waits for. A team under nominal that waits for room holds back other teams'
-  borrowing of the type (holds_room_for).
+  nominal quotas halfway through the job first, price-weighted over every type), then borrowers (teams at or
+  beyond nominal); higher F first within each, then FIFO inside the team. So while every team is backlogged
+  each sits at its nominal quota whatever F is; F decides who borrows what nobody within nominal waits for.
+  A team under nominal that waits for room holds back other teams' borrowing of the type (holds_room_for).
 - A job is admitted within its team's nominal quota, or beyond it up to its borrow limit from the idle
   nominal quota other teams lend (their lend limits); member caps bound one member.
 - Reclaim: a team within nominal takes lent units back from borrowers (reclaim_victims); a borrower may
@@ -24,8 +24,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import IntEnum, StrEnum
 
-from functions.catalog.gpu_types import gpu_type_of, units_of
+from functions.catalog.gpu_types import gpu_type_of, unit_hourly_usd, units_of
 from functions.service.ports import TeamHold
+from schemas.configs import DEFAULT_PRIORITY
 from schemas.job import Job
 from schemas.teams import Team, WaitReason, limit_units
 
@@ -48,11 +49,12 @@ class Ask:
     units: int
     owner: str
     reclaimable: bool = True  # False: opted out of checkpointed reclaim, so it never borrows
+    priority: int = DEFAULT_PRIORITY
 
     @classmethod
     def of(cls, job: Job, default_team: str) -> Ask:
         rc = job.resource_config
-        return cls(job.team or default_team, gpu_type_of(rc), units_of(rc), job.owner, job.scheduling_config.reclaimable)
+        return cls(job.team or default_team, gpu_type_of(rc), units_of(rc), job.owner, job.scheduling_config.reclaimable, job.priority)
 
     @classmethod
     def within(cls, job: Job, teams: Mapping[str, Team], default_team: str) -> Ask:
@@ -195,7 +197,7 @@ class Standing(IntEnum):
 def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> list[tuple[Job, Ask]]:
     """The order a pass offers capacity in: priority class first; within one, by Standing (within nominal,
     overshoot, borrower; overshoots by where they leave their team halfway through the job, against its
-    nominal), then the higher fair-share factor, then FIFO inside the team.
+    nominal, price-weighted over every type), then the higher fair-share factor, then FIFO inside the team.
 
     Greedy: each step takes the best head among the teams' queues, assuming every job before it was
     admitted (so a team's second job may already be a borrower). The cohort is not changed."""
@@ -205,6 +207,7 @@ def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> l
         ask = Ask.within(job, cohort.teams, default_team)
         queues[ask.team].append((job, ask))
     held: dict[tuple[str, str], int] = defaultdict(int, cohort.in_use)
+    priced = _Priced(cohort)
     order: list[tuple[Job, Ask]] = []
     while queues:
 
@@ -212,19 +215,43 @@ def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> l
             job, ask = queues[team][0]
             have, nominal = held[(ask.team, ask.gpu_type)], cohort.nominal(ask.team, ask.gpu_type)
             standing = Standing.of(have, ask.units, nominal)
-            # Overshoots: the team holding the smallest fraction of its nominal halfway through the job first (a job
-            # that takes its team less far beyond nominal than the team is below it now goes before one that takes
-            # it further). Not F: after a quiet spell a team's F is the highest and it would win every overshoot.
-            midway = (have + ask.units / 2) / nominal if standing == Standing.OVERSHOOT else 0.0
-            return (-job.priority, standing, midway, -factors.get(ask.team, 1.0), job.created_at, job.job_id)
+            midway = priced.midway(ask) if standing == Standing.OVERSHOOT else 0.0
+            return (-job.priority, standing, midway, -factors[ask.team], job.created_at, job.job_id)
 
         best = min(queues, key=key)
         job, ask = queues[best].pop(0)
         if not queues[best]:
             del queues[best]
         held[(ask.team, ask.gpu_type)] += ask.units
+        priced.hold(ask)
         order.append((job, ask))
     return order
+
+
+class _Priced:
+    """Each team's holdings and nominal quotas in price-weighted units (an hour of each at the type's unit
+    price, as usage counts them), across every type, for the overshoots' order: the team that would hold
+    the smallest fraction of its nominal quotas halfway through the job goes first. A job that takes its team
+    less far beyond nominal than the team is below it now goes before one that takes it further; across
+    types, so a team short of one type's quota (its jobs too big for what it has left) is made up on
+    another's, and shares counted in price-weighted GPU-hours come out by weight. Not F: after a quiet spell
+    a team's F is the highest and it would win every overshoot, for days."""
+
+    def __init__(self, cohort: Cohort) -> None:
+        self.held: dict[str, float] = defaultdict(float)
+        for (team, gpu_type), units in cohort.in_use.items():
+            self.held[team] += units * unit_hourly_usd(gpu_type)
+        self.nominal = {
+            name: sum(quota.nominal * unit_hourly_usd(gpu_type) for gpu_type, quota in team.quotas.items())
+            for name, team in cohort.teams.items()
+        }
+
+    def hold(self, ask: Ask) -> None:
+        self.held[ask.team] += ask.units * unit_hourly_usd(ask.gpu_type)
+
+    def midway(self, ask: Ask) -> float:
+        """Only for an overshoot: its team is under its nominal quota of the type, so its nominal is above 0."""
+        return (self.held[ask.team] + ask.units * unit_hourly_usd(ask.gpu_type) / 2) / self.nominal[ask.team]
 
 
 @dataclass(frozen=True)
@@ -295,11 +322,14 @@ class FairSharingRule(StrEnum):
 def fair_sharing_victims(
     waiting: Ask, holders: Iterable[Holder], needed: int, cohort: Cohort
 ) -> tuple[list[Holder], FairSharingRule | None]:
-    """Other teams' borrowers to pause so that `waiting`, itself a borrower, gets `needed` units: each step takes
-    a job of the team with the highest share now (then lowest priority, then least work lost), if the rule
-    allows it; the first rule (of FairSharingRule's two) that frees enough wins; ([], None) when neither does."""
+    """Other teams' borrowers to pause so that `waiting`, itself a borrower, gets `needed` units: only jobs it
+    would be served before (_served_before); each step takes a job of the team with the highest share now (then
+    lowest priority, then least work lost), if the rule allows it; the first rule (of FairSharingRule's two)
+    that frees enough wins; ([], None) when neither does."""
     preemptor = cohort.share(waiting.team, waiting.gpu_type, waiting.units)
-    candidates = [h for h in holders if h.ask.team != waiting.team and h.ask.gpu_type == waiting.gpu_type]
+    candidates = [
+        h for h in holders if h.ask.team != waiting.team and h.ask.gpu_type == waiting.gpu_type and _served_before(waiting, h, cohort)
+    ]
     for rule in FairSharingRule:
         removed: dict[str, int] = defaultdict(int)
         smallest: dict[str, int] = {}  # the smallest job each team has lost so far
@@ -322,6 +352,21 @@ def fair_sharing_victims(
         if freed >= needed:
             return chosen, rule
     return [], None
+
+
+def _served_before(waiting: Ask, victim: Holder, cohort: Cohort) -> bool:
+    """Would `waiting` be offered the room a preemption frees before the victim, back in its queue (admission_order)?
+    A higher priority class first; within one, a team under its nominal quota (an overshoot) before every
+    borrower, a borrower before the borrowers of teams of a lower (or equal) fair-share factor. Preempting a job
+    served first would hand the room back to its team in the next pass, to be preempted again, pass after pass."""
+    if waiting.priority > victim.job.priority:
+        return True
+    if waiting.priority < victim.job.priority:
+        return False
+    if cohort.in_use[(waiting.team, waiting.gpu_type)] < cohort.nominal(waiting.team, waiting.gpu_type):
+        return True
+    factors = cohort.factors()  # every team's: both are teams of the cohort (the pass skips holders of others)
+    return factors[victim.ask.team] <= factors[waiting.team]
 
 
 def _allows(rule: FairSharingRule, preemptor: float, cohort: Cohort, holder: Holder, removed: int, smallest: int) -> bool:

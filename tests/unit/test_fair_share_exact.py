@@ -11,12 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
+from functions.catalog.gpu_types import unit_hourly_usd
 from functions.service.fair_share import (
     Ask,
     Cohort,
     FairSharingRule,
     Holder,
     Standing,
+    _Priced,
     admission_order,
     factor,
     fair_sharing_victims,
@@ -33,14 +37,15 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 FINAL, INITIAL = FairSharingRule.LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, FairSharingRule.LESS_THAN_INITIAL_SHARE
 
 
-def _job(n: int, team_name: str | None = None, *, gpus: int = 1, reclaimable: bool = True) -> Job:
-    request = make_request(f"j{n}", resource_config={"gpu_count": gpus, "gpu_type": "H100"}, scheduling_config={"reclaimable": reclaimable})
+def _job(n: int, team_name: str | None = None, *, gpus: int = 1, reclaimable: bool = True, gpu_type: str = "H100") -> Job:
+    request = make_request(
+        f"j{n}", resource_config={"gpu_count": gpus, "gpu_type": gpu_type}, scheduling_config={"reclaimable": reclaimable}
+    )
     return make_job(request, created_at=T0 + timedelta(seconds=n)).model_copy(update={"team": team_name})
 
 
-def _holder(n: int, team_name: str, units: int, lost: float, *, gpu_type: str = "H100", priority: int = 0) -> Holder:
-    job = _job(n, team_name).model_copy(update={"priority": priority})
-    return Holder(job, Ask(team_name, gpu_type, units, f"owner-{n}"), units, lost)
+def _holder(n: int, team_name: str, units: int, lost: float, *, gpu_type: str = "H100") -> Holder:
+    return Holder(_job(n, team_name), Ask(team_name, gpu_type, units, f"owner-{n}"), units, lost)
 
 
 def _cohort(*teams: Team, held: Iterable[Holder] = (), usage: dict[str, float] | None = None) -> Cohort:
@@ -66,6 +71,8 @@ def test_an_ask_is_the_jobs_team_type_units_owner_and_reclaimability() -> None:
     job = _job(1, None, gpus=2, reclaimable=False)
     assert Ask.of(job, "dflt") == Ask("dflt", "H100", 2, job.owner, False)
     assert Ask.of(job.model_copy(update={"team": "a"}), "dflt").team == "a"
+    urgent = job.model_copy(update={"scheduling_config": job.scheduling_config.model_copy(update={"priority": 9})})
+    assert Ask.of(urgent, "dflt").priority == 9
 
 
 def test_holding_adds_units_and_one_job_per_hold_for_the_member() -> None:
@@ -303,6 +310,40 @@ def test_overshoots_go_by_where_they_leave_their_team_halfway_through_the_job_th
     cohort = _cohort(*teams, held=[_holder(1, "b", 2, 0.0)], usage={"a": 0.0, "b": 100.0})
     order = admission_order([_job(6, "a", gpus=4), _job(7, "b", gpus=3)], cohort, "default")
     assert [j.name for j, _ in order] == ["j7", "j6"]
+
+
+def test_overshoots_weigh_the_teams_holdings_of_every_type_at_their_unit_prices() -> None:
+    # a (nominal 2 H100s, 4 A100s) holds 1 H100 and no A100: short of its A100 quota (its jobs too big, say);
+    # b (4 and 8) holds 3 H100s and 7 A100s. Both ask 2 H100s, each one under its H100 nominal: level by the
+    # H100s alone, (1 + 1)/2 = (3 + 1)/4 = 1.0, where b's higher factor would go first
+    teams = (
+        team("a", H100={"nominal": 2, "borrow_limit": 8}, A100={"nominal": 4}),
+        team("b", H100={"nominal": 4, "borrow_limit": 8}, A100={"nominal": 8}),
+    )
+    held = [_holder(1, "a", 1, 0.0), _holder(2, "b", 3, 0.0), _holder(3, "b", 7, 0.0, gpu_type="A100")]
+    cohort = _cohort(*teams, held=held, usage={"a": 100.0, "b": 0.0})
+    h100, a100 = unit_hourly_usd("H100"), unit_hourly_usd("A100")
+    a = (1 * h100 + h100) / (2 * h100 + 4 * a100)
+    b = (3 * h100 + 7 * a100 + h100) / (4 * h100 + 8 * a100)
+    assert a < b < 1.0
+    # Then a's goes first: price-weighted over both types it holds the smaller fraction of its nominal quotas
+    order = admission_order([_job(4, "b", gpus=2), _job(5, "a", gpus=2)], cohort, "default")
+    assert [j.name for j, _ in order] == ["j5", "j4"]
+    # and the order counts what it admits before: after a's older job of its 4 A100s (within nominal, first) a
+    # would hold all its nominal quotas' worth halfway through its H100 job, more than b: b's goes first
+    order = admission_order([_job(4, "b", gpus=2), _job(5, "a", gpus=4, gpu_type="A100"), _job(6, "a", gpus=2)], cohort, "default")
+    assert [j.name for j, _ in order] == ["j5", "j4", "j6"]
+
+
+def test_the_priced_midway_is_the_teams_holding_plus_half_the_job_over_its_nominal_quotas_at_unit_prices() -> None:
+    teams = (team("a", H100={"nominal": 2, "borrow_limit": 8}, A100={"nominal": 4}), team("b", H100=4))
+    priced = _Priced(_cohort(*teams, held=[_holder(1, "a", 1, 0.0), _holder(2, "a", 3, 0.0, gpu_type="A100")]))
+    h100, a100 = unit_hourly_usd("H100"), unit_hourly_usd("A100")
+    nominal = 2 * h100 + 4 * a100
+    assert priced.midway(Ask("a", "H100", 2, "al")) == pytest.approx((h100 + 3 * a100 + h100) / nominal)
+    priced.hold(Ask("a", "A100", 1, "al"))
+    assert priced.midway(Ask("a", "H100", 3, "al")) == pytest.approx((h100 + 4 * a100 + 1.5 * h100) / nominal)
+    assert priced.midway(Ask("b", "H100", 6, "bo")) == pytest.approx(0.75)  # nothing held: 3 of its 4
 
 
 def _room_cohort(b_holds: int, *, lend: str | int = "100%") -> Cohort:

@@ -10,8 +10,10 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from functions.service.fair_share import Ask, Cohort, FairSharingRule, Holder, fair_sharing_victims
+from functions.service.ports import Transition
 from functions.service.scheduler import LocalCapacity
 from schemas.job import PendingAction
+from schemas.status import JobStatus
 from schemas.teams import Team, WaitReason
 from tests.helpers.teams import team
 from tests.unit.test_scheduler_reclaim import _holder, _training
@@ -129,3 +131,64 @@ def test_fair_sharing_never_lets_a_victims_team_preempt_back(
     for v in victims:
         back, _ = fair_sharing_victims(v.ask, [*remaining, beneficiary], v.units, after)
         assert all(h.ask.team != ask.team for h in back)
+
+
+def test_a_borrower_preempts_only_jobs_it_would_be_served_before() -> None:
+    # Given a borrowing 6 units in three jobs, b borrowing nothing: the first rule would take one of a's jobs for b
+    cohort, holders = _cohort(*_teams(), held=[("a", 2), ("a", 2), ("a", 2)])
+    # When b has used more per weight than a (a lower factor: admission_order serves a's borrowers first)
+    cohort.usage = {"a": 10.0, "b": 30.0}
+    # Then b takes nothing: the room would go back to a's next job in the next pass, and b would preempt again
+    assert fair_sharing_victims(Ask("b", "H100", 2, "ben"), holders, 2, cohort) == ([], None)
+    # Equal factors (as when nobody has used anything): the share rules alone decide
+    cohort.usage = {"a": 10.0, "b": 10.0}
+    assert fair_sharing_victims(Ask("b", "H100", 2, "ben"), holders, 2, cohort)[1] == FINAL
+    # A higher priority class is served first whatever the factors; a lower one never preempts a higher one
+    cohort.usage = {"a": 10.0, "b": 30.0}
+    assert fair_sharing_victims(Ask("b", "H100", 2, "ben", priority=6), holders, 2, cohort)[1] == FINAL
+    cohort.usage = {"a": 30.0, "b": 10.0}
+    assert fair_sharing_victims(Ask("b", "H100", 2, "ben", priority=4), holders, 2, cohort) == ([], None)
+
+
+def test_a_team_under_its_nominal_quota_preempts_borrowers_whatever_its_factor() -> None:
+    # Given b with a nominal of 1 it does not use and the highest usage (the lowest factor), a borrowing 6
+    teams = (team("a", H100={"nominal": 0, "borrow_limit": 8}), team("b", H100={"nominal": 1, "borrow_limit": 8}), team("c", H100=8))
+    cohort, holders = _cohort(*teams, held=[("a", 2), ("a", 2), ("a", 2)])
+    cohort.usage = {"a": 10.0, "b": 50.0}
+    # When b's 3-unit job takes it beyond nominal (an overshoot: served before every borrower)
+    victims, rule = fair_sharing_victims(Ask("b", "H100", 3, "ben"), holders, 2, cohort)
+    # Then it preempts by the share rules alone
+    assert rule == FINAL and [v.job.job_id for v in victims] == [holders[0].job.job_id]
+
+
+def test_a_fair_sharing_preemption_happens_only_where_the_room_goes_to_the_preemptor() -> None:
+    # Given c's 8 H100s lent: a borrows all 8 (4 jobs of 2) and keeps one more queued
+    w = TeamWorld(0, *_teams(), default_team_quotas="H100=0")
+    w.teams.put(team("a", A, H100={"nominal": 0, "borrow_limit": 8}), w.teams.get("a").version)
+    w.teams.put(team("b", B, H100={"nominal": 0, "borrow_limit": 8}), w.teams.get("b").version)
+    w.teams.put(team("c", C, H100={"nominal": 8}), w.teams.get("c").version)
+    w.scheduler = type(w.scheduler)(w.repo, w.ledger, LocalCapacity(gpu_slots=0, inventory={"H100": 8}), w.rec, w.rec, teams=w.directory)
+    borrowed = [w.gpu_job(A, gpus=2) for _ in range(4)]
+    w.scheduler.run_pass()
+    borrowed = [_training(w, j) for j in borrowed]
+    w.clock.now += timedelta(minutes=11)
+    more = w.gpu_job(A, gpus=2)
+    # When b, which has used more than a per weight, asks for 2: a's queued job is served before b's
+    w.teams.add_usage("b", 50.0, w.clock.now, w.directory.half_life_seconds)
+    mine = w.gpu_job(B, gpus=2)
+    # Then b preempts nothing (the room would go to a's queued job, and b would preempt again, pass after pass)
+    assert w.scheduler.run_pass().preempting == []
+    assert w.explain(mine) == WaitReason.COHORT_FULL
+    # When a's usage grows past b's: b is served first, and preempts one of a's jobs
+    w.teams.add_usage("a", 200.0, w.clock.now, w.directory.half_life_seconds)
+    preempting = w.scheduler.run_pass().preempting
+    assert len(preempting) == 1
+    victim = w.repo.get(preempting[0])
+    w.scheduler.release(victim)
+    requeued = w.repo.update(victim.job_id, victim.version, {"pending_action": None})
+    requeued = w.repo.transition(Transition(victim.job_id, requeued.version, requeued.status, JobStatus.QUEUED, "reclaimed"))
+    w.repo.update(victim.job_id, requeued.version, {"task_token": f"tok-{victim.job_id}", "task_token_kind": "capacity"})
+    # Then the room its checkpointed stop gives back goes to b's job, not to a's queued one nor to the victim
+    result = w.scheduler.run_pass()
+    assert result.started == [mine.job_id] and result.preempting == []
+    assert w.repo.get(more.job_id).status == w.repo.get(victim.job_id).status == JobStatus.QUEUED
