@@ -136,17 +136,20 @@ def test_fair_sharing_never_lets_a_victims_team_preempt_back(
 def test_a_borrower_preempts_only_jobs_it_would_be_served_before() -> None:
     # Given a borrowing 6 units in three jobs, b borrowing nothing: the first rule would take one of a's jobs for b
     cohort, holders = _cohort(*_teams(), held=[("a", 2), ("a", 2), ("a", 2)])
-    # When b has used more per weight than a (a lower factor: admission_order serves a's borrowers first)
-    cohort.usage = {"a": 10.0, "b": 30.0}
-    # Then b takes nothing: the room would go back to a's next job in the next pass, and b would preempt again
+    # When b has used so much more than a that its 2-GPU job (1 borrowed halfway, per weight x F) ranks after
+    # a's preempted job back in the queue (a borrowing 4 + 1 halfway through it, per weight x a's F)
+    cohort.usage = {"a": 1.0, "b": 100.0}
+    factors = cohort.factors()
+    assert 1 / factors["b"] > 5 / factors["a"]
+    # Then b takes nothing: the room would go back to a's job in the next pass, and b would preempt again
     assert fair_sharing_victims(Ask("b", "H100", 2, "ben"), holders, 2, cohort) == ([], None)
-    # Equal factors (as when nobody has used anything): the share rules alone decide
+    # Equal factors: b ranks first (1 against 5): the share rules decide, and allow it
     cohort.usage = {"a": 10.0, "b": 10.0}
     assert fair_sharing_victims(Ask("b", "H100", 2, "ben"), holders, 2, cohort)[1] == FINAL
     # A higher priority class is served first whatever the factors; a lower one never preempts a higher one
-    cohort.usage = {"a": 10.0, "b": 30.0}
+    cohort.usage = {"a": 1.0, "b": 100.0}
     assert fair_sharing_victims(Ask("b", "H100", 2, "ben", priority=6), holders, 2, cohort)[1] == FINAL
-    cohort.usage = {"a": 30.0, "b": 10.0}
+    cohort.usage = {"a": 10.0, "b": 10.0}
     assert fair_sharing_victims(Ask("b", "H100", 2, "ben", priority=4), holders, 2, cohort) == ([], None)
 
 
@@ -173,14 +176,15 @@ def test_a_fair_sharing_preemption_happens_only_where_the_room_goes_to_the_preem
     borrowed = [_training(w, j) for j in borrowed]
     w.clock.now += timedelta(minutes=11)
     more = w.gpu_job(A, gpus=2)
-    # When b, which has used more than a per weight, asks for 2: a's queued job is served before b's
-    w.teams.add_usage("b", 50.0, w.clock.now, w.directory.half_life_seconds)
+    # When b, which has used far more than a (its weight x F under a seventh of a's), asks for 2: a's job back in
+    # the queue (a borrowing 6 + 1 halfway through it) would rank before b's (1 halfway through it)
+    w.teams.add_usage("b", 5000.0, w.clock.now, w.directory.half_life_seconds)
     mine = w.gpu_job(B, gpus=2)
     # Then b preempts nothing (the room would go to a's queued job, and b would preempt again, pass after pass)
     assert w.scheduler.run_pass().preempting == []
     assert w.explain(mine) == WaitReason.COHORT_FULL
     # When a's usage grows past b's: b is served first, and preempts one of a's jobs
-    w.teams.add_usage("a", 200.0, w.clock.now, w.directory.half_life_seconds)
+    w.teams.add_usage("a", 20000.0, w.clock.now, w.directory.half_life_seconds)
     preempting = w.scheduler.run_pass().preempting
     assert len(preempting) == 1
     victim = w.repo.get(preempting[0])
