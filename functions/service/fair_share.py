@@ -7,8 +7,9 @@
 - Within a priority class (Standing): jobs that keep their team within its nominal quota first, then jobs of
   teams under nominal that take them beyond it (overshoots: the team holding the smallest fraction of its
   nominal quotas halfway through the job first, price-weighted over every type), then borrowers (teams at or
-  beyond nominal); higher F first within each, then FIFO inside the team. So while every team is backlogged
-  each sits at its nominal quota whatever F is; F decides who borrows what nobody within nominal waits for.
+  beyond nominal: the least borrowed halfway through the job per unit of weight x F first); higher F first
+  among equals, then FIFO inside the team. So while every team is backlogged each sits at its nominal quota
+  whatever F is, and F decides how what nobody within nominal waits for is borrowed: in proportion to it.
   A team under nominal that waits for room holds back other teams' borrowing of the type (holds_room_for).
 - A job is admitted within its team's nominal quota, or beyond it up to its borrow limit from the idle
   nominal quota other teams lend (their lend limits); member caps bound one member.
@@ -18,6 +19,7 @@
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -196,62 +198,79 @@ class Standing(IntEnum):
 
 def admission_order(jobs: Iterable[Job], cohort: Cohort, default_team: str) -> list[tuple[Job, Ask]]:
     """The order a pass offers capacity in: priority class first; within one, by Standing (within nominal,
-    overshoot, borrower; overshoots by where they leave their team halfway through the job, against its
-    nominal, price-weighted over every type), then the higher fair-share factor, then FIFO inside the team.
+    overshoot, borrower), then where the job leaves its team (_Order.rank), then the higher fair-share factor,
+    then FIFO inside the team.
 
     Greedy: each step takes the best head among the teams' queues, assuming every job before it was
     admitted (so a team's second job may already be a borrower). The cohort is not changed."""
-    factors = cohort.factors()
     queues: dict[str, list[tuple[Job, Ask]]] = defaultdict(list)
     for job in sorted(jobs, key=lambda j: (-j.priority, j.created_at, j.job_id)):
         ask = Ask.within(job, cohort.teams, default_team)
         queues[ask.team].append((job, ask))
-    held: dict[tuple[str, str], int] = defaultdict(int, cohort.in_use)
-    priced = _Priced(cohort)
+    ranks = _Order(cohort)
     order: list[tuple[Job, Ask]] = []
     while queues:
 
         def key(team: str) -> tuple[int, Standing, float, float, datetime, str]:
             job, ask = queues[team][0]
-            have, nominal = held[(ask.team, ask.gpu_type)], cohort.nominal(ask.team, ask.gpu_type)
-            standing = Standing.of(have, ask.units, nominal)
-            midway = priced.midway(ask) if standing == Standing.OVERSHOOT else 0.0
-            return (-job.priority, standing, midway, -factors[ask.team], job.created_at, job.job_id)
+            return (-job.priority, *ranks.rank(ask), job.created_at, job.job_id)
 
         best = min(queues, key=key)
         job, ask = queues[best].pop(0)
         if not queues[best]:
             del queues[best]
-        held[(ask.team, ask.gpu_type)] += ask.units
-        priced.hold(ask)
+        ranks.hold(ask)
         order.append((job, ask))
     return order
 
 
-class _Priced:
-    """Each team's holdings and nominal quotas in price-weighted units (an hour of each at the type's unit
-    price, as usage counts them), across every type, for the overshoots' order: the team that would hold
-    the smallest fraction of its nominal quotas halfway through the job goes first. A job that takes its team
-    less far beyond nominal than the team is below it now goes before one that takes it further; across
-    types, so a team short of one type's quota (its jobs too big for what it has left) is made up on
-    another's, and shares counted in price-weighted GPU-hours come out by weight. Not F: after a quiet spell
-    a team's F is the highest and it would win every overshoot, for days."""
+class _Order:
+    """Where a job would leave its team, as admission_order ranks it within a priority class, from what the
+    teams hold (the cohort's holdings plus what the order has admitted before it):
+    - its Standing: within nominal, overshoot, borrower;
+    - an overshoot by the fraction of its nominal quotas the team would hold halfway through the job,
+      price-weighted over every type (each type's units at its unit price, as usage counts them): a job that
+      takes its team less far beyond nominal than the team is below it now goes before one that takes it
+      further, and a team short of one type's quota (its jobs too big for what it has left) is made up on
+      another, so shares counted in price-weighted GPU-hours come out by weight. Not by F: after a quiet
+      spell a team's F is the highest and it would win every overshoot, for days;
+    - a borrower by what its team would borrow of the type halfway through the job, per unit of its weight
+      scaled by its fair-share factor F (Kueue's weighted share, with F in the weight): a team that has used
+      less than its share borrows more, in proportion, rather than all there is until its F falls below
+      another's (for hours after a quiet spell);
+    - then the higher F."""
 
     def __init__(self, cohort: Cohort) -> None:
-        self.held: dict[str, float] = defaultdict(float)
+        self.cohort = cohort
+        self.factors = cohort.factors()
+        self.held: dict[tuple[str, str], int] = defaultdict(int, cohort.in_use)
+        self.priced: dict[str, float] = defaultdict(float)
         for (team, gpu_type), units in cohort.in_use.items():
-            self.held[team] += units * unit_hourly_usd(gpu_type)
-        self.nominal = {
+            self.priced[team] += units * unit_hourly_usd(gpu_type)
+        self.priced_nominal = {
             name: sum(quota.nominal * unit_hourly_usd(gpu_type) for gpu_type, quota in team.quotas.items())
             for name, team in cohort.teams.items()
         }
 
-    def hold(self, ask: Ask) -> None:
-        self.held[ask.team] += ask.units * unit_hourly_usd(ask.gpu_type)
+    def hold(self, ask: Ask, units: int | None = None) -> None:
+        """Count `units` (default: the job's) more of the ask's type as its team's (fewer, when negative)."""
+        units = ask.units if units is None else units
+        self.held[(ask.team, ask.gpu_type)] += units
+        self.priced[ask.team] += units * unit_hourly_usd(ask.gpu_type)
 
-    def midway(self, ask: Ask) -> float:
-        """Only for an overshoot: its team is under its nominal quota of the type, so its nominal is above 0."""
-        return (self.held[ask.team] + ask.units * unit_hourly_usd(ask.gpu_type) / 2) / self.nominal[ask.team]
+    def rank(self, ask: Ask) -> tuple[Standing, float, float]:
+        have, nominal = self.held[(ask.team, ask.gpu_type)], self.cohort.nominal(ask.team, ask.gpu_type)
+        standing = Standing.of(have, ask.units, nominal)
+        factor = self.factors[ask.team]  # every ask's team is in the cohort (Ask.within)
+        if standing == Standing.OVERSHOOT:  # under nominal of the type, so its nominal quotas are above 0
+            place = (self.priced[ask.team] + ask.units * unit_hourly_usd(ask.gpu_type) / 2) / self.priced_nominal[ask.team]
+        elif standing == Standing.BORROWER:
+            borrowed = have + ask.units / 2 - nominal
+            weight = self.cohort.teams[ask.team].weight * factor
+            place = borrowed / weight if weight > 0 else math.inf  # F underflows to 0 for a team far beyond its share
+        else:
+            place = 0.0
+        return standing, place, -factor
 
 
 @dataclass(frozen=True)
@@ -327,9 +346,8 @@ def fair_sharing_victims(
     lowest priority, then least work lost), if the rule allows it; the first rule (of FairSharingRule's two)
     that frees enough wins; ([], None) when neither does."""
     preemptor = cohort.share(waiting.team, waiting.gpu_type, waiting.units)
-    candidates = [
-        h for h in holders if h.ask.team != waiting.team and h.ask.gpu_type == waiting.gpu_type and _served_before(waiting, h, cohort)
-    ]
+    candidates = [h for h in holders if h.ask.team != waiting.team and h.ask.gpu_type == waiting.gpu_type]
+    ranks = _Order(cohort)
     for rule in FairSharingRule:
         removed: dict[str, int] = defaultdict(int)
         smallest: dict[str, int] = {}  # the smallest job each team has lost so far
@@ -337,7 +355,12 @@ def fair_sharing_victims(
         chosen: list[Holder] = []
         freed = 0
         while freed < needed:
-            allowed = [h for h in left if _allows(rule, preemptor, cohort, h, removed[h.ask.team], smallest.get(h.ask.team, h.units))]
+            allowed = [
+                h
+                for h in left
+                if _allows(rule, preemptor, cohort, h, removed[h.ask.team], smallest.get(h.ask.team, h.units))
+                and _served_before(waiting, h, ranks, removed[h.ask.team])
+            ]
             if not allowed:
                 break
             pick = min(
@@ -354,19 +377,21 @@ def fair_sharing_victims(
     return [], None
 
 
-def _served_before(waiting: Ask, victim: Holder, cohort: Cohort) -> bool:
-    """Would `waiting` be offered the room a preemption frees before the victim, back in its queue (admission_order)?
-    A higher priority class first; within one, a team under its nominal quota (an overshoot) before every
-    borrower, a borrower before the borrowers of teams of a lower (or equal) fair-share factor. Preempting a job
-    served first would hand the room back to its team in the next pass, to be preempted again, pass after pass."""
+def _served_before(waiting: Ask, victim: Holder, ranks: _Order, removed: int) -> bool:
+    """Would `waiting` be offered the room a preemption frees before the victim, back in its queue, where (as
+    the oldest of its team's jobs of the type it started before) it is its team's next job? A higher priority
+    class first; within one, as admission_order ranks them, with the victim's team holding `removed` units (its
+    jobs already chosen) and the victim's own less. Preempting a job that would be served first would hand the
+    room back to its team in the next pass, to be preempted again, pass after pass."""
     if waiting.priority > victim.job.priority:
         return True
     if waiting.priority < victim.job.priority:
         return False
-    if cohort.in_use[(waiting.team, waiting.gpu_type)] < cohort.nominal(waiting.team, waiting.gpu_type):
-        return True
-    factors = cohort.factors()  # every team's: both are teams of the cohort (the pass skips holders of others)
-    return factors[victim.ask.team] <= factors[waiting.team]
+    ranks.hold(victim.ask, -(removed + victim.units))
+    try:
+        return ranks.rank(waiting) < ranks.rank(victim.ask)
+    finally:
+        ranks.hold(victim.ask, removed + victim.units)
 
 
 def _allows(rule: FairSharingRule, preemptor: float, cohort: Cohort, holder: Holder, removed: int, smallest: int) -> bool:

@@ -8,6 +8,7 @@ the answers themselves.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
@@ -20,7 +21,7 @@ from functions.service.fair_share import (
     FairSharingRule,
     Holder,
     Standing,
-    _Priced,
+    _Order,
     admission_order,
     factor,
     fair_sharing_victims,
@@ -335,15 +336,56 @@ def test_overshoots_weigh_the_teams_holdings_of_every_type_at_their_unit_prices(
     assert [j.name for j, _ in order] == ["j5", "j4", "j6"]
 
 
-def test_the_priced_midway_is_the_teams_holding_plus_half_the_job_over_its_nominal_quotas_at_unit_prices() -> None:
+def test_an_overshoot_ranks_by_the_teams_holding_plus_half_the_job_over_its_nominal_quotas_at_unit_prices() -> None:
     teams = (team("a", H100={"nominal": 2, "borrow_limit": 8}, A100={"nominal": 4}), team("b", H100=4))
-    priced = _Priced(_cohort(*teams, held=[_holder(1, "a", 1, 0.0), _holder(2, "a", 3, 0.0, gpu_type="A100")]))
+    ranks = _Order(_cohort(*teams, held=[_holder(1, "a", 1, 0.0), _holder(2, "a", 3, 0.0, gpu_type="A100")]))
     h100, a100 = unit_hourly_usd("H100"), unit_hourly_usd("A100")
     nominal = 2 * h100 + 4 * a100
-    assert priced.midway(Ask("a", "H100", 2, "al")) == pytest.approx((h100 + 3 * a100 + h100) / nominal)
-    priced.hold(Ask("a", "A100", 1, "al"))
-    assert priced.midway(Ask("a", "H100", 3, "al")) == pytest.approx((h100 + 4 * a100 + 1.5 * h100) / nominal)
-    assert priced.midway(Ask("b", "H100", 6, "bo")) == pytest.approx(0.75)  # nothing held: 3 of its 4
+    standing, place, _ = ranks.rank(Ask("a", "H100", 2, "al"))
+    assert standing == Standing.OVERSHOOT and place == pytest.approx((h100 + 3 * a100 + h100) / nominal)
+    ranks.hold(Ask("a", "A100", 1, "al"))
+    assert ranks.rank(Ask("a", "H100", 3, "al"))[1] == pytest.approx((h100 + 4 * a100 + 1.5 * h100) / nominal)
+    ranks.hold(Ask("a", "A100", 1, "al"), -2)  # fewer: a preempted job's units
+    assert ranks.rank(Ask("a", "H100", 2, "al"))[1] == pytest.approx((h100 + 2 * a100 + h100) / nominal)
+    assert ranks.rank(Ask("b", "H100", 6, "bo"))[1] == pytest.approx(0.75)  # nothing held: 3 of its 4
+
+
+def test_a_borrower_ranks_by_what_its_team_borrows_halfway_through_the_job_per_weight_times_factor() -> None:
+    teams = (team("a", weight=2, H100={"nominal": 2, "borrow_limit": 8}), team("b", H100={"nominal": 0, "borrow_limit": 8}))
+    cohort = _cohort(*teams, held=[_holder(1, "a", 3, 0.0)], usage={"a": 30.0, "b": 10.0})
+    factors = cohort.factors()
+    ranks = _Order(cohort)
+    # a holds 3 of its nominal 2: a 2-GPU job borrows 1 + 1 halfway through it
+    assert ranks.rank(Ask("a", "H100", 2, "al")) == (Standing.BORROWER, pytest.approx(2 / (2 * factors["a"])), -factors["a"])
+    assert ranks.rank(Ask("b", "H100", 3, "bo")) == (Standing.BORROWER, pytest.approx(1.5 / factors["b"]), -factors["b"])
+    # within nominal: no place, only the factor
+    assert ranks.rank(Ask("a", "A100", 0, "al"))[:2] == (Standing.WITHIN, 0.0)
+
+
+def test_a_team_of_a_higher_factor_borrows_more_in_proportion_not_everything() -> None:
+    # Given two borrowers of equal weight: b has used less (the higher factor) and already borrows 4, a nothing
+    teams = (team("a", H100={"nominal": 0, "borrow_limit": 8}), team("b", H100={"nominal": 0, "borrow_limit": 8}))
+    cohort = _cohort(*teams, held=[_holder(1, "b", 4, 0.0)], usage={"a": 20.0, "b": 10.0})
+    factors = cohort.factors()
+    assert factors["b"] > factors["a"] and 0.5 / factors["a"] < 4.5 / factors["b"]
+    # Then a's job goes first (half a GPU borrowed per a's weight x F, against b's four and a half per its)
+    order = admission_order([_job(2, "b"), _job(3, "a")], cohort, "default")
+    assert [j.name for j, _ in order] == ["j3", "j2"]
+    # and with nothing borrowed by either, b's (the higher factor) goes first
+    cohort = _cohort(*teams, usage={"a": 20.0, "b": 10.0})
+    assert [j.name for j, _ in admission_order([_job(3, "a"), _job(2, "b")], cohort, "default")] == ["j2", "j3"]
+
+
+def test_a_borrower_of_a_team_whose_factor_underflows_to_zero_goes_last() -> None:
+    teams = (
+        team("a", weight=0.001, H100={"nominal": 0, "borrow_limit": 8}),
+        team("b", weight=1000, H100={"nominal": 0, "borrow_limit": 8}),
+    )
+    cohort = _cohort(*teams, usage={"a": 1.0, "b": 0.0})
+    assert cohort.factors()["a"] == 0.0
+    assert _Order(cohort).rank(Ask("a", "H100", 1, "al"))[1] == math.inf
+    order = admission_order([_job(1, "a"), _job(2, "b", gpus=8)], cohort, "default")
+    assert [j.name for j, _ in order] == ["j2", "j1"]
 
 
 def _room_cohort(b_holds: int, *, lend: str | int = "100%") -> Cohort:

@@ -56,8 +56,11 @@ def test_the_second_rule_applies_only_when_the_first_frees_too_little() -> None:
 
 
 def test_neither_rule_takes_from_a_team_whose_share_is_not_above_the_preemptors() -> None:
-    # Equal shares (2 and 2): nothing; a heavier weight makes a's share smaller than b's: nothing either
+    # Equal shares (2 and 2): nothing, even where b would be served first (it has used less: a higher factor);
+    # a heavier weight makes a's share smaller than b's: nothing either
     cohort, holders = _cohort(*_teams(), held=[("a", 2)])
+    assert fair_sharing_victims(Ask("b", "H100", 2, "ben"), holders, 2, cohort) == ([], None)
+    cohort.usage = {"a": 10.0, "b": 0.0}
     assert fair_sharing_victims(Ask("b", "H100", 2, "ben"), holders, 2, cohort) == ([], None)
     cohort, holders = _cohort(*_teams(a_weight=4.0), held=[("a", 2), ("a", 2), ("a", 2)])
     assert fair_sharing_victims(Ask("b", "H100", 2, "ben"), holders, 2, cohort) == ([], None)
@@ -136,17 +139,20 @@ def test_fair_sharing_never_lets_a_victims_team_preempt_back(
 def test_a_borrower_preempts_only_jobs_it_would_be_served_before() -> None:
     # Given a borrowing 6 units in three jobs, b borrowing nothing: the first rule would take one of a's jobs for b
     cohort, holders = _cohort(*_teams(), held=[("a", 2), ("a", 2), ("a", 2)])
-    # When b has used more per weight than a (a lower factor: admission_order serves a's borrowers first)
-    cohort.usage = {"a": 10.0, "b": 30.0}
-    # Then b takes nothing: the room would go back to a's next job in the next pass, and b would preempt again
+    # When b has used so much more than a that its 2-GPU job (1 borrowed halfway, per weight x F) ranks after
+    # a's preempted job back in the queue (a borrowing 4 + 1 halfway through it, per weight x a's F)
+    cohort.usage = {"a": 1.0, "b": 100.0}
+    factors = cohort.factors()
+    assert 1 / factors["b"] > 5 / factors["a"]
+    # Then b takes nothing: the room would go back to a's job in the next pass, and b would preempt again
     assert fair_sharing_victims(Ask("b", "H100", 2, "ben"), holders, 2, cohort) == ([], None)
-    # Equal factors (as when nobody has used anything): the share rules alone decide
+    # Equal factors: b ranks first (1 against 5): the share rules decide, and allow it
     cohort.usage = {"a": 10.0, "b": 10.0}
     assert fair_sharing_victims(Ask("b", "H100", 2, "ben"), holders, 2, cohort)[1] == FINAL
     # A higher priority class is served first whatever the factors; a lower one never preempts a higher one
-    cohort.usage = {"a": 10.0, "b": 30.0}
+    cohort.usage = {"a": 1.0, "b": 100.0}
     assert fair_sharing_victims(Ask("b", "H100", 2, "ben", priority=6), holders, 2, cohort)[1] == FINAL
-    cohort.usage = {"a": 30.0, "b": 10.0}
+    cohort.usage = {"a": 10.0, "b": 10.0}
     assert fair_sharing_victims(Ask("b", "H100", 2, "ben", priority=4), holders, 2, cohort) == ([], None)
 
 
@@ -173,14 +179,15 @@ def test_a_fair_sharing_preemption_happens_only_where_the_room_goes_to_the_preem
     borrowed = [_training(w, j) for j in borrowed]
     w.clock.now += timedelta(minutes=11)
     more = w.gpu_job(A, gpus=2)
-    # When b, which has used more than a per weight, asks for 2: a's queued job is served before b's
-    w.teams.add_usage("b", 50.0, w.clock.now, w.directory.half_life_seconds)
+    # When b, which has used far more than a (its weight x F under a seventh of a's), asks for 2: a's job back in
+    # the queue (a borrowing 6 + 1 halfway through it) would rank before b's (1 halfway through it)
+    w.teams.add_usage("b", 5000.0, w.clock.now, w.directory.half_life_seconds)
     mine = w.gpu_job(B, gpus=2)
     # Then b preempts nothing (the room would go to a's queued job, and b would preempt again, pass after pass)
     assert w.scheduler.run_pass().preempting == []
     assert w.explain(mine) == WaitReason.COHORT_FULL
     # When a's usage grows past b's: b is served first, and preempts one of a's jobs
-    w.teams.add_usage("a", 200.0, w.clock.now, w.directory.half_life_seconds)
+    w.teams.add_usage("a", 20000.0, w.clock.now, w.directory.half_life_seconds)
     preempting = w.scheduler.run_pass().preempting
     assert len(preempting) == 1
     victim = w.repo.get(preempting[0])
@@ -192,3 +199,32 @@ def test_a_fair_sharing_preemption_happens_only_where_the_room_goes_to_the_preem
     result = w.scheduler.run_pass()
     assert result.started == [mine.job_id] and result.preempting == []
     assert w.repo.get(more.job_id).status == w.repo.get(victim.job_id).status == JobStatus.QUEUED
+
+
+def test_a_borrower_never_preempts_a_job_that_ties_with_it_back_in_the_queue() -> None:
+    # Given a borrowing 3 in one job, b borrowing 1 and asking 1 more, equal weights and factors: the second rule
+    # would allow it (b's share with the job, 2, is below a's with its job, 3)
+    cohort, holders = _cohort(*_teams(), held=[("a", 3), ("b", 1)])
+    # but back in the queue a's job (1.5 borrowed halfway through it) ties with b's (1 + 0.5): FIFO would give
+    # the room back to a's older job. Then nothing is taken
+    assert fair_sharing_victims(Ask("b", "H100", 1, "ben"), holders, 1, cohort) == ([], None)
+
+
+def test_a_higher_priority_borrower_still_never_takes_a_job_of_a_team_within_its_nominal_quota() -> None:
+    # Given c within its nominal (4 of 8) and a borrowing 2: b's urgent job (priority 6, served before any of
+    # theirs) needs 4
+    cohort, holders = _cohort(*_teams(), held=[("c", 4), ("a", 2)])
+    # Then not c's job (its own quota), and a's 2 are too few: nothing is taken
+    assert fair_sharing_victims(Ask("b", "H100", 1, "ben", priority=6), holders, 4, cohort) == ([], None)
+    # while 2 needed are a's (the higher priority is served first)
+    victims, _ = fair_sharing_victims(Ask("b", "H100", 1, "ben", priority=6), holders, 2, cohort)
+    assert [v.ask.team for v in victims] == ["a"]
+
+
+def test_each_victim_is_weighed_with_its_team_less_only_the_jobs_chosen_before_it() -> None:
+    # Given a borrowing 8 in four jobs of 2, b asking 2 and 6 to be freed: three of a's jobs, the third leaving
+    # a at exactly b's share with its job (2), which the first rule allows
+    cohort, holders = _cohort(*_teams(), held=[("a", 2), ("a", 2), ("a", 2), ("a", 2)])
+    victims, rule = fair_sharing_victims(Ask("b", "H100", 2, "ben"), holders, 6, cohort)
+    # Then three, by the first rule: weighing the candidates of one step does not count any of them as gone
+    assert rule == FINAL and [v.job.job_id for v in victims] == [h.job.job_id for h in holders[:3]]
