@@ -69,8 +69,8 @@ def test_neither_rule_takes_from_a_team_whose_share_is_not_above_the_preemptors(
     assert fair_sharing_victims(Ask("b", "H100", 1, "ben"), holders, 4, cohort) == ([], None)
 
 
-def test_the_scheduler_preempts_a_bigger_borrower_for_a_smaller_one_through_the_checkpointed_pause() -> None:
-    # Given c's 8 idle H100s all borrowed by a (4 jobs of 2) for more than the minimum run time
+def _borrowed_world() -> TeamWorld:
+    """c's 8 idle H100s all borrowed by a (4 jobs of 2), training for more than the minimum run time."""
     w = TeamWorld(0, *_teams(), default_team_quotas="H100=0")
     w.teams.put(team("a", A, H100={"nominal": 0, "borrow_limit": 8}), w.teams.get("a").version)
     w.teams.put(team("b", B, H100={"nominal": 0, "borrow_limit": 8}), w.teams.get("b").version)
@@ -78,8 +78,15 @@ def test_the_scheduler_preempts_a_bigger_borrower_for_a_smaller_one_through_the_
     w.scheduler = type(w.scheduler)(w.repo, w.ledger, LocalCapacity(gpu_slots=0, inventory={"H100": 8}), w.rec, w.rec, teams=w.directory)
     borrowed = [w.gpu_job(A, gpus=2) for _ in range(4)]
     w.scheduler.run_pass()
-    borrowed = [_training(w, j) for j in borrowed]
+    for job in borrowed:
+        _training(w, job)
     w.clock.now += timedelta(minutes=11)
+    return w
+
+
+def test_the_scheduler_preempts_a_bigger_borrower_for_a_smaller_one_through_the_checkpointed_pause() -> None:
+    # Given c's 8 idle H100s all borrowed by a (4 jobs of 2) for more than the minimum run time
+    w = _borrowed_world()
     # When b asks for 2
     mine = w.gpu_job(B, gpus=2)
     result = w.scheduler.run_pass()
@@ -169,15 +176,7 @@ def test_a_team_under_its_nominal_quota_preempts_borrowers_whatever_its_factor()
 
 def test_a_fair_sharing_preemption_happens_only_where_the_room_goes_to_the_preemptor() -> None:
     # Given c's 8 H100s lent: a borrows all 8 (4 jobs of 2) and keeps one more queued
-    w = TeamWorld(0, *_teams(), default_team_quotas="H100=0")
-    w.teams.put(team("a", A, H100={"nominal": 0, "borrow_limit": 8}), w.teams.get("a").version)
-    w.teams.put(team("b", B, H100={"nominal": 0, "borrow_limit": 8}), w.teams.get("b").version)
-    w.teams.put(team("c", C, H100={"nominal": 8}), w.teams.get("c").version)
-    w.scheduler = type(w.scheduler)(w.repo, w.ledger, LocalCapacity(gpu_slots=0, inventory={"H100": 8}), w.rec, w.rec, teams=w.directory)
-    borrowed = [w.gpu_job(A, gpus=2) for _ in range(4)]
-    w.scheduler.run_pass()
-    borrowed = [_training(w, j) for j in borrowed]
-    w.clock.now += timedelta(minutes=11)
+    w = _borrowed_world()
     more = w.gpu_job(A, gpus=2)
     # When b, which has used far more than a (its weight x F under a seventh of a's), asks for 2: a's job back in
     # the queue (a borrowing 6 + 1 halfway through it) would rank before b's (1 halfway through it)
