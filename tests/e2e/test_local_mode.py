@@ -26,7 +26,7 @@ from botocore.credentials import Credentials
 from requests_aws4auth import AWS4Auth
 
 from functions import constants
-from tests.e2e.conftest import LocalPlane, PlaneFactory
+from tests.e2e.conftest import REPO_ROOT, LocalPlane, PlaneFactory
 from tests.helpers.jobs import request_body
 
 pytestmark = pytest.mark.e2e
@@ -263,6 +263,16 @@ def test_body_over_10_mb_is_413(echo_plane: LocalPlane) -> None:
 UNPLACEABLE = {"gpu_count": 64}
 
 
+def runs_until_stopped() -> dict[str, Any]:
+    """A tiny LoRA on examples/ data with 100,000 steps: it trains (and checkpoints) until it is stopped, so it
+    is still there to cancel however loaded the machine (an UNPLACEABLE job is FAILED ~150 ms after submit)."""
+    body = job_body("runs-until-stopped")
+    body["training_config"]["hyperparameters"] = {"max_steps": "100000", "learning_rate": "0.001"}
+    body["training_config"]["base_model"]["model_kwargs"] |= {"num_attention_heads": 2, "num_key_value_heads": 2, "intermediate_size": 32}
+    body["data_config"] = {"sources": [{"path": str(REPO_ROOT / "examples" / "data" / "tiny-qa.jsonl")}], "batch_size": 2}
+    return {"training_config": body["training_config"], "data_config": body["data_config"]}
+
+
 def job_body(name: str, **overrides: Any) -> dict[str, Any]:
     return request_body(name=name, labels={"suite": "local-mode"}, **overrides)
 
@@ -331,8 +341,9 @@ def test_the_real_api_is_served_behind_sigv4(local_plane: LocalPlane) -> None:
 
 @pytest.mark.slow
 def test_20_concurrent_cancels_of_one_job_have_exactly_one_winner(local_plane: LocalPlane) -> None:
-    # Given a fresh job, and 20 clients with their own connections ready to cancel it at the same moment
-    job_id = submit(local_plane, "cancel-race", resource_config=UNPLACEABLE)["job_id"]
+    # Given a training job, and 20 clients with their own connections ready to cancel it at the same moment
+    job_id = submit(local_plane, "cancel-race", **runs_until_stopped())["job_id"]
+    wait_status(local_plane, job_id, {"TRAINING", "CHECKPOINTING"})
     start = threading.Barrier(20)
     answers: list[int] = []
 
