@@ -252,18 +252,19 @@ class _Order:
             for name, team in cohort.teams.items()
         }
 
-    def hold(self, ask: Ask, units: int | None = None) -> None:
-        """Count `units` (default: the job's) more of the ask's type as its team's (fewer, when negative)."""
-        units = ask.units if units is None else units
-        self.held[(ask.team, ask.gpu_type)] += units
-        self.priced[ask.team] += units * unit_hourly_usd(ask.gpu_type)
+    def hold(self, ask: Ask) -> None:
+        """Count the job's units of its type as its team's (admission_order: admitted before the next)."""
+        self.held[(ask.team, ask.gpu_type)] += ask.units
+        self.priced[ask.team] += ask.units * unit_hourly_usd(ask.gpu_type)
 
-    def rank(self, ask: Ask) -> tuple[Standing, float, float]:
-        have, nominal = self.held[(ask.team, ask.gpu_type)], self.cohort.nominal(ask.team, ask.gpu_type)
+    def rank(self, ask: Ask, less: int = 0) -> tuple[Standing, float, float]:
+        """The job's rank, its team holding `less` units of the job's type fewer than counted (a preemption's)."""
+        price = unit_hourly_usd(ask.gpu_type)
+        have, nominal = self.held[(ask.team, ask.gpu_type)] - less, self.cohort.nominal(ask.team, ask.gpu_type)
         standing = Standing.of(have, ask.units, nominal)
         factor = self.factors[ask.team]  # every ask's team is in the cohort (Ask.within)
         if standing == Standing.OVERSHOOT:  # under nominal of the type, so its nominal quotas are above 0
-            place = (self.priced[ask.team] + ask.units * unit_hourly_usd(ask.gpu_type) / 2) / self.priced_nominal[ask.team]
+            place = (self.priced[ask.team] + (ask.units / 2 - less) * price) / self.priced_nominal[ask.team]
         elif standing == Standing.BORROWER:
             borrowed = have + ask.units / 2 - nominal
             weight = self.cohort.teams[ask.team].weight * factor
@@ -387,11 +388,7 @@ def _served_before(waiting: Ask, victim: Holder, ranks: _Order, removed: int) ->
         return True
     if waiting.priority < victim.job.priority:
         return False
-    ranks.hold(victim.ask, -(removed + victim.units))
-    try:
-        return ranks.rank(waiting) < ranks.rank(victim.ask)
-    finally:
-        ranks.hold(victim.ask, removed + victim.units)
+    return ranks.rank(waiting) < ranks.rank(victim.ask, less=removed + victim.units)
 
 
 def _allows(rule: FairSharingRule, preemptor: float, cohort: Cohort, holder: Holder, removed: int, smallest: int) -> bool:

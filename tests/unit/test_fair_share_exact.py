@@ -345,8 +345,8 @@ def test_an_overshoot_ranks_by_the_teams_holding_plus_half_the_job_over_its_nomi
     assert standing == Standing.OVERSHOOT and place == pytest.approx((h100 + 3 * a100 + h100) / nominal)
     ranks.hold(Ask("a", "A100", 1, "al"))
     assert ranks.rank(Ask("a", "H100", 3, "al"))[1] == pytest.approx((h100 + 4 * a100 + 1.5 * h100) / nominal)
-    ranks.hold(Ask("a", "A100", 1, "al"), -2)  # fewer: a preempted job's units
-    assert ranks.rank(Ask("a", "H100", 2, "al"))[1] == pytest.approx((h100 + 2 * a100 + h100) / nominal)
+    # with units of the job's type fewer (a preempted job's): 4 A100s held, one H100 less
+    assert ranks.rank(Ask("a", "H100", 3, "al"), less=1) == (Standing.OVERSHOOT, pytest.approx((4 * a100 + 1.5 * h100) / nominal), -1.0)
     assert ranks.rank(Ask("b", "H100", 6, "bo"))[1] == pytest.approx(0.75)  # nothing held: 3 of its 4
 
 
